@@ -1,0 +1,53 @@
+# nbdebug: `make lab` opens JupyterLab on the tutorials; `make test` runs everything.
+PYTHON ?= python3
+VENV := .venv
+VENV_XLA := .venv-xla
+PY := $(VENV)/bin/python
+PY_XLA := $(VENV_XLA)/bin/python
+# The CPU build of torch; a bare `torch` would pull a multi-GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+XLA_SPEC ?= torch==2.9.1 torch-xla==2.9.0
+LAB_PORT ?= 8888
+
+.PHONY: lab test test-unit test-xla lint typecheck bench browser-deps clean
+
+$(VENV)/.stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+$(VENV_XLA)/.stamp: pyproject.toml
+	test -x $(PY_XLA) || $(PYTHON) -m venv $(VENV_XLA)
+	$(PY_XLA) -m pip install -q --upgrade pip
+	$(PY_XLA) -m pip install -q $(XLA_SPEC)
+	$(PY_XLA) -m pip install -q numpy pandas ipython pytest pytest-timeout
+	$(PY_XLA) -m pip install -q --no-deps -e .
+	touch $@
+
+browser-deps:
+	bash scripts/ensure-chromium.sh
+
+lab: $(VENV)/.stamp
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks --port=$(LAB_PORT) notebooks/00_tour.ipynb
+
+lint: $(VENV)/.stamp
+	$(VENV)/bin/ruff check nbdebug tests benchmarks
+
+typecheck: $(VENV)/.stamp
+	$(VENV)/bin/mypy
+
+test-unit: $(VENV)/.stamp browser-deps
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/xla
+
+test-xla: $(VENV_XLA)/.stamp
+	PJRT_DEVICE=CPU $(PY_XLA) -m pytest -q -p no:cacheprovider tests/xla
+
+test: lint typecheck test-unit test-xla
+
+bench: $(VENV)/.stamp
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) $(VENV_XLA) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,70 @@
+"""nbdebug: a Jupyter-native debugging toolkit for PyTorch training.
+
+``%load_ext nbdebug`` imports only this module and the IPython glue; every heavy dependency (torch, pandas,
+matplotlib, ipywidgets, torch_xla) is imported inside the function that needs it.  The public names below are
+resolved lazily through ``__getattr__`` so that ``import nbdebug`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> "module:attribute" (or "module" for a public submodule)
+_LAZY: dict[str, str] = {
+    # errors (issue 2)
+    "explain": "nbdebug.core.fixes:explain",
+    "Diagnosis": "nbdebug.core.fixes:Diagnosis",
+    "NbdebugError": "nbdebug.errors:NbdebugError",
+    # memory (issue 3)
+    "load_snapshot": "nbdebug.core.memory:load_snapshot",
+    "MemorySnapshot": "nbdebug.core.memory:MemorySnapshot",
+    "memtrace": "nbdebug.core.memory:memtrace",
+    "MemTrace": "nbdebug.core.memory:MemTrace",
+    # training dynamics (issue 4)
+    "GradMonitor": "nbdebug.core.grads:GradMonitor",
+    "nan_sentinel": "nbdebug.core.nan:nan_sentinel",
+    "NonFiniteError": "nbdebug.errors:NonFiniteError",
+    "doctor": "nbdebug.core.doctor:doctor",
+    "DoctorReport": "nbdebug.core.doctor:DoctorReport",
+    "set_reproducible": "nbdebug.core.doctor:set_reproducible",
+    "check_reproducible": "nbdebug.core.doctor:check_reproducible",
+    # compilation (issue 5)
+    "compile_check": "nbdebug.core.compile:compile_check",
+    "xla": "nbdebug.xla",
+    # distributed (issue 6)
+    "dist": "nbdebug.dist",
+}
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'nbdebug' has no attribute {name!r}")
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    value = getattr(module, attr) if attr else module
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register nbdebug's magics and error explainer (``%load_ext nbdebug``)."""
+    from nbdebug.ipython._extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove every magic, hook and callback that loading added (``%unload_ext nbdebug``)."""
+    from nbdebug.ipython._extension import unload
+
+    unload(ipython)

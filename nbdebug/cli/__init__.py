@@ -1,0 +1,1 @@
+"""``python -m nbdebug`` verbs, one module each (``add_arguments``, ``run``)."""

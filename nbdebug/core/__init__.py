@@ -1,0 +1,1 @@
+"""Pure analysis: no IPython, ipywidgets or matplotlib at import time; torch is imported where it is needed."""

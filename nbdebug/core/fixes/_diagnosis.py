@@ -1,0 +1,87 @@
+"""The result of explaining one error: what happened, the numbers, ranked causes, fixes, the first step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbdebug.core._result import Result
+
+__all__ = ["Fix", "Section", "Diagnosis"]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix: a short title and, where it helps, a few lines of code."""
+
+    title: str
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    """An extra block added to a diagnosis by another part of nbdebug (e.g. the memory snapshot at an OOM)."""
+
+    title: str
+    text: str
+    html: str = ""
+
+
+@dataclass(frozen=True, repr=False)
+class Diagnosis(Result):
+    """What an error means and what to do about it.
+
+    Attributes
+    ----------
+    category : str
+        Stable slug (``cuda_oom``, ``shape_mismatch``, ..., or ``unknown``).
+    title : str
+        One line naming the problem.
+    summary : str
+        What happened, in plain words, with the numbers filled in.
+    facts : Mapping[str, Any]
+        Numbers and names parsed out of the message or the exception (sizes, shapes, devices, ...).
+    causes : tuple of str
+        Likely causes, most likely first.
+    fixes : tuple of Fix
+        Fixes, most effective first, each with short code.
+    first_step : str
+        The one thing to try first.
+    exception_type : str
+        The exception's class name, when known.
+    message : str
+        The line of the error text that was recognised.
+    notes : tuple of str
+        Context that depends on where the error happened (e.g. the module that raised it).
+    sections : tuple of Section
+        Extra blocks contributed by other features (e.g. the memory snapshot at an OOM).
+    """
+
+    category: str
+    title: str
+    summary: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    causes: tuple[str, ...] = ()
+    fixes: tuple[Fix, ...] = ()
+    first_step: str = ""
+    exception_type: str = ""
+    message: str = ""
+    notes: tuple[str, ...] = ()
+    sections: tuple[Section, ...] = ()
+
+    _text_renderer = "nbdebug.render.diagnosis:diagnosis_text"
+    _html_renderer = "nbdebug.render.diagnosis:diagnosis_html"
+
+    @property
+    def known(self) -> bool:
+        """False when the error matched no known category."""
+        return self.category != "unknown"
+
+    def _summary_line(self) -> str:
+        return f"{self.category}: {self.title}"
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [{"category": self.category, "fact": k, "value": v} for k, v in self.facts.items()] or [
+            {"category": self.category, "fact": None, "value": None}
+        ]

@@ -1,0 +1,78 @@
+"""The few exception types nbdebug raises.
+
+Every error caused by bad input is one ``NbdebugError`` subclass whose message repeats what was given and says
+what was expected; it is chained ``from`` the low-level error that revealed the problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "NbdebugError",
+    "SnapshotError",
+    "ReportParseError",
+    "DistError",
+    "MissingDependencyError",
+    "NonFiniteError",
+]
+
+
+class NbdebugError(Exception):
+    """Base class for errors raised by nbdebug itself."""
+
+
+class SnapshotError(NbdebugError):
+    """A memory snapshot could not be read: not a pickle, truncated, not a snapshot, or unsafe."""
+
+
+class ReportParseError(NbdebugError):
+    """A text report or log (torch_xla metrics, NCCL log, ...) is not in any format nbdebug knows."""
+
+
+class DistError(NbdebugError):
+    """A distributed run could not be started or its results could not be collected."""
+
+
+class MissingDependencyError(NbdebugError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str, feature: str) -> None:
+        self.package, self.extra, self.feature = package, extra, feature
+        super().__init__(
+            f"{feature} needs the optional package {package!r}, which is not installed; "
+            f"install it with: pip install 'nbdebug[{extra}]'"
+        )
+
+
+class NonFiniteError(NbdebugError, FloatingPointError):
+    """A NaN or Inf appeared in a forward output or a gradient.
+
+    Attributes
+    ----------
+    module : str
+        Qualified name of the module (in the model) whose output or gradient was first non-finite.
+    step : int
+        Index of the training step, counting from 0, in which it first appeared.
+    phase : str
+        ``"forward"`` or ``"backward"``.
+    stats : dict
+        Statistics of the offending tensor (shape, dtype, nan/inf counts, finite min/max).
+    """
+
+    def __init__(self, message: str, *, module: str, step: int, phase: str, stats: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.module = module
+        self.step = step
+        self.phase = phase
+        self.stats = dict(stats or {})
+
+
+def require(package: str, extra: str, feature: str) -> Any:
+    """Import an optional dependency or raise ``MissingDependencyError`` naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError as e:
+        raise MissingDependencyError(package, extra, feature) from e

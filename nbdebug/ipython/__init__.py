@@ -1,0 +1,1 @@
+"""IPython glue only: magics, the error explainer hook, widget panels."""

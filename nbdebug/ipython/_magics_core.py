@@ -1,0 +1,94 @@
+"""``%nbdebug`` (status and switches), ``%explain`` / ``%%explain``, and the error explainer."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from nbdebug.ipython._explainer import Explainer, diagnose_exception
+from nbdebug.ipython._state import ExtensionState, Feature
+
+_SWITCH_WORDS = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+
+
+@magics_class
+class CoreMagics(Magics):
+    """nbdebug's status magic and the error explainer."""
+
+    nbd_state: ExtensionState
+
+    @magic_arguments()
+    @argument("feature", nargs="?", help="feature to switch (see the list that %%nbdebug prints)")
+    @argument("switch", nargs="?", help="on or off")
+    @line_magic
+    def nbdebug(self, line: str) -> Any:
+        """Show nbdebug's status, or switch one of its features on or off.
+
+        Usage::
+
+            %nbdebug                 # versions, CUDA / torch_xla availability, features and their state
+            %nbdebug explain off     # stop showing a diagnosis under errors
+            %nbdebug explain on
+            %nbdebug explain all     # also say so when an error is not recognised
+
+        Returns the status object (also after a switch).
+        """
+        args = parse_argstring(self.nbdebug, line)
+        features = self.nbd_state.features
+        if args.feature is not None:
+            feature = features.get(args.feature)
+            if feature is None:
+                raise UsageError(f"%nbdebug: unknown feature {args.feature!r}; expected one of: {', '.join(features)}")
+            word = (args.switch or "").lower()
+            if args.feature == "explain" and word == "all":
+                self.nbd_state.explainer.show_unknown = True  # type: ignore[attr-defined]
+                word = "on"
+            if word not in _SWITCH_WORDS:
+                raise UsageError(f"%nbdebug {args.feature}: expected 'on' or 'off', got {args.switch!r}")
+            feature.set(_SWITCH_WORDS[word])
+        from nbdebug.core._status import collect_status
+
+        return collect_status(tuple((f.name, f.on, f.description) for f in features.values()))
+
+    @line_cell_magic
+    def explain(self, line: str, cell: str | None = None) -> Any:
+        """Explain an error.
+
+        Usage::
+
+            %explain                 # the last error raised in this session
+            %explain CUDA error: device-side assert triggered     # one pasted line
+            %%explain                # a whole pasted log or traceback from a job that ran elsewhere
+            ...pasted text...
+
+        Returns a ``Diagnosis`` (``.category``, ``.facts``, ``.fixes``, ``.to_dict()``).
+        """
+        from nbdebug.core.fixes import explain
+
+        text = (cell if cell is not None else line).strip()
+        if text:
+            return explain(text)
+        exc = getattr(sys, "last_value", None) or getattr(sys, "last_exc", None)
+        if exc is None:
+            raise UsageError("%explain: no error has been raised yet; paste the error text after %explain or in %%explain")
+        return diagnose_exception(self.nbd_state, exc)
+
+
+def register(state: ExtensionState) -> None:
+    """Register the core magics and the explainer (on by default)."""
+    state.register_magics(CoreMagics)
+    explainer = Explainer(state)
+    state.explainer = explainer  # type: ignore[attr-defined]
+    state.register_event("post_run_cell", explainer)
+
+    def enable() -> None:
+        explainer.enabled = True
+
+    def disable() -> None:
+        explainer.enabled = False
+
+    state.add_feature(Feature("explain", "diagnosis panel under every error", enable, disable), on=True)

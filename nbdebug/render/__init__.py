@@ -1,0 +1,1 @@
+"""Pure functions: result object -> text / HTML / matplotlib Figure."""

@@ -1,0 +1,65 @@
+"""Render a ``Diagnosis`` as plain text (terminal IPython, CLI) and as a compact collapsible HTML panel."""
+
+from __future__ import annotations
+
+from nbdebug.core.fixes import Diagnosis
+from nbdebug.render._html import code_block, esc, kv_table, panel
+
+
+def _fact_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def diagnosis_text(d: Diagnosis) -> str:
+    """The full plain-text report."""
+    if not d.known:
+        return (
+            f"nbdebug: no known diagnosis for {d.exception_type or 'this error'}"
+            + (f": {d.message}" if d.message else "")
+            + "\n(an honest 'unknown' rather than a wrong guess; the traceback above is the place to look)"
+        )
+    out = [f"nbdebug [{d.category}] {d.title}", "", d.summary]
+    if d.facts:
+        out += ["", "Facts:"] + [f"  {k}: {_fact_value(v)}" for k, v in d.facts.items()]
+    if d.notes:
+        out += ["", "Here:"] + [f"  - {n}" for n in d.notes]
+    if d.causes:
+        out += ["", "Likely causes (most likely first):"] + [f"  {i}. {c}" for i, c in enumerate(d.causes, 1)]
+    if d.fixes:
+        out += ["", "Fixes:"]
+        for i, fix in enumerate(d.fixes, 1):
+            out.append(f"  {i}. {fix.title}")
+            out += [f"       {line}" for line in fix.code.splitlines()]
+    for section in d.sections:
+        out += ["", f"{section.title}:", section.text]
+    if d.first_step:
+        out += ["", f"First step: {d.first_step}"]
+    return "\n".join(out)
+
+
+def diagnosis_html(d: Diagnosis) -> str:
+    """A compact panel: summary, first step and facts open; causes and fixes one click away."""
+    if not d.known:
+        body = '<div class="nbd-muted">No known diagnosis; the traceback above is the place to look.</div>'
+        return panel(f"nbdebug: unrecognised {d.exception_type or 'error'}", body, kind="info", open_=False)
+    parts = [f"<div>{esc(d.summary)}</div>"]
+    if d.first_step:
+        parts.append(f'<div class="nbd-first"><b>First step:</b> {esc(d.first_step)}</div>')
+    if d.notes:
+        parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in d.notes) + "</ul>")
+    if d.facts:
+        parts.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v)) for k, v in d.facts.items()))
+    if d.causes:
+        items = "".join(f"<li>{esc(c)}</li>" for c in d.causes)
+        parts.append(f"<details open><summary><b>Likely causes</b></summary><ol>{items}</ol></details>")
+    if d.fixes:
+        fixes = "".join(
+            f"<li>{esc(f.title)}{code_block(f.code) if f.code else ''}</li>" for f in d.fixes
+        )
+        parts.append(f"<details><summary><b>Fixes ({len(d.fixes)})</b></summary><ol>{fixes}</ol></details>")
+    for section in d.sections:
+        inner = section.html or f"<pre>{esc(section.text)}</pre>"
+        parts.append(f"<details><summary><b>{esc(section.title)}</b></summary>{inner}</details>")
+    return panel(f"nbdebug · {d.title}  [{d.category}]", "".join(parts), kind="error", css_class="nbd-diagnosis")

@@ -1,0 +1,146 @@
+"""A real JupyterLab on 127.0.0.1 and a real headless Chromium (Debian's, driven by playwright).
+
+In CI these tests must run: a missing Chromium is a failure there, a skip elsewhere.
+Use ``run_notebook(lab, page, cells, name)``: it writes a notebook, opens it in JupyterLab, runs every cell and
+waits for the kernel to go idle, then returns the page for assertions and screenshots.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, REPO
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+DOCS = REPO / "docs"
+
+pytestmark = pytest.mark.browser
+
+
+def _need(condition: bool, why: str) -> None:
+    if not condition:
+        if IN_CI:
+            pytest.fail(f"browser test cannot run in CI: {why}")
+        pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Lab:
+    url: str
+    token: str
+    root: Path
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    _need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install chromium)")
+    root = tmp_path_factory.mktemp("lab")
+    token = secrets.token_hex(16)
+    port = _free_port()
+    log = open(root / "lab.log", "w")  # noqa: SIM115 - closed in teardown
+    env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+         "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=", "--LabApp.collaborative=False"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    raise RuntimeError("JupyterLab did not start:\n" + (root / "lab.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield Lab(url=url, token=token, root=root)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install 'nbdebug[dev]')")
+    _need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture()
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def run_notebook(lab: Lab, page, cells: list[str], name: str, *, timeout_s: float = 180):
+    """Write a notebook of ``cells``, open it in JupyterLab, run all cells, wait until the kernel is idle."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab.root / name)
+    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}", wait_until="domcontentloaded")
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        " && window.jupyterapp.shell.currentWidget.sessionContext"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=90_000,
+    )
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # every code cell shows an execution count once it ran (errors included)
+    page.wait_for_function(
+        """(n) => {
+            const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
+            const done = prompts.filter(p => /\\[\\d+\\]/.test(p.textContent));
+            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+            return done.length >= n && kernel.status === 'idle';
+        }""",
+        arg=len(cells),
+        timeout=int(timeout_s * 1000),
+    )
+    return page
