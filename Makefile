@@ -30,7 +30,7 @@ browser-deps:
 	bash scripts/ensure-chromium.sh
 
 lab: $(VENV)/.stamp
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks --port=$(LAB_PORT) notebooks/00_tour.ipynb
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks --port=$(LAB_PORT) notebooks/00_tour.ipynb $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: $(VENV)/.stamp
 	$(VENV)/bin/ruff check nbdebug tests benchmarks

@@ -20,9 +20,10 @@ STYLE = """<style>
 .nbdebug .nbd-body{padding:2px 12px 10px 12px}
 .nbdebug h4{margin:8px 0 4px 0;font-size:13px}
 .nbdebug table{border-collapse:collapse;margin:4px 0}
-.nbdebug td,.nbdebug th{border-bottom:1px solid #eaeef2;padding:2px 8px;text-align:left;vertical-align:top}
+.nbdebug table td,.nbdebug table th{border-bottom:1px solid #eaeef2;padding:2px 8px;text-align:left!important;
+ vertical-align:top}
 .nbdebug th{font-weight:600;background:#f6f8fa}
-.nbdebug td.num{text-align:right;font-variant-numeric:tabular-nums}
+.nbdebug table td.num{text-align:right!important;font-variant-numeric:tabular-nums}
 .nbdebug pre{background:#f6f8fa;padding:6px 8px;border-radius:4px;margin:2px 0 6px 0;overflow-x:auto;
  white-space:pre-wrap}
 .nbdebug code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}

@@ -58,12 +58,16 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     token = secrets.token_hex(16)
     port = _free_port()
+    # no "news" pop-up over the screenshots
+    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     log = open(root / "lab.log", "w")  # noqa: SIM115 - closed in teardown
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=", "--LabApp.collaborative=False"],
+         "--ServerApp.disable_check_xsrf=True", "--allow-root", f"--LabApp.user_settings_dir={root / '.settings'}", "--LabApp.collaborative=False"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
     )
     url = f"http://127.0.0.1:{port}"

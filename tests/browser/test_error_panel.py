@@ -1,0 +1,42 @@
+"""A real JupyterLab in a real headless Chromium: a notebook loads nbdebug, raises a real shape error, and the
+diagnosis panel is visible under the untouched traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import DOCS, run_notebook
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    "%load_ext nbdebug",
+    "import torch\nfrom torch import nn\n"
+    "model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(16, 2))\n"
+    "model(torch.randn(8, 10))",
+]
+
+
+def test_shape_error_panel_in_jupyterlab(lab, page):
+    run_notebook(lab, page, CELLS, "shape_error.ipynb")
+    error_output = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert error_output.count() >= 1
+    assert "mat1 and mat2 shapes cannot be multiplied" in error_output.first.inner_text()
+    panel = page.locator("details.nbd-diagnosis")
+    panel.first.wait_for(state="visible", timeout=30_000)
+    text = panel.first.inner_text()
+    assert "shape_mismatch" in text
+    assert "First step" in text
+    # the panel comes after the traceback in the same cell's output area
+    order = page.evaluate(
+        """() => {
+            const outs = [...document.querySelectorAll('.jp-OutputArea-output')];
+            const tb = outs.findIndex(o => o.innerText.includes('mat1 and mat2'));
+            const pn = outs.findIndex(o => o.querySelector('details.nbd-diagnosis'));
+            return [tb, pn];
+        }"""
+    )
+    assert 0 <= order[0] < order[1]
+    panel.first.scroll_into_view_if_needed()
+    DOCS.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS / "error_panel.png"), full_page=False)

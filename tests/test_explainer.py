@@ -1,0 +1,99 @@
+"""The diagnosis panel under a failing cell: shown after the untouched traceback, never breaking the session."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+SHAPE_CELL = "import torch\ntorch.randn(4, 10) @ torch.randn(20, 5)\n"
+
+
+def _diagnoses(out):
+    return [o for o in out.outputs if "nbdebug" in o.data.get("text/plain", "")]
+
+
+def test_failing_cell_shows_traceback_then_diagnosis(ip):
+    with capture_output() as out:
+        result = ip.run_cell(SHAPE_CELL)
+    assert isinstance(result.error_in_exec, RuntimeError)
+    # IPython printed the user's own traceback, unchanged
+    assert "mat1 and mat2 shapes cannot be multiplied" in out.stdout + out.stderr
+    assert "Traceback" in out.stdout + out.stderr or "RuntimeError" in out.stdout + out.stderr
+    shown = _diagnoses(out)
+    assert len(shown) == 1
+    assert "shape_mismatch" in shown[0].data["text/plain"]
+    assert "nbd-diagnosis" in shown[0].data["text/html"]
+
+
+def test_explain_off_shows_nothing_extra(ip):
+    ip.run_line_magic("nbdebug", "explain off")
+    try:
+        with capture_output() as out:
+            ip.run_cell(SHAPE_CELL)
+        assert _diagnoses(out) == []
+        assert "mat1 and mat2" in out.stdout + out.stderr
+    finally:
+        ip.run_line_magic("nbdebug", "explain on")
+
+
+def test_unknown_errors_stay_quiet_unless_asked(ip):
+    with capture_output() as out:
+        ip.run_cell("undefined_name_xyz")
+    assert _diagnoses(out) == []
+    ip.run_line_magic("nbdebug", "explain all")
+    try:
+        with capture_output() as out:
+            ip.run_cell("undefined_name_xyz")
+        (shown,) = _diagnoses(out)
+        assert "no known diagnosis" in shown.data["text/plain"]
+    finally:
+        from nbdebug.ipython._extension import get_state
+
+        get_state(ip).explainer.show_unknown = False
+
+
+def test_explainer_failure_is_one_line_and_keeps_the_error(ip, monkeypatch):
+    import nbdebug.core.fixes as fixes
+
+    def broken(*a, **k):
+        raise ValueError("planted failure")
+
+    monkeypatch.setattr(fixes, "explain", broken)
+    with capture_output() as out:
+        result = ip.run_cell(SHAPE_CELL)
+    assert isinstance(result.error_in_exec, RuntimeError)
+    text = out.stdout + out.stderr
+    assert "mat1 and mat2 shapes cannot be multiplied" in text
+    failed = [line for line in text.splitlines() if line.startswith("nbdebug:")]
+    assert failed == ["nbdebug: the diagnosis failed (ValueError: planted failure); the error above is unchanged."]
+
+
+def test_keyboard_interrupt_is_not_diagnosed(ip):
+    with capture_output() as out:
+        ip.run_cell("raise KeyboardInterrupt")
+    assert _diagnoses(out) == []
+
+
+def test_explain_magic_on_pasted_text_and_last_error(ip):
+    d = ip.run_cell_magic("explain", "", "[rank0]: RuntimeError: CUDA error: device-side assert triggered\n")
+    assert d.category == "device_side_assert"
+    with capture_output():
+        ip.run_cell(SHAPE_CELL)
+    last = ip.run_line_magic("explain", "")
+    assert last.category == "shape_mismatch"
+    bundle, _ = ip.display_formatter.format(last)
+    assert {"text/plain", "text/html"} <= set(bundle)
+
+
+def test_explain_magic_with_no_error_yet_is_a_usage_error(shell, monkeypatch):
+    import sys
+
+    monkeypatch.delattr(sys, "last_value", raising=False)
+    monkeypatch.delattr(sys, "last_exc", raising=False)
+    shell.run_line_magic("load_ext", "nbdebug")
+    try:
+        with pytest.raises(UsageError, match="no error has been raised yet"):
+            shell.run_line_magic("explain", "")
+    finally:
+        shell.run_line_magic("unload_ext", "nbdebug")
