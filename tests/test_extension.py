@@ -68,3 +68,9 @@ def test_loading_imports_no_heavy_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"loading nbdebug imported: {out.stdout.strip()}"
+
+
+def test_magic_help_is_written_for_users(ip):
+    for kind, name in (("line", "nbdebug"), ("line", "explain"), ("cell", "explain")):
+        magic = ip.find_magic(name, kind)
+        assert magic is not None and "Usage" in (magic.__doc__ or ""), name
