@@ -123,6 +123,23 @@ def _():
                                    attn_mask=torch.ones(3, 5, dtype=torch.bool))
 
 
+@case("shape_mismatch__meta_broadcast")
+def _():
+    torch.randn(2, device="meta") + torch.randn(3)
+
+
+@case("device_mismatch__meta_linear")
+def _():
+    nn.Linear(3, 2, device="meta")(torch.randn(4, 3))
+
+
+@case("version_mismatch__cpu_only_build")
+def _():
+    if torch.cuda.is_available():  # this case needs a CPU-only build
+        raise RuntimeError("skip: CUDA is available")
+    torch.randn(2).to("cuda")
+
+
 # ---------------------------------------------------------------- views
 @case("view_non_contiguous__transpose_view")
 def _():
@@ -546,6 +563,36 @@ class DS(Dataset):
     def __getitem__(self, i): return torch.zeros(3 if i != 3 else 1, 8, 8)
 if __name__ == "__main__":
     for batch in DataLoader(DS(), batch_size=4, num_workers=1): pass
+""",
+    "torch_compile__fullgraph_graph_break": """
+import torch
+@torch.compile(backend="eager", fullgraph=True)
+def step(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+step(torch.randn(3))
+""",
+    "torch_compile__backend_compiler_failed": """
+import torch
+def my_backend(gm, example_inputs):
+    raise ValueError("my backend cannot lower aten.add")
+torch.compile(lambda x: x * 2 + 1, backend=my_backend)(torch.randn(3))
+""",
+    "torch_compile__recompile_limit": """
+import torch, torch._dynamo
+torch._dynamo.config.recompile_limit = 2
+torch._dynamo.config.fail_on_recompile_limit_hit = True
+@torch.compile(backend="eager", dynamic=False)
+def scale(x, n):
+    return x * n
+for i in range(5):
+    scale(torch.randn(3), i)
+""",
+    "shape_mismatch__under_compile": """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(10, 5))
+torch.compile(model, backend="eager")(torch.randn(4, 10))
 """,
 }
 
