@@ -185,8 +185,6 @@ def _compile(facts: dict[str, Any], text: str) -> Analysis:
     if "limit_name" in facts:
         notes.append("cache_size_limit was renamed recompile_limit (torch._dynamo.config.recompile_limit); past the "
                      "limit the function silently runs eagerly (or raises with fail_on_recompile_limit_hit).")
-        if "reason" not in facts and facts.get("recompile_reason"):
-            facts["reason"] = facts["recompile_reason"]
     return notes, []
 
 

@@ -840,11 +840,15 @@ TABLE: tuple[Entry, ...] = (
             "{model_shape} in the model]][[ ({mismatch_count} parameters differ)]]."
         ),
         keywords=("size mismatch for",),
-        patterns=(r"size mismatch for [\w.]+: copying a param with shape",),
+        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",),
         priority=74,
         facts=(
             (r"size mismatch for (?P<param>[\w.]+): copying a param with shape (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
              r"from checkpoint, the shape in current model is (?P<model_shape>torch\.Size\(\[[\d, ]*\]\))",
+             {"param": "str", "checkpoint_shape": "shape", "model_shape": "shape"}),
+            # before 1.1 the message said "copying a param of ... where the shape is ... in current model"
+            (r"size mismatch for (?P<param>[\w.]+): copying a param of (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
+             r"from checkpoint, where the shape is (?P<model_shape>torch\.Size\(\[[\d, ]*\]\)) in current model",
              {"param": "str", "checkpoint_shape": "shape", "model_shape": "shape"}),
         ),
         repeated_facts=((r"size mismatch for ([\w.]+):", "mismatched_params", "str_list"),),
@@ -987,8 +991,9 @@ TABLE: tuple[Entry, ...] = (
         slug="torch_compile",
         title="torch.compile failed or gave up",
         summary=(
-            "torch.compile[[ ({compile_error})]] could not compile this code[[: {reason}]]"
-            "[[; the frame recompiled until it hit {limit_name} ({limit})]]."
+            "torch.compile stopped[[ with {compile_error}]][[: {reason}]]."
+            "[[ The function {function} was recompiled until it hit {limit_name} ({limit})]]"
+            "[[; the last guard that failed: {recompile_reason}]]."
         ),
         keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded"),
         patterns=(
