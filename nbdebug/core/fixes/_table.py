@@ -178,12 +178,13 @@ TABLE: tuple[Entry, ...] = (
             "the CUDA context (restart the kernel), and the reported Python line may be unrelated because "
             "kernels run asynchronously."
         ),
-        keywords=("illegal memory access", "misaligned address", "illegal address"),
+        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction"),
         patterns=(
             r"an illegal memory access was encountered",
             r"cuda runtime error \(77\)",
             r"CUDA error: misaligned address",
             r"CUDA_ERROR_ILLEGAL_ADDRESS",
+            r"an illegal instruction was encountered",
         ),
         priority=94,
         causes=(
@@ -229,8 +230,9 @@ TABLE: tuple[Entry, ...] = (
         slug="cudnn_error",
         title="cuDNN error",
         summary="A cuDNN call (convolution, RNN or batch norm) failed[[ with {status}]].",
-        keywords=("cudnn",),
-        patterns=(r"CUDNN_STATUS_\w+", r"cuDNN error"),
+        keywords=("cudnn", "unable to find an engine"),
+        patterns=(r"CUDNN_STATUS_\w+", r"cuDNN error", r"Unable to find a valid cuDNN algorithm",
+                  r"GET was unable to find an engine to execute this computation"),
         priority=84,
         facts=((r"(?P<status>CUDNN_STATUS_\w+)", {"status": "str"}),),
         causes=(
@@ -364,19 +366,21 @@ TABLE: tuple[Entry, ...] = (
             "The process group expected[[ world_size={world_size}]] processes[[ but {worker_count} joined]]."
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
-        keywords=("world_size", "world size", "store based barrier", "rank should be in"),
+        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined"),
         patterns=(
             r"store based barrier",
             r"store_based_barrier_key",
             r"number of world size \(\d+\) is not equal",
             r"rank should be in the interval",
             r"world_size \(\d+\) (?:is not equal|does not match|!=)",
+            r"waiting for clients\. \d+/\d+ clients joined",
         ),
         priority=56,
         facts=(
             (r"\(world_size=(?P<world_size>\d+), worker_count=(?P<worker_count>\d+)", {"world_size": "int", "worker_count": "int"}),
             (r"world size \((?P<worker_count>\d+)\) is not equal to the expected \((?P<world_size>\d+)\)",
              {"world_size": "int", "worker_count": "int"}),
+            (r"(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined", {"world_size": "int", "worker_count": "int"}),
         ),
         causes=(
             "The launcher started a different number of processes than WORLD_SIZE / --nnodes x --nproc_per_node says.",
@@ -475,6 +479,9 @@ TABLE: tuple[Entry, ...] = (
             r"indices should be either on cpu or on the same device as the indexed tensor",
             r"to have the same device as tensor for argument",
             r"is on CPU, but expected (?:it|them) to be on GPU",
+            r"Input and (?:parameter|hidden) tensors are not at the same device",
+            r"expected device \S+ but got device \S+",
+            r"to have \w+ Backend, but got tensor with \w+ Backend",
         ),
         priority=62,
         facts=(
@@ -486,6 +493,9 @@ TABLE: tuple[Entry, ...] = (
              {"device_a": "tensor_device", "device_b": "tensor_device"}),
             (r"Tensor on device (?P<device_a>\S+) is not on the expected device (?P<device_b>[^\s!]+)",
              {"device_a": "str", "device_b": "str"}),
+            (r"found input tensor at (?P<device_a>[\w:]+) and (?:parameter|hidden) tensor at (?P<device_b>[\w:]+)",
+             {"device_a": "str", "device_b": "str"}),
+            (r"expected device (?P<device_a>[\w:]+) but got device (?P<device_b>[\w:]+)", {"device_a": "str", "device_b": "str"}),
         ),
         causes=(
             "The model was moved to the GPU but the batch was not (or the other way round).",
@@ -509,7 +519,7 @@ TABLE: tuple[Entry, ...] = (
         title="Tensor shapes do not match",
         summary="{shape_detail}",
         keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
-                  "multi-target", "mat1", "matmul", "hidden"),
+                  "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -537,6 +547,14 @@ TABLE: tuple[Entry, ...] = (
             r"Kernel size can't be greater than actual input size",
             r"inconsistent tensor size",
             r"sizes do not match",
+            r"Output size is too small",
+            r"Using a target size \(torch\.Size\(\[[\d, ]*\]\)\) that is different to the input size",
+            r"Expected \d+-dimensional input for \d+-dimensional weight",
+            r"too many indices for tensor of dimension \d+",
+            r"input must have \d+ dimensions, got \d+",
+            r"number of dims don't match in permute",
+            r"Expected target size \[[\d, ]*\], got \[[\d, ]*\]",
+            r"multi-target not supported",
         ),
         priority=58,
         facts=(
@@ -766,19 +784,21 @@ TABLE: tuple[Entry, ...] = (
             "A value used as an index is outside the valid range[[: target {target}]][[ (index {index} for a dimension of "
             "size {size})]][[ with {num_classes} classes]]."
         ),
-        keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes"),
+        keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
             r"Target -?\d+ is out of bounds",
             r"index out of range in self",
             r"index -?\d+ is out of bounds for dimension \d+ with size \d+",
             r"Class values must be smaller than num_classes",
             r"Assertion [`']cur_target >= 0 && cur_target < n_classes[`'] failed",
+            r"Tried to access index \d+ out of table with \d+ rows",
         ),
         priority=65,
         facts=(
             (r"Target (?P<target>-?\d+) is out of bounds", {"target": "int"}),
             (r"index (?P<index>-?\d+) is out of bounds for dimension (?P<dim>\d+) with size (?P<size>\d+)",
              {"index": "int", "dim": "int", "size": "int"}),
+            (r"Tried to access index (?P<index>\d+) out of table with (?P<size>\d+) rows", {"index": "int", "size": "int"}),
         ),
         causes=(
             "Labels numbered 1..C instead of 0..C-1, or an ignore label (e.g. 255, -1) not passed as ignore_index.",
@@ -809,6 +829,7 @@ TABLE: tuple[Entry, ...] = (
             r"\b[Ll]oss (?:is|became|=) (?:nan|NaN|inf|Inf)\b",
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
+            r"Loss became infinite or NaN",
         ),
         priority=70,
         facts=(
@@ -956,13 +977,14 @@ TABLE: tuple[Entry, ...] = (
             "A DataLoader worker process failed[[ (worker {worker_id})]][[ with {inner_exception}]][[; pid(s) {pids} "
             "exited unexpectedly]][[; no batch arrived within {timeout_s} s]]."
         ),
-        keywords=("dataloader", "shared memory", "shm"),
+        keywords=("dataloader", "shared memory", "shm", "communication with the workers"),
         patterns=(
             r"DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:exited unexpectedly|is killed by signal)",
             r"Caught \w+ in DataLoader worker process \d+",
             r"DataLoader timed out after \d+ seconds",
             r"unexpected bus error encountered in worker",
             r"insufficient shared memory \(shm\)",
+            r"Too many open files\. Communication with the workers is no longer possible",
         ),
         priority=40,
         wrapper=True,
@@ -995,7 +1017,8 @@ TABLE: tuple[Entry, ...] = (
             "[[ The function {function} was recompiled until it hit {limit_name} ({limit})]]"
             "[[; the last guard that failed: {recompile_reason}]]."
         ),
-        keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded"),
+        keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
+                  "cppcompileerror", "invalidcxxcompiler", "triton"),
         patterns=(
             r"torch\._dynamo\.exc\.\w+",
             r"torch\._inductor\.exc\.\w+",
@@ -1007,6 +1030,9 @@ TABLE: tuple[Entry, ...] = (
             r"InductorError",
             r"LoweringException",
             r"Dynamo failed to run FX node",
+            r"Dynamo is not supported on Python",
+            r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
+            r"Cannot find a working triton installation",
         ),
         priority=45,
         facts=(
@@ -1038,7 +1064,7 @@ TABLE: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("xla", "tpu"),
+        keywords=("xla", "tpu", "hbm", "pjrt"),
         patterns=(
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
@@ -1050,6 +1076,9 @@ TABLE: tuple[Entry, ...] = (
             r"torch_xla\.\w+[\w.]*Error",
             r"XlaRuntimeError",
             r"Computation requires more parameters \(\d+\) than supported",
+            r"Ran out of memory in memory space hbm",
+            r"torch_xla\._XLAC\.\w+",
+            r"PJRT_DEVICE",
         ),
         priority=50,
         facts=(
@@ -1080,7 +1109,8 @@ TABLE: tuple[Entry, ...] = (
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
         keywords=("no kernel image", "capability", "driver", "not compiled with cuda", "undefined symbol",
-                  "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx"),
+                  "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
+                  "cannot open shared object file", "mismatches the version"),
         patterns=(
             r"no kernel image is available for execution on the device",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
@@ -1094,6 +1124,8 @@ TABLE: tuple[Entry, ...] = (
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
+            r"lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)\.so[\w.]*: cannot open shared object file",
+            r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
         ),
         priority=92,
         facts=(
