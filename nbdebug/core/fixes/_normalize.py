@@ -13,15 +13,19 @@ import re
 __all__ = ["normalize", "to_bytes", "parse_shape", "fmt_bytes", "last_exception_line"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Prefixes that launchers and loggers put in front of every line; removed repeatedly.
+# Prefixes that launchers and loggers put in front of every line; several may be stacked.
 _PREFIX = re.compile(
-    r"^(?:\s*\[\d+\]\s+"  # [80746] pid of the writing process
-    r"|\s*\[(?:rank|default)\d+\]:\s?"  # torchrun --tee / log prefixes: [rank0]: [default3]:
-    r"|E {3,}"  # pytest's failure marker
-    r"|\s*[│┃|]\s?(?=\S))"  # left border of a boxed traceback
+    r"^(?:[ \t]*\[\d+\][ \t]+"  # [80746] pid of the writing process
+    r"|[ \t]*\[(?:rank|default)\d+\]:[ \t]?"  # torchrun --tee / log prefixes: [rank0]: [default3]:
+    r"|[ \t]*E {3,}"  # pytest's failure marker
+    r"|[ \t]*[│┃|][ \t]?(?=\S))+",  # left border of a boxed traceback
+    re.MULTILINE,
 )
+_PREFIX_HINT = ("[", "E   ", "│", "┃", "|")
 _BOX = re.compile(r"[│┃╭╮╰╯─━❱╷╵┆]+")
+_BOX_HINT = ("│", "┃", "╭", "╰", "❱", "─", "━")
 _SPACES = re.compile(r"[ \t]{2,}")
+_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
 
 _UNITS = {
     "b": 1, "byte": 1, "bytes": 1,
@@ -35,17 +39,13 @@ def normalize(text: str) -> str:
     """Return ``text`` without colour codes, launcher prefixes and box drawing, one line per input line."""
     if "\x1b" in text:
         text = _ANSI.sub("", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    out = []
-    for line in text.split("\n"):
-        previous = None
-        while previous != line:
-            previous = line
-            line = _PREFIX.sub("", line, count=1)
-        if _BOX.search(line):
-            line = _BOX.sub(" ", line)
-        out.append(_SPACES.sub(" ", line).strip())
-    return "\n".join(out)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if any(h in text for h in _PREFIX_HINT):
+        text = _PREFIX.sub("", text)
+    if any(h in text for h in _BOX_HINT):
+        text = _BOX.sub(" ", text)
+    return _EDGES.sub("", _SPACES.sub(" ", text))
 
 
 def to_bytes(value: str) -> int:

@@ -207,7 +207,7 @@ TABLE: tuple[Entry, ...] = (
         title="cuBLAS error",
         summary="A cuBLAS matrix-multiply call failed[[ with {status}]][[ in `{call}`]].",
         keywords=("cublas",),
-        patterns=(r"CUBLAS_STATUS_\w+", r"cuBLAS error"),
+        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) error"),
         priority=85,
         facts=((r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling [`'](?P<call>\w+))?", {"status": "str", "call": "str"}),),
         causes=(
@@ -231,7 +231,7 @@ TABLE: tuple[Entry, ...] = (
         title="cuDNN error",
         summary="A cuDNN call (convolution, RNN or batch norm) failed[[ with {status}]].",
         keywords=("cudnn", "unable to find an engine"),
-        patterns=(r"CUDNN_STATUS_\w+", r"cuDNN error", r"Unable to find a valid cuDNN algorithm",
+        patterns=(r"CUDNN_STATUS_\w+", r"[Cc]u[Dd][Nn][Nn] error", r"Unable to find a valid cuDNN algorithm",
                   r"GET was unable to find an engine to execute this computation"),
         priority=84,
         facts=((r"(?P<status>CUDNN_STATUS_\w+)", {"status": "str"}),),
@@ -264,7 +264,7 @@ TABLE: tuple[Entry, ...] = (
         patterns=(
             r"Watchdog caught collective operation timeout",
             r"WorkNCCL\([^)]*\) ran for \d+ milliseconds before timing out",
-            r"NCCL (?:communicator )?(?:operation )?timed? ?out",
+            r"NCCL (?:communicator )?(?:operation )?(?:timed out|timeout)",
             r"collective operation timeout",
         ),
         priority=54,
@@ -335,7 +335,7 @@ TABLE: tuple[Entry, ...] = (
         summary="The process could not listen on the rendezvous port[[ {port}]]: another process already uses it.",
         keywords=("address already in use", "eaddrinuse", "errno: 98", "errno 98", "failed to listen", "failed to bind"),
         patterns=(
-            r"Address already in use",
+            r"[Aa]ddress already in use",
             r"EADDRINUSE",
             r"errno: 98\b",
             r"\[Errno 98\]",

@@ -9,7 +9,6 @@ or from the stderr of a real subprocess.
 from __future__ import annotations
 
 import os
-
 import socket
 import subprocess
 import sys
