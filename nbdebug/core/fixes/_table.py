@@ -1064,7 +1064,7 @@ TABLE: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("xla", "tpu", "hbm", "pjrt"),
+        keywords=("xla", "tpu", "hbm", "pjrt", "statusor"),
         patterns=(
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
@@ -1079,6 +1079,8 @@ TABLE: tuple[Entry, ...] = (
             r"Ran out of memory in memory space hbm",
             r"torch_xla\._XLAC\.\w+",
             r"PJRT_DEVICE",
+            r"Bad StatusOr access",
+            r"XLA:TPU",
         ),
         priority=50,
         facts=(
