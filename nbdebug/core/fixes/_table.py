@@ -300,6 +300,8 @@ TABLE: tuple[Entry, ...] = (
         patterns=(
             r"NCCL error in: ",
             r"NCCL error: ",
+            r"NCCL Error \d+: ",
+            r"is setting up NCCL communicator",
             r"nccl(?:SystemError|UnhandledCudaError|InternalError|InvalidUsage|InvalidArgument|RemoteError)",
             r"ProcessGroupNCCL\.cpp:\d+, (?:unhandled|remote|invalid|internal)",
             r"NCCL communicator was aborted",
@@ -405,13 +407,15 @@ TABLE: tuple[Entry, ...] = (
             "torchrun reports that a worker failed[[ (rank {rank}, exit code {exitcode})]][[ — {signal_meaning}]]. "
             "This message is only the launcher's summary: the real error is in that rank's own output above it."
         ),
-        keywords=("childfailederror", "exitcode", "terminated with", "root cause (first observed failure)"),
+        keywords=("childfailederror", "exitcode", "terminated with", "root cause (first observed failure)",
+                  "processexitedexception", "local_rank"),
         patterns=(
             r"ChildFailedError",
             r"elastic[^\n]*failed \(exitcode: -?\d+\) local_rank: \d+",
             r"Root Cause \(first observed failure\)",
             r"Process \d+ terminated with (?:the following error|signal|exit code)",
             r"ProcessExitedException",
+            r"CalledProcessError: Command '\[[^\n]*--local_rank",
         ),
         exception_types=("ChildFailedError", "ProcessRaisedException", "ProcessExitedException"),
         priority=20,
@@ -480,6 +484,9 @@ TABLE: tuple[Entry, ...] = (
             r"to have the same device as tensor for argument",
             r"is on CPU, but expected (?:it|them) to be on GPU",
             r"Input and (?:parameter|hidden) tensors are not at the same device",
+            r"Input type \(MPS\w*\) and weight type \(torch\.\w+\)",
+            r"Input type \(torch\.\w+\) and weight type \(MPS\w*\)",
+            r"must be on the current device",
             r"expected device \S+ but got device \S+",
             r"to have \w+ Backend, but got tensor with \w+ Backend",
         ),
@@ -822,7 +829,7 @@ TABLE: tuple[Entry, ...] = (
             "A non-finite value (NaN or Inf) appeared[[: {function} returned NaN in its output {output_index}]]. "
             "Once a NaN reaches the weights every later step is NaN too."
         ),
-        keywords=("nan", "non-finite", "inf"),
+        keywords=("nan", "non-finite", "inf", "invalid values", "loss scale"),
         patterns=(
             r"Function '\w+' returned nan values in its \d+(?:st|nd|rd|th) output",
             r"for gradients from .parameters. is non-finite",
@@ -830,6 +837,8 @@ TABLE: tuple[Entry, ...] = (
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
             r"Loss became infinite or NaN",
+            r"to satisfy the constraint \w+\(\), but found invalid values",
+            r"Minimum loss scale reached",
         ),
         priority=70,
         facts=(
@@ -977,7 +986,8 @@ TABLE: tuple[Entry, ...] = (
             "A DataLoader worker process failed[[ (worker {worker_id})]][[ with {inner_exception}]][[; pid(s) {pids} "
             "exited unexpectedly]][[; no batch arrived within {timeout_s} s]]."
         ),
-        keywords=("dataloader", "shared memory", "shm", "communication with the workers"),
+        keywords=("dataloader", "shared memory", "shm", "communication with the workers", "in worker", "torch_",
+                  "ancdata", "pin memory"),
         patterns=(
             r"DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:exited unexpectedly|is killed by signal)",
             r"Caught \w+ in DataLoader worker process \d+",
@@ -985,6 +995,10 @@ TABLE: tuple[Entry, ...] = (
             r"unexpected bus error encountered in worker",
             r"insufficient shared memory \(shm\)",
             r"Too many open files\. Communication with the workers is no longer possible",
+            r"Unexpected (?:segmentation fault|bus error|floating-point exception) encountered in worker",
+            r"unable to (?:write to file|open shared memory object) <?/?torch_",
+            r"received 0 items of ancdata",
+            r"Pin memory thread exited unexpectedly",
         ),
         priority=40,
         wrapper=True,
@@ -1112,7 +1126,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("no kernel image", "capability", "driver", "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
-                  "cannot open shared object file", "mismatches the version"),
+                  "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
         patterns=(
             r"no kernel image is available for execution on the device",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
@@ -1121,13 +1135,15 @@ TABLE: tuple[Entry, ...] = (
             r"Torch not compiled with CUDA enabled",
             r"compiled with different CUDA (?:major )?versions",
             r"operator torchvision::\w+ does not exist",
-            r"\.so[^\n]*: undefined symbol: ",
+            r"\.so[^\n]*: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
             r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
             r"lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)\.so[\w.]*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
+            r"Couldn't load custom C\+\+ ops",
+            r"\bNumpy is not available\b",
         ),
         priority=92,
         facts=(
