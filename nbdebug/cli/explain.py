@@ -1,4 +1,4 @@
-"""``python -m nbdebug explain [FILE|-] [--json]``."""
+"""``python -m nbdebug explain [FILE|-] [--json]``: diagnose an error text or log from a job that ran elsewhere."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from nbdebug.errors import NbdebugError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the verb's arguments."""
     parser.add_argument("file", nargs="?", default="-", help="error text or log file; - (default) reads stdin")
-    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (category, title, "
+                        "summary, facts, fixes, first_step, ...)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Explain the text and print the report."""
+    """Explain the text and print the report (plain text, or JSON with ``--json``)."""
     from nbdebug.core.fixes import explain
 
     if args.file == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     else:
         try:
             with open(args.file, encoding="utf-8", errors="replace") as fh:

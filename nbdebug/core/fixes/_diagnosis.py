@@ -56,6 +56,8 @@ class Diagnosis(Result):
         Context that depends on where the error happened (e.g. the module that raised it).
     sections : tuple of Section
         Extra blocks contributed by other features (e.g. the memory snapshot at an OOM).
+    sources : tuple of str
+        Where the knowledge behind this diagnosis comes from (seed playbooks, public issue threads, docs).
     """
 
     category: str
@@ -69,6 +71,7 @@ class Diagnosis(Result):
     message: str = ""
     notes: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
+    sources: tuple[str, ...] = ()
 
     _text_renderer = "nbdebug.render.diagnosis:diagnosis_text"
     _html_renderer = "nbdebug.render.diagnosis:diagnosis_html"

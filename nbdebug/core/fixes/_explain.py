@@ -1,12 +1,257 @@
-"""Temporary: replaced by the pattern engine."""
+"""``explain(error)``: recognise an exception or a pasted log and build its ``Diagnosis``.
+
+Steps: normalise the text (``_normalize``), find every table entry whose keywords appear and whose pattern
+matches, choose one (``choose``: non-wrappers before wrappers, then priority), parse its facts, let its
+analyser derive numbers and notes, add what the exception object knows (the module whose forward raised), and
+fill the entry's templates.  Patterns are compiled once, on the first call.
+"""
 
 from __future__ import annotations
 
+import re
+import string
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from nbdebug.core.fixes._diagnosis import Diagnosis
+from nbdebug.core.fixes._analyze import ANALYSERS
+from nbdebug.core.fixes._context import exception_text, exception_type_name, module_context
+from nbdebug.core.fixes._diagnosis import Diagnosis, Fix
+from nbdebug.core.fixes._normalize import fmt_bytes, last_exception_line, normalize, parse_shape, to_bytes
+from nbdebug.core.fixes._table import TABLE, Entry
+
+__all__ = ["explain", "match_all", "choose"]
+
+# Very long logs: the tail holds the final error and usually the root cause; keep it bounded for speed.
+_MAX_CHARS = 1_000_000
+# Case-sensitive on purpose: PyTorch's wording is stable in case, and IGNORECASE disables the regex engine's
+# literal-prefix search (a 15 kB log took 50 ms instead of 2 ms).  Patterns that need it use (?i:...).
+_FLAGS = re.MULTILINE
+# Categories where the module that raised (from the traceback) is worth naming.
+_MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
+                           "target_out_of_bounds", "inplace_autograd"})
+
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "str": lambda v: v.strip(),
+    "int": int,
+    "bytes": to_bytes,
+    "shape": parse_shape,
+    "basename": lambda v: v.rsplit("/", 1)[-1],
+    "tensor_device": lambda v: "cuda" if ".cuda." in v else "cpu",
+}
 
 
-def explain(error: BaseException | str, *, roots: Any = None) -> Diagnosis:
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    return Diagnosis(category="unknown", title="Unrecognised error", summary=text.strip().splitlines()[-1] if text.strip() else "")
+class _Compiled:
+    """An entry with its regular expressions compiled."""
+
+    __slots__ = ("entry", "patterns", "facts", "repeated")
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+        self.patterns = [re.compile(p, _FLAGS) for p in entry.patterns]
+        self.facts = [(re.compile(p, _FLAGS), conv) for p, conv in entry.facts]
+        self.repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in entry.repeated_facts]
+
+
+_COMPILED: list[_Compiled] | None = None
+
+
+def _compiled() -> list[_Compiled]:
+    global _COMPILED
+    if _COMPILED is None:
+        _COMPILED = [_Compiled(e) for e in TABLE]
+    return _COMPILED
+
+
+def match_all(text: str, type_names: frozenset[str] = frozenset()) -> list[tuple[_Compiled, re.Match[str] | None]]:
+    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type)."""
+    low = text.lower()
+    found = []
+    for c in _compiled():
+        if type_names & set(c.entry.exception_types):
+            first = next((m for p in c.patterns if (m := p.search(text))), None)
+            found.append((c, first))
+            continue
+        if not any(k in low for k in c.entry.keywords):
+            continue
+        for pattern in c.patterns:
+            m = pattern.search(text)
+            if m is not None:
+                found.append((c, m))
+                break
+    return found
+
+
+def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compiled, re.Match[str] | None] | None:
+    """The root cause among the matches: specific errors before wrappers (launchers, loaders), then priority."""
+    if not found:
+        return None
+    return max(found, key=lambda cm: (not cm[0].entry.wrapper, cm[0].entry.priority))
+
+
+def _parse_facts(c: _Compiled, text: str) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for pattern, converters in c.facts:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        for name, raw in m.groupdict().items():
+            if raw is None or name in facts:
+                continue
+            try:
+                facts[name] = _CONVERTERS[converters.get(name, "str")](raw)
+            except (ValueError, KeyError):
+                continue
+    for pattern, name, kind in c.repeated:
+        values = pattern.findall(text)
+        if not values:
+            continue
+        if kind == "pid_bytes":
+            seen: dict[int, int] = {}
+            for pid, size in values:
+                seen[int(pid)] = to_bytes(size)
+            facts[name] = [{"pid": pid, "bytes": size} for pid, size in seen.items()]
+        elif kind == "int_set":
+            facts[name] = sorted({int(v) for v in values})
+        else:  # str_list
+            facts[name] = list(dict.fromkeys(values))
+    return facts
+
+
+class _Formatter(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "bytes":
+            return fmt_bytes(value)
+        if isinstance(value, tuple):
+            return str(list(value))
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _Formatter()
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
+_FIELD = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+
+
+def _fill(template: str, values: Mapping[str, Any]) -> str:
+    """Format ``template``; a ``[[...]]`` segment is dropped unless every field it names has a value."""
+
+    def segment(m: re.Match[str]) -> str:
+        body = m.group(1)
+        if all(values.get(name) not in (None, "", []) for name in _FIELD.findall(body)):
+            # escaped, because the whole text is formatted once more below
+            return _FORMATTER.vformat(body, (), values).replace("{", "{{").replace("}", "}}")
+        return ""
+
+    text = _OPTIONAL.sub(segment, template)
+    missing = [n for n in _FIELD.findall(text) if n not in values]
+    if missing:  # a required field that the message did not give: keep the sentence readable
+        text = _FIELD.sub(lambda m: "?" if m.group(1) in missing else m.group(0), text)
+    return _FORMATTER.vformat(text, (), values).strip()
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:end if end != -1 else len(text)].strip()[:500]
+
+
+_TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning))\b")
+
+
+def _type_names(exc: BaseException) -> frozenset[str]:
+    names: set[str] = set()
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            break
+        names.update(k.__name__ for k in type(current).__mro__)
+        current = current.__cause__ or current.__context__
+    return frozenset(names)
+
+
+def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = None) -> Diagnosis:
+    """Explain an exception or an error text: category, plain summary, parsed facts, causes, fixes, first step.
+
+    Parameters
+    ----------
+    error : BaseException or str
+        The exception object (best: its type, chain and traceback are used) or text pasted from a log.
+    roots : Mapping[str, nn.Module], optional
+        Models by the names the user knows them (e.g. the notebook namespace), to name the module that raised
+        as ``model.encoder.2`` rather than by class only.
+
+    Returns
+    -------
+    Diagnosis
+        ``category`` is a stable slug (``cuda_oom``, ``shape_mismatch``, ...) or ``"unknown"``.
+
+    Examples
+    --------
+    >>> explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)").category
+    'shape_mismatch'
+    """
+    if isinstance(error, BaseException):
+        raw = exception_text(error)
+        type_names = _type_names(error)
+        exc_type = exception_type_name(error)
+    elif isinstance(error, str):
+        raw, type_names, exc_type = error, frozenset(), ""
+    else:
+        raise TypeError(f"explain() takes an exception or a str, got {type(error).__name__}: {error!r:.80}")
+    text = normalize(raw[-_MAX_CHARS:])
+    found = match_all(text, type_names)
+    chosen = choose(found)
+    if chosen is None:
+        return _unknown(text, exc_type)
+    compiled, match = chosen
+    entry = compiled.entry
+    facts = _parse_facts(compiled, text)
+    notes: list[str] = []
+    first_fixes: list[Fix] = []
+    analyse = ANALYSERS.get(entry.slug)
+    if analyse is not None:
+        more_notes, more_fixes = analyse(facts, text)
+        notes += more_notes
+        first_fixes += more_fixes
+    for other, _ in found:
+        if other.entry.wrapper and other is not compiled:
+            facts.setdefault("reported_through", other.entry.slug)
+            notes.append(f"Also in the text: {other.entry.title.lower()} — that is how the failure was reported; "
+                         f"the cause diagnosed here came first.")
+    if isinstance(error, BaseException) and entry.slug in _MODULE_SLUGS:
+        module_facts, module_notes = module_context(error, roots)
+        facts.update(module_facts)
+        notes = module_notes + notes
+    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1]
+    if not exc_type:
+        m = _TYPE_PREFIX.match(message)
+        exc_type = m.group(0) if m else last_exception_line(text)[0]
+    values = {k: v for k, v in facts.items() if not isinstance(v, (dict, list)) or k == "ranks"}
+    for key, default in entry.extra.items():
+        if key.endswith("_default"):
+            values.setdefault(key.removesuffix("_default"), default)
+    fixes = tuple(dict.fromkeys(first_fixes + list(entry.fixes)))
+    return Diagnosis(
+        category=entry.slug,
+        title=entry.title,
+        summary=_fill(entry.summary, values),
+        facts={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
+        causes=entry.causes,
+        fixes=fixes,
+        first_step=entry.first_step,
+        exception_type=exc_type,
+        message=message,
+        notes=tuple(notes),
+        sources=entry.sources,
+    )
+
+
+def _unknown(text: str, exc_type: str) -> Diagnosis:
+    found_type, found_message = last_exception_line(text)
+    message = found_message or next((ln for ln in reversed(text.split("\n")) if ln.strip()), "")[:500]
+    return Diagnosis(
+        category="unknown",
+        title="Unrecognised error",
+        summary="nbdebug has no diagnosis for this error; read the traceback from its last line upwards.",
+        exception_type=exc_type or found_type,
+        message=message,
+    )

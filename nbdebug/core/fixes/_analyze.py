@@ -1,0 +1,229 @@
+"""Per-category reasoning on the parsed facts: derived numbers, notes, and fixes that depend on them.
+
+Each analyser gets the facts (a dict it may extend) and the normalised text, and returns notes plus fixes to
+put first.  They stay small: the knowledge itself is in ``_table``; this is only arithmetic and choices that a
+regular expression cannot make (e.g. "is the cached-but-unused memory larger than the request?").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from nbdebug.core.fixes._diagnosis import Fix
+from nbdebug.core.fixes._normalize import fmt_bytes
+
+__all__ = ["ANALYSERS"]
+
+Analysis = tuple[list[str], list[Fix]]
+
+# Assertion text in a CUDA kernel -> what it means.
+_ASSERTIONS = (
+    ("n_classes", "a class label is outside [0, num_classes) in cross_entropy / nll_loss"),
+    ("srcIndex < srcSelectDimSize", "an index passed to an embedding / index_select is >= the table size"),
+    ("index out of bounds", "an index passed to indexing / gather is out of range"),
+    ("idx_dim >= 0 && idx_dim < index_size", "an index passed to gather / scatter is out of range"),
+    ("target_val >= zero && target_val <= one", "binary_cross_entropy targets are outside [0, 1]"),
+    ("input_val >= zero && input_val <= one", "binary_cross_entropy inputs are not probabilities (apply sigmoid, "
+     "or use binary_cross_entropy_with_logits)"),
+)
+
+_EXPANDABLE = Fix(
+    "Reduce fragmentation: let the allocator grow segments (set before the first CUDA allocation)",
+    "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'",
+)
+
+
+def _oom(facts: dict[str, Any], text: str) -> Analysis:
+    notes: list[str] = []
+    fixes: list[Fix] = []
+    allocated = facts.get("allocated_by_pytorch")
+    # Before 1.4 the message said "cached": memory held by the allocator but not used by tensors (PR #13751).
+    cached = facts.pop("cached", None)
+    if cached is not None and "reserved_but_unallocated" not in facts:
+        facts["reserved_but_unallocated"] = cached
+    if "reserved_by_pytorch" in facts and allocated is not None and "reserved_but_unallocated" not in facts:
+        facts["reserved_but_unallocated"] = max(facts["reserved_by_pytorch"] - allocated, 0)
+    if "reserved_but_unallocated" in facts and allocated is not None and "reserved_by_pytorch" not in facts:
+        facts["reserved_by_pytorch"] = allocated + facts["reserved_but_unallocated"]
+    tried = facts.get("tried_to_allocate")
+    unused = facts.get("reserved_but_unallocated")
+    total = facts.get("total_capacity")
+    if tried is not None and total is not None and tried > total:
+        notes.append(f"The single allocation ({fmt_bytes(tried)}) is larger than the whole GPU ({fmt_bytes(total)}): "
+                     "no allocator setting can make it fit; the tensor itself must get smaller "
+                     "(batch, resolution, sequence length, or chunk the operation).")
+    if unused is not None and tried is not None and unused > 0:
+        if unused >= tried or (facts.get("reserved_by_pytorch") and unused >= 0.2 * facts["reserved_by_pytorch"]):
+            notes.append(f"{fmt_bytes(unused)} is reserved by PyTorch's caching allocator but not used by any tensor, "
+                         f"{'more than' if unused >= tried else 'a large share next to'} the {fmt_bytes(tried)} requested: "
+                         "the free cached blocks are too fragmented to hold the request. expandable_segments:True "
+                         "lets the allocator grow segments instead of splitting them.")
+            fixes.append(_EXPANDABLE)
+        else:
+            notes.append(f"Only {fmt_bytes(unused)} is cached but unused, less than the {fmt_bytes(tried)} requested: "
+                         "fragmentation is not the problem; the live tensors themselves fill the GPU.")
+    free = facts.get("free")
+    if free is not None and tried is not None and free >= tried:
+        notes.append(f"The driver reports {fmt_bytes(free)} free, at least the request: the free memory is not in one "
+                     "piece, or it was freed by the allocator's retry only after this message was built.")
+    process = facts.get("process_memory")
+    reserved = facts.get("reserved_by_pytorch")
+    if process is not None and reserved is not None and process > reserved:
+        facts["non_pytorch_memory"] = process - reserved
+        notes.append(f"{fmt_bytes(process - reserved)} of this process's memory is outside PyTorch's allocator "
+                     "(CUDA context, cuBLAS/cuDNN workspaces, other libraries).")
+    others = facts.get("other_processes")
+    if others:
+        held = sum(p["bytes"] for p in others)
+        notes.append(f"{len(others)} process(es) hold {fmt_bytes(held)} on this GPU (pids "
+                     f"{', '.join(str(p['pid']) for p in others)}); another kernel or job may be using the GPU.")
+    return notes, fixes
+
+
+def _assert(facts: dict[str, Any], text: str) -> Analysis:
+    notes = ["The CUDA context is poisoned: restart the kernel (or process) before running anything else on the GPU.",
+             "For a readable error, re-run the same batch on CPU (model.cpu(), inputs .cpu()) or with "
+             "CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA=1 on builds compiled with it)."]
+    assertion = facts.get("assertion", "")
+    for needle, meaning in _ASSERTIONS:
+        if needle in assertion or (not assertion and needle in text):
+            facts["likely_cause"] = meaning
+            notes.insert(0, f"The failed assertion means {meaning}.")
+            break
+    return notes, []
+
+
+def _poisoned(facts: dict[str, Any], text: str) -> Analysis:
+    return (["The CUDA context is poisoned: restart the kernel (or process) before using the GPU again."], [])
+
+
+def _state_dict(facts: dict[str, Any], text: str) -> Analysis:
+    missing = _keys(text, "Missing")
+    unexpected = _keys(text, "Unexpected")
+    facts["missing_count"] = len(missing)
+    facts["unexpected_count"] = len(unexpected)
+    if missing:
+        facts["missing_keys"] = missing[:10]
+    if unexpected:
+        facts["unexpected_keys"] = unexpected[:10]
+    notes: list[str] = []
+    fixes: list[Fix] = []
+    for prefix, origin in (("module.", "DistributedDataParallel / DataParallel"), ("_orig_mod.", "torch.compile")):
+        if unexpected and all(k.startswith(prefix) for k in unexpected) and (
+            not missing or {k[len(prefix):] for k in unexpected} & set(missing)
+        ):
+            facts["key_prefix"] = prefix
+            facts["prefix_explanation"] = (f"The checkpoint's keys carry a '{prefix}' prefix added by {origin}; "
+                                           "the model's keys do not.")
+            fixes.append(Fix(f"Strip the '{prefix}' prefix (one line)",
+                             f"model.load_state_dict({{k.removeprefix('{prefix}'): v for k, v in sd.items()}})"))
+            break
+        if missing and all(k.startswith(prefix) for k in missing) and (
+            not unexpected or {k[len(prefix):] for k in missing} & set(unexpected)
+        ):
+            facts["key_prefix"] = prefix
+            facts["prefix_explanation"] = (f"The model is wrapped ({origin}) so its keys start with '{prefix}', "
+                                           "but the checkpoint was saved unwrapped.")
+            attr = "module" if prefix == "module." else "_orig_mod"
+            fixes.append(Fix("Load into the wrapped model's inner module (one line)", f"model.{attr}.load_state_dict(sd)"))
+            break
+    if "size mismatch for" in text:
+        notes.append("Some parameters also differ in shape (see 'size mismatch' lines): the architectures differ.")
+    return notes, fixes
+
+
+def _keys(text: str, kind: str) -> list[str]:
+    m = re.search(rf"{kind} key\(s\) in state_dict: ((?:\"[^\"]*\"(?:, )?)+)", text)
+    return re.findall(r"\"([^\"]*)\"", m.group(1)) if m else []
+
+
+def _size_mismatch(facts: dict[str, Any], text: str) -> Analysis:
+    params = facts.get("mismatched_params") or []
+    facts["mismatch_count"] = len(params)
+    notes = []
+    if params and all(p.split(".")[0] == params[0].split(".")[0] for p in params):
+        notes.append(f"All mismatches are in '{params[0].split('.')[0]}': if that is the classifier head and you are "
+                     "fine-tuning on other classes, drop those keys and load with strict=False.")
+    return notes, []
+
+
+def _shape(facts: dict[str, Any], text: str) -> Analysis:
+    notes: list[str] = []
+    left, right = facts.get("left_shape"), facts.get("right_shape")
+    if left and right and len(left) == 2 and len(right) == 2 and "mat1 and mat2" in text:
+        facts["shape_detail"] = (f"A matrix multiply got {left[0]}x{left[1]} and {right[0]}x{right[1]}: the inner "
+                                 f"dimensions {left[1]} and {right[0]} must be equal. In a Linear layer this means the "
+                                 f"input has {left[1]} features but the layer expects in_features={right[0]}.")
+    elif "size_a" in facts and "size_b" in facts and "dim" in facts and "tensor_index" not in facts:
+        facts["shape_detail"] = (f"Two tensors have sizes {facts['size_a']} and {facts['size_b']} in dimension "
+                                 f"{facts['dim']}; element-wise operations need them equal (or 1 to broadcast).")
+    elif "expected_channels" in facts:
+        facts["shape_detail"] = (f"A convolution expects {facts['expected_channels']} input channels but the input "
+                                 f"{list(facts.get('input_shape', ()))} has {facts['got_channels']} (dimension 1 is "
+                                 "channels, in N, C, H, W order).")
+    elif "tensor_index" in facts:
+        facts["shape_detail"] = (f"torch.cat needs equal sizes outside dimension {facts['dim']}: expected "
+                                 f"{facts['size_a']} but tensor {facts['tensor_index']} has {facts['size_b']}.")
+    elif "target_shape" in facts:
+        facts["shape_detail"] = (f"view/reshape to {list(facts['target_shape'])} is impossible for a tensor with "
+                                 f"{facts['numel']} elements.")
+    elif "input_batch" in facts:
+        facts["shape_detail"] = (f"The loss got {facts['input_batch']} predictions but {facts['target_batch']} targets: "
+                                 "logits and labels must have the same batch size (check flatten / view before the loss).")
+    elif left and right:
+        facts["shape_detail"] = f"Shapes {list(left)} and {list(right)} cannot be combined by this operation."
+    elif "input_shape" in facts and "op" in facts:
+        facts["shape_detail"] = (f"{facts['op']} got an input of shape {list(facts['input_shape'])}, with the wrong "
+                                 "number of dimensions (missing batch or channel dimension?).")
+    return notes, []
+
+
+def _compile(facts: dict[str, Any], text: str) -> Analysis:
+    notes = []
+    if "limit_name" in facts:
+        notes.append("cache_size_limit was renamed recompile_limit (torch._dynamo.config.recompile_limit); past the "
+                     "limit the function silently runs eagerly (or raises with fail_on_recompile_limit_hit).")
+    return notes, []
+
+
+def _child(facts: dict[str, Any], text: str) -> Analysis:
+    code = facts.get("exitcode")
+    if code is not None and code < 0:
+        import signal as _signal
+
+        try:
+            name = _signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        facts.setdefault("signal_name", name)
+        meaning = "killed by SIGKILL, usually the host's out-of-memory killer" if -code == 9 else f"killed by {name}"
+        facts["signal_meaning"] = meaning
+    return [], []
+
+
+def _nccl_timeout(facts: dict[str, Any], text: str) -> Analysis:
+    if isinstance(facts.get("ranks"), list):
+        facts["ranks"] = ", ".join(str(r) for r in facts["ranks"])
+    return [], []
+
+
+def _version(facts: dict[str, Any], text: str) -> Analysis:
+    if "Torch not compiled with CUDA enabled" in text:
+        return (["This PyTorch is a CPU-only build: install a CUDA build to use the GPU."], [])
+    return [], []
+
+
+ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
+    "cuda_oom": _oom,
+    "device_side_assert": _assert,
+    "illegal_memory_access": _poisoned,
+    "state_dict_keys": _state_dict,
+    "size_mismatch_state_dict": _size_mismatch,
+    "shape_mismatch": _shape,
+    "torch_compile": _compile,
+    "child_failed": _child,
+    "nccl_timeout": _nccl_timeout,
+    "version_mismatch": _version,
+}

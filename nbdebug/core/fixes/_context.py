@@ -1,0 +1,137 @@
+"""What the exception object knows beyond its text: its chain, and the module whose forward raised it.
+
+For an error raised inside ``nn.Module.forward`` we walk ``exc.__traceback__`` to the innermost frame whose
+``self`` is an ``nn.Module`` running ``forward``, name it by its qualified name in the user's models
+(``roots`` maps notebook names to modules, e.g. ``{"model": model}`` -> ``model.encoder.2``) and describe the
+tensors it received.  torch is never imported here: if it is not in ``sys.modules`` no module can be involved.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+__all__ = ["exception_text", "exception_type_name", "module_context"]
+
+_FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl", "__call__"})
+
+
+def exception_type_name(exc: BaseException) -> str:
+    """``torch.OutOfMemoryError``, ``RuntimeError``: the class with its public module unless builtin."""
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+
+
+def exception_text(exc: BaseException) -> str:
+    """The messages of the exception and of its causes/contexts, root cause first (as a traceback shows them)."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < 8:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    parts = []
+    for item in reversed(chain):
+        try:
+            parts.append("".join(traceback.format_exception_only(type(item), item)))
+        except Exception:  # a broken __str__ must not break the diagnosis
+            parts.append(f"{type(item).__name__}: <unprintable>\n")
+    return "\n".join(parts)
+
+
+def _frames(exc: BaseException) -> list[FrameType]:
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _describe_tensor(t: Any) -> str:
+    dtype = str(t.dtype).removeprefix("torch.")
+    return f"{tuple(t.shape)} {dtype} on {t.device}"
+
+
+def _module_label(m: Any) -> str:
+    extra = ""
+    try:
+        extra = m.extra_repr()
+    except Exception:
+        pass
+    return f"{type(m).__name__}({extra})"
+
+
+def _qualified_name(target: Any, roots: Mapping[str, Any], fallback_root: Any) -> str | None:
+    for root_name, root in roots.items():
+        try:
+            for name, sub in root.named_modules():
+                if sub is target:
+                    return f"{root_name}.{name}" if name else root_name
+        except Exception:
+            continue
+    if fallback_root is not None and fallback_root is not target:
+        for name, sub in fallback_root.named_modules():
+            if sub is target:
+                return f"<{type(fallback_root).__name__}>.{name}"
+    return None
+
+
+def module_context(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """Facts and notes about the innermost ``nn.Module.forward`` the exception went through (empty if none)."""
+    torch = sys.modules.get("torch")
+    if torch is None or exc.__traceback__ is None:
+        return {}, []
+    module_type = torch.nn.Module
+    tensor_type = torch.Tensor
+    outermost = innermost = None
+    inner_frame: FrameType | None = None
+    for frame in _frames(exc):
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, module_type) and frame.f_code.co_name in _FORWARD_NAMES:
+            if outermost is None:
+                outermost = owner
+            innermost, inner_frame = owner, frame
+    if innermost is None or inner_frame is None:
+        return {}, []
+    facts: dict[str, Any] = {"module_type": _module_label(innermost)}
+    name = _qualified_name(innermost, roots or {}, outermost)
+    if name:
+        facts["module"] = name
+    inputs = {k: _describe_tensor(v) for k, v in inner_frame.f_locals.items()
+              if k != "self" and isinstance(v, tensor_type)}
+    shapes = {k: list(v.shape) for k, v in inner_frame.f_locals.items() if k != "self" and isinstance(v, tensor_type)}
+    if shapes:
+        facts["module_input_shapes"] = shapes
+    weight = getattr(innermost, "weight", None)
+    if isinstance(weight, tensor_type):
+        facts["module_weight_shape"] = list(weight.shape)
+    where = facts.get("module", "a module")
+    notes = [f"Raised inside {where} = {facts['module_type']}"
+             + (f", called with {', '.join(f'{k}: {v}' for k, v in inputs.items())}" if inputs else "") + "."]
+    notes.extend(_layer_hint(innermost, shapes))
+    return facts, notes
+
+
+def _layer_hint(module: Any, shapes: dict[str, list[int]]) -> list[str]:
+    """Compare the configured input size of common layers with what they received."""
+    if not shapes:
+        return []
+    first = next(iter(shapes.values()))
+    in_features = getattr(module, "in_features", None)
+    if isinstance(in_features, int) and first and first[-1] != in_features:
+        return [f"This layer expects in_features={in_features} but its input's last dimension is {first[-1]}: "
+                f"either the layer before produces {first[-1]} features, or in_features should be {first[-1]}."]
+    in_channels = getattr(module, "in_channels", None)
+    spatial = len(getattr(module, "kernel_size", ()) or ())
+    if isinstance(in_channels, int) and spatial and len(first) > spatial:
+        got = first[-(spatial + 1)]  # channels come right before the spatial dims, batched or not
+        if got != in_channels:
+            return [f"This layer expects in_channels={in_channels} but the input has {got} channels "
+                    "(the dimension before the spatial ones: N, C, H, W)."]
+    return []

@@ -1,0 +1,340 @@
+"""The error knowledge engine, table-driven over the corpus of real error texts in tests/data/errors.
+
+File names say the expected category: ``<slug>__<short>.txt``; ``unknown__*`` are real errors outside every
+category and must come out ``unknown``.  CPU errors were produced by make_cpu_corpus.py; CUDA / NCCL / XLA texts
+were copied from the public threads named on each file's first line.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+import pytest
+
+from nbdebug.core.fixes import Diagnosis, explain
+from nbdebug.core.fixes._normalize import normalize, parse_shape, to_bytes
+from nbdebug.core.fixes._table import SLUGS, TABLE
+
+CORPUS = Path(__file__).parent / "data" / "errors"
+FILES = sorted(CORPUS.glob("*.txt"))
+MiB, GiB, KiB = 2**20, 2**30, 2**10
+
+
+def _expected(path: Path) -> str:
+    return path.name.split("__", 1)[0]
+
+
+def test_corpus_is_big_enough():
+    counts = collections.Counter(_expected(p) for p in FILES)
+    thin = {slug: counts[slug] for slug in SLUGS if counts[slug] < 4}
+    assert not thin, f"categories with fewer than 4 real texts: {thin}"
+    assert counts["unknown"] >= 25
+    assert counts["cuda_oom"] >= 8
+
+
+def test_every_table_entry_has_corpus_files():
+    present = {_expected(p) for p in FILES}
+    assert set(SLUGS) <= present, f"entries without a corpus file: {sorted(set(SLUGS) - present)}"
+    assert present <= set(SLUGS) | {"unknown"}, f"corpus files for unknown slugs: {sorted(present - set(SLUGS))}"
+
+
+def test_slugs_are_the_issue_contract():
+    assert set(SLUGS) == {
+        "cuda_oom", "device_side_assert", "illegal_memory_access", "cublas_error", "cudnn_error", "nccl_timeout",
+        "nccl_error", "address_in_use", "world_size_mismatch", "child_failed", "invalid_device_ordinal",
+        "device_mismatch", "shape_mismatch", "view_non_contiguous", "dtype_mismatch", "inplace_autograd",
+        "leaf_inplace", "backward_twice", "no_grad_fn", "target_out_of_bounds", "nan_loss", "state_dict_keys",
+        "deserialize_cuda", "weights_only_unpickling", "size_mismatch_state_dict", "dataloader_worker",
+        "torch_compile", "xla_error", "version_mismatch",
+    }
+    assert len(SLUGS) == len(set(SLUGS))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_corpus_file(path: Path):
+    text = path.read_text()
+    assert text.startswith("# source: "), "every corpus file names where it comes from"
+    d = explain(text)
+    assert d.category == _expected(path), f"{path.name}: got {d.category} ({d.message!r})"
+    # templates fully filled, whatever the wording era
+    assert "[[" not in d.summary and not re.search(r"\{\w+(?::\w+)?\}|(?:^|\s)\?(?:\s|$)", d.summary), d.summary
+    if d.known:
+        assert d.title and d.causes and d.fixes and d.first_step and d.sources
+        assert d.message, "the recognised line is reported"
+
+
+def test_corpus_accuracy():
+    known = unknown = known_ok = unknown_ok = 0
+    wrong = []
+    for path in FILES:
+        got = explain(path.read_text()).category
+        if _expected(path) == "unknown":
+            unknown += 1
+            unknown_ok += got == "unknown"
+        else:
+            known += 1
+            known_ok += got == _expected(path)
+        if got != _expected(path):
+            wrong.append(f"{path.name} -> {got}")
+    known_acc, unknown_acc = known_ok / known, unknown_ok / unknown
+    report = (f"corpus accuracy: {known_ok}/{known} = {known_acc:.1%} correct category on known errors; "
+              f"{unknown_ok}/{unknown} = {unknown_acc:.1%} unknown on out-of-category errors; wrong: {wrong}")
+    print(report)
+    assert known_acc >= 0.95 and unknown_acc >= 0.90, report
+
+
+# ---------------------------------------------------------------- facts
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # 1.0-1.3 era: "cached" is memory held by the allocator but unused (PR #13751)
+        ("cuda_oom__cached_generativegraph", dict(tried_to_allocate=1024 * KiB, device=0, total_capacity=round(11.17 * GiB),
+                                                  allocated_by_pytorch=round(10.90 * GiB), free=576 * KiB,
+                                                  reserved_but_unallocated=round(30.96 * MiB))),
+        # 1.4-2.0 era: "reserved in total by PyTorch"
+        ("cuda_oom__gpu1_stripformer", dict(tried_to_allocate=round(1.65 * GiB), device=1, total_capacity=round(7.79 * GiB),
+                                            allocated_by_pytorch=round(3.53 * GiB), free=round(1.40 * GiB),
+                                            reserved_by_pytorch=round(5.28 * GiB),
+                                            reserved_but_unallocated=round(5.28 * GiB) - round(3.53 * GiB))),
+        ("cuda_oom__zero_free_compvis", dict(tried_to_allocate=192 * MiB, free=0, reserved_by_pytorch=round(3.47 * GiB))),
+        # 2.1 era: "total capacty" typo, "reserved by PyTorch but unallocated"
+        ("cuda_oom__v21_zero_free_mgfn", dict(tried_to_allocate=round(1.70 * GiB), total_capacity=6 * GiB, free=0,
+                                              allocated_by_pytorch=round(2.93 * GiB),
+                                              reserved_but_unallocated=round(2.30 * GiB),
+                                              reserved_by_pytorch=round(2.93 * GiB) + round(2.30 * GiB))),
+        # 2.2+ era: "total capacity", process memory, expandable_segments hint
+        ("cuda_oom__v23_expandable_16417", dict(tried_to_allocate=22 * MiB, total_capacity=round(23.65 * GiB),
+                                                free=round(11.06 * MiB), process_memory=round(23.60 * GiB),
+                                                allocated_by_pytorch=round(22.90 * GiB),
+                                                reserved_but_unallocated=round(194.87 * MiB))),
+    ],
+)
+def test_oom_facts(name, expected):
+    d = explain((CORPUS / f"{name}.txt").read_text())
+    assert d.category == "cuda_oom"
+    assert {k: d.facts.get(k) for k in expected} == expected
+
+
+def test_oom_fragmentation_advice_depends_on_the_numbers():
+    fragmented = explain((CORPUS / "cuda_oom__v21_zero_free_mgfn.txt").read_text())  # 2.30 GiB unused > 1.70 GiB asked
+    assert any("fragment" in n for n in fragmented.notes)
+    assert "expandable_segments:True" in fragmented.fixes[0].code
+    tight = explain((CORPUS / "cuda_oom__v21_process_mygirlgpt.txt").read_text())  # 1.90 MiB unused < 32 MiB asked
+    assert not tight.fixes[0].code.startswith("import os")
+    assert any("not the problem" in n for n in tight.notes)
+    too_big = explain((CORPUS / "cuda_oom__v21_capacty_neurolens.txt").read_text())  # 55.57 GiB on a 12 GiB GPU
+    assert any("larger than the whole GPU" in n for n in too_big.notes)
+
+
+def test_shape_facts_from_messages():
+    d = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
+    assert (d.category, d.facts["left_shape"], d.facts["right_shape"]) == ("shape_mismatch", [4, 10], [20, 5])
+    assert "in_features=20" in d.summary and "10 features" in d.summary
+    d = explain((CORPUS / "shape_mismatch__broadcast.txt").read_text())
+    assert (d.facts["size_a"], d.facts["size_b"], d.facts["dim"]) == (3, 4, 1)
+    d = explain((CORPUS / "shape_mismatch__conv_channels.txt").read_text())
+    assert (d.facts["expected_channels"], d.facts["got_channels"], d.facts["input_shape"]) == (3, 1, [1, 1, 28, 28])
+
+
+def test_device_dtype_and_target_facts():
+    d = explain((CORPUS / "device_mismatch__cuda0_cpu_nunchaku.txt").read_text())
+    assert (d.facts["device_a"], d.facts["device_b"]) == ("cuda:0", "cpu")
+    d = explain((CORPUS / "dtype_mismatch__linear_double.txt").read_text())
+    assert (d.facts["dtype_a"], d.facts["dtype_b"]) == ("Double", "Float")
+    d = explain((CORPUS / "target_out_of_bounds__cross_entropy.txt").read_text())
+    assert d.facts["target"] == 5
+    d = explain((CORPUS / "invalid_device_ordinal__model_to_odcnn.txt").read_text())
+    assert d.category == "invalid_device_ordinal"
+
+
+def test_distributed_facts():
+    d = explain((CORPUS / "nccl_timeout__interleaved_llamafactory.txt").read_text())
+    assert (d.facts["op_type"], d.facts["seq_num"], d.facts["timeout_ms"], d.facts["ranks"]) == ("ALLREDUCE", 1580, 600000, "0, 4")
+    d = explain((CORPUS / "world_size_mismatch__metaseq.txt").read_text())
+    assert (d.facts["world_size"], d.facts["worker_count"]) == (2048, 1792)
+    d = explain((CORPUS / "child_failed__sigkill_minicpm.txt").read_text())
+    assert d.facts["exitcode"] == -9 and d.facts["signal_name"] == "SIGKILL"
+    d = explain((CORPUS / "address_in_use__one_line_tuneavideo.txt").read_text())
+    assert d.facts["port"] == 29500
+
+
+def test_state_dict_size_mismatch_facts():
+    d = explain((CORPUS / "size_mismatch_state_dict__classifier.txt").read_text())
+    assert (d.facts["param"], d.facts["checkpoint_shape"], d.facts["model_shape"]) == ("1.weight", [10, 4], [3, 4])
+    assert d.facts["mismatched_params"] == ["1.weight", "1.bias"]
+
+
+def test_device_side_assert_says_restart_and_cpu():
+    d = explain((CORPUS / "device_side_assert__nll2d_unet.txt").read_text())
+    assert d.category == "device_side_assert"
+    assert "restart" in d.summary.lower() and any("CPU" in n for n in d.notes)
+    assert "class label" in d.facts["likely_cause"]
+    assert any("cpu" in f.code for f in d.fixes)
+
+
+def test_compile_limit_both_names():
+    old = explain((CORPUS / "torch_compile__cache_limit_exceeded_heavyball.txt").read_text())
+    new = explain((CORPUS / "torch_compile__recompile_limit.txt").read_text())
+    assert (old.facts["limit_name"], old.facts["limit"]) == ("cache_size_limit", 8)
+    assert (new.facts["limit_name"], new.facts["limit"]) == ("recompile_limit", 2)
+
+
+# ---------------------------------------------------------------- noise and choice
+
+
+@pytest.mark.parametrize("prefix", ["[rank3]: ", "[default0]:", "[80746] [rank0]:", "│ ", "E       "])
+@pytest.mark.parametrize("name", ["shape_mismatch__matmul_linear", "cuda_oom__v23_expandable_16417",
+                                  "nccl_timeout__old_format_ofa", "state_dict_keys__module_prefix"])
+def test_launcher_prefixes_do_not_change_the_diagnosis(prefix, name):
+    text = (CORPUS / f"{name}.txt").read_text()
+    clean = explain(text)
+    noisy = explain("\n".join(prefix + line for line in text.splitlines()))
+    assert (noisy.category, noisy.facts) == (clean.category, clean.facts)
+
+
+def test_normalize_removes_ansi_and_boxes():
+    assert normalize("\x1b[31mRuntimeError\x1b[0m: boom") == "RuntimeError: boom"
+    assert normalize("│ ❱ 355 │ raise X │") == "355 raise X"
+
+
+def test_root_cause_wins_over_launcher_summary():
+    oom = (CORPUS / "cuda_oom__v23_expandable_16417.txt").read_text()
+    summary = (CORPUS / "child_failed__minigpt4_summary.txt").read_text()
+    d = explain(oom + "\n" + summary)
+    assert d.category == "cuda_oom"
+    assert d.facts["reported_through"] == "child_failed"
+    assert explain(summary).category == "child_failed"
+
+
+def test_device_assert_wins_over_the_nccl_errors_it_causes():
+    log = ((CORPUS / "nccl_error__distbackend_vllm.txt").read_text() + "\n"
+           + (CORPUS / "device_side_assert__dcp.txt").read_text())
+    assert explain(log).category == "device_side_assert"
+
+
+@pytest.mark.parametrize(("size", "expected"), [("20.00 MiB", 20 * MiB), ("1.95 GiB", round(1.95 * GiB)),
+                                                ("0 bytes", 0), ("512.00 KiB", 512 * KiB), ("1.5 GB", 1_500_000_000)])
+def test_to_bytes(size, expected):
+    assert to_bytes(size) == expected
+
+
+def test_to_bytes_rejects_garbage():
+    with pytest.raises(ValueError, match="not a size"):
+        to_bytes("twenty")
+
+
+def test_parse_shape():
+    assert parse_shape("4x10") == (4, 10)
+    assert parse_shape("torch.Size([3, 4])") == (3, 4)
+
+
+# ---------------------------------------------------------------- exception objects
+
+
+def test_module_named_from_the_traceback():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Sequential(nn.Linear(8, 10), nn.ReLU(), nn.Linear(20, 5))
+
+        def forward(self, x):
+            return self.encoder(x)
+
+    model = Net()
+    with pytest.raises(RuntimeError) as info:
+        model(torch.randn(4, 8))
+    d = explain(info.value, roots={"model": model, "other": nn.Linear(1, 1)})
+    assert d.category == "shape_mismatch"
+    assert d.exception_type == "RuntimeError"
+    assert d.facts["module"] == "model.encoder.2"
+    assert d.facts["module_type"] == "Linear(in_features=20, out_features=5, bias=True)"
+    assert d.facts["module_input_shapes"] == {"input": [4, 10]}
+    assert d.facts["module_weight_shape"] == [5, 20]
+    assert (d.facts["left_shape"], d.facts["right_shape"]) == ([4, 10], [20, 5])
+    assert any("model.encoder.2" in n and "(4, 10)" in n for n in d.notes)
+    assert any("in_features=20" in n for n in d.notes)
+    # without roots the module is named relative to the outermost module in the traceback
+    assert explain(info.value).facts["module"] == "<Net>.encoder.2"
+
+
+def test_conv_channel_hint():
+    torch = pytest.importorskip("torch")
+    conv = torch.nn.Conv2d(3, 8, 3)
+    with pytest.raises(RuntimeError) as info:
+        conv(torch.randn(2, 1, 16, 16))
+    d = explain(info.value, roots={"conv": conv})
+    assert d.facts["module"] == "conv"
+    assert any("in_channels=3" in n and "1 channels" in n for n in d.notes)
+
+
+def test_exception_type_alone_is_enough():
+    torch = pytest.importorskip("torch")
+    assert explain(torch.OutOfMemoryError("")).category == "cuda_oom"
+
+
+def test_cause_chain_is_searched():
+    torch = pytest.importorskip("torch")
+    try:
+        try:
+            torch.randn(2, 3) @ torch.randn(4, 5)
+        except RuntimeError as inner:
+            raise ValueError("training step 12 failed") from inner
+    except ValueError as outer:
+        d = explain(outer)
+    assert d.category == "shape_mismatch"
+    assert d.exception_type == "ValueError"
+
+
+def test_module_prefix_fix_works():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    saved = nn.DataParallel(nn.Sequential(nn.Linear(2, 2))).state_dict()
+    model = nn.Sequential(nn.Linear(2, 2))
+    with pytest.raises(RuntimeError) as info:
+        model.load_state_dict(saved)
+    d = explain(info.value)
+    assert d.category == "state_dict_keys" and d.facts["key_prefix"] == "module."
+    assert "module." in d.summary
+    fix = d.fixes[0]
+    assert "removeprefix('module.')" in fix.code and len(fix.code.splitlines()) == 1
+    exec(fix.code, {"model": model, "sd": saved})  # the one-line fix really loads the checkpoint
+    assert torch.equal(model[0].weight, saved["module.0.weight"])
+
+
+def test_unknown_reports_type_and_message():
+    d = explain((CORPUS / "unknown__forward_kwarg_yolov3.txt").read_text())
+    assert (d.category, d.known) == ("unknown", False)
+    assert d.exception_type == "TypeError"
+    assert d.message == "forward() got an unexpected keyword argument 'img_dim'"
+    d = explain(KeyError("label"))
+    assert (d.category, d.exception_type) == ("unknown", "KeyError")
+
+
+def test_bad_input_is_one_clear_error():
+    with pytest.raises(TypeError, match="takes an exception or a str, got int"):
+        explain(42)  # type: ignore[arg-type]
+
+
+def test_result_contract():
+    d = explain((CORPUS / "cuda_oom__v23_expandable_16417.txt").read_text())
+    assert isinstance(d, Diagnosis)
+    data = d.to_dict()
+    assert {"category", "title", "summary", "facts", "fixes", "first_step"} <= set(data)
+    assert all(set(f) >= {"title", "code"} for f in data["fixes"])
+    assert re.match(r"<Diagnosis: cuda_oom: ", repr(d))
+    assert "expandable_segments" in str(d)
+    assert "nbdebug" in d._repr_mimebundle_()["text/html"]
+
+
+def test_every_entry_is_complete():
+    for entry in TABLE:
+        assert entry.patterns and entry.keywords and entry.causes and entry.fixes and entry.first_step, entry.slug
+        assert all(k == k.lower() for k in entry.keywords), entry.slug
+        assert any(s.startswith(("seed:", "http")) for s in entry.sources), entry.slug

@@ -1,0 +1,52 @@
+"""``python -m nbdebug explain`` in a subprocess: the JSON contract other tools rely on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "data" / "errors"
+
+
+def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "nbdebug", "explain", *args], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=120, cwd=REPO)
+
+
+@pytest.mark.parametrize("name", ["cuda_oom__v23_expandable_16417", "state_dict_keys__module_prefix",
+                                  "unknown__json_rich_box_grafana"])
+def test_json_contract_from_file(name):
+    proc = _run(str(CORPUS / f"{name}.txt"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["category"] == name.split("__")[0]
+    for key, kind in {"category": str, "title": str, "summary": str, "facts": dict, "fixes": list,
+                      "first_step": str}.items():
+        assert isinstance(data[key], kind), key
+    assert all(isinstance(f["title"], str) and isinstance(f["code"], str) for f in data["fixes"])
+    if data["category"] != "unknown":
+        assert data["fixes"] and data["first_step"]
+
+
+def test_stdin_and_text_output():
+    text = (CORPUS / "nccl_timeout__old_format_ofa.txt").read_text()
+    proc = _run("-", stdin=text)
+    assert proc.returncode == 0, proc.stderr
+    assert "[nccl_timeout]" in proc.stdout and "First step:" in proc.stdout
+    proc = _run("--json", stdin=text)
+    assert json.loads(proc.stdout)["facts"]["timeout_ms"] == 1800000
+
+
+def test_missing_file_is_one_clear_error(tmp_path):
+    missing = tmp_path / "nope.log"
+    proc = _run(str(missing))
+    assert proc.returncode == 1
+    assert str(missing) in proc.stderr and "expected a text file" in proc.stderr
+    assert "Traceback" not in proc.stderr
