@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from nbdebug.core.fixes import Diagnosis
-from nbdebug.render._html import code_block, esc, kv_table, panel
+from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel
+
+# facts that hold a number of bytes (OOM figures): shown as "32.00 MiB (33554432)"
+_BYTE_FACTS = frozenset({
+    "tried_to_allocate", "total_capacity", "free", "process_memory", "allocated_by_pytorch",
+    "reserved_by_pytorch", "reserved_but_unallocated", "non_pytorch_memory",
+})
 
 
-def _fact_value(value: object) -> str:
+def _fact_value(value: object, key: str = "") -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and (key in _BYTE_FACTS or key.endswith("_bytes")):
+        return f"{fmt_bytes(value)} ({value})"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
@@ -22,7 +30,7 @@ def diagnosis_text(d: Diagnosis) -> str:
         )
     out = [f"nbdebug [{d.category}] {d.title}", "", d.summary]
     if d.facts:
-        out += ["", "Facts:"] + [f"  {k}: {_fact_value(v)}" for k, v in d.facts.items()]
+        out += ["", "Facts:"] + [f"  {k}: {_fact_value(v, k)}" for k, v in d.facts.items()]
     if d.notes:
         out += ["", "Here:"] + [f"  - {n}" for n in d.notes]
     if d.causes:
@@ -50,7 +58,7 @@ def diagnosis_html(d: Diagnosis) -> str:
     if d.notes:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in d.notes) + "</ul>")
     if d.facts:
-        parts.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v)) for k, v in d.facts.items()))
+        parts.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.facts.items()))
     if d.causes:
         items = "".join(f"<li>{esc(c)}</li>" for c in d.causes)
         parts.append(f"<details open><summary><b>Likely causes</b></summary><ol>{items}</ol></details>")
