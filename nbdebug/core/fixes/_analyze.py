@@ -117,7 +117,7 @@ def _state_dict(facts: dict[str, Any], text: str) -> Analysis:
             facts["key_prefix"] = prefix
             facts["prefix_explanation"] = (f"The checkpoint's keys carry a '{prefix}' prefix added by {origin}; "
                                            "the model's keys do not.")
-            fixes.append(Fix(f"Strip the '{prefix}' prefix (one line)",
+            fixes.append(Fix("Strip the wrapper prefix (one line)",
                              f"model.load_state_dict({{k.removeprefix('{prefix}'): v for k, v in sd.items()}})"))
             break
         if missing and all(k.startswith(prefix) for k in missing) and (

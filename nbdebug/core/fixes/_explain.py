@@ -30,6 +30,9 @@ _FLAGS = re.MULTILINE
 _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
                            "target_out_of_bounds", "inplace_autograd"})
 
+# Facts that analysers write as sentences for the summary template; they are not reported as facts.
+_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning")
+
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
     "int": int,
@@ -229,11 +232,16 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
     for key, default in entry.extra.items():
         if key.endswith("_default"):
             values.setdefault(key.removesuffix("_default"), default)
-    fixes = tuple(dict.fromkeys(first_fixes + list(entry.fixes)))
+    # fixes chosen from the numbers come first and replace the table's fix of the same title
+    first_titles = {f.title for f in first_fixes}
+    fixes = tuple(first_fixes + [f for f in entry.fixes if f.title not in first_titles])
+    summary = _fill(entry.summary, values)
+    for key in _PROSE:  # sentences built for the summary, not facts
+        facts.pop(key, None)
     return Diagnosis(
         category=entry.slug,
         title=entry.title,
-        summary=_fill(entry.summary, values),
+        summary=summary,
         facts={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
         causes=entry.causes,
         fixes=fixes,

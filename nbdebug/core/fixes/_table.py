@@ -122,7 +122,7 @@ TABLE: tuple[Entry, ...] = (
             Fix("Use bf16 autocast and activation checkpointing",
                 "with torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n"
                 "# and torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False) on big blocks"),
-            Fix("Let the allocator grow segments instead of fragmenting (set before CUDA is initialised)",
+            Fix("Reduce fragmentation: let the allocator grow segments (set before the first CUDA allocation)",
                 "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'"),
         ),
         first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
@@ -914,7 +914,8 @@ TABLE: tuple[Entry, ...] = (
             "The checkpoint is a dict holding the state_dict (e.g. ckpt['model']), not the state_dict itself.",
         ),
         fixes=(
-            Fix("Strip the wrapper prefix", "sd = {k.removeprefix('module.'): v for k, v in sd.items()}\nmodel.load_state_dict(sd)"),
+            Fix("Strip the wrapper prefix (one line)",
+                "model.load_state_dict({k.removeprefix('module.'): v for k, v in sd.items()})"),
             Fix("Save unwrapped next time", "torch.save(model.module.state_dict(), path)  # DDP\n"
                 "torch.save(model._orig_mod.state_dict(), path)  # torch.compile"),
             Fix("Look inside the checkpoint", "ckpt = torch.load(path, map_location='cpu')\nprint(list(ckpt)[:10])"),

@@ -516,7 +516,7 @@ def _():
 @case("unknown__key_error_batch")
 def _():
     batch = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
-    batch["labels"].shape
+    print(batch["labels"].shape)
 
 
 @case("unknown__none_has_no_attribute")
