@@ -40,6 +40,7 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "shape": parse_shape,
     "basename": lambda v: v.rsplit("/", 1)[-1],
     "tensor_device": lambda v: "cuda" if ".cuda." in v else "cpu",
+    "cuda_index": lambda v: f"cuda:{int(v)}",
 }
 
 

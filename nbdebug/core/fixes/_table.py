@@ -503,6 +503,8 @@ TABLE: tuple[Entry, ...] = (
             (r"found input tensor at (?P<device_a>[\w:]+) and (?:parameter|hidden) tensor at (?P<device_b>[\w:]+)",
              {"device_a": "str", "device_b": "str"}),
             (r"expected device (?P<device_a>[\w:]+) but got device (?P<device_b>[\w:]+)", {"device_a": "str", "device_b": "str"}),
+            (r"but device (?P<device_a>\d+) does not equal (?P<device_b>\d+)(?: \(while checking arguments for (?P<op>\w+)\))?",
+             {"device_a": "cuda_index", "device_b": "cuda_index", "op": "str"}),
         ),
         causes=(
             "The model was moved to the GPU but the batch was not (or the other way round).",
@@ -651,6 +653,8 @@ TABLE: tuple[Entry, ...] = (
         priority=60,
         facts=(
             (r"expected scalar type (?P<dtype_a>\w+) but found (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
+            (r"Expected object of scalar type (?P<dtype_a>\w+) but got scalar type (?P<dtype_b>\w+)(?: for argument #\d+ '(?P<argument>\w+)')?",
+             {"dtype_a": "str", "dtype_b": "str", "argument": "str"}),
             (r"must have the same dtype, but got (?P<dtype_a>\w+) and (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"to have the same dtype, but got: (?P<dtype_a>\w+) != (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"Input type \((?P<dtype_a>[\w.]+)\) and (?:weight|bias) type \((?P<dtype_b>[\w.]+)\)", {"dtype_a": "str", "dtype_b": "str"}),
