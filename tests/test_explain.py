@@ -338,3 +338,12 @@ def test_every_entry_is_complete():
         assert entry.patterns and entry.keywords and entry.causes and entry.fixes and entry.first_step, entry.slug
         assert all(k == k.lower() for k in entry.keywords), entry.slug
         assert any(s.startswith(("seed:", "http")) for s in entry.sources), entry.slug
+
+
+def test_oom_facts_survive_line_wrapping():
+    import textwrap
+
+    text = (CORPUS / "cuda_oom__gpu1_stripformer.txt").read_text().split("\n", 1)[1]
+    wrapped = "\n".join(textwrap.wrap(text, 60))
+    assert wrapped.count("\n") >= 4
+    assert explain(wrapped).facts == explain(text).facts

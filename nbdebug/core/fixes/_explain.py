@@ -44,6 +44,29 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
 }
 
 
+def _line_wrap_tolerant(pattern: str) -> str:
+    """Let every literal space of ``pattern`` (outside ``[...]``) also match a line break, for wrapped logs."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+        elif ch == "]":
+            in_class = False
+            out.append(ch)
+        elif ch == " " and not in_class:
+            out.append(r"\s+")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 class _Compiled:
     """An entry with its regular expressions compiled."""
 
@@ -52,7 +75,8 @@ class _Compiled:
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
         self.patterns = [re.compile(p, _FLAGS) for p in entry.patterns]
-        self.facts = [(re.compile(p, _FLAGS), conv) for p, conv in entry.facts]
+        tolerant = entry.extra.get("wrapped_lines") == "yes"
+        self.facts = [(re.compile(_line_wrap_tolerant(p) if tolerant else p, _FLAGS), conv) for p, conv in entry.facts]
         self.repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in entry.repeated_facts]
 
 

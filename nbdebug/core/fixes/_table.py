@@ -125,6 +125,7 @@ TABLE: tuple[Entry, ...] = (
             Fix("Reduce fragmentation: let the allocator grow segments (set before the first CUDA allocation)",
                 "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'"),
         ),
+        extra={"wrapped_lines": "yes"},  # the long OOM message is often wrapped by terminals and issue trackers
         first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
         "tensors kept alive across iterations (a memory snapshot shows who holds the memory).",
         sources=(SEED_GPU, SEED_TROUBLE, SEED_RECIPES, "https://github.com/pytorch/pytorch/pull/13751",
