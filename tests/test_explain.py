@@ -347,3 +347,42 @@ def test_oom_facts_survive_line_wrapping():
     wrapped = "\n".join(textwrap.wrap(text, 60))
     assert wrapped.count("\n") >= 4
     assert explain(wrapped).facts == explain(text).facts
+
+
+# Error texts as the seed playbooks (../shared/seeds) print them: every one must be covered.
+SEED_ERRORS = [
+    ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n(GPU 0; 79.35 GiB total capacity; 76.28 GiB "
+     "already allocated;\n1.45 GiB free; 77.50 GiB reserved in total by PyTorch)", "cuda_oom"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "device_side_assert"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "illegal_memory_access"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "cublas_error"),
+    ("RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:1234\n"
+     "torch.distributed.DistributedBackendError: NCCL communicator was aborted", "nccl_error"),
+    ("RuntimeError: NCCL communicator was aborted on rank 2.\n"
+     "Original reason for the abort was: Watchdog caught collective operation timeout.", "nccl_timeout"),
+    ("NCCL WARN Connect to <IP>:<PORT> failed: No route to host", "nccl_error"),
+    ("RuntimeError: Address already in use", "address_in_use"),
+    ("OSError: [Errno 98] Address already in use", "address_in_use"),
+    ("RuntimeError: The number of world size (4) is not equal to the expected (8)", "world_size_mismatch"),
+    ("CUDA error: invalid device ordinal", "invalid_device_ordinal"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "child_failed"),
+    ("InvalidArgumentError: Shapes must be equal rank, but are 2 and 3", "xla_error"),
+    ("RuntimeError: leaf variable that requires grad has been used in an in-place operation", "leaf_inplace"),
+    ("RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation",
+     "inplace_autograd"),
+    ("RuntimeError: Trying to backward through the graph a second time", "backward_twice"),
+    ("RuntimeError: Non-finite values in `transformer.h.5.attn`: 12 entries, ...", "nan_loss"),
+    ("Attempting to deserialize on a CUDA device", "deserialize_cuda"),
+]
+
+
+@pytest.mark.parametrize(("text", "slug"), SEED_ERRORS, ids=[s for _, s in SEED_ERRORS])
+def test_seed_errors_are_covered(text, slug):
+    assert explain(text).category == slug
+
+
+def test_seed_oom_numbers_despite_wrapping():
+    d = explain(SEED_ERRORS[0][0])
+    assert (d.facts["tried_to_allocate"], d.facts["total_capacity"], d.facts["reserved_by_pytorch"]) == (
+        2 * GiB, round(79.35 * GiB), round(77.50 * GiB))
+    assert d.facts["reserved_but_unallocated"] == round(77.50 * GiB) - round(76.28 * GiB)

@@ -303,6 +303,7 @@ TABLE: tuple[Entry, ...] = (
             r"NCCL error: ",
             r"NCCL Error \d+: ",
             r"is setting up NCCL communicator",
+            r"Distributed package doesn't have NCCL built in",
             r"nccl(?:SystemError|UnhandledCudaError|InternalError|InvalidUsage|InvalidArgument|RemoteError)",
             r"ProcessGroupNCCL\.cpp:\d+, (?:unhandled|remote|invalid|internal)",
             r"NCCL communicator was aborted",
@@ -488,6 +489,7 @@ TABLE: tuple[Entry, ...] = (
             r"Input type \(MPS\w*\) and weight type \(torch\.\w+\)",
             r"Input type \(torch\.\w+\) and weight type \(MPS\w*\)",
             r"must be on the current device",
+            r"Expected a '\w+' device type for generator but found '\w+'",
             r"expected device \S+ but got device \S+",
             r"to have \w+ Backend, but got tensor with \w+ Backend",
         ),
@@ -724,7 +726,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("leaf variable",),
         patterns=(
-            r"a (?:view of a )?leaf Variable that requires grad (?:is being|has been) used in an in-place operation",
+            r"leaf [Vv]ariable that requires grad (?:is being|has been) used in an in-place operation",
             r"leaf variable has been moved into the graph interior",
         ),
         priority=71,
@@ -844,7 +846,9 @@ TABLE: tuple[Entry, ...] = (
             r"Loss became infinite or NaN",
             r"to satisfy the constraint \w+\(\), but found invalid values",
             r"Minimum loss scale reached",
+            r"Non-finite values in `?[\w.]+",
         ),
+        exception_types=("NonFiniteError",),
         priority=70,
         facts=(
             (r"Function '(?P<function>\w+)' returned nan values in its (?P<output_index>\d+)(?:st|nd|rd|th) output",
@@ -938,7 +942,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("attempting to deserialize object on",),
         patterns=(
-            r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False",
+            r"Attempting to deserialize (?:object )?on a CUDA device",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
         ),
         priority=80,
@@ -1084,7 +1088,7 @@ TABLE: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("xla", "tpu", "hbm", "pjrt", "statusor"),
+        keywords=("xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
@@ -1101,6 +1105,7 @@ TABLE: tuple[Entry, ...] = (
             r"PJRT_DEVICE",
             r"Bad StatusOr access",
             r"XLA:TPU",
+            r"Shapes must be equal rank, but are \d+ and \d+",
         ),
         priority=50,
         facts=(
