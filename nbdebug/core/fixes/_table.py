@@ -940,7 +940,7 @@ TABLE: tuple[Entry, ...] = (
             "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
             "cannot put them back where they were saved."
         ),
-        keywords=("attempting to deserialize object on",),
+        keywords=("attempting to deserialize",),
         patterns=(
             r"Attempting to deserialize (?:object )?on a CUDA device",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
