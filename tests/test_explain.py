@@ -386,3 +386,19 @@ def test_seed_oom_numbers_despite_wrapping():
     assert (d.facts["tried_to_allocate"], d.facts["total_capacity"], d.facts["reserved_by_pytorch"]) == (
         2 * GiB, round(79.35 * GiB), round(77.50 * GiB))
     assert d.facts["reserved_but_unallocated"] == round(77.50 * GiB) - round(76.28 * GiB)
+
+
+def test_class_count_and_label_range_from_the_exception():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(IndexError) as info:
+        torch.nn.functional.cross_entropy(torch.randn(4, 5), torch.tensor([0, 1, 5, 2]))
+    d = explain(info.value)
+    assert d.category == "target_out_of_bounds"
+    assert (d.facts["target"], d.facts["num_classes"], d.facts["target_min"], d.facts["target_max"]) == (5, 5, 0, 5)
+    assert "with 5 classes" in d.summary and any("0..4" in n for n in d.notes)
+    emb = torch.nn.Embedding(10, 4)
+    with pytest.raises(IndexError) as info:
+        emb(torch.tensor([[1, 2, 12]]))
+    d = explain(info.value, roots={"emb": emb})
+    assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
+    assert "10 rows and got index 12" in d.summary

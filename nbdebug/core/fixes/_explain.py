@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbdebug.core.fixes._analyze import ANALYSERS
-from nbdebug.core.fixes._context import exception_text, exception_type_name, module_context
+from nbdebug.core.fixes._context import exception_text, exception_type_name, index_context, module_context
 from nbdebug.core.fixes._diagnosis import Diagnosis, Fix
 from nbdebug.core.fixes._normalize import fmt_bytes, last_exception_line, normalize, parse_shape, to_bytes
 from nbdebug.core.fixes._table import TABLE, Entry
@@ -249,6 +249,17 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         module_facts, module_notes = module_context(error, roots)
         facts.update(module_facts)
         notes = module_notes + notes
+        if entry.slug == "target_out_of_bounds":
+            index_facts = index_context(error)
+            facts.update(index_facts)
+            if "num_classes" in index_facts and "target_max" in index_facts:
+                notes.insert(0, f"Labels range from {index_facts['target_min']} to {index_facts['target_max']}, but "
+                                f"the output has {index_facts['num_classes']} classes: valid labels are 0.."
+                                f"{index_facts['num_classes'] - 1}.")
+            if "num_embeddings" in index_facts and "index_max" in index_facts:
+                notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
+                                f"{index_facts['num_embeddings']} rows: valid indices are 0.."
+                                f"{index_facts['num_embeddings'] - 1}.")
     message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1]
     if not exc_type:
         m = _TYPE_PREFIX.match(message)

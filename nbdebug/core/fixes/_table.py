@@ -796,7 +796,8 @@ TABLE: tuple[Entry, ...] = (
         title="A class label or index is out of range",
         summary=(
             "A value used as an index is outside the valid range[[: target {target}]][[ (index {index} for a dimension of "
-            "size {size})]][[ with {num_classes} classes]]."
+            "size {size})]][[ with {num_classes} classes]][[; the embedding has {num_embeddings} rows and got index "
+            "{index_max}]]."
         ),
         keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
