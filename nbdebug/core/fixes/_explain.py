@@ -245,10 +245,15 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
             facts.setdefault("reported_through", other.entry.slug)
             notes.append(f"Also in the text: {other.entry.title.lower()} — that is how the failure was reported; "
                          f"the cause diagnosed here came first.")
+    first_step = entry.first_step
     if isinstance(error, BaseException) and entry.slug in _MODULE_SLUGS:
         module_facts, module_notes = module_context(error, roots)
         facts.update(module_facts)
         notes = module_notes + notes
+        if "module" in module_facts and entry.slug in ("shape_mismatch", "dtype_mismatch", "device_mismatch"):
+            first_step = (f"Look at {module_facts['module']} = {module_facts['module_type']}: compare what it is "
+                          f"configured for with the {entry.slug.split('_')[0]} of the input it received (in the notes), "
+                          "then fix that layer or the one that feeds it.")
         if entry.slug == "target_out_of_bounds":
             index_facts = index_context(error)
             facts.update(index_facts)
@@ -281,7 +286,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         facts={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
         causes=entry.causes,
         fixes=fixes,
-        first_step=entry.first_step,
+        first_step=first_step,
         exception_type=exc_type,
         message=message,
         notes=tuple(notes),

@@ -608,8 +608,8 @@ TABLE: tuple[Entry, ...] = (
             Fix("Let PyTorch infer the input size of the first Linear after a flatten", "self.head = nn.LazyLinear(num_classes)"),
             Fix("Write the shapes you expect next to the code and assert them", "assert x.shape == (B, C, H, W), x.shape  # (B, C, H, W)"),
         ),
-        first_step="Compare the shapes in the message with the layer named below (its configured size) and "
-        "the output shape of the layer before it.",
+        first_step="Compare the shapes in the message with the configured size of the layer that raised and "
+        "with the output shape of the layer before it.",
         sources=(SEED_RECIPES, SEED_TRAINING, "https://pytorch.org/docs/stable/notes/broadcasting.html"),
         extra={"shape_detail_default": "Two tensors had shapes that this operation cannot combine."},
     ),
