@@ -402,3 +402,19 @@ def test_class_count_and_label_range_from_the_exception():
     d = explain(info.value, roots={"emb": emb})
     assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
     assert "10 rows and got index 12" in d.summary
+
+
+def test_never_raises_on_arbitrary_text():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lines = [ln for p in FILES[::7] for ln in p.read_text().splitlines()[1:40]]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.one_of(st.sampled_from(lines), st.text(max_size=80)), max_size=25))
+    def check(parts):
+        d = explain("\n".join(parts))
+        assert d.category in set(SLUGS) | {"unknown"}
+        assert "[[" not in d.summary
+
+    check()
