@@ -672,23 +672,29 @@ def run_script(name: str, source: str) -> str | None:
     return proc.stderr.replace(d, "/home/user/project")
 
 
+def _anonymise(text: str) -> str:
+    """Keep the texts real but free of this machine's paths."""
+    text = text.replace(str(HERE.parents[2]), "/home/user/nbdebug")
+    text = text.replace(sys.prefix, "/home/user/.venv")
+    return text.replace(str(Path.home()), "/home/user")
+
+
 def main() -> int:
     header = f"# source: generated on CPU by tests/data/errors/make_cpu_corpus.py (torch {torch.__version__}, python {sys.version.split()[0]})\n"
-    home = str(Path.home())
     written, missed = 0, []
     for name, fn in CASES.items():
         text = run_in_process(name, fn)
         if text is None:
             missed.append(name)
             continue
-        (HERE / f"{name}.txt").write_text(header + text.replace(home, "/home/user"))
+        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
         written += 1
     for name, source in DATALOADER_SCRIPTS.items():
         text = run_script(name, source)
         if text is None:
             missed.append(name)
             continue
-        (HERE / f"{name}.txt").write_text(header + text.replace(home, "/home/user"))
+        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
         written += 1
     print(f"wrote {written} files to {HERE}")
     if missed:
