@@ -196,6 +196,13 @@ def test_launcher_prefixes_do_not_change_the_diagnosis(prefix, name):
     assert (noisy.category, noisy.facts) == (clean.category, clean.facts)
 
 
+def test_normalize_drops_frames_but_keeps_messages():
+    text = ('Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n    main()\n'
+            '  File "b.py", line 9, in f\n    return F.linear(x)\n           ^^^^^^^^^^^\nRuntimeError: boom\n'
+            '    File "c.py", line 1, in g\n  RuntimeError: indented paste')
+    assert normalize(text) == "Traceback (most recent call last):\nRuntimeError: boom\nRuntimeError: indented paste"
+
+
 def test_normalize_removes_ansi_and_boxes():
     assert normalize("\x1b[31mRuntimeError\x1b[0m: boom") == "RuntimeError: boom"
     assert normalize("│ ❱ 355 │ raise X │") == "355 raise X"
