@@ -68,16 +68,35 @@ def _line_wrap_tolerant(pattern: str) -> str:
 
 
 class _Compiled:
-    """An entry with its regular expressions compiled."""
+    """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
 
-    __slots__ = ("entry", "patterns", "facts", "repeated")
+    __slots__ = ("entry", "_patterns", "_facts", "_repeated")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
-        self.patterns = [re.compile(p, _FLAGS) for p in entry.patterns]
-        tolerant = entry.extra.get("wrapped_lines") == "yes"
-        self.facts = [(re.compile(_line_wrap_tolerant(p) if tolerant else p, _FLAGS), conv) for p, conv in entry.facts]
-        self.repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in entry.repeated_facts]
+        self._patterns: list[re.Pattern[str]] | None = None
+        self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
+        self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
+
+    @property
+    def patterns(self) -> list[re.Pattern[str]]:
+        if self._patterns is None:
+            self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
+        return self._patterns
+
+    @property
+    def facts(self) -> list[tuple[re.Pattern[str], dict[str, str]]]:
+        if self._facts is None:
+            tolerant = self.entry.extra.get("wrapped_lines") == "yes"
+            self._facts = [(re.compile(_line_wrap_tolerant(p) if tolerant else p, _FLAGS), conv)
+                           for p, conv in self.entry.facts]
+        return self._facts
+
+    @property
+    def repeated(self) -> list[tuple[re.Pattern[str], str, str]]:
+        if self._repeated is None:
+            self._repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in self.entry.repeated_facts]
+        return self._repeated
 
 
 _COMPILED: list[_Compiled] | None = None
