@@ -40,7 +40,7 @@ def main() -> int:
     from nbdebug.core.fixes import explain
 
     explain(texts[0])
-    print(f"import + first call (compiles patterns): {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    print(f"import + first call (compiles the patterns it needs): {(time.perf_counter() - t0) * 1e3:.1f} ms")
 
     _report("explain(text), corpus", _times(explain, texts, repeat=5))
     # the machine is shared: the best of 5 runs per text removes scheduler noise from the per-text cost

@@ -196,6 +196,13 @@ def test_launcher_prefixes_do_not_change_the_diagnosis(prefix, name):
     assert (noisy.category, noisy.facts) == (clean.category, clean.facts)
 
 
+def test_normalize_drops_frames_but_keeps_messages():
+    text = ('Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n    main()\n'
+            '  File "b.py", line 9, in f\n    return F.linear(x)\n           ^^^^^^^^^^^\nRuntimeError: boom\n'
+            '    File "c.py", line 1, in g\n  RuntimeError: indented paste')
+    assert normalize(text) == "Traceback (most recent call last):\nRuntimeError: boom\nRuntimeError: indented paste"
+
+
 def test_normalize_removes_ansi_and_boxes():
     assert normalize("\x1b[31mRuntimeError\x1b[0m: boom") == "RuntimeError: boom"
     assert normalize("│ ❱ 355 │ raise X │") == "355 raise X"
@@ -338,3 +345,83 @@ def test_every_entry_is_complete():
         assert entry.patterns and entry.keywords and entry.causes and entry.fixes and entry.first_step, entry.slug
         assert all(k == k.lower() for k in entry.keywords), entry.slug
         assert any(s.startswith(("seed:", "http")) for s in entry.sources), entry.slug
+
+
+def test_oom_facts_survive_line_wrapping():
+    import textwrap
+
+    text = (CORPUS / "cuda_oom__gpu1_stripformer.txt").read_text().split("\n", 1)[1]
+    wrapped = "\n".join(textwrap.wrap(text, 60))
+    assert wrapped.count("\n") >= 4
+    assert explain(wrapped).facts == explain(text).facts
+
+
+# Error texts as the seed playbooks (../shared/seeds) print them: every one must be covered.
+SEED_ERRORS = [
+    ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n(GPU 0; 79.35 GiB total capacity; 76.28 GiB "
+     "already allocated;\n1.45 GiB free; 77.50 GiB reserved in total by PyTorch)", "cuda_oom"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "device_side_assert"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "illegal_memory_access"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "cublas_error"),
+    ("RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:1234\n"
+     "torch.distributed.DistributedBackendError: NCCL communicator was aborted", "nccl_error"),
+    ("RuntimeError: NCCL communicator was aborted on rank 2.\n"
+     "Original reason for the abort was: Watchdog caught collective operation timeout.", "nccl_timeout"),
+    ("NCCL WARN Connect to <IP>:<PORT> failed: No route to host", "nccl_error"),
+    ("RuntimeError: Address already in use", "address_in_use"),
+    ("OSError: [Errno 98] Address already in use", "address_in_use"),
+    ("RuntimeError: The number of world size (4) is not equal to the expected (8)", "world_size_mismatch"),
+    ("CUDA error: invalid device ordinal", "invalid_device_ordinal"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "child_failed"),
+    ("InvalidArgumentError: Shapes must be equal rank, but are 2 and 3", "xla_error"),
+    ("RuntimeError: leaf variable that requires grad has been used in an in-place operation", "leaf_inplace"),
+    ("RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation",
+     "inplace_autograd"),
+    ("RuntimeError: Trying to backward through the graph a second time", "backward_twice"),
+    ("RuntimeError: Non-finite values in `transformer.h.5.attn`: 12 entries, ...", "nan_loss"),
+    ("Attempting to deserialize on a CUDA device", "deserialize_cuda"),
+]
+
+
+@pytest.mark.parametrize(("text", "slug"), SEED_ERRORS, ids=[s for _, s in SEED_ERRORS])
+def test_seed_errors_are_covered(text, slug):
+    assert explain(text).category == slug
+
+
+def test_seed_oom_numbers_despite_wrapping():
+    d = explain(SEED_ERRORS[0][0])
+    assert (d.facts["tried_to_allocate"], d.facts["total_capacity"], d.facts["reserved_by_pytorch"]) == (
+        2 * GiB, round(79.35 * GiB), round(77.50 * GiB))
+    assert d.facts["reserved_but_unallocated"] == round(77.50 * GiB) - round(76.28 * GiB)
+
+
+def test_class_count_and_label_range_from_the_exception():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(IndexError) as info:
+        torch.nn.functional.cross_entropy(torch.randn(4, 5), torch.tensor([0, 1, 5, 2]))
+    d = explain(info.value)
+    assert d.category == "target_out_of_bounds"
+    assert (d.facts["target"], d.facts["num_classes"], d.facts["target_min"], d.facts["target_max"]) == (5, 5, 0, 5)
+    assert "with 5 classes" in d.summary and any("0..4" in n for n in d.notes)
+    emb = torch.nn.Embedding(10, 4)
+    with pytest.raises(IndexError) as info:
+        emb(torch.tensor([[1, 2, 12]]))
+    d = explain(info.value, roots={"emb": emb})
+    assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
+    assert "10 rows and got index 12" in d.summary
+
+
+def test_never_raises_on_arbitrary_text():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lines = [ln for p in FILES[::7] for ln in p.read_text().splitlines()[1:40]]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.one_of(st.sampled_from(lines), st.text(max_size=80)), max_size=25))
+    def check(parts):
+        d = explain("\n".join(parts))
+        assert d.category in set(SLUGS) | {"unknown"}
+        assert "[[" not in d.summary
+
+    check()

@@ -117,7 +117,7 @@ def _state_dict(facts: dict[str, Any], text: str) -> Analysis:
             facts["key_prefix"] = prefix
             facts["prefix_explanation"] = (f"The checkpoint's keys carry a '{prefix}' prefix added by {origin}; "
                                            "the model's keys do not.")
-            fixes.append(Fix(f"Strip the '{prefix}' prefix (one line)",
+            fixes.append(Fix("Strip the wrapper prefix (one line)",
                              f"model.load_state_dict({{k.removeprefix('{prefix}'): v for k, v in sd.items()}})"))
             break
         if missing and all(k.startswith(prefix) for k in missing) and (
@@ -152,7 +152,7 @@ def _size_mismatch(facts: dict[str, Any], text: str) -> Analysis:
 def _shape(facts: dict[str, Any], text: str) -> Analysis:
     notes: list[str] = []
     left, right = facts.get("left_shape"), facts.get("right_shape")
-    if left and right and len(left) == 2 and len(right) == 2 and "mat1 and mat2" in text:
+    if left and right and len(left) == 2 and len(right) == 2 and ("mat1 and mat2" in text or "m1: [" in text):
         facts["shape_detail"] = (f"A matrix multiply got {left[0]}x{left[1]} and {right[0]}x{right[1]}: the inner "
                                  f"dimensions {left[1]} and {right[0]} must be equal. In a Linear layer this means the "
                                  f"input has {left[1]} features but the layer expects in_features={right[0]}.")

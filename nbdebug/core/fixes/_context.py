@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-__all__ = ["exception_text", "exception_type_name", "module_context"]
+__all__ = ["exception_text", "exception_type_name", "module_context", "index_context"]
 
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl", "__call__"})
 
@@ -135,3 +135,34 @@ def _layer_hint(module: Any, shapes: dict[str, list[int]]) -> list[str]:
             return [f"This layer expects in_channels={in_channels} but the input has {got} channels "
                     "(the dimension before the spatial ones: N, C, H, W)."]
     return []
+
+
+# functional frames whose locals tell the valid range of a label or index
+_LOSS_FRAMES = frozenset({"cross_entropy", "nll_loss", "nll_loss_nd", "multi_margin_loss"})
+
+
+def index_context(exc: BaseException) -> dict[str, Any]:
+    """For out-of-range labels / indices: the number of classes (or embedding rows) and the offending range."""
+    torch = sys.modules.get("torch")
+    if torch is None or exc.__traceback__ is None:
+        return {}
+    tensor_type = torch.Tensor
+    facts: dict[str, Any] = {}
+    for frame in reversed(_frames(exc)):
+        name = frame.f_code.co_name
+        loc = frame.f_locals
+        if name in _LOSS_FRAMES:
+            logits, target = loc.get("input"), loc.get("target")
+            if isinstance(logits, tensor_type) and logits.dim() >= 1:
+                facts["num_classes"] = int(logits.shape[1] if logits.dim() > 1 else logits.shape[0])
+            if isinstance(target, tensor_type) and target.numel() and not target.is_floating_point():
+                facts["target_min"], facts["target_max"] = int(target.min()), int(target.max())
+            break
+        if name == "embedding":
+            weight, index = loc.get("weight"), loc.get("input")
+            if isinstance(weight, tensor_type) and weight.dim() == 2:
+                facts["num_embeddings"] = int(weight.shape[0])
+            if isinstance(index, tensor_type) and index.numel() and not index.is_floating_point():
+                facts["index_min"], facts["index_max"] = int(index.min()), int(index.max())
+            break
+    return facts

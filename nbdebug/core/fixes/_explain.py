@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbdebug.core.fixes._analyze import ANALYSERS
-from nbdebug.core.fixes._context import exception_text, exception_type_name, module_context
+from nbdebug.core.fixes._context import exception_text, exception_type_name, index_context, module_context
 from nbdebug.core.fixes._diagnosis import Diagnosis, Fix
 from nbdebug.core.fixes._normalize import fmt_bytes, last_exception_line, normalize, parse_shape, to_bytes
 from nbdebug.core.fixes._table import TABLE, Entry
@@ -30,6 +30,9 @@ _FLAGS = re.MULTILINE
 _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
                            "target_out_of_bounds", "inplace_autograd"})
 
+# Facts that analysers write as sentences for the summary template; they are not reported as facts.
+_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning")
+
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
     "int": int,
@@ -37,19 +40,63 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "shape": parse_shape,
     "basename": lambda v: v.rsplit("/", 1)[-1],
     "tensor_device": lambda v: "cuda" if ".cuda." in v else "cpu",
+    "cuda_index": lambda v: f"cuda:{int(v)}",
 }
 
 
-class _Compiled:
-    """An entry with its regular expressions compiled."""
+def _line_wrap_tolerant(pattern: str) -> str:
+    """Let every literal space of ``pattern`` (outside ``[...]``) also match a line break, for wrapped logs."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+        elif ch == "]":
+            in_class = False
+            out.append(ch)
+        elif ch == " " and not in_class:
+            out.append(r"\s+")
+        else:
+            out.append(ch)
+    return "".join(out)
 
-    __slots__ = ("entry", "patterns", "facts", "repeated")
+
+class _Compiled:
+    """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
+
+    __slots__ = ("entry", "_patterns", "_facts", "_repeated")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
-        self.patterns = [re.compile(p, _FLAGS) for p in entry.patterns]
-        self.facts = [(re.compile(p, _FLAGS), conv) for p, conv in entry.facts]
-        self.repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in entry.repeated_facts]
+        self._patterns: list[re.Pattern[str]] | None = None
+        self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
+        self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
+
+    @property
+    def patterns(self) -> list[re.Pattern[str]]:
+        if self._patterns is None:
+            self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
+        return self._patterns
+
+    @property
+    def facts(self) -> list[tuple[re.Pattern[str], dict[str, str]]]:
+        if self._facts is None:
+            tolerant = self.entry.extra.get("wrapped_lines") == "yes"
+            self._facts = [(re.compile(_line_wrap_tolerant(p) if tolerant else p, _FLAGS), conv)
+                           for p, conv in self.entry.facts]
+        return self._facts
+
+    @property
+    def repeated(self) -> list[tuple[re.Pattern[str], str, str]]:
+        if self._repeated is None:
+            self._repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in self.entry.repeated_facts]
+        return self._repeated
 
 
 _COMPILED: list[_Compiled] | None = None
@@ -217,10 +264,26 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
             facts.setdefault("reported_through", other.entry.slug)
             notes.append(f"Also in the text: {other.entry.title.lower()} — that is how the failure was reported; "
                          f"the cause diagnosed here came first.")
+    first_step = entry.first_step
     if isinstance(error, BaseException) and entry.slug in _MODULE_SLUGS:
         module_facts, module_notes = module_context(error, roots)
         facts.update(module_facts)
         notes = module_notes + notes
+        if "module" in module_facts and entry.slug in ("shape_mismatch", "dtype_mismatch", "device_mismatch"):
+            first_step = (f"Look at {module_facts['module']} = {module_facts['module_type']}: compare what it is "
+                          f"configured for with the {entry.slug.split('_')[0]} of the input it received (in the notes), "
+                          "then fix that layer or the one that feeds it.")
+        if entry.slug == "target_out_of_bounds":
+            index_facts = index_context(error)
+            facts.update(index_facts)
+            if "num_classes" in index_facts and "target_max" in index_facts:
+                notes.insert(0, f"Labels range from {index_facts['target_min']} to {index_facts['target_max']}, but "
+                                f"the output has {index_facts['num_classes']} classes: valid labels are 0.."
+                                f"{index_facts['num_classes'] - 1}.")
+            if "num_embeddings" in index_facts and "index_max" in index_facts:
+                notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
+                                f"{index_facts['num_embeddings']} rows: valid indices are 0.."
+                                f"{index_facts['num_embeddings'] - 1}.")
     message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1]
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
@@ -229,15 +292,20 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
     for key, default in entry.extra.items():
         if key.endswith("_default"):
             values.setdefault(key.removesuffix("_default"), default)
-    fixes = tuple(dict.fromkeys(first_fixes + list(entry.fixes)))
+    # fixes chosen from the numbers come first and replace the table's fix of the same title
+    first_titles = {f.title for f in first_fixes}
+    fixes = tuple(first_fixes + [f for f in entry.fixes if f.title not in first_titles])
+    summary = _fill(entry.summary, values)
+    for key in _PROSE:  # sentences built for the summary, not facts
+        facts.pop(key, None)
     return Diagnosis(
         category=entry.slug,
         title=entry.title,
-        summary=_fill(entry.summary, values),
+        summary=summary,
         facts={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
         causes=entry.causes,
         fixes=fixes,
-        first_step=entry.first_step,
+        first_step=first_step,
         exception_type=exc_type,
         message=message,
         notes=tuple(notes),

@@ -26,6 +26,12 @@ _BOX = re.compile(r"[│┃╭╮╰╯─━❱╷╵┆]+")
 _BOX_HINT = ("│", "┃", "╭", "╰", "❱", "─", "━")
 _SPACES = re.compile(r"[ \t]{2,}")
 _EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+# A Python traceback frame, its source line (indented deeper than the frame) and an optional caret line.
+# Frames never hold the error message, and in long logs they are most of the text.
+_FRAME = re.compile(
+    r'^(?P<ind>[ \t]*)File "[^"\n]*", line \d+, in [^\n]*\n(?:(?P=ind)[ \t]+[^\n]*\n)?(?:[ \t]*[~^]+[ \t]*\n)?',
+    re.MULTILINE,
+)
 
 _UNITS = {
     "b": 1, "byte": 1, "bytes": 1,
@@ -36,7 +42,9 @@ _SIZE = re.compile(r"^\s*([\d.,]+)\s*([KMGT]i?B|bytes?|B)\s*$", re.IGNORECASE)
 
 
 def normalize(text: str) -> str:
-    """Return ``text`` without colour codes, launcher prefixes and box drawing, one line per input line."""
+    """Return ``text`` without traceback frames, colour codes, launcher prefixes and box drawing."""
+    if 'File "' in text:
+        text = _FRAME.sub("", text)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:

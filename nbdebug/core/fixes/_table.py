@@ -122,9 +122,10 @@ TABLE: tuple[Entry, ...] = (
             Fix("Use bf16 autocast and activation checkpointing",
                 "with torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n"
                 "# and torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False) on big blocks"),
-            Fix("Let the allocator grow segments instead of fragmenting (set before CUDA is initialised)",
+            Fix("Reduce fragmentation: let the allocator grow segments (set before the first CUDA allocation)",
                 "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'"),
         ),
+        extra={"wrapped_lines": "yes"},  # the long OOM message is often wrapped by terminals and issue trackers
         first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
         "tensors kept alive across iterations (a memory snapshot shows who holds the memory).",
         sources=(SEED_GPU, SEED_TROUBLE, SEED_RECIPES, "https://github.com/pytorch/pytorch/pull/13751",
@@ -302,10 +303,11 @@ TABLE: tuple[Entry, ...] = (
             r"NCCL error: ",
             r"NCCL Error \d+: ",
             r"is setting up NCCL communicator",
+            r"Distributed package doesn't have NCCL built in",
             r"nccl(?:SystemError|UnhandledCudaError|InternalError|InvalidUsage|InvalidArgument|RemoteError)",
             r"ProcessGroupNCCL\.cpp:\d+, (?:unhandled|remote|invalid|internal)",
             r"NCCL communicator was aborted",
-            r"NCCL WARN ",
+            r"NCCL WARN (?!NET/Plugin|No plugin|Missing \"?plugin)",  # plugin notices appear in healthy runs too
             r"DistBackendError",
         ),
         exception_types=("DistBackendError",),
@@ -487,6 +489,7 @@ TABLE: tuple[Entry, ...] = (
             r"Input type \(MPS\w*\) and weight type \(torch\.\w+\)",
             r"Input type \(torch\.\w+\) and weight type \(MPS\w*\)",
             r"must be on the current device",
+            r"Expected a '\w+' device type for generator but found '\w+'",
             r"expected device \S+ but got device \S+",
             r"to have \w+ Backend, but got tensor with \w+ Backend",
         ),
@@ -503,6 +506,8 @@ TABLE: tuple[Entry, ...] = (
             (r"found input tensor at (?P<device_a>[\w:]+) and (?:parameter|hidden) tensor at (?P<device_b>[\w:]+)",
              {"device_a": "str", "device_b": "str"}),
             (r"expected device (?P<device_a>[\w:]+) but got device (?P<device_b>[\w:]+)", {"device_a": "str", "device_b": "str"}),
+            (r"but device (?P<device_a>\d+) does not equal (?P<device_b>\d+)(?: \(while checking arguments for (?P<op>\w+)\))?",
+             {"device_a": "cuda_index", "device_b": "cuda_index", "op": "str"}),
         ),
         causes=(
             "The model was moved to the GPU but the batch was not (or the other way round).",
@@ -603,8 +608,8 @@ TABLE: tuple[Entry, ...] = (
             Fix("Let PyTorch infer the input size of the first Linear after a flatten", "self.head = nn.LazyLinear(num_classes)"),
             Fix("Write the shapes you expect next to the code and assert them", "assert x.shape == (B, C, H, W), x.shape  # (B, C, H, W)"),
         ),
-        first_step="Compare the shapes in the message with the layer named below (its configured size) and "
-        "the output shape of the layer before it.",
+        first_step="Compare the shapes in the message with the configured size of the layer that raised and "
+        "with the output shape of the layer before it.",
         sources=(SEED_RECIPES, SEED_TRAINING, "https://pytorch.org/docs/stable/notes/broadcasting.html"),
         extra={"shape_detail_default": "Two tensors had shapes that this operation cannot combine."},
     ),
@@ -651,6 +656,8 @@ TABLE: tuple[Entry, ...] = (
         priority=60,
         facts=(
             (r"expected scalar type (?P<dtype_a>\w+) but found (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
+            (r"Expected object of scalar type (?P<dtype_a>\w+) but got scalar type (?P<dtype_b>\w+)(?: for argument #\d+ '(?P<argument>\w+)')?",
+             {"dtype_a": "str", "dtype_b": "str", "argument": "str"}),
             (r"must have the same dtype, but got (?P<dtype_a>\w+) and (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"to have the same dtype, but got: (?P<dtype_a>\w+) != (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"Input type \((?P<dtype_a>[\w.]+)\) and (?:weight|bias) type \((?P<dtype_b>[\w.]+)\)", {"dtype_a": "str", "dtype_b": "str"}),
@@ -719,7 +726,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("leaf variable",),
         patterns=(
-            r"a (?:view of a )?leaf Variable that requires grad (?:is being|has been) used in an in-place operation",
+            r"leaf [Vv]ariable that requires grad (?:is being|has been) used in an in-place operation",
             r"leaf variable has been moved into the graph interior",
         ),
         priority=71,
@@ -789,7 +796,8 @@ TABLE: tuple[Entry, ...] = (
         title="A class label or index is out of range",
         summary=(
             "A value used as an index is outside the valid range[[: target {target}]][[ (index {index} for a dimension of "
-            "size {size})]][[ with {num_classes} classes]]."
+            "size {size})]][[ with {num_classes} classes]][[; the embedding has {num_embeddings} rows and got index "
+            "{index_max}]]."
         ),
         keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
@@ -839,7 +847,9 @@ TABLE: tuple[Entry, ...] = (
             r"Loss became infinite or NaN",
             r"to satisfy the constraint \w+\(\), but found invalid values",
             r"Minimum loss scale reached",
+            r"Non-finite values in `?[\w.]+",
         ),
+        exception_types=("NonFiniteError",),
         priority=70,
         facts=(
             (r"Function '(?P<function>\w+)' returned nan values in its (?P<output_index>\d+)(?:st|nd|rd|th) output",
@@ -914,7 +924,8 @@ TABLE: tuple[Entry, ...] = (
             "The checkpoint is a dict holding the state_dict (e.g. ckpt['model']), not the state_dict itself.",
         ),
         fixes=(
-            Fix("Strip the wrapper prefix", "sd = {k.removeprefix('module.'): v for k, v in sd.items()}\nmodel.load_state_dict(sd)"),
+            Fix("Strip the wrapper prefix (one line)",
+                "model.load_state_dict({k.removeprefix('module.'): v for k, v in sd.items()})"),
             Fix("Save unwrapped next time", "torch.save(model.module.state_dict(), path)  # DDP\n"
                 "torch.save(model._orig_mod.state_dict(), path)  # torch.compile"),
             Fix("Look inside the checkpoint", "ckpt = torch.load(path, map_location='cpu')\nprint(list(ckpt)[:10])"),
@@ -930,9 +941,9 @@ TABLE: tuple[Entry, ...] = (
             "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
             "cannot put them back where they were saved."
         ),
-        keywords=("attempting to deserialize object on",),
+        keywords=("attempting to deserialize",),
         patterns=(
-            r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False",
+            r"Attempting to deserialize (?:object )?on a CUDA device",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
         ),
         priority=80,
@@ -1078,7 +1089,7 @@ TABLE: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("xla", "tpu", "hbm", "pjrt", "statusor"),
+        keywords=("xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
@@ -1095,6 +1106,7 @@ TABLE: tuple[Entry, ...] = (
             r"PJRT_DEVICE",
             r"Bad StatusOr access",
             r"XLA:TPU",
+            r"Shapes must be equal rank, but are \d+ and \d+",
         ),
         priority=50,
         facts=(

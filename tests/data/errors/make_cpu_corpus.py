@@ -467,6 +467,64 @@ def _():
         torch.load(path, weights_only=False)
 
 
+# ---------------------------------------------------------------- real errors outside every category
+@case("unknown__grad_non_scalar")
+def _():
+    (torch.randn(3, requires_grad=True) * 2).backward()
+
+
+@case("unknown__tensor_bool_ambiguous")
+def _():
+    if torch.tensor([1.0, 2.0]) > 0:
+        pass
+
+
+@case("unknown__numpy_requires_grad")
+def _():
+    torch.randn(2, requires_grad=True).numpy()
+
+
+@case("unknown__corrupt_checkpoint")
+def _():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        torch.save(Net().state_dict(), path)
+        with open(path, "r+b") as fh:
+            fh.truncate(200)
+        torch.load(path)
+
+
+@case("unknown__missing_checkpoint_file")
+def _():
+    torch.load("/nonexistent/run-12/checkpoint_best.pt")
+
+
+@case("unknown__default_process_group")
+def _():
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(1))
+
+
+@case("unknown__name_error_in_loop")
+def _():
+    for step in range(2):
+        loss = crit(torch.randn(2), torch.randn(2))  # noqa: F821
+        print(step, loss)
+
+
+@case("unknown__key_error_batch")
+def _():
+    batch = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    print(batch["labels"].shape)
+
+
+@case("unknown__none_has_no_attribute")
+def _():
+    scheduler = None
+    scheduler.step()
+
+
 # ---------------------------------------------------------------- distributed, on 127.0.0.1 only
 @case("address_in_use__tcpstore")
 def _():
@@ -614,23 +672,29 @@ def run_script(name: str, source: str) -> str | None:
     return proc.stderr.replace(d, "/home/user/project")
 
 
+def _anonymise(text: str) -> str:
+    """Keep the texts real but free of this machine's paths."""
+    text = text.replace(str(HERE.parents[2]), "/home/user/nbdebug")
+    text = text.replace(sys.prefix, "/home/user/.venv")
+    return text.replace(str(Path.home()), "/home/user")
+
+
 def main() -> int:
     header = f"# source: generated on CPU by tests/data/errors/make_cpu_corpus.py (torch {torch.__version__}, python {sys.version.split()[0]})\n"
-    home = str(Path.home())
     written, missed = 0, []
     for name, fn in CASES.items():
         text = run_in_process(name, fn)
         if text is None:
             missed.append(name)
             continue
-        (HERE / f"{name}.txt").write_text(header + text.replace(home, "/home/user"))
+        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
         written += 1
     for name, source in DATALOADER_SCRIPTS.items():
         text = run_script(name, source)
         if text is None:
             missed.append(name)
             continue
-        (HERE / f"{name}.txt").write_text(header + text.replace(home, "/home/user"))
+        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
         written += 1
     print(f"wrote {written} files to {HERE}")
     if missed:
