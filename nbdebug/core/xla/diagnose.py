@@ -255,7 +255,7 @@ def diagnose(
     # missing_sync ------------------------------------------------------------------------------------------
     if marks == 0 and (executions or compiles) and (steps is None or steps >= 1):
         sev = "error" if steps and steps >= 2 else "warning"
-        ev = {"MarkStep": 0, "executions": executions, "compiles": compiles}
+        ev: dict[str, Any] = {"MarkStep": 0, "executions": executions, "compiles": compiles}
         if report is not None and report.metric("TensorsGraphSize"):
             g = report.metric("TensorsGraphSize")
             ev["largest_graph_nodes"] = g.max_retained if g else None
@@ -279,9 +279,9 @@ def diagnose(
         parts = []
         fix_parts = []
         for op, n in sorted(fallbacks.items(), key=lambda kv: -kv[1]):
-            rate = f", {per[op]:.1f}/step" if per[op] else ""
+            per_text = f", {per[op]:.1f}/step" if per[op] else ""
             entry = fallback_fix(op)
-            parts.append(f"{op} ({n} calls{rate}{'; ' + entry.why if entry else ''})")
+            parts.append(f"{op} ({n} calls{per_text}{'; ' + entry.why if entry else ''})")
             if entry:
                 fix_parts.append(f"{op}: {entry.fix}")
         every_step = any(r is not None and r >= 1 for r in per.values())

@@ -67,10 +67,12 @@ class Snapshot:
     metrics: dict[str, tuple[int, float, tuple[tuple[float, float], ...]]]
 
     def samples(self, name: str) -> int:
+        """TotalSamples of metric ``name`` (0 when it has none)."""
         m = self.metrics.get(name)
         return m[0] if m else 0
 
     def accumulator(self, name: str) -> float:
+        """Accumulator of metric ``name`` in raw units (ns for times)."""
         m = self.metrics.get(name)
         return m[1] if m else 0.0
 
@@ -200,7 +202,7 @@ class _FdCapture:
             tmp.seek(0)
             text = tmp.read().decode("utf-8", "replace")
             tmp.close()
-            keep = []
+            keep: list[str] = []
             for line in text.splitlines(keepends=True):
                 if any(m in line for m in _DEBUG_MARKERS):
                     captured.append(line)
