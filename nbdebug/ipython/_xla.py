@@ -21,8 +21,13 @@ class XlaMagics(Magics):
 
     nbd_state: ExtensionState
 
+    @property
+    def _ns(self) -> dict[str, Any]:
+        assert self.shell is not None  # magics are always registered on a shell
+        return self.shell.user_ns
+
     def _run(self, cell: str) -> None:
-        exec(compile(cell, "<cell>", "exec"), self.shell.user_ns)  # noqa: S102 - the user's own cell
+        exec(compile(cell, "<cell>", "exec"), self._ns)  # noqa: S102 - the user's own cell
 
     @magic_arguments()
     @argument("--steps", type=int, default=None, help="training steps the cell runs (default: torch_xla.sync() calls)")
@@ -61,7 +66,7 @@ class XlaMagics(Magics):
             self._run(cell)
         result = w.result
         if args.output:
-            self.shell.user_ns[args.output] = result
+            self._ns[args.output] = result
         return result
 
     @magic_arguments()
@@ -92,7 +97,7 @@ class XlaMagics(Magics):
             self._run(cell)
         result = cap.result
         if args.output:
-            self.shell.user_ns[args.output] = result
+            self._ns[args.output] = result
         return result
 
 
