@@ -16,22 +16,8 @@ from nbdebug.xla import diagnose, parse_debug_log, parse_report
 DATA = Path(__file__).parent / "data" / "xla"
 REPO = Path(__file__).resolve().parents[1]
 
-# scenario -> {source: {kind: severity}} for the warnings/errors expected (info findings are not problems);
-# sources: R = the saved text report alone, RD = report + debug log, D = the debug log alone
-E, W = "error", "warning"
-EXPECTED = {
-    "healthy": {"R": {}, "RD": {}, "D": {}},
-    "lr_warmup_from_zero": {"R": {}, "RD": {}, "D": {}},
-    "bucketed_padding": {"R": {}, "RD": {}, "D": {}},
-    "variable_length": {"R": {"recompilation": E}, "RD": {"recompilation": E}, "D": {"recompilation": E}},
-    "short_last_batch": {"R": {}, "RD": {"recompilation": W}, "D": {"recompilation": W}},
-    "item_and_print": {"R": {"host_sync": W}, "RD": {"host_sync": W}, "D": {"host_sync": W}},
-    "boolean_mask": {"R": {"cpu_fallback": E, "recompilation": E}, "RD": {"cpu_fallback": E, "recompilation": E},
-                     "D": {"cpu_fallback": W, "recompilation": E}},
-    "fft_fallback": {"R": {"cpu_fallback": E}, "RD": {"cpu_fallback": E}, "D": {"cpu_fallback": W}},
-    "missing_sync": {"R": {"missing_sync": W}, "RD": {"missing_sync": W}, "D": {"missing_sync": W}},
-    "constant_hyperparameter": {"R": {"recompilation": E}, "RD": {"recompilation": E}, "D": {"recompilation": E}},
-}
+from tests.xla.scenarios import EXPECTED  # noqa: E402 - one table for unit and integration tests
+
 CASES = [(name, src) for name in EXPECTED for src in ("R", "RD", "D")]
 
 

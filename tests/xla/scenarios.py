@@ -149,3 +149,23 @@ SCENARIOS = {
         constant_hyperparameter,
     )
 }
+
+# scenario -> {source: {kind: severity}} of the warnings/errors expected (info findings are not problems).
+# Sources: R = the saved metrics_report() text alone, RD = text + debug log, D = debug log alone,
+# L = live watch() with debug capture, LN = live watch(debug=False) (per-step timeline from step closures).
+_E, _W = "error", "warning"
+EXPECTED: dict[str, dict[str, dict[str, str]]] = {
+    "healthy": {"R": {}, "RD": {}, "D": {}, "L": {}, "LN": {}},
+    "lr_warmup_from_zero": {"R": {}, "RD": {}, "D": {}, "L": {}, "LN": {}},
+    "bucketed_padding": {"R": {}, "RD": {}, "D": {}, "L": {}, "LN": {}},
+    "variable_length": {s: {"recompilation": _E} for s in ("R", "RD", "D", "L", "LN")},
+    # the report alone cannot tell a late compile from a warm-up one (info only); any timeline can
+    "short_last_batch": {"R": {}, **{s: {"recompilation": _W} for s in ("RD", "D", "L", "LN")}},
+    "item_and_print": {s: {"host_sync": _W} for s in ("R", "RD", "D", "L", "LN")},
+    "boolean_mask": {**{s: {"cpu_fallback": _E, "recompilation": _E} for s in ("R", "RD", "L", "LN")},
+                     "D": {"cpu_fallback": _W, "recompilation": _E}},
+    # the debug log alone has no call counts, so a fallback is a warning rather than an error
+    "fft_fallback": {**{s: {"cpu_fallback": _E} for s in ("R", "RD", "L", "LN")}, "D": {"cpu_fallback": _W}},
+    "missing_sync": {s: {"missing_sync": _W} for s in ("R", "RD", "D", "L", "LN")},
+    "constant_hyperparameter": {s: {"recompilation": _E} for s in ("R", "RD", "D", "L", "LN")},
+}
