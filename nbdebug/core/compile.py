@@ -328,12 +328,15 @@ def build_report(
         by_fn.setdefault((r.function, r.file, r.line), []).append(r)
     for (fn, file, line), rs in by_fn.items():
         guard = rs[-1].guard
+        if "/torch/" in file or "site-packages" in file:  # torch's wrapper around a compiled nn.Module's forward
+            fn = f"a compiled nn.Module ({fn} in {file.rsplit('/', 1)[-1]})"
         matched = _match(GUARD_FIXES, guard)
         what, fix = matched if matched else ("guard failed", GENERIC_GUARD_FIX)
         sev = "warning" if len(rs) >= 2 or any(h.function == fn for h in limits) else "info"
         findings.append(CompileFinding(
             "recompilation", sev,
-            f"{fn}() was recompiled {len(rs)} time(s) ({what}); failing guard: {guard}"
+            f"{fn if fn.startswith('a compiled') else fn + '()'} was recompiled {len(rs)} time(s) ({what}); "
+            f"failing guard: {guard}"
             + (f" [{rs[-1].user_line}]" if rs[-1].user_line else ""),
             fix, f"{file}:{line}"))
     seen: set[tuple[str, int]] = set()

@@ -128,7 +128,7 @@ def _per_step_html(per_step: Any) -> str:
 
 def cell_text(r: Any) -> str:
     """Plain-text report of what a cell did."""
-    lines = [f"%%xlametrics: {fmt_seconds(r.seconds)} wall", diagnosis_text(r.diagnosis)]
+    lines = [f"XLA cell report ({fmt_seconds(r.seconds)} wall)", diagnosis_text(r.diagnosis)]
     if r.per_step:
         lines.append("per step: " + " ".join(
             f"[{s.step}: {s.compiles}c {s.executions}e {s.transfers_from_device}t]" for s in r.per_step))
@@ -144,5 +144,5 @@ def cell_html(r: Any) -> str:
                     + [("compile time", fmt_seconds(d.compile_seconds)), ("wall time", fmt_seconds(r.seconds)),
                        ("CPU fallbacks", ", ".join(f"{k} x{v}" for k, v in d.fallback_ops.items()) or "none")])
     debug = f'<div class="nbd-muted">debug: {esc(r.debug_status)}</div>' if r.debug_status else ""
-    return panel("%%xlametrics: what this cell did on the XLA device",
+    return panel("What this cell did on the XLA device",
                  _findings_html(d) + head + _per_step_html(r.per_step) + debug, kind=_severity_kind(d))
