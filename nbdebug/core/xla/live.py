@@ -77,17 +77,29 @@ class Snapshot:
         return m[1] if m else 0.0
 
 
-def take_snapshot(met: Any = None) -> Snapshot:
-    """Read all counters and metrics through the torch_xla API."""
+_STEP_METRICS = ("CompileTime", "TransferFromDeviceTime")
+
+
+def take_snapshot(met: Any = None, *, light: bool = False) -> Snapshot:
+    """Read all counters and metrics through the torch_xla API.
+
+    ``light`` (used once per step) reads only the counters that a step row needs and the sample counts of
+    ``CompileTime`` / ``TransferFromDeviceTime``, without their sample lists.
+    """
     met = met or _metrics_module()
-    counters = {n: int(met.counter_value(n) or 0) for n in met.counter_names()}
+    if light:
+        counters = {n: int(met.counter_value(n) or 0) for n in met.counter_names()
+                    if n.startswith("aten::") or n in ("ExecuteComputation", "ExecuteReplicated")}
+    else:
+        counters = {n: int(met.counter_value(n) or 0) for n in met.counter_names()}
     metrics = {}
-    for n in met.metric_names():
+    for n in _STEP_METRICS if light else met.metric_names():
         data = met.metric_data(n)
         if data is None:
             continue
         total, acc, samples = data
-        metrics[n] = (int(total), float(acc), tuple((float(t), float(v)) for t, v in samples))
+        kept = () if light else tuple((float(t), float(v)) for t, v in samples)
+        metrics[n] = (int(total), float(acc), kept)
     return Snapshot(time.time(), counters, metrics)
 
 
@@ -305,7 +317,7 @@ class watch:  # noqa: N801 - used as a context manager, named like contextlib's 
         def on_step() -> None:
             if not self._active:
                 return
-            self._marks.append(take_snapshot(self._met))
+            self._marks.append(take_snapshot(self._met, light=True))
             xm.add_step_closure(on_step)
 
         xm.add_step_closure(on_step)
