@@ -173,3 +173,11 @@ def test_cli_bad_input():
     assert proc.returncode == 1 and "cannot read" in proc.stderr
     proc = _cli(str(REPO / "pyproject.toml"))
     assert proc.returncode == 1 and "not a torch_xla metrics report" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["era2019_issue836.txt", "era2020_issue2247.txt"])
+def test_excerpt_without_counters_is_not_called_a_missing_sync(name):
+    d = diagnose((DATA / name).read_text())
+    assert d.findings == () and any("no Counter blocks" in n for n in d.notes)
+    # the caller can supply the step count: 4 compiles over 1121 executions then read as healthy
+    assert diagnose((DATA / name).read_text(), steps=1000).ok

@@ -27,7 +27,15 @@ class XlaMagics(Magics):
         return self.shell.user_ns
 
     def _run(self, cell: str) -> None:
-        exec(compile(cell, "<cell>", "exec"), self._ns)  # noqa: S102 - the user's own cell
+        shell = self.shell
+        assert shell is not None
+        code = shell.transform_cell(cell)  # the cell may hold other magics or ! lines
+        try:
+            # registered in linecache: tracebacks and torch_xla's debug frames show the cell's own lines
+            filename = shell.compile.cache(code)
+        except Exception:  # an IPython without the caching compiler API
+            filename = "<cell>"
+        exec(compile(code, filename, "exec"), self._ns)  # noqa: S102 - the user's own cell
 
     @magic_arguments()
     @argument("--steps", type=int, default=None, help="training steps the cell runs (default: torch_xla.sync() calls)")

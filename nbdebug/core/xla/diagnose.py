@@ -132,7 +132,7 @@ def _per_step_from_log(log: DebugLog) -> tuple[StepStats, ...]:
 
 
 def _recompilation(
-    compiles: int, hits: int, steps: int, per_step: Sequence[StepStats], log: DebugLog | None
+    compiles: int, hits: int | None, steps: int, per_step: Sequence[StepStats], log: DebugLog | None
 ) -> list[Finding]:
     warm = int(_t("warmup_graphs"))
     evidence: dict[str, Any] = {"compiles": compiles, "cache_hits": hits, "steps": steps}
@@ -169,6 +169,13 @@ def _recompilation(
                 "recompilation", "info",
                 f"{compiles} graphs for {len(per)} steps, a few after warm-up but not every step: bounded "
                 "(e.g. one per padding bucket); fine as long as the number of shapes stays small.",
+                evidence, fix, lines)]
+        return []
+    if hits is None:  # cache hits unknown: only the compiles-per-step rule applies
+        if steps and compiles >= max(warm + 2, _t("storm_compiles_per_step") * steps):
+            return [Finding(
+                "recompilation", "error",
+                f"{compiles} graphs compiled in {steps} steps ({compiles / steps:.2f} per step): {causes}.",
                 evidence, fix, lines)]
         return []
     ratio = hits / (hits + compiles) if hits + compiles else 0.0
@@ -251,9 +258,16 @@ def diagnose(
                 fallbacks = {n: 0 for n in names}
     n_steps = steps if steps is not None else marks
     findings: list[Finding] = []
+    counters_unknown = report is not None and not report.counters
+    if counters_unknown:
+        # a pasted excerpt without its Counter blocks: MarkStep and CachedCompile are unknown, not zero
+        notes.append("the report has no Counter blocks (cut short?): syncs and cache hits are unknown"
+                     + ("" if steps is not None else "; pass steps=N"))
 
     # missing_sync ------------------------------------------------------------------------------------------
-    if marks == 0 and (executions or compiles) and (steps is None or steps >= 1):
+    if counters_unknown:
+        pass
+    elif marks == 0 and (executions or compiles) and (steps is None or steps >= 1):
         sev = "error" if steps and steps >= 2 else "warning"
         ev: dict[str, Any] = {"MarkStep": 0, "executions": executions, "compiles": compiles}
         if report is not None and report.metric("TensorsGraphSize"):
@@ -296,8 +310,9 @@ def diagnose(
             " ".join(fix_parts + [FIXES["cpu_fallback"]]), lines))
 
     # host_sync ---------------------------------------------------------------------------------------------
-    if n_steps and marks:
-        extra_exec = max(0, executions - marks)
+    syncs = n_steps if counters_unknown else marks
+    if n_steps and syncs:
+        extra_exec = max(0, executions - syncs)
         reads = scalar_reads
         host_events = [e for e in log.events if e.is_host_read] if log is not None else []
         if not fallbacks:
@@ -321,7 +336,7 @@ def diagnose(
 
     # recompilation -----------------------------------------------------------------------------------------
     if marks or steps:
-        findings.extend(_recompilation(compiles, hits, n_steps, per_step, log))
+        findings.extend(_recompilation(compiles, None if counters_unknown else hits, n_steps, per_step, log))
 
     if log is None:
         notes.append("no debug log: findings come from the counters alone and cannot name your source lines; "
