@@ -181,3 +181,22 @@ def test_excerpt_without_counters_is_not_called_a_missing_sync(name):
     assert d.findings == () and any("no Counter blocks" in n for n in d.notes)
     # the caller can supply the step count: 4 compiles over 1121 executions then read as healthy
     assert diagnose((DATA / name).read_text(), steps=1000).ok
+
+
+@pytest.mark.parametrize("cause,kind,versions", __import__("nbdebug.core.xla.debuglog", fromlist=["CAUSES"]).CAUSES)
+def test_every_cause_line_is_classified(cause, kind, versions):
+    from nbdebug.core.xla.debuglog import cause_kind
+
+    assert cause_kind(cause) == kind
+    block = ("Execution Analysis: " + "=" * 80 + "\nExecution Analysis: Execution Cause\n"
+             f"Execution Analysis:   {cause}\nExecution Analysis: " + "-" * 80 + "\n")
+    (event,) = parse_debug_log(block).events
+    assert event.is_sync == (kind == "step") and event.is_host_read == (kind == "read")
+
+
+def test_causes_seen_in_real_29_logs_are_in_the_table():
+    from nbdebug.core.xla.debuglog import CAUSES
+
+    known = {c for c, _, _ in CAUSES}
+    seen = {e.cause for p in DATA.glob("xla29_*.debug.txt") for e in parse_debug_log(p.read_text()).events}
+    assert seen and seen <= known

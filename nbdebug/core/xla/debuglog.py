@@ -11,12 +11,43 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Frame", "DebugEvent", "DebugLog", "parse_debug_log", "is_library_file"]
+__all__ = ["Frame", "DebugEvent", "DebugLog", "parse_debug_log", "is_library_file", "CAUSES", "cause_kind"]
 
 _PREFIX = re.compile(r"^(Unexpected Execution|Compilation|Execution|Post Compilation) Analysis: ?(.*)$")
 _FRAME = re.compile(r"^\s+(.+?) \((.+):(\d+)\)\s*$")
 _PROFILER = re.compile(r"pt-xla-profiler: (.*)$")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/nbdebug/", "<frozen ", "/lib/python3")
+
+
+# Every cause line torch_xla prints (debug_util.cpp), 2.2-2.7 wording ("mark_step") and 2.8+ ("torch_xla.sync"),
+# and what it means for a step timeline: "step" ends a step, "read" is user code reading a value mid-step.
+CAUSES: tuple[tuple[str, str, str], ...] = (
+    ("user torch_xla.sync", "step", "2.8+"),
+    ("user mark_step", "step", "2.2-2.7"),
+    ("torch_xla.sync in parallel loader at step end", "step", "2.8+"),
+    ("mark_step in parallel loader at step end", "step", "2.2-2.7"),
+    ("torch_xla.sync when exiting a profiler StepTrace region", "step", "2.8+"),
+    ("mark_step when exiting a profiler StepTrace region", "step", "2.2-2.7"),
+    ("torch_xla.compile", "step", "2.5+"),
+    ("torch_xla.compile clear the pending graph prior calling the target function", "other", "2.5+"),
+    ("torch_xla.sync when dynamo processing input graphs", "other", "2.8+"),
+    ("mark_step when dynamo processing input graphs", "other", "2.2-2.7"),
+    ("dynamo is compiling a FX graph to HLO", "other", "2.2+"),
+    ("dynamo is executing a compiled program", "other", "2.2+"),
+    ("most likely user code trying to access tensor value before torch_xla.sync", "read", "2.8+"),
+    ("most likely user code trying to access tensor value before mark_step", "read", "2.2-2.7"),
+)
+_CAUSE_KIND = {cause: kind for cause, kind, _ in CAUSES}
+
+
+def cause_kind(cause: str) -> str:
+    """``"step"``, ``"read"`` or ``"other"`` for a cause line (unknown wording is read by its key words)."""
+    kind = _CAUSE_KIND.get(cause.strip())
+    if kind is not None:
+        return kind
+    if "access tensor value" in cause:
+        return "read"
+    return "step" if ("mark_step" in cause or "torch_xla.sync" in cause) and "dynamo" not in cause else "other"
 
 
 def is_library_file(path: str) -> bool:
@@ -60,13 +91,12 @@ class DebugEvent:
     @property
     def is_sync(self) -> bool:
         """True when the cause is a step boundary (user sync, parallel loader, profiler step, compile)."""
-        c = self.cause
-        return ("mark_step" in c or "torch_xla.sync" in c) and "before" not in c
+        return cause_kind(self.cause) == "step"
 
     @property
     def is_host_read(self) -> bool:
         """True when the cause is user code reading a tensor value before the sync."""
-        return "access tensor value" in self.cause
+        return cause_kind(self.cause) == "read"
 
 
 @dataclass(frozen=True)
