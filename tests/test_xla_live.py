@@ -51,6 +51,7 @@ def test_step_rows():
 
 def test_debug_status_messages(monkeypatch):
     monkeypatch.delenv("PT_XLA_DEBUG", raising=False)
+    monkeypatch.delenv("PT_XLA_DEBUG_FILE", raising=False)
     monkeypatch.setenv("PT_XLA_DEBUG_LEVEL", "2")
     on, msg = live.debug_status(None)
     assert on and "first execution" in msg
@@ -61,6 +62,9 @@ def test_debug_status_messages(monkeypatch):
     fresh = _snap(0, {}, {})
     on, msg = live.debug_status(fresh)
     assert on and "switched on" in msg and os.environ["PT_XLA_DEBUG_LEVEL"] == "2"
+    # the analysis goes to a file of its own rather than to the notebook's stderr
+    assert os.path.exists(os.environ["PT_XLA_DEBUG_FILE"]) and os.environ["PT_XLA_DEBUG_FILE"] in msg
+    os.unlink(os.environ["PT_XLA_DEBUG_FILE"])
 
 
 def test_fd_capture_keeps_debug_lines_and_gives_back_the_rest(capfd):

@@ -119,6 +119,7 @@ def test_watch_switches_debug_on_when_nothing_ran_yet(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "switched on" in data["status"]
+    assert "Compilation Analysis" not in proc.stderr  # written to its own file, not to the notebook's stderr
     assert "Execution Analysis: " in data["log"] and "Compilation Analysis: " in data["log2"]
     assert any("scenarios.py" in line for line in data["lines"])
 

@@ -278,8 +278,9 @@ def diagnose(
             "missing_sync", sev,
             "No torch_xla.sync() / mark_step() ran"
             + (f" in {steps} steps" if steps else "")
-            + f": the lazy graph was only cut when a value was read ({executions} execution(s)), so every step is "
-            "traced into one graph that grows with the loop and is compiled from scratch when finally read.",
+            + f": the lazy graph was only cut when a value was read ({executions} execution(s)), so every step of a "
+            "loop is traced into one graph that grows with it and is compiled from scratch when finally read"
+            + ("." if steps else " (a one-off computation or an inference cell needs no sync: ignore this there)."),
             ev, FIXES["missing_sync"], lines))
     elif steps and marks and marks < steps / 2:
         findings.append(Finding(

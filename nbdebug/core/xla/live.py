@@ -169,9 +169,16 @@ def debug_status(before: Snapshot | None = None, *, enable: bool = True) -> tupl
     )
     if enable and nothing_ran:
         os.environ["PT_XLA_DEBUG_LEVEL"] = "2"
+        if not os.environ.get("PT_XLA_DEBUG_FILE"):
+            # read at the same moment as the level: every later analysis goes to this file, not to the
+            # notebook's stderr, and each watch() reads only what its own block appended
+            fd, path = tempfile.mkstemp(prefix="nbdebug_pt_xla_debug_", suffix=".log")
+            os.close(fd)
+            os.environ["PT_XLA_DEBUG_FILE"] = path
         return True, (
-            "debug analysis switched on (PT_XLA_DEBUG_LEVEL=2): nothing had run on the XLA device yet, and torch_xla "
-            "reads the setting at its first execution; it now stays on for this process"
+            "debug analysis switched on (PT_XLA_DEBUG_LEVEL=2, written to "
+            f"{os.environ['PT_XLA_DEBUG_FILE']}): nothing had run on the XLA device yet, and torch_xla reads the "
+            "setting at its first execution; it now stays on for this process"
         )
     return False, (
         "debug analysis is off, and torch_xla 2.9 reads PT_XLA_DEBUG_LEVEL only once, at the first execution in "
