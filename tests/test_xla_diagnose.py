@@ -200,3 +200,13 @@ def test_causes_seen_in_real_29_logs_are_in_the_table():
     known = {c for c, _, _ in CAUSES}
     seen = {e.cause for p in DATA.glob("xla29_*.debug.txt") for e in parse_debug_log(p.read_text()).events}
     assert seen and seen <= known
+
+
+def test_xla_metrics_file_gives_a_timeline():
+    # XLA_METRICS_FILE appends a report per sync: the differences show the compile at the last step
+    text = (DATA / "xla29_short_last_batch.metricsfile.txt").read_text()
+    report = parse_report(text)
+    assert report.saved_step == 5 and len(report.history) == 5
+    d = diagnose(text)
+    assert [s.compiles for s in d.per_step] == [1, 1, 0, 0, 0, 1]
+    assert d.finding("recompilation").severity == "warning" and "short last batch" in d.finding("recompilation").message

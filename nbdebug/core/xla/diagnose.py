@@ -131,6 +131,23 @@ def _per_step_from_log(log: DebugLog) -> tuple[StepStats, ...]:
     return tuple(StepStats(i, compiles[i], execs[i]) for i in range(n))
 
 
+def _per_step_from_history(reports: Sequence[MetricsReport]) -> tuple[StepStats, ...]:
+    # XLA_METRICS_FILE appends one cumulative report per sync: consecutive differences are per-step numbers
+    rows = []
+    prev: MetricsReport | None = None
+    for i, r in enumerate(reports):
+        rows.append(StepStats(
+            i,
+            r.compiles - (prev.compiles if prev else 0),
+            r.executions - (prev.executions if prev else 0),
+            r.transfers_from_device - (prev.transfers_from_device if prev else 0),
+            sum(r.fallback_ops.values()) - (sum(prev.fallback_ops.values()) if prev else 0),
+            r.compile_seconds - (prev.compile_seconds if prev else 0.0),
+        ))
+        prev = r
+    return tuple(rows)
+
+
 def _recompilation(
     compiles: int, hits: int | None, steps: int, per_step: Sequence[StepStats], log: DebugLog | None
 ) -> list[Finding]:
@@ -237,6 +254,8 @@ def diagnose(
     notes: list[str] = []
     if log is not None and not per_step:
         per_step = _per_step_from_log(log) if log.executions else ()
+    if report is not None and report.history and not per_step and steps is None:
+        per_step = _per_step_from_history((*report.history, report))
     if report is not None:
         compiles, hits, executions = report.compiles, report.cache_hits, report.executions
         marks, transfers = report.steps, report.transfers_from_device
