@@ -346,9 +346,10 @@ def _looks_short(metrics: list[Metric], counters: list[Counter]) -> bool:
     short_counters = {"CachedCompile", "MarkStep", "DynamoSyncInputExecuteTime"}
     if not metrics and not counters:
         return False
-    return all(m.name in short_metrics for m in metrics) and all(
+    # short_metrics_report(): only its default metrics and counters, plus every non-zero aten:: counter
+    return bool(metrics) and all(m.name in short_metrics for m in metrics) and all(
         c.name in short_counters or c.name.startswith("aten::") for c in counters
-    ) and any(c.name == "CachedCompile" for c in counters[:1])
+    )
 
 
 def _replace_section(m: Metric, section: str) -> Metric:
