@@ -1,9 +1,114 @@
-"""Magics for this feature area (filled in by its issue)."""
+"""``%%xlametrics`` (what a cell did on the XLA device) and ``%%compilecheck`` (torch.compile breaks/recompiles).
+
+Glue only: argument parsing and running the cell; the work is in ``nbdebug.core.xla`` and
+``nbdebug.core.compile``.  Nothing heavy is imported until a magic runs.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from nbdebug.ipython._state import ExtensionState
 
 
+@magics_class
+class XlaMagics(Magics):
+    """Compilation diagnostics for torch_xla and torch.compile."""
+
+    nbd_state: ExtensionState
+
+    @property
+    def _ns(self) -> dict[str, Any]:
+        assert self.shell is not None  # magics are always registered on a shell
+        return self.shell.user_ns
+
+    def _run(self, cell: str) -> None:
+        shell = self.shell
+        assert shell is not None
+        code = shell.transform_cell(cell)  # the cell may hold other magics or ! lines
+        try:
+            # registered in linecache: tracebacks and torch_xla's debug frames show the cell's own lines
+            filename = shell.compile.cache(code)
+        except Exception:  # an IPython without the caching compiler API
+            filename = "<cell>"
+        exec(compile(code, filename, "exec"), self._ns)  # noqa: S102 - the user's own cell
+
+    @magic_arguments()
+    @argument("--steps", type=int, default=None, help="training steps the cell runs (default: torch_xla.sync() calls)")
+    @argument("--no-debug", action="store_true", help="do not capture torch_xla's debug analysis")
+    @argument("-o", "--output", metavar="NAME", help="also store the result in this variable")
+    @cell_magic
+    def xlametrics(self, line: str, cell: str) -> Any:
+        """Show what this cell did on the XLA device, and what makes it slow.
+
+        Usage::
+
+            %%xlametrics [--steps N] [--no-debug] [-o NAME]
+            for batch in loader:
+                train_step(batch)
+                torch_xla.sync()
+
+        Reports the difference the cell made, read through torch_xla's metrics API: compiles, cache hits,
+        executions, device->host transfers, CPU fallback ops, compile time, one row per torch_xla.sync() when
+        the cell loops; then the diagnosis (recompilation, host_sync, cpu_fallback, missing_sync) with fixes.
+        With debug analysis on, each cause is mapped to your source line. torch_xla reads PT_XLA_DEBUG_LEVEL
+        once, at its first execution: if nothing has run on the XLA device yet, the magic switches it on for
+        the rest of the session; otherwise set `%env PT_XLA_DEBUG_LEVEL=2` right after a kernel restart.
+
+        Returns an ``XlaCellReport`` (``.diagnosis``, ``.report``, ``.per_step``, ``.to_pandas()``).
+        """
+        args = parse_argstring(self.xlametrics, line)
+        if args.steps is not None and args.steps < 0:
+            raise UsageError(f"%%xlametrics: --steps {args.steps}: expected a number of steps >= 0")
+        from nbdebug.core.xla.live import available, watch
+
+        if not available():
+            raise UsageError("%%xlametrics needs torch_xla, which is not installed: pip install 'nbdebug[xla]' "
+                             "(to diagnose a saved report instead: nbdebug.xla.diagnose(text))")
+        w = watch(steps=args.steps, debug=not args.no_debug)
+        with w:
+            self._run(cell)
+        result = w.result
+        if args.output:
+            self._ns[args.output] = result
+        return result
+
+    @magic_arguments()
+    @argument("--show-torch-logs", action="store_true", help="also let torch print its own log lines")
+    @argument("-o", "--output", metavar="NAME", help="also store the result in this variable")
+    @cell_magic
+    def compilecheck(self, line: str, cell: str) -> Any:
+        """Find torch.compile graph breaks, recompilations and recompile-limit hits in this cell.
+
+        Usage::
+
+            %%compilecheck [-o NAME]
+            model = torch.compile(model)
+            for x in batches:
+                model(x)
+
+        Listens to torch's own `graph_breaks` and `recompiles` logs while the cell runs and reports each graph
+        break with its reason and your source line, each recompilation with the guard that failed, and any
+        function that hit torch._dynamo.config.recompile_limit (it then runs eagerly), with fixes.
+
+        Returns a ``CompileReport`` (``.breaks``, ``.recompiles``, ``.limit_hits``, ``.findings``).
+        """
+        args = parse_argstring(self.compilecheck, line)
+        from nbdebug.core.compile import capture_compile
+
+        cap = capture_compile(quiet=not args.show_torch_logs)
+        with cap:
+            self._run(cell)
+        result = cap.result
+        if args.output:
+            self._ns[args.output] = result
+        return result
+
+
 def register(state: ExtensionState) -> None:
-    """Register this area's magics and features."""
+    """Register ``%%xlametrics`` and ``%%compilecheck``."""
+    state.register_magics(XlaMagics)

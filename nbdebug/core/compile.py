@@ -1,0 +1,438 @@
+"""torch.compile diagnostics: graph breaks (reason, user line), recompilations (failing guard), the recompile limit.
+
+Built on torch's own tools, not a re-implementation: ``torch._dynamo.explain`` for the graph breaks of one call,
+and torch's logging artifacts (``torch._logging.set_logs(recompiles=True, graph_breaks=True)``, captured with a
+``logging.Handler``) for whatever a block of code compiles; the recompile-limit warning comes from
+``torch._dynamo.convert_frame``.  The config is ``torch._dynamo.config.recompile_limit`` (``cache_size_limit`` in
+torch < 2.6).  ``compile_check`` and ``capture_compile`` reset torch's logging settings when they finish
+(``torch._logging.set_logs()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbdebug.core._result import Result
+
+__all__ = [
+    "GraphBreak",
+    "Recompile",
+    "LimitHit",
+    "CompileFinding",
+    "CompileReport",
+    "compile_check",
+    "capture_compile",
+    "BREAK_FIXES",
+    "GUARD_FIXES",
+    "recompile_limit",
+]
+
+# (pattern in the graph-break reason, short name, fix); first match wins
+BREAK_FIXES: tuple[tuple[str, str, str], ...] = (
+    (r"Tensor\.item\(\)|\.item\(\)", "Tensor.item()",
+     "move .item() out of the compiled function (return the tensor and read it outside), or set "
+     "torch._dynamo.config.capture_scalar_outputs = True to keep it in the graph"),
+    (r"\bprint\b|builtin.*print", "print()",
+     "move print() out of the compiled function (log the returned tensors after the call)"),
+    (r"[Dd]ata-dependent|generic_jump|jump.*[Tt]ensor|branch", "data-dependent control flow",
+     "replace `if tensor:` with torch.cond(pred, true_fn, false_fn, operands) or torch.where"),
+    (r"nonzero|dynamic shape operator|aten\.unique|masked_select", "data-dependent output shape",
+     "keep shapes static (torch.where with a mask) or set torch._dynamo.config.capture_dynamic_output_shape_ops = True"),
+    (r"[Cc]all to.*skipped|[Ss]kip|not supported|[Uu]nsupported", "unsupported call",
+     "move the unsupported call out of the compiled region, or wrap it with torch.compiler.disable"),
+)
+GENERIC_BREAK_FIX = "compile with torch.compile(fn, fullgraph=True) to turn every graph break into an error at its line"
+
+# (pattern in the failing guard, short name, fix)
+GUARD_FIXES: tuple[tuple[str, str, str], ...] = (
+    (r"size mismatch|\.size\(\)|stride mismatch|sizes\(\)", "tensor shape changed",
+     "mark the changing dimension dynamic: torch._dynamo.mark_dynamic(x, dim) before the call, or "
+     "torch.compile(fn, dynamic=True); or pad/bucket inputs to a few sizes"),
+    (r"dtype|device|requires_grad", "tensor dtype/device/requires_grad changed",
+     "call the compiled function with one dtype/device/requires_grad setting (cast before the call)"),
+    (r"==\s*-?\d+(\.\d+)?(e-?\d+)?\b|==\s*'|==\s*\"|___check_obj_id|ID_MATCH|TYPE_MATCH", "Python value baked into the graph",
+     "pass values that change between calls (step counters, schedules, modes) as tensors, or keep them constant; "
+     "strings and objects used in control flow specialize the graph"),
+)
+GENERIC_GUARD_FIX = "look at the guard that failed and keep that input constant between calls"
+
+
+def recompile_limit() -> tuple[str, int | None]:
+    """The name and value of the recompile-limit config in the installed torch."""
+    import torch._dynamo.config as config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            return name, int(getattr(config, name))
+    return "recompile_limit", None
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """One graph break: why, and where in the user's code."""
+
+    reason: str
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    detail: str = ""
+
+    @property
+    def where(self) -> str:
+        """``file:line``."""
+        return f"{self.file}:{self.line}" if self.file else "?"
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """One recompilation of a function, with the guard that failed."""
+
+    function: str
+    file: str
+    line: int
+    guard: str
+    user_line: str = ""
+
+
+@dataclass(frozen=True)
+class LimitHit:
+    """Dynamo gave up compiling a function: the recompile limit was hit; it runs eagerly from now on."""
+
+    function: str
+    file: str
+    line: int
+    limit_name: str
+    limit: int | None
+    last_reason: str = ""
+
+
+@dataclass(frozen=True)
+class CompileFinding:
+    """A problem with a fix; kinds: ``graph_break``, ``recompilation``, ``recompile_limit``."""
+
+    kind: str
+    severity: str
+    message: str
+    fix: str
+    where: str = ""
+
+
+@dataclass(frozen=True, repr=False)
+class CompileReport(Result):
+    """What torch.compile did with a function or a cell.
+
+    Attributes
+    ----------
+    graph_count, graph_break_count : int or None
+        From ``torch._dynamo.explain`` (None when the report comes from logs only).
+    breaks : tuple of GraphBreak
+    recompiles : tuple of Recompile
+    limit_hits : tuple of LimitHit
+    findings : tuple of CompileFinding
+        One per distinct problem, most severe first, each with its fix.
+    limit_name : str
+        ``recompile_limit`` (torch >= 2.6) or ``cache_size_limit``.
+    limit : int or None
+        Its value.
+    """
+
+    graph_count: int | None
+    graph_break_count: int | None
+    breaks: tuple[GraphBreak, ...]
+    recompiles: tuple[Recompile, ...]
+    limit_hits: tuple[LimitHit, ...]
+    findings: tuple[CompileFinding, ...]
+    limit_name: str = "recompile_limit"
+    limit: int | None = None
+    ops_per_graph: tuple[int, ...] = field(default=())
+
+    _text_renderer = "nbdebug.render.compile:compile_text"
+    _html_renderer = "nbdebug.render.compile:compile_html"
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found."""
+        return not self.findings
+
+    def _summary_line(self) -> str:
+        graphs = f"{self.graph_count} graph(s), " if self.graph_count is not None else ""
+        return (f"{graphs}{len(self.breaks)} graph break(s), {len(self.recompiles)} recompilation(s), "
+                f"{len(self.limit_hits)} recompile-limit hit(s)")
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [{"kind": f.kind, "severity": f.severity, "message": f.message, "where": f.where, "fix": f.fix}
+                for f in self.findings]
+
+
+# --- log parsing -----------------------------------------------------------------------------------------------
+
+_BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
+_RECOMPILING = re.compile(r"Recompiling function (\S+) in (.+):(\d+)")
+_GUARD_LINE = re.compile(r"^\s*-\s*\d+/\d+:\s*(.*?)\s*(?:#.*)?$")
+_USER_FILE = re.compile(r'File "(.+)", line (\d+), in (\S+)\n\s*-?\s*(.*)')
+_LIMIT = re.compile(r"hit config\.(recompile_limit|cache_size_limit) \((\d+)\)")
+_LIMIT_FN = re.compile(r"function: '(.+?)' \((.+):(\d+)\)")
+_LAST_REASON = re.compile(r"last reason: \d+/\d+:\s*(.*?)\s*(?:#.*)?$", re.M)
+
+
+def _first_reason_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Graph Break Reason", "Encountered graph break")):
+            return line
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _parse_break(msg: str) -> GraphBreak | None:
+    m = _BREAK_AT.search(msg)
+    if not m:
+        return None
+    body = msg.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in msg else msg
+    body = body.split("User code traceback:", 1)[0]
+    code = ""
+    tb = msg.split("User code traceback:", 1)[1] if "User code traceback:" in msg else ""
+    frames = _USER_FILE.findall(tb)
+    for file, line, _fn, text in frames:
+        if file == m.group(1) and int(line) == int(m.group(2)):
+            code = text.strip()
+    return GraphBreak(_first_reason_line(body), m.group(1), int(m.group(2)), code, body.strip())
+
+
+def _parse_recompile(msg: str) -> Recompile | None:
+    m = _RECOMPILING.search(msg)
+    if not m:
+        return None
+    guard = ""
+    for line in msg.splitlines()[1:]:
+        g = _GUARD_LINE.match(line)
+        if g and not g.group(1).startswith(("User stack", "File")):
+            guard = g.group(1)
+            break
+    user = _USER_FILE.search(msg)
+    user_line = f"{user.group(1)}:{user.group(2)}: {user.group(4).strip()}" if user else ""
+    return Recompile(m.group(1), m.group(2), int(m.group(3)), guard, user_line)
+
+
+def _parse_limit(msg: str) -> LimitHit | None:
+    m = _LIMIT.search(msg)
+    if not m:
+        return None
+    fn = _LIMIT_FN.search(msg)
+    last = _LAST_REASON.search(msg)
+    return LimitHit(fn.group(1) if fn else "?", fn.group(2) if fn else "", int(fn.group(3)) if fn else 0,
+                    m.group(1), int(m.group(2)), last.group(1) if last else "")
+
+
+class _Recorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.breaks: list[GraphBreak] = []
+        self.recompiles: list[Recompile] = []
+        self.limits: list[LimitHit] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a malformed record must never break the user's code
+            return
+        if "Graph break in user code" in msg:
+            b = _parse_break(msg)
+            if b and b not in self.breaks:
+                self.breaks.append(b)
+        elif "Recompiling function" in msg:
+            r = _parse_recompile(msg)
+            if r:
+                self.recompiles.append(r)
+        elif "hit config." in msg:
+            h = _parse_limit(msg)
+            if h:
+                self.limits.append(h)
+
+
+_LOGGERS = ("torch", "torch._dynamo")
+
+
+class capture_compile:  # noqa: N801 - a context manager
+    """Record graph breaks, recompilations and recompile-limit hits while a block of code runs.
+
+    Turns on torch's ``recompiles`` and ``graph_breaks`` logging artifacts and listens to them; torch's own
+    console output of those artifacts is held back while recording.  ``.result`` is a ``CompileReport``.
+    """
+
+    def __init__(self, *, quiet: bool = True) -> None:
+        self.quiet = quiet
+        self.recorder = _Recorder()
+        self.result: CompileReport | None = None
+        self._removed: list[tuple[logging.Logger, logging.Handler]] = []
+
+    def __enter__(self) -> capture_compile:
+        import torch._logging
+
+        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        for name in _LOGGERS:
+            logger = logging.getLogger(name)
+            if self.quiet:
+                for h in list(logger.handlers):
+                    logger.removeHandler(h)
+                    self._removed.append((logger, h))
+            logger.addHandler(self.recorder)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch._logging
+
+        for name in _LOGGERS:
+            logging.getLogger(name).removeHandler(self.recorder)
+        for logger, h in self._removed:
+            if h not in logger.handlers:
+                logger.addHandler(h)
+        self._removed.clear()
+        torch._logging.set_logs()  # back to torch's defaults (re-creates its handlers)
+        self.result = build_report(self.recorder.breaks, self.recorder.recompiles, self.recorder.limits)
+
+
+def _match(table: tuple[tuple[str, str, str], ...], text: str) -> tuple[str, str] | None:
+    for pattern, name, fix in table:
+        if re.search(pattern, text):
+            return name, fix
+    return None
+
+
+def build_report(
+    breaks: Iterable[GraphBreak],
+    recompiles: Iterable[Recompile],
+    limits: Iterable[LimitHit],
+    *,
+    graph_count: int | None = None,
+    graph_break_count: int | None = None,
+    ops_per_graph: tuple[int, ...] = (),
+) -> CompileReport:
+    """Turn recorded events into a ``CompileReport`` with findings and fixes."""
+    breaks, recompiles, limits = tuple(breaks), tuple(recompiles), tuple(limits)
+    name, value = recompile_limit()
+    findings: list[CompileFinding] = []
+    for h in limits:
+        findings.append(CompileFinding(
+            "recompile_limit", "error",
+            f"torch.compile gave up on {h.function}(): it hit {h.limit_name}={h.limit} and now runs it EAGERLY "
+            f"(no speed-up). Last failing guard: {h.last_reason or '?'}",
+            "find what changes between calls (the guard above) and make it static; only raise "
+            f"torch._dynamo.config.{name} if the number of variants is small and bounded",
+            f"{h.file}:{h.line}"))
+    by_fn: dict[tuple[str, str, int], list[Recompile]] = {}
+    for r in recompiles:
+        by_fn.setdefault((r.function, r.file, r.line), []).append(r)
+    for (fn, file, line), rs in by_fn.items():
+        guard = rs[-1].guard
+        if "/torch/" in file or "site-packages" in file:  # torch's wrapper around a compiled nn.Module's forward
+            fn = f"a compiled nn.Module ({fn} in {file.rsplit('/', 1)[-1]})"
+        matched = _match(GUARD_FIXES, guard)
+        what, fix = matched if matched else ("guard failed", GENERIC_GUARD_FIX)
+        sev = "warning" if len(rs) >= 2 or any(h.function == fn for h in limits) else "info"
+        findings.append(CompileFinding(
+            "recompilation", sev,
+            f"{fn if fn.startswith('a compiled') else fn + '()'} was recompiled {len(rs)} time(s) ({what}); "
+            f"failing guard: {guard}"
+            + (f" [{rs[-1].user_line}]" if rs[-1].user_line else ""),
+            fix, f"{file}:{line}"))
+    seen: set[tuple[str, int]] = set()
+    for b in breaks:
+        if (b.file, b.line) in seen:
+            continue
+        seen.add((b.file, b.line))
+        matched = _match(BREAK_FIXES, b.detail or b.reason)
+        what, fix = matched if matched else ("graph break", GENERIC_BREAK_FIX)
+        findings.append(CompileFinding(
+            "graph_break", "warning",
+            f"Graph break ({what}) at {b.where}" + (f": `{b.code}`" if b.code else "") + f" - {b.reason}",
+            f"{fix}; {GENERIC_BREAK_FIX}" if matched else fix, b.where))
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: order[f.severity])
+    return CompileReport(graph_count, graph_break_count, breaks, recompiles, limits, tuple(findings), name, value,
+                         ops_per_graph)
+
+
+def _frame_of(user_stack: Any) -> tuple[str, int, str]:
+    frames = list(user_stack or ())
+    for fs in reversed(frames):
+        fname = getattr(fs, "filename", "")
+        if "/torch/" not in fname and "site-packages" not in fname:
+            return fname, int(getattr(fs, "lineno", 0) or 0), (getattr(fs, "line", "") or "").strip()
+    if frames:
+        fs = frames[-1]
+        return fs.filename, int(fs.lineno or 0), (fs.line or "").strip()
+    return "", 0, ""
+
+
+def compile_check(
+    fn: Callable[..., Any],
+    *args: Any,
+    calls: Iterable[Any] | None = None,
+    backend: str = "eager",
+    **kwargs: Any,
+) -> CompileReport:
+    """Check how ``torch.compile`` handles ``fn``: graph breaks, recompilations, the recompile limit.
+
+    Parameters
+    ----------
+    fn : callable
+        The function or ``nn.Module`` to compile.
+    *args, **kwargs
+        One call's arguments: ``torch._dynamo.explain`` traces ``fn(*args, **kwargs)`` for graph breaks.
+    calls : iterable, optional
+        More calls to make on ``torch.compile(fn, backend=backend)`` after the first, to find recompilations:
+        each item is a tuple of positional arguments, a dict of keyword arguments, or an ``(args, kwargs)``
+        pair.  (``calls`` and ``backend`` are therefore not passed on to ``fn``.)
+    backend : str
+        Backend for the recompilation run; ``"eager"`` (default) traces with Dynamo only, fast and enough to
+        see breaks and guards; use ``"inductor"`` to include code generation.
+
+    Returns
+    -------
+    CompileReport
+
+    Notes
+    -----
+    ``torch._dynamo.explain`` resets Dynamo's caches, so other compiled functions recompile on their next call.
+    """
+    import torch
+    import torch._dynamo
+
+    with capture_compile():  # holds back torch's own console output of the same breaks
+        explained = torch._dynamo.explain(fn)(*args, **kwargs)
+    breaks = []
+    for br in explained.break_reasons:
+        file, line, code = _frame_of(getattr(br, "user_stack", ()))
+        reason = str(getattr(br, "reason", br))
+        breaks.append(GraphBreak(_first_reason_line(reason), file, line, code, reason))
+    recompiles: list[Recompile] = []
+    limits: list[LimitHit] = []
+    if calls is not None:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend)
+        with capture_compile() as cap:
+            compiled(*args, **kwargs)
+            for call in calls:
+                c_args, c_kwargs = _split_call(call)
+                compiled(*c_args, **c_kwargs)
+        recompiles = list(cap.recorder.recompiles)
+        limits = list(cap.recorder.limits)
+    return build_report(
+        breaks, recompiles, limits,
+        graph_count=int(explained.graph_count), graph_break_count=int(explained.graph_break_count),
+        ops_per_graph=tuple(len(ops) for ops in (explained.ops_per_graph or ())),
+    )
+
+
+def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(call, dict):
+        return (), call
+    if isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], tuple) and isinstance(call[1], dict):
+        return call[0], call[1]
+    if isinstance(call, tuple):
+        return call, {}
+    return (call,), {}

@@ -1,0 +1,25 @@
+"""torch_xla diagnostics: parse metrics reports and debug logs, read live metrics, diagnose what is slow."""
+
+from nbdebug.core.xla.debuglog import DebugEvent, DebugLog, Frame, parse_debug_log
+from nbdebug.core.xla.diagnose import Finding, StepStats, XlaDiagnosis, diagnose
+from nbdebug.core.xla.live import XlaCellReport, available, read_live, watch
+from nbdebug.core.xla.report import Counter, Metric, MetricsReport, parse_report
+
+__all__ = [
+    "Counter",
+    "DebugEvent",
+    "DebugLog",
+    "Finding",
+    "Frame",
+    "Metric",
+    "MetricsReport",
+    "StepStats",
+    "XlaCellReport",
+    "XlaDiagnosis",
+    "available",
+    "diagnose",
+    "parse_debug_log",
+    "parse_report",
+    "read_live",
+    "watch",
+]
