@@ -88,6 +88,7 @@ class MemorySnapshot(Result):
         self.model = model
         self.source = source
         self._states: dict[int, DeviceState] = {}
+        self._default: int | None = None
 
     # --- basics -----------------------------------------------------------------------------------------------
     @property
@@ -101,6 +102,8 @@ class MemorySnapshot(Result):
     def default_device(self) -> int:
         """The device with the longest trace (then the most reserved memory)."""
         m = self.model
+        if self._default is not None:
+            return self._default
         if not self.devices:
             return 0
         return max(self.devices, key=lambda d: (m.device_range.get(d, (0, 0))[1] - m.device_range.get(d, (0, 0))[0],
