@@ -37,8 +37,8 @@ def event_sites(snap: object, device: int) -> tuple[np.ndarray, np.ndarray]:
     m = snap.model  # type: ignore[attr-defined]
     st = snap.state(device)  # type: ignore[attr-defined]
     lo = st.lo
-    n_sites = len(m.sites) + 1  # last slot: no stack
-    nostack = n_sites - 1
+    n_sites = len(m.sites) + 2  # two more slots: no stack, allocated before the trace (freed during it)
+    nostack, before = n_sites - 2, n_sites - 1
 
     def site_of(stacks: np.ndarray) -> np.ndarray:
         if not m.stack_site.size:
@@ -48,9 +48,10 @@ def event_sites(snap: object, device: int) -> tuple[np.ndarray, np.ndarray]:
     own = site_of(m.stack[lo:lo + st.n])
     owner = np.where(st.alloc_of >= 0, own[np.maximum(st.alloc_of, 0)], own)
     act = m.action[lo:lo + st.n]
+    owner[st.before_frees] = before
     owner = np.where((act == ALLOC) | (act == FREE_COMPLETED), owner, nostack)
     initial = np.zeros(n_sites, dtype=np.int64)
-    np.add.at(initial, own[st.before_frees], m.size[lo + st.before_frees])
+    initial[before] = int(m.size[lo + st.before_frees].sum())
     np.add.at(initial, site_of(m.block_stack[st.before_blocks]), m.block_size[st.before_blocks])
     return owner, initial
 
@@ -82,8 +83,7 @@ def compute_bands(snap: object, device: int | None = None, *, top: int = 8, buck
         contrib = initial.copy()
         mask = np.arange(n) <= p - 1
         np.add.at(contrib, owner[mask], st.delta[mask])
-        nostack = len(m.sites)
-        order_sites = [int(s) for s in np.argsort(-contrib, kind="stable") if contrib[s] > 0 and s != nostack]
+        order_sites = [int(s) for s in np.argsort(-contrib, kind="stable") if contrib[s] > 0]
         ids = order_sites[:top]
     else:
         contrib = initial
@@ -94,7 +94,9 @@ def compute_bands(snap: object, device: int | None = None, *, top: int = 8, buck
         values[k] = series[pts]
     values[-1] = total[pts] - values[:-1].sum(axis=0)
     from nbdebug.core.memory._sites import format_frame
+    from nbdebug.core.memory._snapshot import BEFORE_TRACE
 
-    names = tuple(format_frame(m.sites[s]) if s < len(m.sites) else "<no stack recorded>" for s in ids) + ("other",)
+    names = tuple(format_frame(m.sites[s]) if s < len(m.sites) else
+                  ("<no stack recorded>" if s == len(m.sites) else BEFORE_TRACE) for s in ids) + ("other",)
     return Bands(device=st.device, x_unit="us" if st.x_is_time else "event", x=x_all[pts], index=pts - 1,
                  total=total[pts], floor=floor, names=names, site_ids=tuple(ids), values=values)

@@ -34,6 +34,8 @@ from nbdebug.errors import SnapshotError
 __all__ = ["load_snapshot", "MemorySnapshot"]
 
 _NO_STACK = "<no stack recorded>"
+BEFORE_TRACE = "<allocated before the trace began>"  # freed during the trace; only the free's stack is known
+_BEFORE = -2  # stack id standing for BEFORE_TRACE
 
 
 def load_snapshot(source: Any, *, name: str | None = None) -> MemorySnapshot:
@@ -70,6 +72,8 @@ def load_snapshot(source: Any, *, name: str | None = None) -> MemorySnapshot:
                             "torch.cuda.memory._snapshot()")
     model = build_model(raw, label)
     del raw
+    if name is None and isinstance(source, (str, os.PathLike)):
+        label = os.path.basename(os.fspath(source))
     return MemorySnapshot(model, source=name or label)
 
 
@@ -132,7 +136,7 @@ class MemorySnapshot(Result):
     def site_label(self, stack: int) -> str:
         """``file.py:LINE function`` of the first user frame of a stack id."""
         if stack < 0:
-            return _NO_STACK
+            return BEFORE_TRACE if stack == _BEFORE else _NO_STACK
         return format_frame(self.model.sites[int(self.model.stack_site[stack])])
 
     def stack_text(self, stack: int, limit: int = 40) -> tuple[str, ...]:
@@ -152,7 +156,7 @@ class MemorySnapshot(Result):
         if not stacks.size:
             return ()
         site = np.where(stacks >= 0, self.model.stack_site[np.maximum(stacks, 0)] if self.model.stack_site.size
-                        else -1, -1)
+                        else -1, np.maximum(stacks, _BEFORE))
         keys, inverse = np.unique(site, return_inverse=True)
         total = np.bincount(inverse, weights=sizes.astype(np.float64), minlength=keys.size)
         count = np.bincount(inverse, minlength=keys.size)
@@ -161,7 +165,7 @@ class MemorySnapshot(Result):
         for k in order[:limit] if limit else order:
             sid = int(keys[k])
             frame = self.model.sites[sid] if sid >= 0 else None
-            rows.append(SiteBytes(site=format_frame(frame), bytes=int(round(total[k])), count=int(count[k]),
+            rows.append(SiteBytes(site=format_frame(frame) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
                                   filename=frame[0] if frame else "", line=frame[1] if frame else 0,
                                   function=frame[2] if frame else ""))
         return tuple(rows)
@@ -181,7 +185,7 @@ class MemorySnapshot(Result):
         kind = np.concatenate([np.zeros(a.size, np.int8), np.ones(f.size, np.int8), np.full(b.size, 2, np.int8)])
         index = np.concatenate([a, f, b]).astype(np.int64)
         size = np.concatenate([m.size[lo + a], m.size[lo + f], m.block_size[b]]).astype(np.int64)
-        stack = np.concatenate([m.stack[lo + a], m.stack[lo + f], m.block_stack[b]]).astype(np.int64)
+        stack = np.concatenate([m.stack[lo + a], np.full(f.size, _BEFORE), m.block_stack[b]]).astype(np.int64)
         return kind, index, size, stack
 
     def _locate(self, st: DeviceState, at: float | None, index: int | None) -> int:
@@ -244,7 +248,8 @@ class MemorySnapshot(Result):
         st = self.state(device)
         m, lo = self.model, st.lo
         allocs = np.flatnonzero(m.action[lo:lo + st.n] == ALLOC)
-        stacks = np.concatenate([m.stack[lo + allocs], m.stack[lo + st.before_frees], m.block_stack[st.before_blocks]])
+        stacks = np.concatenate([m.stack[lo + allocs], np.full(st.before_frees.size, _BEFORE),
+                                 m.block_stack[st.before_blocks]])
         sizes = np.concatenate([m.size[lo + allocs], m.size[lo + st.before_frees], m.block_size[st.before_blocks]])
         return TopSites(device=st.device, sites=self._group(stacks.astype(np.int64), sizes, n))
 
