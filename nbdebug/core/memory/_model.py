@@ -10,6 +10,8 @@ returned by ``torch.cuda.memory_snapshot()``.  Unknown keys and actions are igno
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import operator
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -24,12 +26,20 @@ ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segmen
            "segment_unmap", "oom", "snapshot", "other")
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM, SNAPSHOT, OTHER = (
     range(10))
-_CODE: dict[Any, int] = {name: i for i, name in enumerate(ACTIONS)}
+
+
+class _Codes(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: Any) -> int:
+        return OTHER
+
+
+_CODE: dict[Any, int] = _Codes({name: i for i, name in enumerate(ACTIONS)})
 _CODE["free"] = FREE_COMPLETED  # pre-2.0 traces
 BLOCK_STATES = ("inactive", "active_allocated", "active_pending_free")
 _BLOCK_CODE = {s: i for i, s in enumerate(BLOCK_STATES)}
 _BLOCK_CODE["active_awaiting_free"] = 2  # the name in the _snapshot docstring
-_STACKED = (ALLOC, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_MAP, OOM)  # events whose stack is kept
+# events whose stack is kept (a free's stack is not needed: its bytes belong to its alloc's site)
+_STACKED = (ALLOC, SEGMENT_ALLOC, SEGMENT_MAP, OOM)
 _FRAME_KEYS = itemgetter("filename", "line", "name")
 
 
@@ -111,6 +121,53 @@ class _Interner:
         self.stack_ids: dict[Any, int] = {}
         self.stacks: list[tuple[int, ...]] = []
 
+    def stack_ids_of(self, frames_lists: Any) -> np.ndarray:
+        """Stack ids of many entries, without a Python-level loop over the entries.
+
+        Dumps share frame dicts between entries (the pickle memo), so entries are grouped by (length, identity of
+        the first frame, sum of the frames' identities) with numpy, each group is checked with an exact ``==`` against its first member
+        (identical elements compare at C speed), and only one stack per group is interned by value.  Identities are
+        valid only while the unpickled data is alive, i.e. during the build.
+        """
+        lists = list(frames_lists)
+        n = len(lists)
+        out = np.full(n, -1, dtype=np.int32)
+        try:
+            lens = np.fromiter(map(len, lists), dtype=np.int64, count=n)
+        except TypeError:  # None or a non-sequence somewhere: the careful path
+            for i, frames in enumerate(lists):
+                out[i] = self.stack(frames)
+            return out
+        full = np.flatnonzero(lens > 0)
+        if not full.size:
+            return out
+        sub = [lists[i] for i in full.tolist()] if full.size != n else lists
+        try:
+            first = np.fromiter(map(id, map(itemgetter(0), sub)), dtype=np.int64, count=len(sub))
+            # the sum of the frames' identities separates different stacks (all at C speed: no lambda)
+            last = np.fromiter(map(sum, map(map, repeat(id), sub)), dtype=np.int64, count=len(sub))
+        except (KeyError, TypeError):  # dicts or other odd containers instead of lists
+            for i, frames in zip(full.tolist(), sub):
+                out[i] = self.stack(frames)
+            return out
+        k0 = lens[full]
+        order = np.lexsort((last, first, k0))
+        k0, k1, k2 = k0[order], first[order], last[order]
+        new_group = np.ones(order.size, dtype=bool)
+        new_group[1:] = (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
+        rep_index = order[new_group]
+        inverse = np.empty(order.size, dtype=np.int64)
+        inverse[order] = np.cumsum(new_group) - 1
+        reps = [sub[i] for i in rep_index.tolist()]
+        same = np.fromiter(map(operator.eq, sub, map(reps.__getitem__, inverse.tolist())), dtype=bool,
+                           count=len(sub))
+        rep_sid = np.array([self.stack(r) for r in reps], dtype=np.int32)
+        ids = rep_sid[inverse]
+        for j in np.flatnonzero(~same).tolist():  # same shape, different frames: rare
+            ids[j] = self.stack(sub[j])
+        out[full] = ids
+        return out
+
     def _frame(self, f: Any) -> Frame:
         if isinstance(f, dict):
             line = f.get("line", 0)
@@ -142,6 +199,17 @@ class _Interner:
         sid = self.stack_ids[key] = len(self.stacks)
         self.stacks.append(tuple(ids))
         return sid
+
+
+def _column(trace: list[Any], key: str, default: Any, dtype: Any) -> np.ndarray:
+    """``np.array([e.get(key, default) for e in trace])``, at C speed when every entry has the key."""
+    try:
+        try:
+            return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=len(trace))
+        except (KeyError, TypeError):  # a missing key, or None (e.g. time_us absent on some entries)
+            return np.array([e.get(key, default) for e in trace], dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise SnapshotError(f"trace {key!r}: expected numbers ({err})") from err
 
 
 def _int_array(values: list[Any], what: str) -> np.ndarray:
@@ -222,20 +290,21 @@ def _build(raw: dict[str, Any], source: str, notes: list[str]) -> Model:
         device_range[device] = (offset, offset + n)
         if not n:
             continue
-        act = np.array([_CODE.get(e["action"], OTHER) for e in trace], dtype=np.int8)
+        act = np.fromiter(map(_CODE.__getitem__, map(itemgetter("action"), trace)), dtype=np.int8, count=n)
         cols["a"].append(act)
-        cols["addr"].append(_int_array([e.get("addr", 0) for e in trace], "trace 'addr'"))
-        cols["size"].append(_int_array([e.get("size", 0) for e in trace], "trace 'size'"))
-        cols["stream"].append(_int_array([e.get("stream", 0) for e in trace], "trace 'stream'"))
-        try:
-            cols["t"].append(np.array([e.get("time_us") for e in trace], dtype=np.float64))
-        except (TypeError, ValueError) as err:
-            raise SnapshotError(f"trace 'time_us': expected numbers ({err})") from err
+        cols["addr"].append(_column(trace, "addr", 0, np.int64))
+        cols["size"].append(_column(trace, "size", 0, np.int64))
+        cols["stream"].append(_column(trace, "stream", 0, np.int64))
+        cols["t"].append(_column(trace, "time_us", None, np.float64))
         cols["dev"].append(np.full(n, device, dtype=np.int16))
         stack = np.full(n, -1, dtype=np.int32)
         keep = np.flatnonzero(np.isin(act, _STACKED))
-        stack_of = interner.stack
-        stack[keep] = [stack_of(trace[i].get("frames")) for i in keep.tolist()]
+        entries = list(map(trace.__getitem__, keep.tolist()))
+        try:
+            frames_lists: Any = map(itemgetter("frames"), entries)
+            stack[keep] = interner.stack_ids_of(frames_lists)
+        except KeyError:  # entries recorded without context have no 'frames'
+            stack[keep] = interner.stack_ids_of([e.get("frames") for e in entries])
         cols["stack"].append(stack)
         cat = np.full(n, -1, dtype=np.int8)
         if any("category" in e for e in trace[:64]):
