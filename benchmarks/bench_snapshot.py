@@ -56,7 +56,7 @@ def make_trace(events: int = 1_000_000, *, seed: int = 0, frames_per_entry: int 
                           "frames": frames, "compile_context": "N/A", "user_metadata": ""})
     trace = trace[:events]
     segments = []
-    for i, (addr, size, frames) in enumerate(sorted(live)[:2000]):
+    for addr, size, frames in sorted(live)[:2000]:
         segments.append({"device": 0, "address": addr, "total_size": 4 << 20, "allocated_size": size,
                          "active_size": size, "requested_size": size, "stream": 0, "segment_type": "large",
                          "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],

@@ -9,8 +9,8 @@ returned by ``torch.cuda.memory_snapshot()``.  Unknown keys and actions are igno
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import operator
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
