@@ -89,6 +89,7 @@ def test_release_failed_cell_frees_the_tensors(ip):
             "    refs.append(weakref.ref(activations))\n"
             "    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
             "refs = []\n"
+            "kept_global = torch.zeros(3)\n"
             "step()\n")
     from IPython.utils.capture import capture_output
 
@@ -99,6 +100,8 @@ def test_release_failed_cell_frees_the_tensors(ip):
     assert ref() is not None  # the stored traceback keeps the failed cell's tensor alive
     assert release_failed_cell(ip) is None  # no CUDA here: nothing to report in bytes
     assert ref() is None
+    # the user's namespace (the failed cell's module frame) is untouched
+    assert ip.user_ns["kept_global"].shape == (3,) and ip.user_ns["refs"] == [ref]
     assert isinstance(torch.ones(1), torch.Tensor)
 
 

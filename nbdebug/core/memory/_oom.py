@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import re
 import sys
 from typing import Any
@@ -144,10 +145,12 @@ def release_failed_cell(shell: Any = None, *, clear_output_cache: bool = False) 
             except RuntimeError:  # a frame still executing (the caller's own): leave it
                 pass
             else:
-                # the formatter of the traceback materialized f_locals; re-reading it syncs the cached dict
-                locals_ = frame.f_locals
-                if isinstance(locals_, dict):
-                    locals_.clear()
+                # Only function frames own their locals: a module frame's locals are the user's namespace.
+                # The traceback formatter materialized f_locals; that cached dict still holds the tensors.
+                if frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+                    locals_ = frame.f_locals
+                    if isinstance(locals_, dict) and locals_ is not frame.f_globals:
+                        locals_.clear()
             tb = tb.tb_next
     for e in excs:
         if e is not None:
