@@ -250,7 +250,8 @@ def test_persistent_ids_are_refused(tmp_path):
 
 @pytest.mark.parametrize("content, expected", [
     (b"", "empty"),
-    (b'{"segments": []}', "JSON"),
+    (b'{"segments": [', "not valid JSON"),
+    (b'{"weights": [1, 2]}', "not a memory snapshot"),
     (b"PK\x03\x04zipzip", "zip"),
     (b"hello world", "does not start like a pickle"),
 ])
@@ -274,6 +275,13 @@ def test_truncated(snapshots_dir, tmp_path):
 def test_not_a_snapshot(obj):
     with pytest.raises(SnapshotError):
         load_snapshot(pickle.dumps(obj))
+
+
+def test_json_snapshot(snapshots_dir, tmp_path):
+    raw = _raw(snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_a.pickle")
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(raw))
+    assert load_snapshot(path).summary().peak_allocated_bytes == load_snapshot(raw).summary().peak_allocated_bytes
 
 
 def test_protocol_5_and_missing_file(snapshots_dir, tmp_path):

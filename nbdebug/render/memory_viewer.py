@@ -231,7 +231,8 @@ def viewer_html(snap: Any, device: int | None = None) -> str:
     summary = snap.summary(data["device"])
     frag = snap.fragmentation(data["device"])
     root = "nbdmem-" + uuid.uuid4().hex[:10]
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/").replace("<!--", "<\\!--")
+    # no "<" at all inside the data block: nothing in it can end the script element or open a comment
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     others = [d for d in data["devices"] if d != data["device"]]
     head = (f"<h3>Memory: {esc(snap.source)} &mdash; device {data['device']}</h3>"
             f"<div>peak allocated <b>{fmt_bytes(summary.peak_allocated_bytes)}</b>, final "

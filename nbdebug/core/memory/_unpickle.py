@@ -62,6 +62,14 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     try:
         head = fh.read(8)
         fh.seek(0)
+        if head[:1] in (b"{", b"["):  # PyTorch's own viewer accepts JSON snapshots too
+            import json
+
+            try:
+                return json.loads(fh.read().decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                raise SnapshotError(f"{name} starts like JSON but is not valid JSON ({e}); expected a snapshot "
+                                    "pickle, or the snapshot dict as JSON") from e
         if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
             raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
         try:
