@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nbdebug.core.memory import load_snapshot
 from nbdebug.errors import SnapshotError
+from nbdebug.render.memory_viewer import viewer_data
 from tests.conftest import SNAPSHOTS
 from tests.test_snapshot import _raw
 
@@ -43,6 +44,7 @@ def _exercise(source) -> None:
             snap.timeline(d)
         snap.annotations()
         str(snap)
+        viewer_data(snap, buckets=50)
     except SnapshotError:
         pass
 

@@ -232,6 +232,8 @@ class MemTraceRecorder:
         self.result: MemTrace | None = None
         self._kind = ""
         self._prof: Any = None
+        self._finished_prof: Any = None
+        self._raw: Any = None
         self._t0 = 0.0
 
     def _resolve(self) -> str:
@@ -298,6 +300,8 @@ class MemTraceRecorder:
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
             prof = self._finished_prof
+            if prof is None:
+                raise NbdebugError("memtrace: nothing was recorded (the recorder was never started)")
             keys: list[tuple[int, int]] = []
             raw = profile_to_snapshot_dict(prof, keys)
             snap = load_snapshot(raw, name="memtrace (cpu)")
@@ -305,6 +309,8 @@ class MemTraceRecorder:
             if self.categories:
                 result.by_category()
         else:
+            if self._raw is None:
+                raise NbdebugError(f"memtrace: no snapshot could be taken on {self._kind}")
             dev = int(self._kind.split(":")[1])
             snap = load_snapshot(self._raw, name=f"memtrace ({self._kind})")
             snap._default = dev
