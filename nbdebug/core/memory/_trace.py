@@ -109,49 +109,52 @@ class MemTrace(Result):
         return self.snapshot.plot(ax=ax)
 
 
-def _stack_of(node: Any) -> list[dict[str, Any]]:
-    """Python frames above a profiler node, innermost first: the frame that made each enclosing call, at its line."""
-    from torch._C._profiler import _EventType
-
-    chain: list[dict[str, Any]] = []
-    q = node.parent
-    while q is not None:
-        if q.tag in (_EventType.PyCall, _EventType.PyCCall):
-            c = q.extra_fields.caller
-            chain.append({"filename": c.file_name, "line": c.line_number, "name": c.function_name})
-        q = q.parent
-    return chain
-
-
 def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = None) -> dict[str, Any]:
     """Convert a finished ``torch.profiler.profile(profile_memory=True, with_stack=True)`` into a snapshot dict.
 
     Every CPU allocation and free becomes an ``alloc`` / ``free_requested`` + ``free_completed`` entry with its
     Python stack; there are no segments (the CPU allocator has no cache to show).  ``keys`` receives
     ``(ptr, start_ns)`` of each ``alloc`` entry, in order (to attach categories later).
+
+    The stack of an allocation is the chain of Python calls above it: for each call, the frame that made it, at
+    the line of the call.  It is carried down one walk of the event tree (asking a node for its parents is slow).
     """
     from torch._C._profiler import _EventType
 
-    result = prof.profiler.kineto_results
-    allocations = []
-    todo = list(result.experimental_event_tree())
+    alloc_tag, py_tags = _EventType.Allocation, (_EventType.PyCall, _EventType.PyCCall)
+    found: list[tuple[int, Any, Any]] = []
+    todo: list[tuple[Any, Any]] = [(root, None) for root in prof.profiler.kineto_results.experimental_event_tree()]
     while todo:
-        node = todo.pop()
-        if node.tag == _EventType.Allocation:
+        node, chain = todo.pop()
+        tag = node.tag
+        if tag == alloc_tag:
             f = node.extra_fields
-            if f.device.type == "cpu" and f.alloc_size != 0:
-                allocations.append(node)
-        todo.extend(node.children)
-    allocations.sort(key=lambda n: n.start_time_ns)
+            if f.alloc_size != 0 and f.device.type == "cpu":
+                found.append((node.start_time_ns, f, chain))
+            continue
+        if tag in py_tags:
+            c = node.extra_fields.caller
+            chain = ({"filename": c.file_name, "line": c.line_number, "name": c.function_name}, chain)
+        children = node.children
+        if children:
+            todo.extend((child, chain) for child in children)
+    found.sort(key=lambda item: item[0])
+    stacks: dict[int, list[dict[str, Any]]] = {}
     trace: list[dict[str, Any]] = []
-    for node in allocations:
-        f = node.extra_fields
-        t_us = node.start_time_ns / 1000.0
+    for t_ns, f, chain in found:
+        t_us = t_ns / 1000.0
         if f.alloc_size > 0:
+            frames = stacks.get(id(chain))
+            if frames is None:
+                frames, c = [], chain
+                while c is not None:  # innermost call first
+                    frames.append(c[0])
+                    c = c[1]
+                stacks[id(chain)] = frames
             trace.append({"action": "alloc", "addr": f.ptr, "size": f.alloc_size, "stream": 0, "time_us": t_us,
-                          "frames": _stack_of(node)})
+                          "frames": frames})
             if keys is not None:
-                keys.append((f.ptr, node.start_time_ns))
+                keys.append((f.ptr, t_ns))
         else:
             for action in ("free_requested", "free_completed"):
                 trace.append({"action": action, "addr": f.ptr, "size": -f.alloc_size, "stream": 0, "time_us": t_us})
