@@ -119,6 +119,8 @@ def test_context_manager_peak_and_retained():
     assert r.peak_bytes >= 10_000_000
     assert 2_000_000 <= r.retained_bytes < 3_000_000
     assert r.delta_bytes == r.retained_bytes
+    assert rec.retained_bytes == r.retained_bytes and rec.top_sites == r.top_sites  # the recorder reads like it
+    assert "retained" in rec._repr_mimebundle_()["text/plain"]
     assert not _profiler_active()
     site = r.retained_sites[0]
     assert site.filename.endswith("test_memory_trace.py") and site.line == line

@@ -311,7 +311,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_cli_json_contract(snapshots_dir, tmp_path):
     path = snapshots_dir / "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle"
     out = tmp_path / "viewer.html"
-    r = _cli(str(path), "--json", "--device", "2")
+    r = _cli(str(path), "--json", "--device", "2", "--html", str(out))
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     for key in ("devices", "events", "peak_allocated_bytes", "peak_time_us", "final_allocated_bytes",
@@ -322,7 +322,8 @@ def test_cli_json_contract(snapshots_dir, tmp_path):
     assert data["peak_allocated_bytes"] == ref["peak"] and data["events"] == ref["events"]
     assert set(data["top_sites"][0]) == {"site", "bytes", "count"}
     assert len(data["ooms"]) == 1
-    assert not out.exists()
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "device 2" in html and "https://" not in html
 
 
 def test_cli_text_and_errors(snapshots_dir, tmp_path):

@@ -323,6 +323,18 @@ class MemTraceRecorder:
             result.save(self.save_path)
         return result
 
+    def __getattr__(self, name: str) -> Any:
+        # after the block, the recorder reads like its MemTrace (rec.peak_bytes, rec.top_sites, ...)
+        result = self.__dict__.get("result")
+        if result is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(result, name)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        if self.result is None:
+            return {"text/plain": f"<memtrace recorder on {self._kind or 'an unresolved device'}: not finished>"}
+        return self.result._repr_mimebundle_(include, exclude)
+
     def __enter__(self) -> MemTraceRecorder:
         return self.start()
 
@@ -359,12 +371,13 @@ def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool =
     Returns
     -------
     MemTraceRecorder
-        A context manager; after the block, ``.result`` is the :class:`MemTrace`.
+        A context manager; after the block, ``.result`` is the :class:`MemTrace` (and the recorder reads like
+        it: ``rec.peak_bytes``, ``rec.retained_sites``).
 
     Examples
     --------
     >>> with nbdebug.memtrace("cpu") as rec:          # doctest: +SKIP
     ...     loss = model(x).sum()
-    >>> rec.result.retained_bytes                      # doctest: +SKIP
+    >>> rec.retained_bytes, rec.retained_sites[0].site  # doctest: +SKIP
     """
     return MemTraceRecorder(device, max_entries=max_entries, stacks=stacks, save=save, categories=categories)
