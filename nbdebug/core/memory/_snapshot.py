@@ -104,12 +104,14 @@ class MemorySnapshot(Result):
 
     @property
     def default_device(self) -> int:
-        """The device with the longest trace (then the most reserved memory)."""
+        """The device of the last OOM, else the device with the longest trace (then the most reserved memory)."""
         m = self.model
         if self._default is not None:
             return self._default
         if not self.devices:
             return 0
+        if m.ooms:
+            return m.ooms[-1].device
         return max(self.devices, key=lambda d: (m.device_range.get(d, (0, 0))[1] - m.device_range.get(d, (0, 0))[0],
                                                 sum(s.total_size for s in m.segments if s.device == d), -d))
 
