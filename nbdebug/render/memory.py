@@ -88,7 +88,8 @@ def snapshot_text(snap: Any) -> str:
                      f"{sparkline(tl.allocated.tolist(), 60)}")
     fr = snap.fragmentation(s.device)
     for o in fr.ooms:
-        verdict = ("larger than any free block" if o.requested_bytes > o.largest_free_block else "fits a free block")
+        verdict = ("the request is larger than any free block" if o.requested_bytes > o.largest_free_block
+                   else "a free block could hold the request")
         parts.append(f"  at the OOM: largest free block {fmt_bytes(o.largest_free_block)} ({verdict}), reserved but "
                      f"free {fmt_bytes(o.cached_free_bytes)}, failing site {o.site}")
     parts.append(f"  reserved but free {fmt_bytes(fr.free_bytes)}; largest free block "
