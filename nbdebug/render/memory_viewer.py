@@ -225,20 +225,44 @@ def _segments_svg(frag: Any, limit: int = 60) -> str:
             'largest free block</div>')
 
 
+MAX_DEVICES = 8
+
+
 def viewer_html(snap: Any, device: int | None = None) -> str:
-    """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched."""
+    """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched.
+
+    With several devices and no ``device``, one panel per device (the OOM's or the busiest first) and a selector.
+    """
+    devices = list(snap.devices)
+    if device is not None or len(devices) <= 1:
+        return _device_panel(snap, device)
+    first = snap.default_device
+    order = [first] + [d for d in devices if d != first][:MAX_DEVICES - 1]
+    wrapper = "nbdmemsel-" + uuid.uuid4().hex[:10]
+    options = "".join(f'<option value="{d}">device {d}</option>' for d in order)
+    panels = "".join(_device_panel(snap, d, hidden=i > 0) for i, d in enumerate(order))
+    script = ("(function(){const w=document.getElementById(" + json.dumps(wrapper) + ");"
+              "const sel=w.querySelector('select.nbd-device');sel.addEventListener('change',()=>{"
+              "for(const p of w.querySelectorAll(':scope > .nbd-mem')){"
+              "p.style.display=p.dataset.device===sel.value?'':'none';}});})();")
+    more = f" (first {MAX_DEVICES} shown)" if len(devices) > MAX_DEVICES else ""
+    return (f'<div class="nbd-mem-multi" id="{wrapper}"><label style="font:13px system-ui,sans-serif">'
+            f'{len(devices)} devices{more}: <select class="nbd-device" aria-label="device">{options}</select></label>'
+            f"{panels}<script>{script}</script></div>")
+
+
+def _device_panel(snap: Any, device: int | None, *, hidden: bool = False) -> str:
+    """One device's viewer."""
     data = viewer_data(snap, device)
     summary = snap.summary(data["device"])
     frag = snap.fragmentation(data["device"])
     root = "nbdmem-" + uuid.uuid4().hex[:10]
     # no "<" at all inside the data block: nothing in it can end the script element or open a comment
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    others = [d for d in data["devices"] if d != data["device"]]
     head = (f"<h3>Memory: {esc(snap.source)} &mdash; device {data['device']}</h3>"
             f"<div>peak allocated <b>{fmt_bytes(summary.peak_allocated_bytes)}</b>, final "
             f"{fmt_bytes(summary.final_allocated_bytes)}, peak reserved {fmt_bytes(summary.peak_reserved_bytes)}, "
-            f"{data['events']} events"
-            + (f"; other devices: {', '.join(map(str, others))} (pass device=N)" if others else "") + "</div>")
+            f"{data['events']} events</div>")
     for o in frag.ooms:
         head += (f'<div style="color:#cf222e">OOM: requested {fmt_bytes(o.requested_bytes)}, largest free block then '
                  f"{fmt_bytes(o.largest_free_block)}, reserved-but-free {fmt_bytes(o.cached_free_bytes)}</div>")
@@ -259,7 +283,9 @@ def viewer_html(snap: Any, device: int | None = None) -> str:
     frag_line = (f"<div>reserved {fmt_bytes(frag.reserved_bytes)}, allocated {fmt_bytes(frag.allocated_bytes)}, "
                  f"reserved but free {fmt_bytes(frag.free_bytes)}, largest free block "
                  f"{fmt_bytes(frag.largest_free_block)} ({len(frag.segments)} segments, end of trace)</div>")
-    return (f'<div class="nbd-mem" id="{root}"><style>{_CSS}</style>{head}{controls}'
+    style = ' style="display:none"' if hidden else ""
+    return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}><style>{_CSS}</style>{head}'
+            f'{controls}'
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'
             f'<div class="legend"></div>{moment}<div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
             f'<div><h4>Segments and fragmentation</h4>{frag_line}{_segments_svg(frag)}<div class="scroll">{segs}</div>'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nbdebug.core.memory import load_snapshot
+from nbdebug.core.memory._bands import compute_bands
 from tests.browser.conftest import DOCS, run_notebook
 
 pytestmark = pytest.mark.browser
@@ -48,8 +49,6 @@ def test_offline_html_file(page, snapshots_dir, tmp_path):
     page.context.set_offline(True)
     page.on("request", lambda r: requests.append(r.url))
     page.goto(out.as_uri())
-    from nbdebug.core.memory._bands import compute_bands
-
     _check_viewer(page, ".nbd-mem", len(compute_bands(snap).names))
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
     DOCS.mkdir(exist_ok=True)
@@ -62,9 +61,23 @@ def test_viewer_inside_jupyterlab(lab, page, snapshots_dir):
              "snap"]
     run_notebook(lab, page, cells, "memory_viewer.ipynb")
     root = ".jp-OutputArea-output .nbd-mem"
-    from nbdebug.core.memory._bands import compute_bands
-
     _check_viewer(page, root, len(compute_bands(load_snapshot(snapshots_dir / FILE)).names))
     DOCS.mkdir(exist_ok=True)
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
     page.screenshot(path=str(DOCS / "memory_viewer_lab.png"))
+
+
+def test_device_selector_for_several_devices(page, snapshots_dir, tmp_path):
+    snap = load_snapshot(snapshots_dir / "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle")
+    out = tmp_path / "devices.html"
+    snap.to_html(out)
+    page.context.set_offline(True)
+    page.goto(out.as_uri())
+    panels = page.locator(".nbd-mem-multi > .nbd-mem")
+    assert panels.count() == len(snap.devices) == 3
+    first = page.locator('.nbd-mem[data-device="1"]')  # the device of the OOM comes first
+    assert first.is_visible() and "OOM: requested" in first.inner_text()
+    assert not page.locator('.nbd-mem[data-device="2"]').is_visible()
+    page.select_option("select.nbd-device", "2")
+    assert page.locator('.nbd-mem[data-device="2"]').is_visible() and not first.is_visible()
+    _check_viewer(page, '.nbd-mem[data-device="2"]', len(compute_bands(snap, 2).names))
