@@ -23,6 +23,8 @@ def test_viewer_data_is_bounded_and_exact(snapshots_dir, name):
     data = viewer_data(snap, buckets=300)
     summary = snap.summary()
     assert len(data["x"]) <= 301 and len(data["iv_size"]) <= MAX_INTERVALS
+    assert len(data["floor"]) == len(data["x"]) == len(data["total"]) == len(data["index"])
+    assert all(f <= t for f, t in zip(data["floor"], data["total"]))
     values = np.array(data["values"])
     # the bands add up to the exact allocated bytes at every point, and the highest point is the peak
     assert (values.sum(axis=0) == np.array(data["total"])).all()

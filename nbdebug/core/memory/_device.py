@@ -59,7 +59,8 @@ def device_state(model: Model, device: int) -> DeviceState:
     size = model.size[lo:hi]
     t = model.time_us[lo:hi]
     x_is_time = bool(n) and not np.isnan(t).any()
-    x = t.copy() if x_is_time else np.arange(n, dtype=np.float64)
+    # the allocator converts TSC ticks to µs; keep the axis non-decreasing even if a clock stepped back
+    x = np.maximum.accumulate(t) if x_is_time else np.arange(n, dtype=np.float64)
 
     # pair each alloc with the next free_completed of the same address (vectorized: sort by address, then index)
     free_of = np.full(n, -1, dtype=np.int64)
