@@ -1,9 +1,180 @@
-"""Magics for this feature area (filled in by its issue)."""
+"""``%%memtrace`` and the ``oom`` feature (``%nbdebug oom on|off``).
+
+Light to import: torch and numpy are imported only when a magic runs or a feature is switched on.
+"""
 
 from __future__ import annotations
 
-from nbdebug.ipython._state import ExtensionState
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from nbdebug.ipython._state import ExtensionState, Feature
+
+
+@magics_class
+class MemoryMagics(Magics):
+    """Memory tracing magics."""
+
+    nbd_state: ExtensionState
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help="also bind the MemTrace result to this variable")
+    @argument("--save", metavar="PATH", help="also write the recording as a snapshot pickle")
+    @argument("--device", default=None, help="CUDA device index or 'cpu' (default: current CUDA device, else CPU)")
+    @argument("--max-entries", type=int, default=1_000_000, help="CUDA history ring buffer size")
+    @argument("--no-stacks", action="store_true", help="CUDA: do not record Python stacks (faster, no sites)")
+    @argument("--categories", action="store_true",
+              help="CPU: label memory as parameter/activation/gradient/optimizer state/temporary")
+    @cell_magic
+    def memtrace(self, line: str, cell: str) -> Any:
+        """Record what the cell allocates: the peak, what is still alive after it, and where it came from.
+
+        Usage::
+
+            %%memtrace                      # CUDA when available, else CPU (torch.profiler)
+            %%memtrace -o trace --save cell.pickle
+            %%memtrace --device cpu --categories
+
+        Shows a compact report (peak above the start, retained bytes, top sites, a small timeline) and returns a
+        ``MemTrace``: ``.peak_bytes``, ``.retained_bytes``, ``.delta_bytes``, ``.top_sites``,
+        ``.retained_sites``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the cell
+        ("retained") points at the line that allocated it: the classic leaks are ``losses.append(loss)`` instead
+        of ``loss.item()`` and inference without ``torch.no_grad()``.  Recording always stops at the end of the
+        cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
+        """
+        args = parse_argstring(self.memtrace, line)
+        device: Any = args.device
+        if device is not None and device.isdigit():
+            device = int(device)
+        if args.max_entries <= 0:
+            raise UsageError(f"%%memtrace: --max-entries must be positive, got {args.max_entries}")
+        from nbdebug.core.memory._trace import memtrace
+        from nbdebug.errors import NbdebugError
+
+        recorder = memtrace(device, max_entries=args.max_entries, stacks=not args.no_stacks, save=args.save,
+                            categories=args.categories)
+        shell: Any = self.shell
+        source = shell.transform_cell(cell)
+        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+        code = shell.compile(source, filename, "exec")
+        try:
+            recorder.start()
+        except NbdebugError as e:
+            raise UsageError(f"%%memtrace: {e}") from e
+        error: BaseException | None = None
+        try:
+            exec(code, shell.user_ns)  # noqa: S102 - the user's own cell
+        except BaseException as e:
+            error = e
+        finally:
+            recorder.stop()
+        result = recorder.finish()
+        if args.output:
+            shell.user_ns[args.output] = result
+        if error is not None:
+            from IPython.display import display
+
+            from nbdebug.core.memory._oom import is_cuda_oom
+
+            capture = getattr(self.nbd_state, "oom_capture", None)
+            if capture is not None and is_cuda_oom(error):  # OOM capture is on by default inside %%memtrace
+                capture.snapshot, capture.pending = result.snapshot, True
+
+            display(result)
+            raise error
+        return result
+
+
+class OomCapture:
+    """``%nbdebug oom on``: keep CUDA memory history recording and snapshot the allocator when an OOM happens.
+
+    The OOM observer cannot be detached from torch once attached, so one process-wide observer is attached on
+    first use and forwards to whichever capture is switched on.
+    """
+
+    max_entries = 200_000
+    _observer_attached = False
+    _active: OomCapture | None = None
+
+    def __init__(self) -> None:
+        self.on = False
+        self.snapshot: Any = None  # MemorySnapshot of the last OOM (or a test's)
+        self._raw: Any = None
+        self.pending = False  # a %%memtrace cell died of OOM: explain it even with the feature off
+
+    def _cuda(self) -> Any:
+        torch: Any = sys.modules.get("torch")
+        if torch is None:
+            import torch
+        return torch if torch.cuda.is_available() else None
+
+    def enable(self) -> None:
+        self.on = True
+        OomCapture._active = self
+        torch = self._cuda()
+        if torch is None:
+            return  # no CUDA: nothing to record; the enricher still adds the release note
+        from nbdebug.core.memory._trace import cuda_recording
+
+        settings = {"enabled": "all", "context": "all", "stacks": "python", "max_entries": self.max_entries}
+        torch.cuda.memory._record_memory_history(**settings)
+        cuda_recording["keep_on"] = settings
+        if not OomCapture._observer_attached:
+            torch._C._cuda_attach_out_of_memory_observer(_on_oom)
+            OomCapture._observer_attached = True
+
+    def disable(self) -> None:
+        self.on = False
+        if OomCapture._active is self:
+            OomCapture._active = None
+        torch: Any = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return
+        from nbdebug.core.memory._trace import cuda_recording
+
+        cuda_recording["keep_on"] = None
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+    def take_snapshot(self) -> Any:
+        """The snapshot of the last OOM, loaded (or None)."""
+        if self.snapshot is None and self._raw is not None:
+            from nbdebug.core.memory import load_snapshot
+
+            self.snapshot = load_snapshot(self._raw, name="snapshot at the OOM")
+            self._raw = None
+        return self.snapshot
+
+    def enrich(self, exc: BaseException, diagnosis: Any) -> Any:
+        if not (self.on or self.pending):
+            return diagnosis
+        self.pending = False
+        from nbdebug.core.memory._oom import enrich_oom, is_cuda_oom
+
+        if not is_cuda_oom(exc, diagnosis):
+            return diagnosis
+        return enrich_oom(exc, diagnosis, self.take_snapshot())
+
+
+def _on_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+    """Called by the CUDA allocator just before it raises OutOfMemoryError: keep the allocator's state."""
+    capture = OomCapture._active
+    if capture is None or not capture.on:
+        return
+    import torch
+
+    capture._raw = torch.cuda.memory._snapshot()
+    capture.snapshot = None
 
 
 def register(state: ExtensionState) -> None:
-    """Register this area's magics and features."""
+    """Register ``%%memtrace`` and the ``oom`` feature."""
+    state.register_magics(MemoryMagics)
+    capture = OomCapture()
+    state.oom_capture = capture  # type: ignore[attr-defined]
+    state.add_feature(Feature("oom", "CUDA OOM capture: snapshot the allocator when a cell dies of OOM",
+                              capture.enable, capture.disable))
+    state.add_enricher(capture.enrich)

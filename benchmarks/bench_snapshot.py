@@ -1,0 +1,118 @@
+"""Snapshot engine speed and memory against a plain ``pickle.load`` of the same file, each in its own process.
+
+A trace of 1,000,000 events is generated in the format of torch 2.5+ (alloc / free_requested / free_completed with
+``time_us`` and frames; frame dicts shared between entries as in real dumps, where the pickle memo shares them).
+
+    python benchmarks/bench_snapshot.py [--events 1000000] [--keep FILE]
+
+Prints the wall time and peak RSS of ``python -m nbdebug snapshot FILE --json`` and of a process that only does
+``pickle.load`` of FILE, and their ratios (targets: <= 1.5x time, <= 1.3x peak memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_trace(events: int = 1_000_000, *, seed: int = 0, frames_per_entry: int = 24) -> dict:
+    """A synthetic but realistic snapshot dict with ``events`` trace entries on device 0."""
+    rng = random.Random(seed)
+    cpp = [{"name": f"c10::cuda::CUDACachingAllocator::fn{i}()", "filename": "??", "line": 0} for i in range(40)]
+    torch_py = [{"name": n, "filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", "line": ln}
+                for n, ln in (("_call_impl", 1790), ("_wrapped_call_impl", 1779), ("forward", 125))]
+    user = [{"name": f"layer{i}", "filename": f"/home/u/proj/model_{i % 7}.py", "line": 10 + i} for i in range(60)]
+    stacks = []
+    for i in range(400):  # distinct call paths, reused like a training loop does
+        s = rng.sample(cpp, frames_per_entry - 6) + torch_py + [user[i % 60], user[(i * 7) % 60], user[0]]
+        stacks.append(s)
+    trace = []
+    live: list[tuple[int, int, list]] = []
+    free_addrs = [0x7F0000000000 + i * (1 << 22) for i in range(200_000)]
+    t = 1_750_000_000_000_000.0
+    while len(trace) < events:
+        t += rng.random() * 5
+        if live and (len(live) > 3000 or rng.random() < 0.5):
+            addr, size, frames = live.pop(rng.randrange(len(live)))
+            free_addrs.append(addr)
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": int(t),
+                              "frames": frames, "compile_context": "N/A", "user_metadata": ""})
+        else:
+            addr = free_addrs.pop(rng.randrange(len(free_addrs)))
+            size = rng.choice((512, 4096, 1 << 20, 3 << 20, 8 << 20))
+            frames = list(rng.choice(stacks))
+            live.append((addr, size, frames))
+            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": int(t),
+                          "frames": frames, "compile_context": "N/A", "user_metadata": ""})
+    trace = trace[:events]
+    segments = []
+    for addr, size, frames in sorted(live)[:2000]:
+        segments.append({"device": 0, "address": addr, "total_size": 4 << 20, "allocated_size": size,
+                         "active_size": size, "requested_size": size, "stream": 0, "segment_type": "large",
+                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                         "blocks": [{"address": addr, "size": size, "requested_size": size, "state": "active_allocated",
+                                     "frames": frames},
+                                    {"address": addr + size, "size": (4 << 20) - size, "requested_size": 0,
+                                     "state": "inactive", "frames": []}]})
+    return {"segments": segments, "device_traces": [trace], "allocator_settings": {}, "external_annotations": []}
+
+
+_PLAIN = ("import pickle, sys, resource\n"
+          "with open(sys.argv[1], 'rb') as fh: d = pickle.load(fh)\n")
+
+
+def _run(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of a child process."""
+    t0 = time.perf_counter()
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO))) as p:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if p.returncode:
+        raise SystemExit(f"{cmd} failed with {p.returncode}")
+    return wall, usage.ru_maxrss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", help="write the generated pickle here and keep it")
+    args = ap.parse_args()
+    path = Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / "trace.pickle"
+    if not path.exists():
+        t0 = time.perf_counter()
+        data = make_trace(args.events)
+        with open(path, "wb") as fh:
+            pickle.dump(data, fh, protocol=4)
+        del data
+        print(f"generated {args.events:,} events -> {path} ({path.stat().st_size / 1e6:.1f} MB) in "
+              f"{time.perf_counter() - t0:.1f} s")
+    plain = [sys.executable, "-c", _PLAIN, str(path)]
+    ours = [sys.executable, "-m", "nbdebug", "snapshot", str(path), "--json"]
+    rows = {"pickle.load": [], "nbdebug snapshot --json": []}
+    for _ in range(args.repeat):  # interleaved, best of N
+        rows["pickle.load"].append(_run(plain))
+        rows["nbdebug snapshot --json"].append(_run(ours))
+    best = {k: (min(w for w, _ in v), max(r for _, r in v)) for k, v in rows.items()}
+    for k, (w, r) in best.items():
+        print(f"{k:<26} {w:7.2f} s   peak RSS {r / 1024:8.1f} MiB")
+    (pw, pr), (ow, orss) = best["pickle.load"], best["nbdebug snapshot --json"]
+    print(f"time ratio   {ow / pw:.2f}x  (target <= 1.5x)")
+    print(f"memory ratio {orss / pr:.2f}x  (target <= 1.3x)")
+    if not args.keep:
+        path.unlink()
+
+
+if __name__ == "__main__":
+    main()

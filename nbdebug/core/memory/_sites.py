@@ -1,0 +1,78 @@
+"""Which frame of a stack is "the site" of an allocation: the first frame of the user's own code.
+
+A recorded stack runs from the allocator outwards: C++ frames (``??``, ``*.cpp``), then PyTorch's Python
+internals (``torch/nn/modules/module.py``), then the user's code, then the interpreter's entry point.  The site is
+the innermost frame that is Python and not PyTorch (nor nbdebug's own tracing code); paths written on Windows use
+backslashes, so both separators are accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+__all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path"]
+
+# (filename, line, name)
+Frame = tuple[str, int, str]
+
+_NATIVE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cu", ".cuh", ".so", ".o", ".a")
+# PyTorch's own Python files, in site-packages, a source checkout, or a Windows venv.
+_INTERNAL = re.compile(r"(^|[/\\])(torch|torchvision|torchaudio|functorch|triton)[/\\]")
+# stacks with no Python frame at all (C++ only): backward runs on autograd's own threads
+BACKWARD_SITE: Frame = ("", 0, "<backward pass (autograd thread, no Python frame)>")
+NATIVE_SITE: Frame = ("", 0, "<C++ only, no Python frame>")
+_NBDEBUG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_python(filename: str, line: int) -> bool:
+    if not filename or filename in ("??", "none", "unknown"):
+        return False
+    if filename.startswith("<") and filename.endswith(">"):  # <cell>, <ipython-input-...>, <string>
+        return not filename.startswith("<frozen")
+    if filename.lower().endswith(_NATIVE_SUFFIXES):
+        return False
+    return line > 0 or filename.endswith(".py")
+
+
+def is_user_frame(frame: Frame) -> bool:
+    """True for a Python frame outside PyTorch and outside nbdebug's tracing code."""
+    filename, line, _ = frame
+    if not _is_python(filename, line):
+        return False
+    if _INTERNAL.search(filename):
+        return False
+    return not filename.startswith(_NBDEBUG_DIR)
+
+
+def pick_site(stack: Sequence[Frame]) -> Frame | None:
+    """The user frame nearest the allocation; else the first Python frame; else a C++-only marker; else None."""
+    for frame in stack:
+        if is_user_frame(frame):
+            return frame
+    for frame in stack:
+        if _is_python(frame[0], frame[1]) and not frame[0].startswith(_NBDEBUG_DIR):
+            return frame
+    if not stack:
+        return None
+    if any("autograd::Engine" in name or "autograd::engine" in name for _, _, name in stack):
+        return BACKWARD_SITE
+    return NATIVE_SITE
+
+
+def short_path(filename: str, parts: int = 2) -> str:
+    """The last ``parts`` components of a POSIX or Windows path."""
+    pieces = re.split(r"[/\\]", filename)
+    return "/".join(p for p in pieces[-parts:] if p) or filename
+
+
+def format_frame(frame: Frame | None, *, short: bool = True) -> str:
+    """``model.py:54 forward`` (or the full path when ``short`` is false)."""
+    if frame is None:
+        return "<no stack recorded>"
+    filename, line, name = frame
+    if not _is_python(filename, line):
+        return name or filename or "??"
+    shown = short_path(filename) if short else filename
+    return f"{shown}:{line} {name}" if line else f"{shown} {name}"

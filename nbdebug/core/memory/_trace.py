@@ -1,0 +1,383 @@
+"""``memtrace()``: what a block of code allocated, at its peak and still alive after it, on CUDA or on CPU.
+
+On CUDA the allocator's own history is recorded (``torch.cuda.memory._record_memory_history``) and snapshotted at
+the end.  On CPU, ``torch.profiler`` with ``profile_memory``, ``record_shapes`` and ``with_stack`` records every
+allocation with its Python stack; the allocations are converted into the same snapshot model.  Recording is
+switched off in ``finally`` whatever the block does (exception, ``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nbdebug.core._result import Result
+from nbdebug.core.memory._model import ALLOC
+from nbdebug.core.memory._results import SiteBytes
+from nbdebug.core.memory._snapshot import MemorySnapshot, load_snapshot
+from nbdebug.errors import NbdebugError
+
+__all__ = ["MemTrace", "memtrace", "MemTraceRecorder", "profile_to_snapshot_dict", "cuda_recording"]
+
+# The OOM feature keeps CUDA history recording on; memtrace restores its settings afterwards instead of stopping.
+cuda_recording: dict[str, Any] = {"keep_on": None}
+
+
+@dataclass(frozen=True, repr=False)
+class MemTrace(Result):
+    """What a traced block allocated.
+
+    Attributes
+    ----------
+    device_kind : str
+        ``"cuda:N"`` (allocator history) or ``"cpu"`` (profiler).
+    peak_bytes : int
+        Highest allocated memory during the block, above the level at its start.
+    retained_bytes : int
+        Bytes allocated during the block and still alive after it (a leak, or a result kept on purpose).
+    delta_bytes : int
+        Allocated after the block minus allocated before it (frees of older memory count).
+    events : int
+        Allocation events recorded.
+    top_sites : tuple of SiteBytes
+        What was alive at the peak, by allocation site (memory allocated during the block).
+    retained_sites : tuple of SiteBytes
+        What is still alive after the block, by allocation site.
+    timeline : tuple of int
+        Allocated bytes above the start, downsampled to at most 200 points.
+    snapshot : MemorySnapshot
+        The full recording, for the viewer and every snapshot analysis.
+    """
+
+    device_kind: str
+    peak_bytes: int
+    retained_bytes: int
+    delta_bytes: int
+    events: int
+    top_sites: tuple[SiteBytes, ...]
+    retained_sites: tuple[SiteBytes, ...]
+    timeline: tuple[int, ...]
+    seconds: float
+    snapshot: MemorySnapshot = field(compare=False)
+    _profile: Any = field(default=None, compare=False)
+    _memory_profile: list[Any] = field(default_factory=list, compare=False)
+    _raw: Any = field(default=None, compare=False)
+    _alloc_keys: list[tuple[int, int]] = field(default_factory=list, compare=False)
+
+    _text_renderer = "nbdebug.render.memory:memtrace_text"
+    _html_renderer = "nbdebug.render.memory:memtrace_html"
+
+    def _summary_line(self) -> str:
+        from nbdebug.render._html import fmt_bytes
+
+        return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
+
+    def to_dict(self) -> dict[str, Any]:  # noqa: D102
+        d = {k: getattr(self, k) for k in ("device_kind", "peak_bytes", "retained_bytes", "delta_bytes", "events",
+                                           "seconds")}
+        d["top_sites"] = [vars(s) for s in self.top_sites]
+        d["retained_sites"] = [vars(s) for s in self.retained_sites]
+        return d
+
+    def _records(self) -> list[dict[str, Any]]:
+        rows = [{"kind": "retained", **vars(s)} for s in self.retained_sites]
+        return rows + [{"kind": "at_peak", **vars(s)} for s in self.top_sites]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
+        import pickle
+
+        with open(path, "wb") as fh:
+            pickle.dump(self._raw, fh, protocol=4)
+
+    def by_category(self) -> tuple[tuple[str, int], ...]:
+        """Bytes alive at the peak by category (parameter, activation, gradient, optimizer state, temporary, ...).
+
+        On CPU the categories come from the profiler's memory profile, built once on first use and reused.
+        """
+        if self._profile is not None and not self.snapshot.model.categories:
+            _apply_categories(self.snapshot, self._profile, self._memory_profile, self._alloc_keys)
+        return self.snapshot.peak().by_category
+
+    def plot(self, ax: Any = None) -> Any:
+        """The recording's stacked timeline (a matplotlib ``Figure``)."""
+        return self.snapshot.plot(ax=ax)
+
+
+def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Convert a finished ``torch.profiler.profile(profile_memory=True, with_stack=True)`` into a snapshot dict.
+
+    Every CPU allocation and free becomes an ``alloc`` / ``free_requested`` + ``free_completed`` entry with its
+    Python stack; there are no segments (the CPU allocator has no cache to show).  ``keys`` receives
+    ``(ptr, start_ns)`` of each ``alloc`` entry, in order (to attach categories later).
+
+    The stack of an allocation is the chain of Python calls above it: for each call, the frame that made it, at
+    the line of the call.  It is carried down one walk of the event tree (asking a node for its parents is slow).
+    """
+    from torch._C._profiler import _EventType
+
+    alloc_tag, py_tags = _EventType.Allocation, (_EventType.PyCall, _EventType.PyCCall)
+    found: list[tuple[int, Any, Any]] = []
+    todo: list[tuple[Any, Any]] = [(root, None) for root in prof.profiler.kineto_results.experimental_event_tree()]
+    while todo:
+        node, chain = todo.pop()
+        tag = node.tag
+        if tag == alloc_tag:
+            f = node.extra_fields
+            if f.alloc_size != 0 and f.device.type == "cpu":
+                found.append((node.start_time_ns, f, chain))
+            continue
+        if tag in py_tags:
+            c = node.extra_fields.caller
+            chain = ({"filename": c.file_name, "line": c.line_number, "name": c.function_name}, chain)
+        children = node.children
+        if children:
+            todo.extend((child, chain) for child in children)
+    found.sort(key=lambda item: item[0])
+    stacks: dict[int, list[dict[str, Any]]] = {}
+    trace: list[dict[str, Any]] = []
+    for t_ns, f, chain in found:
+        t_us = t_ns / 1000.0
+        if f.alloc_size > 0:
+            frames = stacks.get(id(chain))
+            if frames is None:
+                frames, c = [], chain
+                while c is not None:  # innermost call first
+                    frames.append(c[0])
+                    c = c[1]
+                stacks[id(chain)] = frames
+            trace.append({"action": "alloc", "addr": f.ptr, "size": f.alloc_size, "stream": 0, "time_us": t_us,
+                          "frames": frames})
+            if keys is not None:
+                keys.append((f.ptr, t_ns))
+        else:
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": f.ptr, "size": -f.alloc_size, "stream": 0, "time_us": t_us})
+    return {"segments": [], "device_traces": [trace]}
+
+
+def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: list[tuple[int, int]]) -> None:
+    """Set the snapshot's category column from the profiler's memory profile (built once, kept in ``cache``)."""
+    from torch.profiler._memory_profiler import Action, TensorKey
+
+    if not cache:
+        cache.append(prof._memory_profile())
+    mp = cache[0]
+    by_key: dict[Any, str] = {}
+    for _, action, (key, version), _ in mp.timeline:
+        if action in (Action.CREATE, Action.PREEXISTING) and isinstance(key, TensorKey) and key not in by_key:
+            cat = mp._categories.get(key, version)
+            by_key[key] = cat.name.lower() if cat is not None else "unknown"
+    from torch._C._profiler import _EventType
+
+    ptr_time: dict[tuple[int, int], str] = {}
+    for node in mp._op_tree.sorted_nodes:
+        if node.tag == _EventType.Allocation and node.extra_fields.alloc_size > 0:
+            key = TensorKey.from_allocation(node.extra_fields)
+            if key is not None and key in by_key:
+                ptr_time[(node.extra_fields.ptr, node.start_time_ns)] = by_key[key]
+    m = snap.model
+    names: dict[str, int] = {}
+    cat = np.full(m.action.size, -1, dtype=np.int8)
+    for i, key in zip(np.flatnonzero(m.action == ALLOC).tolist(), keys):
+        name = ptr_time.get(key, "unknown")
+        cat[i] = names.setdefault(name, len(names))
+    m.category = cat
+    m.categories = tuple(names)
+
+
+def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = None, raw: Any = None,
+           keys: list[tuple[int, int]] | None = None) -> MemTrace:
+    st = snap.state(snap.default_device)
+    m, lo = snap.model, st.lo
+    base = st.initial_allocated
+    if st.n:
+        above = st.allocated - base
+        p = int(np.argmax(above))
+        peak = max(0, int(above[p]))
+        delta = int(above[-1])
+    else:
+        above, p, peak, delta = np.zeros(0, np.int64), -1, 0, 0
+    act = m.action[lo:lo + st.n]
+    kept = np.flatnonzero((act == ALLOC) & (st.free_of < 0))
+    retained = int(m.size[lo + kept].sum())
+    retained_sites = snap._group(m.stack[lo + kept].astype(np.int64), m.size[lo + kept])
+    if p >= 0 and peak > 0:
+        alive = np.flatnonzero((act[:p + 1] == ALLOC) & ((st.free_of[:p + 1] < 0) | (st.free_of[:p + 1] > p)))
+        top = snap._group(m.stack[lo + alive].astype(np.int64), m.size[lo + alive])
+    else:
+        top = ()
+    series = np.concatenate([[0], above])
+    if series.size > 200:  # keep each bucket's maximum so the peak stays visible
+        edges = np.linspace(0, series.size, 201).astype(np.int64)
+        series = np.maximum.reduceat(series, edges[:-1])
+    return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
+                    events=int(np.count_nonzero(act == ALLOC)), top_sites=top, retained_sites=retained_sites,
+                    timeline=tuple(int(v) for v in series), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
+                    _alloc_keys=keys or [])
+
+
+class MemTraceRecorder:
+    """The object ``with memtrace() as rec:`` gives; ``rec.result`` is the ``MemTrace`` once the block ends."""
+
+    def __init__(self, device: Any = None, *, max_entries: int = 1_000_000, stacks: bool = True,
+                 save: str | os.PathLike[str] | None = None, categories: bool = False) -> None:
+        self.device = device
+        self.max_entries = int(max_entries)
+        self.stacks = stacks
+        self.save_path = save
+        self.categories = categories
+        self.result: MemTrace | None = None
+        self._kind = ""
+        self._prof: Any = None
+        self._finished_prof: Any = None
+        self._raw: Any = None
+        self._t0 = 0.0
+
+    def _resolve(self) -> str:
+        import torch
+
+        dev = self.device
+        if dev is None:
+            return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        if isinstance(dev, int):
+            return f"cuda:{dev}"
+        try:
+            d = torch.device(dev)
+        except (RuntimeError, TypeError) as e:
+            raise NbdebugError(f"memtrace(device={dev!r}): not a device; expected a CUDA device or 'cpu'") from e
+        if d.type == "cuda":
+            if not torch.cuda.is_available():
+                raise NbdebugError(f"memtrace(device={dev!r}): CUDA is not available here; expected 'cpu' or None")
+            return f"cuda:{d.index if d.index is not None else torch.cuda.current_device()}"
+        if d.type != "cpu":
+            raise NbdebugError(f"memtrace(device={dev!r}): expected a CUDA device or 'cpu'")
+        return "cpu"
+
+    def start(self) -> MemTraceRecorder:
+        """Start recording."""
+        self._kind = self._resolve()
+        self._t0 = time.perf_counter()
+        if self._kind == "cpu":
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                                 with_stack=True)
+            self._prof.__enter__()
+        else:
+            import torch
+
+            if cuda_recording.get("keep_on"):  # start a fresh ring buffer so the trace holds only this block
+                torch.cuda.memory._record_memory_history(enabled=None)
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context="all" if self.stacks else None, stacks="python",
+                max_entries=self.max_entries)
+        return self
+
+    def stop(self) -> None:
+        """Stop recording (always safe to call); the conversion into a ``MemTrace`` happens in :meth:`finish`."""
+        if self._kind == "cpu":
+            prof, self._prof = self._prof, None
+            if prof is not None:
+                prof.__exit__(None, None, None)
+                self._finished_prof = prof
+        elif self._kind.startswith("cuda"):
+            import torch
+
+            try:
+                self._raw = torch.cuda.memory._snapshot()
+            finally:
+                keep = cuda_recording.get("keep_on")
+                if keep:  # the OOM feature wants history on: restore its settings
+                    torch.cuda.memory._record_memory_history(**keep)
+                else:
+                    torch.cuda.memory._record_memory_history(enabled=None)
+
+    def finish(self) -> MemTrace:
+        """Convert the recording into a ``MemTrace``."""
+        seconds = time.perf_counter() - self._t0
+        if self._kind == "cpu":
+            prof = self._finished_prof
+            if prof is None:
+                raise NbdebugError("memtrace: nothing was recorded (the recorder was never started)")
+            keys: list[tuple[int, int]] = []
+            raw = profile_to_snapshot_dict(prof, keys)
+            snap = load_snapshot(raw, name="memtrace (cpu)")
+            result = _build(snap, "cpu", seconds, prof, raw, keys)
+            if self.categories:
+                result.by_category()
+        else:
+            if self._raw is None:
+                raise NbdebugError(f"memtrace: no snapshot could be taken on {self._kind}")
+            dev = int(self._kind.split(":")[1])
+            snap = load_snapshot(self._raw, name=f"memtrace ({self._kind})")
+            snap._default = dev
+            result = _build(snap, self._kind, seconds, raw=self._raw)
+        self.result = result
+        if self.save_path:
+            result.save(self.save_path)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        # after the block, the recorder reads like its MemTrace (rec.peak_bytes, rec.top_sites, ...)
+        result = self.__dict__.get("result")
+        if result is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(result, name)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        if self.result is None:
+            return {"text/plain": f"<memtrace recorder on {self._kind or 'an unresolved device'}: not finished>"}
+        return self.result._repr_mimebundle_(include, exclude)
+
+    def __enter__(self) -> MemTraceRecorder:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        if exc[0] is None:
+            self.finish()
+        else:  # still give the user the numbers of a failing block, without masking its error
+            try:
+                self.finish()
+            except Exception as e:  # pragma: no cover - the user's error matters more
+                print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
+
+
+def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool = True,
+             save: str | os.PathLike[str] | None = None, categories: bool = False) -> MemTraceRecorder:
+    """Record what a block of code allocates.
+
+    Parameters
+    ----------
+    device : int, str or torch.device, optional
+        CUDA device to record (allocator history), or ``"cpu"`` (profiler).  Default: the current CUDA device
+        when CUDA is available, else CPU.
+    max_entries : int
+        Size of CUDA's history ring buffer.
+    stacks : bool
+        Record Python stacks of CUDA allocations (needed for sites).
+    save : path, optional
+        Also write the recording as a snapshot pickle.
+    categories : bool
+        On CPU, label allocations parameter/activation/gradient/optimizer state/temporary right away (costs the
+        profiler's memory-profile analysis; ``MemTrace.by_category()`` does it on demand otherwise).
+
+    Returns
+    -------
+    MemTraceRecorder
+        A context manager; after the block, ``.result`` is the :class:`MemTrace` (and the recorder reads like
+        it: ``rec.peak_bytes``, ``rec.retained_sites``).
+
+    Examples
+    --------
+    >>> with nbdebug.memtrace("cpu") as rec:          # doctest: +SKIP
+    ...     loss = model(x).sum()
+    >>> rec.retained_bytes, rec.retained_sites[0].site  # doctest: +SKIP
+    """
+    return MemTraceRecorder(device, max_entries=max_entries, stacks=stacks, save=save, categories=categories)

@@ -1,0 +1,198 @@
+"""Text and HTML for the memory results (pure functions: result -> str)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, table
+
+__all__ = [
+    "summary_text", "summary_html", "snapshot_text", "timeline_text", "peak_text", "peak_html", "sites_text",
+    "fragmentation_text", "fragmentation_html", "never_freed_text", "diff_text", "memtrace_text", "memtrace_html",
+    "sites_table_text", "sparkline",
+]
+
+
+def _when(time_us: float | None, index: int) -> str:
+    if index < 0:
+        return "before the first recorded event"
+    if time_us is None:
+        return f"event {index}"
+    import datetime
+
+    stamp = datetime.datetime.fromtimestamp(time_us / 1e6, tz=datetime.timezone.utc)
+    return f"event {index} ({stamp:%Y-%m-%d %H:%M:%S.%f} UTC)"
+
+
+def sites_table_text(sites: Sequence[Any], *, limit: int = 10, indent: str = "  ") -> str:
+    """Aligned ``bytes  count  site`` lines."""
+    lines = [f"{indent}{fmt_bytes(s.bytes):>11}  {s.count:>7}x  {s.site}" for s in list(sites)[:limit]]
+    if len(sites) > limit:
+        rest = sum(s.bytes for s in list(sites)[limit:])
+        lines.append(f"{indent}{fmt_bytes(rest):>11}  {'':>8}  ({len(sites) - limit} more sites)")
+    return "\n".join(lines) if lines else f"{indent}(none)"
+
+
+def sparkline(values: Sequence[float], width: int = 48) -> str:
+    """A one-line block-character chart of ``values`` (max of each bucket)."""
+    vals = list(values)
+    if not vals:
+        return ""
+    if len(vals) > width:
+        step = len(vals) / width
+        vals = [max(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)]) for i in range(width)]
+    lo, hi = min(vals), max(vals)
+    blocks = " ▁▂▃▄▅▆▇█"
+    if hi <= lo:
+        return blocks[4] * len(vals)
+    return "".join(blocks[1 + int((v - lo) / (hi - lo) * 7.999)] for v in vals)
+
+
+def summary_text(s: Any) -> str:
+    """Plain-text summary of a ``SnapshotSummary``."""
+    lines = [
+        f"Memory snapshot {s.source}",
+        f"  devices {list(s.devices)}; showing device {s.device}; {s.events} trace events; {s.segments} segments",
+        f"  peak allocated   {fmt_bytes(s.peak_allocated_bytes)} at {_when(s.peak_time_us, s.peak_event_index)}",
+        f"  final allocated  {fmt_bytes(s.final_allocated_bytes)}",
+        f"  peak reserved    {fmt_bytes(s.peak_reserved_bytes)}",
+    ]
+    for o in s.ooms:
+        free = fmt_bytes(o["device_free_bytes"]) if o["device_free_bytes"] is not None else "?"
+        lines.append(f"  OOM on device {o['device']}: requested {fmt_bytes(o['requested_bytes'])}, CUDA had {free} free")
+    lines.append("  top allocation sites:")
+    lines.append(sites_table_text(s.top_sites, indent="    "))
+    lines.extend(f"  note: {n}" for n in s.notes)
+    return "\n".join(lines)
+
+
+def summary_html(s: Any) -> str:
+    """HTML panel of a ``SnapshotSummary``."""
+    facts = [("devices", ", ".join(map(str, s.devices))), ("device shown", s.device), ("trace events", s.events),
+             ("peak allocated", f"{fmt_bytes(s.peak_allocated_bytes)} at {_when(s.peak_time_us, s.peak_event_index)}"),
+             ("final allocated", fmt_bytes(s.final_allocated_bytes)),
+             ("peak reserved", fmt_bytes(s.peak_reserved_bytes)), ("segments", s.segments)]
+    body = kv_table(facts) + "<h4>Top allocation sites</h4>" + table(
+        ["site", "bytes", "count"], [(x.site, fmt_bytes(x.bytes), x.count) for x in s.top_sites], numeric=(1, 2))
+    return panel(f"Memory snapshot {s.source}", body)
+
+
+def snapshot_text(snap: Any) -> str:
+    """The terminal view of a ``MemorySnapshot``: summary, a sparkline timeline, fragmentation."""
+    s = snap.summary()
+    parts = [summary_text(s)]
+    if snap.events:
+        tl = snap.timeline(s.device)
+        parts.append(f"  allocated over {'time' if tl.x_unit == 'us' else 'events'}: "
+                     f"{sparkline(tl.allocated.tolist(), 60)}")
+    fr = snap.fragmentation(s.device)
+    for o in fr.ooms:
+        verdict = ("the request is larger than any free block" if o.requested_bytes > o.largest_free_block
+                   else "a free block could hold the request")
+        parts.append(f"  at the OOM: largest free block {fmt_bytes(o.largest_free_block)} ({verdict}), reserved but "
+                     f"free {fmt_bytes(o.cached_free_bytes)}, failing site {o.site}")
+    parts.append(f"  reserved but free {fmt_bytes(fr.free_bytes)}; largest free block "
+                 f"{fmt_bytes(fr.largest_free_block)} across {len(fr.segments)} segments")
+    return "\n".join(parts)
+
+
+def timeline_text(t: Any) -> str:
+    """Plain text of a ``MemoryTimeline``."""
+    peak = int(t.allocated.max()) if t.allocated.size else 0
+    return (f"Allocated memory on device {t.device} ({t.x.size} points, x in {t.x_unit}): peak {fmt_bytes(peak)}\n"
+            f"  {sparkline(t.allocated.tolist(), 60)}")
+
+
+def peak_text(p: Any) -> str:
+    """Plain text of a ``MemoryPeak`` (also used for ``alive_at``)."""
+    lines = [f"{fmt_bytes(p.bytes)} allocated on device {p.device} at {_when(p.time_us, p.event_index)}",
+             "  alive, by site:", sites_table_text(p.by_site, indent="    ")]
+    if p.by_category:
+        lines.append("  by category: " + ", ".join(f"{c} {fmt_bytes(b)}" for c, b in p.by_category))
+    return "\n".join(lines)
+
+
+def peak_html(p: Any) -> str:
+    """HTML of a ``MemoryPeak``."""
+    body = table(["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in p.by_site[:20]],
+                 numeric=(1, 2))
+    if p.blocks:
+        body += "<h4>Largest live blocks</h4>" + table(
+            ["bytes", "site", "since", "stack"],
+            [(fmt_bytes(b.bytes), b.site, b.since, " <- ".join(b.stack[:4])) for b in p.blocks[:20]], numeric=(0,))
+    return panel(f"{fmt_bytes(p.bytes)} alive on device {p.device} at {_when(p.time_us, p.event_index)}", body)
+
+
+def sites_text(t: Any) -> str:
+    """Plain text of ``TopSites``."""
+    return f"Top allocation sites on device {t.device}:\n" + sites_table_text(t.sites, limit=len(t.sites))
+
+
+def fragmentation_text(f: Any) -> str:
+    """Plain text of ``Fragmentation``."""
+    lines = [f"Device {f.device}: reserved {fmt_bytes(f.reserved_bytes)}, allocated {fmt_bytes(f.allocated_bytes)}, "
+             f"reserved but free {fmt_bytes(f.free_bytes)} (fragmentation {f.fragmentation:.0%})",
+             f"  largest free block {fmt_bytes(f.largest_free_block)} in {len(f.segments)} segments"]
+    for o in f.ooms:
+        lines.append(f"  OOM: requested {fmt_bytes(o.requested_bytes)} vs largest free block "
+                     f"{fmt_bytes(o.largest_free_block)}; CUDA free {fmt_bytes(o.device_free_bytes)}")
+    return "\n".join(lines)
+
+
+def fragmentation_html(f: Any) -> str:
+    """HTML of ``Fragmentation``."""
+    body = kv_table([("reserved", fmt_bytes(f.reserved_bytes)), ("allocated", fmt_bytes(f.allocated_bytes)),
+                     ("reserved but free", fmt_bytes(f.free_bytes)),
+                     ("largest free block", fmt_bytes(f.largest_free_block))])
+    body += table(["segment", "size", "allocated", "free", "largest free", "blocks"],
+                  [(hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
+                    fmt_bytes(s.largest_free_block), s.blocks) for s in f.segments[:50]], numeric=(1, 2, 3, 4, 5))
+    return panel(f"Fragmentation on device {f.device}", body)
+
+
+def never_freed_text(n: Any) -> str:
+    """Plain text of ``NeverFreed``."""
+    return (f"{n.count} allocations ({fmt_bytes(n.bytes)}) made between {n.start:g} and {n.end:g} {n.x_unit} "
+            f"were never freed:\n" + sites_table_text(n.by_site))
+
+
+def diff_text(d: Any) -> str:
+    """Plain text of ``SnapshotDiff``."""
+    lines = [f"{d.before} -> {d.after}: {fmt_bytes(d.before_bytes)} -> {fmt_bytes(d.after_bytes)} alive"]
+    for r in d.rows[:15]:
+        lines.append(f"  {fmt_bytes(r.delta_bytes):>12}  {r.site}")
+    return "\n".join(lines)
+
+
+def memtrace_text(t: Any) -> str:
+    """The compact report of a ``MemTrace``."""
+    lines = [f"memtrace on {t.device_kind}: peak {fmt_bytes(t.peak_bytes)} above the start, retained "
+             f"{fmt_bytes(t.retained_bytes)}, delta {fmt_bytes(t.delta_bytes)}"]
+    if t.timeline:
+        lines.append(f"  {sparkline(t.timeline, 48)}")
+    if t.retained_sites:
+        lines.append("  retained after the cell, by site:")
+        lines.append(sites_table_text(t.retained_sites, limit=5, indent="    "))
+    lines.append("  top sites at the peak:")
+    lines.append(sites_table_text(t.top_sites, limit=5, indent="    "))
+    return "\n".join(lines)
+
+
+def memtrace_html(t: Any) -> str:
+    """The compact inline report of a ``MemTrace``: numbers, a small timeline, the sites."""
+    from nbdebug.render.memory_plot import svg_sparkline
+
+    facts = kv_table([("peak (above the start)", fmt_bytes(t.peak_bytes)),
+                      ("retained after the cell", fmt_bytes(t.retained_bytes)),
+                      ("delta", fmt_bytes(t.delta_bytes)), ("events", t.events)])
+    body = f'<div style="display:flex;gap:16px;align-items:center">{facts}{svg_sparkline(t.timeline)}</div>'
+    if t.retained_sites:
+        body += "<h4>Retained after the cell, by site</h4>" + table(
+            ["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in t.retained_sites[:8]],
+            numeric=(1, 2))
+    body += "<h4>Alive at the peak, by site</h4>" + table(
+        ["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in t.top_sites[:8]], numeric=(1, 2))
+    kind = "warning" if t.retained_bytes > 0 else "ok"
+    return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body,
+                 kind=kind) + f"<!-- {esc(t.device_kind)} -->"

@@ -1,0 +1,83 @@
+"""The memory viewer in a real headless Chromium: as an offline file (network off) and inside JupyterLab."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdebug.core.memory import load_snapshot
+from nbdebug.core.memory._bands import compute_bands
+from tests.browser.conftest import DOCS, run_notebook
+
+pytestmark = pytest.mark.browser
+
+FILE = "torch2.10plus_cs336_wedsonlin_medium_512_training.pickle"
+
+
+def _check_viewer(page, root: str, bands: int) -> None:
+    page.wait_for_selector(f"{root} svg.chart polygon.band", timeout=60_000)
+    assert page.locator(f"{root} svg.chart polygon.band").count() == bands
+    assert page.locator(f"{root} svg.chart").is_visible()
+    # the peak is selected on load: the alive tables are filled and the sites table is visible
+    assert page.locator(f"{root} table.alive-blocks tbody tr").count() > 0
+    assert "(the peak)" in page.locator(f"{root} .moment-summary").inner_text()
+    assert page.locator(f"{root} h4:has-text('Top allocation sites') + table tbody tr").count() > 0
+    assert page.locator(f"{root} svg.segments rect").count() > 0
+    # choose another moment: near the start of the chart
+    box = page.locator(f"{root} svg.chart").bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.12, box["y"] + box["height"] * 0.5)
+    summary = page.locator(f"{root} .moment-summary").inner_text()
+    assert "(the peak)" not in summary and "allocated" in summary
+    assert page.locator(f"{root} svg.chart line.moment").count() == 1
+    # clicking a block shows its stack
+    page.locator(f"{root} table.alive-blocks tbody tr").first.click()
+    assert "allocated at" in page.locator(f"{root} pre.stack").inner_text()
+    # narrow the time range with the slider
+    before = page.locator(f"{root} .range-label").inner_text()
+    page.locator(f"{root} input.lo").evaluate("(el) => { el.value = String(Math.floor(el.max / 2));"
+                                              " el.dispatchEvent(new Event('input')); }")
+    assert page.locator(f"{root} .range-label").inner_text() != before
+    page.locator(f"{root} button.reset").click()
+    page.locator(f"{root} button.peak").click()
+    assert page.locator(f"{root} .range-label").inner_text() == before
+
+
+def test_offline_html_file(page, snapshots_dir, tmp_path):
+    snap = load_snapshot(snapshots_dir / FILE)
+    out = tmp_path / "viewer.html"
+    snap.to_html(out)
+    requests: list[str] = []
+    page.context.set_offline(True)
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(out.as_uri())
+    _check_viewer(page, ".nbd-mem", len(compute_bands(snap).names))
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+    DOCS.mkdir(exist_ok=True)
+    page.locator(".nbd-mem").screenshot(path=str(DOCS / "memory_viewer.png"))
+
+
+def test_viewer_inside_jupyterlab(lab, page, snapshots_dir):
+    cells = ["import nbdebug\n"
+             f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
+             "snap"]
+    run_notebook(lab, page, cells, "memory_viewer.ipynb")
+    root = ".jp-OutputArea-output .nbd-mem"
+    _check_viewer(page, root, len(compute_bands(load_snapshot(snapshots_dir / FILE)).names))
+    DOCS.mkdir(exist_ok=True)
+    page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
+    page.screenshot(path=str(DOCS / "memory_viewer_lab.png"))
+
+
+def test_device_selector_for_several_devices(page, snapshots_dir, tmp_path):
+    snap = load_snapshot(snapshots_dir / "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle")
+    out = tmp_path / "devices.html"
+    snap.to_html(out)
+    page.context.set_offline(True)
+    page.goto(out.as_uri())
+    panels = page.locator(".nbd-mem-multi > .nbd-mem")
+    assert panels.count() == len(snap.devices) == 3
+    first = page.locator('.nbd-mem[data-device="1"]')  # the device of the OOM comes first
+    assert first.is_visible() and "OOM: requested" in first.inner_text()
+    assert not page.locator('.nbd-mem[data-device="2"]').is_visible()
+    page.select_option("select.nbd-device", "2")
+    assert page.locator('.nbd-mem[data-device="2"]').is_visible() and not first.is_visible()
+    _check_viewer(page, '.nbd-mem[data-device="2"]', len(compute_bands(snap, 2).names))

@@ -1,0 +1,155 @@
+"""``memtrace()`` and ``%%memtrace`` on CPU: the seed's classic leaks show up as retained memory at the right line."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from IPython.utils.capture import capture_output  # noqa: E402
+
+from nbdebug.core.memory import MemTrace, load_snapshot, memtrace  # noqa: E402
+
+SETUP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+criterion = torch.nn.MSELoss()
+batches = [(torch.randn(256, 64), torch.randn(256, 1)) for _ in range(8)]
+losses = preds = out = loss = None
+"""
+
+LEAK = """losses = []
+for xb, yb in batches:
+    out = model(xb)
+    loss = criterion(out, yb)
+    losses.append(loss)
+"""
+
+FIXED = LEAK.replace("losses.append(loss)", "losses.append(loss.item())")
+
+GRAD_INFERENCE = """preds = []
+for xb, _ in batches:
+    preds.append(model(xb))
+"""
+
+NO_GRAD_INFERENCE = """preds = []
+with torch.no_grad():
+    for xb, _ in batches:
+        preds.append(model(xb))
+"""
+
+
+def _profiler_active() -> bool:
+    return bool(torch.autograd.profiler._is_profiler_enabled) or torch._C._autograd._profiler_enabled()
+
+
+def _trace(ip, cell: str, line: str = "--device cpu") -> MemTrace:
+    ip.run_cell(SETUP)
+    result = ip.run_cell_magic("memtrace", line, cell)
+    assert isinstance(result, MemTrace)
+    return result
+
+
+def test_losses_append_leak_points_at_the_forward_line(ip):
+    leak = _trace(ip, LEAK)
+    fixed = _trace(ip, FIXED)
+    activation = 256 * 512 * 4  # one (B, 512) float32 activation per batch
+    # the leak keeps every iteration's graph; the fix keeps only the last one (still bound to `out`/`loss`)
+    assert leak.retained_bytes >= 8 * activation
+    assert fixed.retained_bytes <= activation + 64 * 1024
+    top = leak.retained_sites[0]
+    assert top.line == 3 and top.function == "<module>"  # `out = model(xb)`, the line that made the graph
+    assert top.bytes >= 8 * activation
+    assert leak.peak_bytes >= leak.retained_bytes
+
+
+def test_inference_without_no_grad_retains_activations(ip):
+    grad = _trace(ip, GRAD_INFERENCE)
+    nograd = _trace(ip, NO_GRAD_INFERENCE)
+    outputs = 8 * 256 * 1 * 4
+    assert nograd.retained_bytes <= 4 * outputs
+    assert grad.retained_bytes >= 8 * 256 * 512 * 4
+    assert grad.retained_sites[0].line == 3
+
+
+def test_report_and_binding(ip, tmp_path):
+    path = tmp_path / "cell.pickle"
+    ip.run_cell(SETUP)
+    result = ip.run_cell_magic("memtrace", f"--device cpu -o tr --save {path}", LEAK)
+    assert ip.user_ns["tr"] is result
+    data = ip.display_formatter.format(result)[0]
+    assert "retained" in data["text/plain"] and "memtrace" in data["text/html"]
+    assert "<svg" in data["text/html"]
+    saved = load_snapshot(path)
+    assert saved.summary().final_allocated_bytes - saved.state().initial_allocated == result.delta_bytes
+    with open(path, "rb") as fh:
+        assert isinstance(pickle.load(fh), dict)
+    assert "peak" in repr(result)
+    assert len(result.to_pandas()) == len(result.retained_sites) + len(result.top_sites)
+
+
+@pytest.mark.parametrize("error", ["ValueError('boom')", "KeyboardInterrupt()"])
+def test_recording_stops_when_the_cell_fails(ip, error):
+    ip.run_cell(SETUP)
+    cell = f"big = torch.ones(1_000_000)\nraise {error}\n"
+    with capture_output() as cap:
+        res = ip.run_cell(f"%%memtrace --device cpu -o failed\n{cell}")
+    assert type(res.error_in_exec).__name__ == error.split("(")[0]  # re-raised unchanged
+    assert not _profiler_active()
+    assert ip.user_ns["failed"].retained_bytes >= 4_000_000  # the report of the failed cell still came
+    assert any("memtrace" in str(o.data.get("text/plain", "")) for o in cap.outputs)
+    # and a fresh trace works afterwards
+    again = _trace(ip, "x = torch.zeros(1000)\n")
+    assert again.retained_bytes >= 4000
+
+
+def test_context_manager_peak_and_retained():
+    import inspect
+
+    keep = []
+    line = inspect.currentframe().f_lineno + 4
+    with memtrace("cpu") as rec:
+        t = torch.empty(2_500_000)  # 10 MB, freed
+        del t
+        keep.append(torch.empty(500_000))  # 2 MB, kept
+    r = rec.result
+    assert r.peak_bytes >= 10_000_000
+    assert 2_000_000 <= r.retained_bytes < 3_000_000
+    assert r.delta_bytes == r.retained_bytes
+    assert rec.retained_bytes == r.retained_bytes and rec.top_sites == r.top_sites  # the recorder reads like it
+    assert "retained" in rec._repr_mimebundle_()["text/plain"]
+    assert not _profiler_active()
+    site = r.retained_sites[0]
+    assert site.filename.endswith("test_memory_trace.py") and site.line == line
+
+
+def test_context_manager_stops_on_error():
+    with pytest.raises(RuntimeError, match="inside"):
+        with memtrace("cpu"):
+            torch.ones(10)
+            raise RuntimeError("inside")
+    assert not _profiler_active()
+
+
+def test_categories_from_the_memory_profile(ip):
+    ip.run_cell(SETUP + "opt = torch.optim.Adam(model.parameters())\n")
+    step = ("xb, yb = batches[0]\nopt.zero_grad()\nloss = criterion(model(xb), yb)\nloss.backward()\n"
+            "opt.step()\n")
+    r = ip.run_cell_magic("memtrace", "--device cpu --categories", step)
+    cats = dict(r.by_category())
+    assert r._memory_profile and len(r._memory_profile) == 1  # built once
+    r.by_category()
+    assert len(r._memory_profile) == 1
+    assert set(cats) & {"gradient", "optimizer_state", "activation", "temporary", "parameter"}
+
+
+def test_bad_arguments(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError):
+        ip.run_cell_magic("memtrace", "--max-entries 0", "x = 1")
+    with pytest.raises(UsageError, match="CUDA is not available|expected"):
+        ip.run_cell_magic("memtrace", "--device tpu", "x = 1")
