@@ -46,7 +46,10 @@ def dist_run_text(d: Any) -> str:
     """The full plain-text report of a run."""
     p = d.primary
     hang_first = d.hang is not None and (p is None or p.error_kind != "cause")
+    bad_checks = sum(1 for c in d.checks if not c.ok)
     head = "OK" if d.ok else ("HANG" if hang_first else "FAILED")
+    if d.ok and bad_checks:
+        head = f"OK, but {bad_checks} check(s) found a problem"
     out = [f"nbdebug torchrun: {head} - {d.nprocs} ranks, {d.backend}, {d.seconds:.1f} s (port {d.port})"]
     if d.primary_rank is not None:
         out += ["", f"Primary failure: rank {d.primary_rank}", f"  {d.primary_reason}"]
@@ -61,7 +64,7 @@ def dist_run_text(d: Any) -> str:
         out.append(f"  rank {r.rank}: exit {r.exitcode}{', ' + r.error_kind if r.error_kind else ''}"
                    f"{': ' + r.error[:160] if r.error else ''}{mark}")
     for c in d.checks:
-        out.append(f"  check {c.kind}: {'ok' if c.ok else 'PROBLEM'} - {c.summary}")
+        out.append(f"  {c.kind}: {'ok' if c.ok else 'PROBLEM'} - {c.summary}")
     for n in d.notes:
         out.append(f"  note: {n}")
     return "\n".join(out)
@@ -108,7 +111,10 @@ def dist_run_html(d: Any) -> str:
     )
     parts.append(outputs)
     parts.append(kv_table([("backend", d.backend), ("wall time", fmt_seconds(d.seconds)), ("port", d.port)]))
-    if d.ok:
+    bad_checks = [c for c in d.checks if not c.ok]
+    if d.ok and bad_checks:
+        title, kind = f"torchrun: {d.nprocs} ranks ran, {len(bad_checks)} check(s) found a problem: {bad_checks[0].kind}", "warning"
+    elif d.ok:
         title, kind = f"torchrun: {d.nprocs} ranks OK ({d.seconds:.1f} s)", "ok"
     elif d.hang is not None and (d.primary is None or d.primary.error_kind != "cause"):
         title, kind = (f"torchrun: HANG in {d.hang.collective or 'user code'} — rank(s) "

@@ -221,6 +221,9 @@ def main(run_dir: str) -> int:
 
 
 if __name__ == "__main__":
+    # code in the rank that imports this module (nbdebug.dist.log_step, the checks) must get this very instance,
+    # whose status pipe is open, not a second copy
+    sys.modules.setdefault("nbdebug.core.dist._bootstrap", sys.modules[__name__])
     status = main(sys.argv[1])
     sys.stdout.flush()
     sys.stderr.flush()

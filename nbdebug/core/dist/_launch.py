@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
-from nbdebug.core.dist._failures import classify, signal_name
+from nbdebug.core.dist._failures import classify, explain_detail_mismatch, signal_name
 from nbdebug.core.dist._hang import analyze_hang, parse_faulthandler, parse_pyspy
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
 from nbdebug.errors import DistError
@@ -364,7 +364,8 @@ class _Session:
                 checks.append(CheckRecord(kind=str(c.get("kind")), ok=bool(c.get("ok")),
                                           summary=str(c.get("summary", "")), details=str(c.get("details", ""))))
         steps = tuple(
-            {"rank": r.rank, "step": s.get("step"), "seconds": s.get("seconds"), "loss": s.get("loss")}
+            {"rank": r.rank, "step": s.get("step"), "seconds": s.get("seconds"), "loss": s.get("loss"),
+             "arrivals": tuple(tuple(a) for a in s.get("arrivals") or ())}
             for r in self.ranks for s in r.steps
         )
         return DistRun(
@@ -409,6 +410,8 @@ class _Session:
         elif error:
             kind, pattern, _ = classify(error + "\n" + stderr[-4000:])
             meaning = pattern.meaning if pattern else ""
+            if pattern is not None and pattern.name == "collective_mismatch":
+                meaning = explain_detail_mismatch(error) or meaning
         else:
             kind, meaning = "", ""
         return RankResult(
@@ -432,7 +435,9 @@ def _pick_primary(ranks: list[RankResult], hang: Hang | None, t0: float) -> tupl
         also = ""
         if len(causes) > 1:
             also = "; also failed: " + ", ".join(f"rank {c.rank} ({c.error[:80]})" for c in causes[1:])
-        return p.rank, f"rank {p.rank} failed first{at}: {p.error}{also}{after}"
+        error = p.error if len(p.error) <= 300 else p.error[:300] + " ..."
+        meaning = f" ({p.error_meaning})" if p.error_meaning else ""
+        return p.rank, f"rank {p.rank} failed first{at}: {error}{meaning}{also}{after}"
     if hang is not None and hang.missing_ranks:
         m = hang.missing_ranks[0]
         return m, f"rank {m} never reached {hang.collective or 'the collective'} ({hang.missing_where.get(m, '')})"
