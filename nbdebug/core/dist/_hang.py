@@ -22,8 +22,9 @@ COLLECTIVES = frozenset({
 
 def _is_library(path: str) -> bool:
     p = path.replace("\\", "/")
+    # py-spy prints library paths relative to site-packages ("torch/distributed/distributed_c10d.py")
     return ("/site-packages/" in p or "/dist-packages/" in p or "/lib/python3" in p or p.startswith("<frozen")
-            or "/nbdebug/core/dist/" in p)
+            or "/nbdebug/core/dist/" in p or p.startswith(("torch/", "nbdebug/", "threading.py")))
 
 
 def collective_of(frames: Sequence[Mapping[str, Any]]) -> str:

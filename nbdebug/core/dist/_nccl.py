@@ -192,7 +192,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         When the text holds no NCCL line at all.
     """
     if not isinstance(text, str):
-        raise ReportParseError(f"parse_nccl_log expects the log text (str), got {type(text).__name__}")
+        raise ReportParseError(f"parse_nccl_log expects the NCCL log text (str), got {type(text).__name__}")
     if "NCCL" not in text and "WorkNCCL" not in text:
         head = text.strip().splitlines()[0][:80] if text.strip() else "(empty)"
         raise ReportParseError(
