@@ -155,6 +155,9 @@ def main(run_dir: str) -> int:
     with open(os.path.join(run_dir, "spec.json"), encoding="utf-8") as fh:
         spec = json.load(fh)
     cell_mode = spec["mode"] == "cell"
+    for entry in spec.get("sys_path", ()):
+        if entry not in sys.path:
+            sys.path.append(entry)
 
     from torch.distributed.elastic.multiprocessing.errors import record
 

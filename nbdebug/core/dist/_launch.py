@@ -267,7 +267,10 @@ class _Session:
                               "every rank was killed")
             alive = [r for r in self.ranks if r.exit_time is None]
             if alive:
-                self._on_hang(alive, time.monotonic() - last_progress, deadline_s=2.0)
+                try:
+                    self._on_hang(alive, time.monotonic() - last_progress, deadline_s=2.0)
+                except KeyboardInterrupt:  # a second interrupt: no stacks, just end the ranks (close() does)
+                    self.notes.append("interrupted again while taking stacks: ranks killed without stacks")
 
     # -- hang --------------------------------------------------------------------------------------------------
     def _on_hang(self, alive: list[_Rank], stalled: float, deadline_s: float = 5.0) -> None:
@@ -399,8 +402,8 @@ class _Session:
             error, tb, when = file_msg, file_tb, file_ts
         elif code not in (0, None) and not r.killed:
             sig = signal_name(code)
-            last = next((ln for ln in reversed(r.stderr) if ln.strip()), "")
-            error = f"{sig or f'exit code {code}'}" + (f": {last.strip()[:300]}" if last else "")
+            line, tb = _crash_summary(r.stderr)
+            error = f"{sig or f'exit code {code}'}" + (f": {line[:300]}" if line else "")
             when = r.exit_time
         if r.killed:
             kind, meaning = "killed", "ended by nbdebug (hang watchdog or interrupt); see the hang report"
@@ -419,6 +422,35 @@ class _Session:
             traceback=self._rename(tb), error=self._rename(error), error_time=when, error_kind=kind,
             error_meaning=meaning, error_file=error_file,
         )
+
+
+def _crash_summary(stderr: list[str]) -> tuple[str, str]:
+    """For a rank killed by a signal: its most telling stderr line, and its main thread's stack when Python's
+    fatal-error handler printed one (``Fatal Python error: Aborted`` followed by per-thread stacks)."""
+    from nbdebug.core.dist._failures import PATTERNS
+
+    import re
+
+    telling = ""
+    for ln in stderr:
+        if any(re.search(p.regex, ln) for p in PATTERNS):
+            telling = ln.strip()
+            break
+    if not telling:
+        telling = next((ln.strip() for ln in stderr if ln.startswith(("Fatal Python error", "terminate called"))), "")
+    if not telling:
+        telling = next((ln.strip() for ln in reversed(stderr) if ln.strip()), "")
+    text = "\n".join(stderr)
+    blocks = re.split(r"^(?=(?:Current thread|Thread) 0x)", text, flags=re.M)
+    main = next((b for b in blocks if "in run_user_code" in b or "_bootstrap.py" in b and " in main" in b), "")
+    frames = [ln for ln in main.splitlines()[1:] if ln.strip().startswith("File ")
+              and "nbdebug/core/dist/_bootstrap.py" not in ln and "<frozen runpy>" not in ln
+              and "elastic/multiprocessing/errors" not in ln]
+    tb = ""
+    if frames:
+        tb = "Stack of the main thread when the process died (most recent call first):\n" + "\n".join(frames)
+        tb += f"\n{telling}"
+    return telling, tb
 
 
 def _pick_primary(ranks: list[RankResult], hang: Hang | None, t0: float) -> tuple[int | None, str]:
@@ -527,7 +559,9 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
             fh.write(shipment.values)
     if shipment.shipped:
         notes.append("shipped to the ranks: " + ", ".join(shipment.shipped))
-    spec = {"mode": "cell", "backend": be.value, "source_path": source_path, "cwd": os.getcwd()}
+    # like multiprocessing's spawn: the ranks see the modules the kernel sees (sys.path edits in the notebook too)
+    spec = {"mode": "cell", "backend": be.value, "source_path": source_path, "cwd": os.getcwd(),
+            "sys_path": [p for p in sys.path if isinstance(p, str)]}
     return _launch(spec, nprocs, timeout, env, default_echo if echo is True else (echo or None), flight_recorder,
                    detail, keep_files, run_dir, notes)
 
