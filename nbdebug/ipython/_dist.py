@@ -86,10 +86,12 @@ class DistMagics(Magics):
         from nbdebug.core.dist import run
         from nbdebug.errors import DistError
 
+        user_ns = self.shell.user_ns if self.shell is not None else {}
+
         try:
             result = run(
                 cell, args.nprocs, timeout=args.timeout, backend=args.backend, env=env, use=args.use,
-                namespace=self.shell.user_ns, echo=not args.quiet, flight_recorder=not args.no_fr,
+                namespace=user_ns, echo=not args.quiet, flight_recorder=not args.no_fr,
                 detail=args.detail, keep_files=args.keep_files,
             )
         except DistError as e:
@@ -97,7 +99,7 @@ class DistMagics(Magics):
                 raise UsageError(f"%%torchrun: {e}") from e
             raise
         if args.output:
-            self.shell.user_ns[args.output] = result
+            user_ns[args.output] = result
         return result
 
 

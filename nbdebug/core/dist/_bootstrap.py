@@ -51,13 +51,14 @@ def _frames_of_main() -> list[dict[str, Any]]:
     frame = sys._current_frames().get(_MAIN_IDENT)  # type: ignore[arg-type]
     if frame is None:
         return []
-    out = [
+    out: list[dict[str, Any]] = [
         {"file": fs.filename, "line": fs.lineno, "func": fs.name, "code": (fs.line or "").strip()}
         for fs in traceback.extract_stack(frame)
     ]
     # frames of this bootstrap are plumbing, not the user's code
-    return [f for f in out if os.path.abspath(f["file"]) != _THIS_FILE and "elastic/multiprocessing/errors" not in f["file"]
-            and not f["file"].startswith("<frozen runpy") and not f["file"].endswith("runpy.py")]
+    return [f for f in out if os.path.abspath(str(f["file"])) != _THIS_FILE
+            and "elastic/multiprocessing/errors" not in str(f["file"])
+            and not str(f["file"]).startswith("<frozen runpy") and not str(f["file"]).endswith("runpy.py")]
 
 
 def _stack_text(frames: list[dict[str, Any]]) -> str:
@@ -78,7 +79,8 @@ def _fr_entries() -> list[dict[str, Any]]:
 
         import torch
 
-        dump = torch._C._distributed_c10d._dump_fr_trace(True, False, False)  # no C++ stacks: 4 s -> 1 ms
+        dump_fr = getattr(torch._C._distributed_c10d, "_dump_fr_trace")  # noqa: B009  (private, torch >= 2.6)
+        dump = dump_fr(True, False, False)  # without C++ stacks: 4 s -> 1 ms on the first call
         entries = pickle.loads(dump).get("entries", [])
     except Exception:
         return []

@@ -317,7 +317,8 @@ def _fr_times() -> list[tuple[int, int]]:
     try:
         import torch
 
-        entries = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False)).get("entries", [])
+        dump_fr = getattr(torch._C._distributed_c10d, "_dump_fr_trace")  # noqa: B009  (private, torch >= 2.6)
+        entries = pickle.loads(dump_fr(True, False, False)).get("entries", [])
     except Exception:
         return []
     out = [(int(e["collective_seq_id"]), int(e["time_created_ns"])) for e in entries
@@ -378,7 +379,7 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
     for rec in records:
         by_rank.setdefault(int(rec["rank"]), []).append(rec)
     findings: list[str] = []
-    per_rank = []
+    per_rank: list[dict[str, Any]] = []
     medians: dict[int, float] = {}
     for r, recs in sorted(by_rank.items()):
         times = [float(x["seconds"]) for x in recs if x.get("seconds") is not None]
@@ -403,10 +404,12 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
         row["lateness_ms"] = statistics.mean(lat) if lat else 0.0
     finite = [m for m in medians.values() if math.isfinite(m)]
     typical = statistics.median(finite) if finite else float("nan")
-    slowest, slowdown = None, 1.0
+    slowest: int | None = None
+    slowdown = 1.0
     if any(lateness.values()) and math.isfinite(typical) and typical > 0:
-        slowest = max(per_rank, key=lambda row: row["lateness_ms"])["rank"]
-        late_s = per_rank[slowest]["lateness_ms"] / 1e3
+        worst = max(per_rank, key=lambda row: float(row["lateness_ms"]))
+        slowest = int(worst["rank"])
+        late_s = float(worst["lateness_ms"]) / 1e3
         slowdown = 1.0 + late_s / typical
         if late_s > THRESHOLDS["straggler_lateness"][0] * typical and late_s > THRESHOLDS["straggler_min_ms"][0] / 1e3:
             findings.append(f"rank {slowest} is a straggler: it reaches the collectives {late_s * 1e3:.1f} ms after "

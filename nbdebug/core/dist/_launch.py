@@ -427,9 +427,9 @@ class _Session:
 def _crash_summary(stderr: list[str]) -> tuple[str, str]:
     """For a rank killed by a signal: its most telling stderr line, and its main thread's stack when Python's
     fatal-error handler printed one (``Fatal Python error: Aborted`` followed by per-thread stacks)."""
-    from nbdebug.core.dist._failures import PATTERNS
-
     import re
+
+    from nbdebug.core.dist._failures import PATTERNS
 
     telling = ""
     for ln in stderr:
