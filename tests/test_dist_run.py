@@ -99,6 +99,44 @@ def test_rank_that_skips_all_reduce_is_named_with_its_line():
         assert len(r.hang.flight_recorder[0]) == len(r.hang.flight_recorder[1]) + 1
 
 
+def test_hang_while_another_rank_polls_is_still_a_hang():
+    # rank 0 saves a checkpoint through code that holds a collective; rank 1 polls for the file: it keeps "moving"
+    source = textwrap.dedent("""
+        import os, time, torch, torch.distributed as dist
+        ckpt = os.path.join(os.environ["NBDEBUG_TEST_DIR"], "ckpt.pt")
+        def save_checkpoint(state, path):
+            stats = torch.ones(1)
+            dist.all_reduce(stats)            # a collective in rank-0-only code
+            torch.save(state, path)
+        if dist.get_rank() == 0:
+            save_checkpoint({"w": 1}, ckpt)
+        else:
+            while not os.path.exists(ckpt):
+                time.sleep(0.05)
+    """)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        r = dist.run(source, 2, timeout=4, echo=False, env={"NBDEBUG_TEST_DIR": tmp})
+    assert r.hang is not None and r.hang.missing_ranks == (1,)
+    assert "save_checkpoint" in r.hang.location and r.hang.collective == "all_reduce"
+    assert r.hang.missing_where[1].startswith("<cell>:1")  # the polling loop (line 11 or 12)
+
+
+def test_rank_with_fewer_batches_is_primary():
+    source = textwrap.dedent("""
+        import torch, torch.distributed as dist
+        batches = 3 if dist.get_rank() == 0 else 2     # rank 1's shard has fewer batches
+        for step in range(batches):
+            x = torch.ones(2)
+            dist.all_reduce(x)
+    """)
+    r = dist.run(source, 2, timeout=10, echo=False)
+    assert not r.ok
+    assert r.ranks[1].exitcode == 0 and r.ranks[0].error_kind == "victim"
+    assert r.primary_rank == 1 and "ran fewer collectives" in r.primary_reason
+
+
 def test_exception_on_one_rank_is_primary_not_the_victims():
     source = textwrap.dedent("""
         import torch, torch.distributed as dist

@@ -89,8 +89,23 @@ def _fr_entries() -> list[dict[str, Any]]:
     return [{k: e.get(k) for k in keep} for e in entries]
 
 
+def _in_collective(frame: Any) -> bool:
+    """Whether the main thread is inside a torch.distributed collective call (its few innermost frames)."""
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _sampler(interval: float) -> None:
-    """Send a tick whenever the main thread's innermost Python frame moves; a blocked rank sends none."""
+    """Send a tick whenever the main thread's innermost Python frame moves; a blocked rank sends none.
+
+    Each tick says whether the rank is now inside a collective, so that the launcher can tell "waits in a
+    collective for too long" (a hang, even while another rank polls in a loop) from "is busy".
+    """
     last: tuple[int, int] | None = None
     while True:
         time.sleep(interval)
@@ -98,7 +113,7 @@ def _sampler(interval: float) -> None:
         key = (id(frame.f_code), frame.f_lasti) if frame is not None else None
         if key != last:
             last = key
-            send("tick")
+            send("tick", coll=_in_collective(frame))
 
 
 def _control(fd: int) -> None:
@@ -195,6 +210,7 @@ def main(run_dir: str) -> int:
                 with open(spec["source_path"], encoding="utf-8") as fh:
                     code = compile(fh.read(), spec["source_path"], "exec")
                 exec(code, namespace)
+                send("finished")  # before destroy_process_group: peers may fail as soon as the group goes away
                 if dist.is_initialized():
                     dist.destroy_process_group()
             else:
@@ -202,6 +218,7 @@ def main(run_dir: str) -> int:
 
                 sys.argv = [spec["source_path"], *spec.get("argv", [])]
                 runpy.run_path(spec["source_path"], run_name="__main__")
+                send("finished")
         except SystemExit as e:
             if e.code not in (0, None):
                 send("exc", type="SystemExit", message=f"SystemExit: {e.code}", traceback=_clean_traceback(e))

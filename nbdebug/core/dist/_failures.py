@@ -133,6 +133,8 @@ def explain_detail_mismatch(message: str) -> str:
     if not m:
         return ""
     ra, fa, rb, fb, aspects = m.group(1), _fingerprint(m.group(2)), m.group(3), _fingerprint(m.group(4)), m.group(5)
+    if int(ra) > int(rb):  # each rank reports itself first; say it the same way whichever rank raised
+        ra, fa, rb, fb = rb, fb, ra, fa
     what = []
     if fa.get("OpType") != fb.get("OpType"):
         what.append(f"different collectives ({fa.get('OpType')} on rank {ra}, {fb.get('OpType')} on rank {rb})")

@@ -116,6 +116,9 @@ class _Rank:
     killed: bool = False
     checks: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
+    last_tick: float = field(default_factory=time.monotonic)
+    finished_t: float | None = None
+    in_collective: bool = False
 
 
 def _reader(rank: int, kind: str, pipe: IO[bytes], q: queue.Queue[tuple[int, str, Any]]) -> None:
@@ -201,7 +204,10 @@ class _Session:
                 self.echo(rank, kind, self._rename(payload))
             return True
         ev = payload.get("ev")
-        if ev == "started":
+        if ev == "tick":
+            r.last_tick = time.monotonic()
+            r.in_collective = bool(payload.get("coll"))
+        elif ev == "started":
             r.main_ident = payload.get("main")
         elif ev == "exc":
             if r.exc is None:
@@ -209,11 +215,13 @@ class _Session:
         elif ev == "dumped":
             r.dumped = payload
             return False
+        elif ev == "finished":
+            r.finished_t = float(payload["t"])
         elif ev == "check":
             r.checks.append(payload)
         elif ev == "step":
             r.steps.append(payload)
-        return ev in ("tick", "ready", "check", "step", "exc", "done", "started")
+        return ev in ("tick", "ready", "check", "step", "exc", "done", "started", "finished")
 
     def _rename(self, text: str) -> str:
         source = self.spec.get("source_path", "")
@@ -258,8 +266,12 @@ class _Session:
                     self._drain(time.monotonic() + 0.05)
                     return
                 stalled = now - last_progress
-                if stalled > self.timeout or (first_failure is not None and stalled > grace):
-                    self._on_hang(alive, stalled)
+                # a rank blocked in a collective for longer than the timeout is a hang even while another
+                # rank keeps moving (e.g. polls for a file that the blocked rank would write)
+                blocked = [r for r in alive if r.in_collective and now - r.last_tick > self.timeout]
+                after_failure = first_failure is not None and (stalled > grace or now - first_failure > self.timeout)
+                if stalled > self.timeout or blocked or after_failure:
+                    self._on_hang(alive, max(stalled, *(now - r.last_tick for r in blocked)) if blocked else stalled)
                     return
         except KeyboardInterrupt:
             self.interrupted = True
@@ -421,6 +433,7 @@ class _Session:
             rank=r.rank, pid=r.proc.pid, exitcode=code, stdout="\n".join(r.stdout), stderr=self._rename(stderr),
             traceback=self._rename(tb), error=self._rename(error), error_time=when, error_kind=kind,
             error_meaning=meaning, error_file=error_file,
+            ended_at=r.finished_t if r.finished_t is not None else r.exit_time,
         )
 
 
@@ -473,6 +486,16 @@ def _pick_primary(ranks: list[RankResult], hang: Hang | None, t0: float) -> tupl
     if hang is not None and hang.missing_ranks:
         m = hang.missing_ranks[0]
         return m, f"rank {m} never reached {hang.collective or 'the collective'} ({hang.missing_where.get(m, '')})"
+    first_victim = victims[0].error_time if victims else None
+    if first_victim is not None:
+        # a rank that finished cleanly while the others still expected it in a collective ran fewer of them
+        early = sorted((r for r in ranks if r.exitcode == 0 and r.ended_at is not None and r.ended_at <= first_victim),
+                       key=lambda r: (r.ended_at, r.rank))
+        if early:
+            e = early[0]
+            return e.rank, (f"rank {e.rank} finished its code (exit code 0) while rank(s) "
+                            f"{[v.rank for v in victims]} still expected it in a collective: it ran fewer collectives "
+                            "(fewer batches, an early return or a rank-dependent branch)" + after)
     for v in victims:
         kind, _, culprit = classify(v.error)
         if culprit is not None and 0 <= culprit < len(ranks):

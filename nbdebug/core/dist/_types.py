@@ -38,6 +38,8 @@ class RankResult(Result):
         What the error means, from nbdebug's table of known distributed errors.
     error_file : str
         torch's ``TORCHELASTIC_ERROR_FILE`` for this rank (JSON; may not exist when the rank did not raise).
+    ended_at : float or None
+        Unix time at which the launcher saw the process end.
     """
 
     rank: int
@@ -51,6 +53,7 @@ class RankResult(Result):
     error_kind: str = ""
     error_meaning: str = ""
     error_file: str = ""
+    ended_at: float | None = None
 
     _text_renderer = "nbdebug.render.dist:rank_text"
 
