@@ -445,7 +445,8 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
         identical = [s for s in common if nranks > 1 and len(set(loss_at[s].values())) == 1]
         if len(identical) >= THRESHOLDS["identical_loss_steps"][0]:
             findings.append(f"losses are identical on every rank at {len(identical)} steps: every rank trains on the "
-                            "same batches (no DistributedSampler?)")
+                            "same batches (no DistributedSampler?), unless the loss was all-reduced before log_step (log the "
+                            "local loss)")
     return StepReport(steps=max((len(v) for v in by_rank.values()), default=0), per_rank=tuple(per_rank),
                       slowest_rank=slowest, slowdown=slowdown, loss_spread=spread, loss_rel_spread=rel,
                       findings=tuple(findings))

@@ -86,16 +86,20 @@ def _make_store(requested_port: int | None, notes: list[str]) -> Any:
     def make(port: int) -> Any:
         return TCPStore("127.0.0.1", port, None, True, timeout=timedelta(seconds=60), wait_for_workers=False)
 
+    taken = False
     if requested_port:
         try:
             return make(requested_port)
-        except Exception as e:  # the requested port is taken (a stale run?): take a free one instead
-            notes.append(f"port {requested_port} was already in use ({str(e).splitlines()[0][:120]}); "
-                         "used a free port instead")
+        except Exception:  # the requested port is taken (a stale run?): take a free one instead
+            taken = True
     last: Exception | None = None
     for _ in range(5):
         try:
-            return make(0)
+            store = make(0)
+            if taken:
+                notes.append(f"port {requested_port} was already in use (a stale run?); the ranks met on free port "
+                             f"{store.port} instead")
+            return store
         except Exception as e:  # pragma: no cover  (port 0 is assigned by the OS; retried only for safety)
             last = e
     raise DistError(f"could not start the rendezvous store on 127.0.0.1 (tried 5 free ports): {last}") from last
