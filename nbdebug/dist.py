@@ -90,7 +90,7 @@ def run(
         True prints each rank's lines as they arrive; a callable ``(rank, stream, line)`` receives them; False
         keeps them quiet (still kept in the result).
     flight_recorder : bool
-        Record collectives (``TORCH_FR_BUFFER_SIZE=2000``) so that a hang report can show each rank's last ones.
+        Record collectives (``TORCH_FR_BUFFER_SIZE=200``) so that a hang report can show each rank's last ones.
     detail : bool
         Set ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: collective mismatches (op, shape, dtype) raise at once with a
         message that the result explains; costs extra latency per collective.

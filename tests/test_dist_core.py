@@ -4,6 +4,7 @@ cross-rank comparisons, shipping names to the ranks, and rendering.  No process 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import threading
 from pathlib import Path
 
@@ -272,3 +273,27 @@ def test_ship_refuses_cuda_tensor_like():
     FakeCudaTensor.__module__ = "torch.fake"
     with pytest.raises(DistError, match="CUDA tensors cannot be shipped"):
         ship(["t"], {"t": FakeCudaTensor()})
+
+
+def test_parse_traceback_of_a_victim_joins_the_waiting_ranks():
+    from nbdebug.core.dist._hang import parse_traceback
+
+    # rank 0's traceback after its own process-group timeout fired (shared/notes/distributed.md §1.4 layout)
+    tb = textwrap.dedent('''\
+        Traceback (most recent call last):
+          File "scratch/dist/c_exc.py", line 22, in <module>
+            dist.all_reduce(x)
+          File "/home/user/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 81, in wrapper
+            return func(*args, **kwargs)
+                   ^^^^^^^^^^^^^^^^^^^^^
+          File "/home/user/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2942, in all_reduce
+            work.wait()
+        RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete
+    ''')
+    frames = parse_traceback(tb)
+    assert [f["line"] for f in frames] == [22, 81, 2942]
+    assert frames[0]["code"] == "dist.all_reduce(x)" and frames[1]["code"] == "return func(*args, **kwargs)"
+    live = {1: parse_pyspy((DATA / "pyspy_rank1.txt").read_text())}
+    hang = analyze_hang(5.0, {**live, 0: frames}, {0: tb, 1: ""}, {})
+    assert hang.waiting_ranks == (0,) and hang.missing_ranks == (1,)
+    assert "c_exc.py:22" in hang.location

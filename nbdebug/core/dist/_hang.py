@@ -8,7 +8,8 @@ from typing import Any
 
 from nbdebug.core.dist._types import Hang, StackGroup
 
-__all__ = ["COLLECTIVES", "analyze_hang", "parse_pyspy", "parse_faulthandler", "user_frame", "collective_of"]
+__all__ = ["COLLECTIVES", "analyze_hang", "parse_pyspy", "parse_faulthandler", "parse_traceback", "user_frame",
+           "collective_of"]
 
 # public torch.distributed functions that block until every rank of the group has called them
 COLLECTIVES = frozenset({
@@ -86,6 +87,22 @@ def parse_faulthandler(text: str, main_thread_hex: str | None = None) -> list[di
         for m in (_FH_FRAME.match(line) for line in chosen.splitlines()) if m
     ]
     return frames[::-1]
+
+
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def parse_traceback(text: str) -> list[dict[str, Any]]:
+    """Frames (outermost first) of a Python traceback text, with each frame's source line when shown."""
+    frames: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _TB_FRAME.match(line)
+        if m:
+            frames.append({"file": m["file"], "line": int(m["line"]), "func": m["func"], "code": ""})
+        elif frames and not frames[-1]["code"] and line.startswith("    ") and line.strip() \
+                and not set(line.strip()) <= set("^~ "):
+            frames[-1]["code"] = line.strip()
+    return frames
 
 
 def _fr_last(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

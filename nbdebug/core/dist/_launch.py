@@ -34,7 +34,13 @@ from enum import Enum
 from typing import IO, Any
 
 from nbdebug.core.dist._failures import classify, explain_detail_mismatch, signal_name
-from nbdebug.core.dist._hang import analyze_hang, parse_faulthandler, parse_pyspy
+from nbdebug.core.dist._hang import (
+    analyze_hang,
+    collective_of,
+    parse_faulthandler,
+    parse_pyspy,
+    parse_traceback,
+)
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
 from nbdebug.errors import DistError
 
@@ -339,6 +345,15 @@ class _Session:
         for r in self.ranks:
             if r.rank in frames:
                 continue
+            if r.exc is not None and classify(str(r.exc.get("message", "")))[0] == "victim":
+                # it failed while waiting (its own process-group timeout, a closed connection): where it waited
+                # is what matters, so it joins the waiting ranks with the stack of its traceback
+                tb = str(r.exc.get("traceback", ""))
+                tb_frames = parse_traceback(tb)
+                if collective_of(tb_frames):
+                    frames[r.rank] = tb_frames
+                    stacks[r.rank] = f"(had already failed: {r.exc.get('message', '')[:200]})\n{tb}"
+                    continue
             code = r.proc.returncode
             if r.exc is not None:
                 exited[r.rank] = f"had already exited with {r.exc.get('message', '')[:200]}"
@@ -522,7 +537,7 @@ def _prepare_env(env: Mapping[str, str] | None, nprocs: int, port: int, backend:
     })
     base.setdefault("OMP_NUM_THREADS", "1")  # what torchrun does for nproc > 1
     if flight_recorder:
-        base.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+        base.setdefault("TORCH_FR_BUFFER_SIZE", "200")  # the last steps; each dump reads all (~5 ms at 200)
     if detail:
         base["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if backend == "nccl":
