@@ -297,3 +297,41 @@ def test_parse_traceback_of_a_victim_joins_the_waiting_ranks():
     hang = analyze_hang(5.0, {**live, 0: frames}, {0: tb, 1: ""}, {})
     assert hang.waiting_ranks == (0,) and hang.missing_ranks == (1,)
     assert "c_exc.py:22" in hang.location
+
+
+def _synthetic_run():
+    from nbdebug.core.dist._types import DistRun, RankResult
+
+    ranks = (
+        RankResult(rank=0, pid=10, exitcode=1, stderr="x", error="RuntimeError: Connection closed by peer <b>",
+                   error_kind="victim", traceback="Traceback ...\nRuntimeError: Connection closed by peer <b>"),
+        RankResult(rank=1, pid=11, exitcode=1, stdout="<script>alert(1)</script>",
+                   error="ValueError: bad <script>", error_kind="cause", traceback="Traceback ...\nValueError: bad"),
+    )
+    return DistRun(ok=False, nprocs=2, backend="gloo", ranks=ranks, primary_rank=1,
+                   primary_reason="rank 1 failed first: ValueError: bad <script>", seconds=1.5, port=1234)
+
+
+def test_render_escapes_everything_and_marks_the_primary():
+    run = _synthetic_run()
+    html = run._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "Primary failure: rank 1" in html
+    text = str(run)
+    assert "Primary failure: rank 1" in text and "<- primary" in text
+    assert repr(run) == "<DistRun: FAILED: rank 1: ValueError: bad <script>>"
+    df = run.to_pandas()
+    assert list(df["primary"]) == [False, True]
+    assert run.to_dict()["ranks"][1]["error_kind"] == "cause"
+
+
+def test_dist_enricher_adds_a_section_for_distributed_errors():
+    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.ipython._dist import dist_enricher
+
+    base = Diagnosis(category="unknown", title="?", summary="?")
+    exc = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                       "[127.0.0.1]:32164")
+    enriched = dist_enricher(exc, base)
+    assert enriched.sections and "victim" in enriched.sections[0].text
+    assert dist_enricher(ValueError("plain"), base) is base
