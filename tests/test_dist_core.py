@@ -235,6 +235,19 @@ def test_ship_main_function_by_source():
     ns["notebook_fn"].__module__ = "__main__"
     s = ship(["notebook_fn"], ns)
     assert "def notebook_fn(a):" in s.preamble
+    assert not s.notes
+
+
+def test_ship_notes_unshipped_globals():
+    import linecache
+
+    code = "LR = 0.1\ndef step(w):\n    return w - LR\n"
+    linecache.cache["<nbcell-2>"] = (len(code), None, code.splitlines(True), "<nbcell-2>")
+    ns: dict = {"__name__": "__main__"}
+    exec(compile(code, "<nbcell-2>", "exec"), ns)
+    ns["step"].__module__ = "__main__"
+    assert any("LR" in n for n in ship(["step"], ns).notes)
+    assert not ship(["step", "LR"], ns).notes
 
 
 @pytest.mark.parametrize("value,match", [

@@ -116,6 +116,18 @@ def ship(names: Iterable[str], namespace: Mapping[str, Any]) -> Shipment:
                 ) from e
             values[name] = obj
         shipped.append(name)
+    # functions that read notebook globals which were not shipped work in the notebook and fail in the ranks
+    for name in shipped:
+        obj = namespace.get(name)
+        if isinstance(obj, types.FunctionType) and obj.__module__ == "__main__":
+            missing = sorted(
+                g for g in obj.__code__.co_names
+                if g in namespace and g not in shipped and not g.startswith("_")
+                and not isinstance(namespace[g], types.ModuleType)
+            )
+            if missing:
+                notes.append(f"{name} reads notebook global(s) {', '.join(missing)} that were not shipped; add them "
+                             "to --use if the ranks need them")
     return Shipment(
         preamble="\n\n".join(lines) + ("\n" if lines else ""),
         values=pickle.dumps(values) if values else None,
