@@ -123,6 +123,27 @@ def test_hang_while_another_rank_polls_is_still_a_hang():
     assert r.hang.missing_where[1].startswith("<cell>:1")  # the polling loop (line 11 or 12)
 
 
+@pytest.mark.parametrize("pyspy", [True, False], ids=["py-spy", "faulthandler"])
+def test_stacks_of_a_rank_whose_gil_is_held(pyspy, monkeypatch):
+    # catastrophic regex backtracking holds the GIL inside C: the in-rank dump thread cannot answer
+    from nbdebug.core.dist import _launch
+
+    if not pyspy:
+        monkeypatch.setattr(_launch, "_find_pyspy", lambda: None)
+    elif _launch._find_pyspy() is None:
+        pytest.fail("py-spy is part of the dev environment; it must be found")
+    source = textwrap.dedent("""
+        import re, torch, torch.distributed as dist
+        if dist.get_rank() == 1:
+            re.match(r"(a+)+$", "a" * 64 + "b")      # never returns in practice, GIL held
+        dist.all_reduce(torch.ones(2))
+    """)
+    r = dist.run(source, 2, timeout=3, echo=False)
+    assert r.hang is not None and r.hang.missing_ranks == (1,)
+    assert ("py-spy" if pyspy else "faulthandler") in r.hang.method
+    assert r.hang.missing_where[1].startswith(f"<cell>:{_line_of(source, 're.match')}")
+
+
 def test_rank_with_fewer_batches_is_primary():
     source = textwrap.dedent("""
         import torch, torch.distributed as dist

@@ -295,7 +295,7 @@ class _Session:
                     self.notes.append("interrupted again while taking stacks: ranks killed without stacks")
 
     # -- hang --------------------------------------------------------------------------------------------------
-    def _on_hang(self, alive: list[_Rank], stalled: float, deadline_s: float = 5.0) -> None:
+    def _on_hang(self, alive: list[_Rank], stalled: float, deadline_s: float = 3.0) -> None:
         for r in alive:
             try:
                 os.write(r.control_w, b"dump\n")
@@ -318,8 +318,8 @@ class _Session:
             text = ""
             if pyspy:
                 try:
-                    text = subprocess.run([pyspy, "dump", "--pid", str(r.proc.pid)], capture_output=True, text=True,
-                                          timeout=10).stdout
+                    text = subprocess.run([pyspy, "dump", "--full-filenames", "--pid", str(r.proc.pid)],
+                                          capture_output=True, text=True, timeout=10).stdout
                 except (OSError, subprocess.SubprocessError):
                     text = ""
             if text.strip():
