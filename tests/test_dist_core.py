@@ -336,6 +336,16 @@ def test_render_escapes_everything_and_marks_the_primary():
     df = run.to_pandas()
     assert list(df["primary"]) == [False, True]
     assert run.to_dict()["ranks"][1]["error_kind"] == "cause"
+    assert run.nccl_log() is None
+
+
+def test_nccl_log_of_a_run():
+    import dataclasses as dc
+
+    run = _synthetic_run()
+    log = (DATA / "no_route_to_host.log").read_text()
+    run = dc.replace(run, ranks=(dc.replace(run.ranks[0], stderr=log), run.ranks[1]))
+    assert run.nccl_log().problems[0].name == "no_route_to_host"
 
 
 def test_dist_enricher_adds_a_section_for_distributed_errors():

@@ -206,6 +206,13 @@ class DistRun(Result):
         """Rank -> everything it printed to stdout."""
         return {r.rank: r.stdout for r in self.ranks}
 
+    def nccl_log(self) -> Any:
+        """``parse_nccl_log`` of everything the ranks printed (run with ``env={"NCCL_DEBUG": "INFO"}``), or None."""
+        from nbdebug.core.dist._nccl import parse_nccl_log
+
+        text = "\n".join(f"{r.stdout}\n{r.stderr}" for r in self.ranks)
+        return parse_nccl_log(text) if "NCCL" in text else None
+
     def step_report(self) -> Any:
         """Straggler and loss-dispersion report from the ``log_step`` records (see ``StepReport``)."""
         from nbdebug.core.dist._checks import step_report
