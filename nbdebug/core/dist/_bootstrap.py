@@ -89,13 +89,21 @@ def _fr_entries() -> list[dict[str, Any]]:
     return [{k: e.get(k) for k in keep} for e in entries]
 
 
+# waiting for the other ranks to *start* is not a collective hang: a slow import on one rank is normal
+_SETUP_CALLS = frozenset({"init_process_group", "new_group", "_new_group_with_tag", "_store_based_barrier",
+                          "destroy_process_group", "_rendezvous_helper"})
+
+
 def _in_collective(frame: Any) -> bool:
     """Whether the main thread is inside a torch.distributed collective call (its few innermost frames)."""
-    for _ in range(4):
+    for _ in range(6):
         if frame is None:
             return False
-        if frame.f_code.co_filename.endswith("distributed_c10d.py"):
-            return True
+        if frame.f_code.co_filename.endswith(("distributed_c10d.py", "rendezvous.py")):
+            if frame.f_code.co_name in _SETUP_CALLS or frame.f_code.co_filename.endswith("rendezvous.py"):
+                return False
+            if frame.f_back is None or not frame.f_back.f_code.co_filename.endswith("distributed_c10d.py"):
+                return True  # the outermost c10d frame decides (init_process_group calls barrier inside)
         frame = frame.f_back
     return False
 
