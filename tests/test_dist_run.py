@@ -302,3 +302,33 @@ def test_magic_through_the_shell(ip):
         ip.run_cell_magic("torchrun", "-n 2 --use f", "pass")
     with pytest.raises(UsageError, match="gloo or nccl"):
         ip.run_cell_magic("torchrun", "-n 2 --backend mpi", "pass")
+
+
+def test_ranks_end_when_the_launcher_dies():
+    # the kernel is killed (or restarted) while ranks run: they must not outlive it
+    code = textwrap.dedent("""
+        import nbdebug.dist as d
+        d.run("import os, time\\nprint('pid', os.getpid(), flush=True)\\ntime.sleep(300)", 2, timeout=300)
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+    pids = []
+    try:
+        deadline = time.monotonic() + 90
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = launcher.stdout.readline()
+            if " pid " in line:
+                pids.append(int(line.split()[-1]))
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.2)
+    for pid in alive:  # do not leave them behind even when the test fails
+        os.kill(pid, 9)
+    assert not alive, f"ranks {alive} outlived their launcher"
+

@@ -131,6 +131,8 @@ def _control(fd: int) -> None:
             if line.strip() == "dump":
                 frames = _frames_of_main()
                 send("dumped", stack=_stack_text(frames), frames=frames, fr=_fr_entries())
+    # end of file: the launcher is gone (the kernel died or was restarted) -- never outlive it
+    os._exit(70)
 
 
 def _install_init_defaults(pg_timeout: float, cell_mode: bool) -> None:
