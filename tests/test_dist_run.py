@@ -9,8 +9,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -310,6 +312,7 @@ def test_ranks_end_when_the_launcher_dies():
         import nbdebug.dist as d
         d.run("import os, time\\nprint('pid', os.getpid(), flush=True)\\ntime.sleep(300)", 2, timeout=300)
     """)
+    run_dirs_before = set(Path(tempfile.gettempdir()).glob("nbdebug-dist-*"))
     launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     pids = []
@@ -331,4 +334,5 @@ def test_ranks_end_when_the_launcher_dies():
     for pid in alive:  # do not leave them behind even when the test fails
         os.kill(pid, 9)
     assert not alive, f"ranks {alive} outlived their launcher"
+    assert run_dirs_before == set(Path(tempfile.gettempdir()).glob("nbdebug-dist-*")), "run folder left behind"
 

@@ -31,6 +31,7 @@ from typing import Any
 
 _LOCK = threading.Lock()
 _STATUS_FD: int | None = None
+_RUN_DIR = ""
 _MAIN_IDENT = threading.main_thread().ident
 _THIS_FILE = os.path.abspath(__file__)
 
@@ -131,7 +132,12 @@ def _control(fd: int) -> None:
             if line.strip() == "dump":
                 frames = _frames_of_main()
                 send("dumped", stack=_stack_text(frames), frames=frames, fr=_fr_entries())
-    # end of file: the launcher is gone (the kernel died or was restarted) -- never outlive it
+    # end of file: the launcher is gone (the kernel died or was restarted) -- never outlive it, and remove the
+    # run folder that the launcher can no longer remove
+    if _RUN_DIR:
+        import shutil
+
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
     os._exit(70)
 
 
@@ -166,8 +172,9 @@ def _clean_traceback(exc: BaseException) -> str:
 
 
 def main(run_dir: str) -> int:
-    global _STATUS_FD
+    global _STATUS_FD, _RUN_DIR
     _STATUS_FD = int(os.environ["NBDEBUG_DIST_STATUS_FD"])
+    _RUN_DIR = run_dir
     control_fd = int(os.environ["NBDEBUG_DIST_CONTROL_FD"])
     rank = int(os.environ["RANK"])
     rank_dir = os.path.join(run_dir, f"rank_{rank}")
