@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from nbdebug import dist
+from nbdebug.errors import DistError
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -228,6 +229,16 @@ def test_unsynced_seeds_caught_by_check_consistency():
     bad = [c for c in r.checks if not c.ok]
     assert len(bad) == 1 and bad[0].kind == "check_consistency" and "0.weight" in bad[0].summary
     assert "check(s) found a problem" in str(r)
+
+
+def test_nccl_without_enough_gpus_is_refused_up_front():
+    import torch
+
+    n = torch.cuda.device_count() + 1
+    with pytest.raises(DistError, match="one GPU per rank"):
+        dist.run("pass", n, backend="nccl", echo=False)
+    with pytest.raises(DistError, match="expected one of: gloo, nccl"):
+        dist.run("pass", 1, backend="mpi", echo=False)
 
 
 def test_port_already_taken_is_never_a_failure():

@@ -552,6 +552,15 @@ def _launch(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str,
         raise DistError(f"nprocs={nprocs!r}: expected a positive number of ranks, e.g. 2")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DistError(f"timeout={timeout!r}: expected a positive number of seconds, e.g. 30")
+    if spec["backend"] == "nccl":
+        import torch
+
+        gpus = torch.cuda.device_count()  # NVML-based: does not initialise CUDA in this process
+        if gpus < nprocs:
+            raise DistError(
+                f"backend='nccl' with {nprocs} ranks needs one GPU per rank, but {gpus} GPU(s) are visible here; "
+                "use fewer ranks, or backend='gloo' to run on CPU"
+            )
     requested = None
     if env and "MASTER_PORT" in env:
         try:
