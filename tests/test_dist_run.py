@@ -27,7 +27,9 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(autouse=True)
 def no_children_left():
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    dirs_before = set(Path(tempfile.gettempdir()).glob("nbdebug-dist-*"))
     yield
+    assert set(Path(tempfile.gettempdir()).glob("nbdebug-dist-*")) <= dirs_before, "a run folder was left behind"
     deadline = time.monotonic() + 5
     while True:
         left = [p for p in psutil.Process().children(recursive=True)

@@ -548,6 +548,18 @@ def _prepare_env(env: Mapping[str, str] | None, nprocs: int, port: int, backend:
 def _launch(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str, str] | None,
             echo: Echo | None, flight_recorder: bool, detail: bool, keep_files: bool, run_dir: str,
             notes: list[str]) -> DistRun:
+    try:
+        result = _launch_in(spec, nprocs, timeout, env, echo, flight_recorder, detail, run_dir, notes)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    if not keep_files:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str, str] | None,
+               echo: Echo | None, flight_recorder: bool, detail: bool, run_dir: str, notes: list[str]) -> DistRun:
     if not isinstance(nprocs, int) or nprocs < 1:
         raise DistError(f"nprocs={nprocs!r}: expected a positive number of ranks, e.g. 2")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -579,10 +591,7 @@ def _launch(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str,
     finally:
         session.close()
         del store
-    result = session.result(session.port)
-    if not keep_files:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return result
+    return session.result(session.port)
 
 
 def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backend = "gloo",
