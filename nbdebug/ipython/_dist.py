@@ -1,9 +1,145 @@
-"""Magics for this feature area (filled in by its issue)."""
+"""``%%torchrun``: run a cell on N local ranks and explain failures and hangs; a diagnosis section for dist errors."""
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from nbdebug.ipython._state import ExtensionState
 
 
+def _parse_env(items: list[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"%%torchrun --env {item!r}: expected KEY=VALUE, e.g. --env NCCL_DEBUG=INFO")
+        env[key] = value
+    return env
+
+
+@magics_class
+class DistMagics(Magics):
+    """The ``%%torchrun`` cell magic."""
+
+    nbd_state: ExtensionState
+
+    @magic_arguments()
+    @argument("-n", "--nprocs", type=int, default=2, help="number of ranks (default 2)")
+    @argument("--timeout", type=float, default=60.0,
+              help="hang watchdog: seconds without progress on any rank before stacks are taken and ranks killed "
+                   "(default 60)")
+    @argument("--backend", default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)")
+    @argument("--env", action="append", metavar="K=V", help="environment variable for the ranks (repeatable)")
+    @argument("--use", default="", metavar="NAME1,NAME2",
+              help="notebook functions, classes, modules or picklable values to ship to the ranks")
+    @argument("--detail", action="store_true",
+              help="TORCH_DISTRIBUTED_DEBUG=DETAIL: catch collective op/shape/dtype mismatches at once")
+    @argument("--no-fr", action="store_true", help="do not switch the Flight Recorder on")
+    @argument("-q", "--quiet", action="store_true", help="do not stream the ranks' output (it is kept in the result)")
+    @argument("--keep-files", action="store_true", help="keep the run folder (error files, dumps)")
+    @argument("-o", "--output", metavar="NAME", help="also bind the DistRun to this variable")
+    @cell_magic
+    def torchrun(self, line: str, cell: str) -> Any:
+        """Run this cell on N local ranks with ``torch.distributed`` initialised, and explain what went wrong.
+
+        Usage::
+
+            %%torchrun -n 2 [--timeout 60] [--backend gloo|nccl] [--env K=V ...] [--use f,Model,cfg] [-o run]
+            import torch, torch.distributed as dist        # no init_process_group needed (a call is ignored)
+            x = torch.ones(3) * dist.get_rank()
+            dist.all_reduce(x)
+            print(x)                                       # shown as "[rank 0] tensor(...)", "[rank 1] ..."
+
+        Every rank is a fresh process: names from earlier cells exist there only if passed with ``--use``
+        (functions and classes travel as source, modules as imports, other values pickled; lambdas, closures,
+        CUDA tensors and open files cannot travel, and are refused with the reason).
+
+        Returns a ``DistRun``: ``.ok``, ``.ranks`` (exit code, stdout, stderr, traceback per rank), ``.primary``
+        (the rank whose failure came first and caused the others, not the victims that died of a closed
+        connection), ``.hang`` (when no rank made progress for ``--timeout`` seconds: each rank's stack, the
+        collective the others wait in, and the rank(s) that never reached it, with file and line).  No rank
+        process survives the cell: not after a failure, a hang, or an interrupt.
+
+        Inside the cell, ``nbdebug.dist.check_consistency(model)``, ``check_data_order(batch_ids)`` and
+        ``log_step(loss)`` compare the ranks; their results are listed in the returned ``DistRun``.
+        """
+        try:
+            args = parse_argstring(self.torchrun, line)
+        except UsageError:
+            raise
+        except Exception as e:  # argparse errors on odd quoting
+            raise UsageError(f"%%torchrun {line!r}: {e}") from e
+        if args.nprocs < 1:
+            raise UsageError(f"%%torchrun -n {args.nprocs}: expected at least 1 rank")
+        if args.timeout <= 0:
+            raise UsageError(f"%%torchrun --timeout {args.timeout:g}: expected a positive number of seconds")
+        if args.backend.lower() not in ("gloo", "nccl"):
+            raise UsageError(f"%%torchrun --backend {args.backend!r}: expected gloo or nccl")
+        env = _parse_env(args.env)
+        if not cell.strip():
+            raise UsageError("%%torchrun: the cell is empty; write the code every rank should run below the magic")
+        from nbdebug.core.dist import run
+        from nbdebug.errors import DistError
+
+        user_ns = self.shell.user_ns if self.shell is not None else {}
+
+        try:
+            result = run(
+                cell, args.nprocs, timeout=args.timeout, backend=args.backend, env=env, use=args.use,
+                namespace=user_ns, echo=not args.quiet, flight_recorder=not args.no_fr,
+                detail=args.detail, keep_files=args.keep_files,
+            )
+        except DistError as e:
+            if "--use" in str(e):
+                raise UsageError(f"%%torchrun: {e}") from e
+            raise
+        if args.output:
+            user_ns[args.output] = result
+        return result
+
+
+def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
+    """Add a 'distributed' section to the diagnosis of an error that comes from torch.distributed / NCCL."""
+    text = f"{type(exc).__name__}: {exc}"
+    from nbdebug.core.dist._failures import classify, explain_detail_mismatch
+
+    kind, pattern, culprit = classify(text)
+    lines = []
+    if pattern is not None:
+        lines.append(f"{pattern.meaning}.")
+        if kind == "victim":
+            lines.append("This process is probably a victim: another rank failed or stalled first. Run the code with "
+                         "%%torchrun (or python -m nbdebug torchrun) to see which rank and where.")
+        if culprit is not None:
+            lines.append(f"The message names rank {culprit}.")
+    detail = explain_detail_mismatch(text)
+    if detail:
+        lines.append(detail)
+    if "NCCL" in text and ("NCCL WARN" in text or "NCCL INFO" in text or "WorkNCCL" in text):
+        from nbdebug.core.dist._nccl import parse_nccl_log
+
+        log = parse_nccl_log(text)
+        lines += [f"{p.title}: {p.fix}" for p in log.problems if p.severity == "error"]
+    if not lines:
+        return diagnosis
+    from nbdebug.core.fixes import Section
+
+    section = Section(title="Distributed", text="\n".join(lines))
+    try:
+        return dataclasses.replace(diagnosis, sections=(*diagnosis.sections, section))
+    except (TypeError, AttributeError):  # a diagnosis type without sections: leave it alone
+        return diagnosis
+
+
 def register(state: ExtensionState) -> None:
-    """Register this area's magics and features."""
+    """Register ``%%torchrun`` and the distributed-error diagnosis section."""
+    state.register_magics(DistMagics)
+    state.add_enricher(dist_enricher)
+
+
+__all__ = ["DistMagics", "register", "dist_enricher"]
