@@ -127,22 +127,26 @@ def run_notebook(lab: Lab, page, cells: list[str], name: str, *, timeout_s: floa
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lab.root / name)
     page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}", wait_until="domcontentloaded")
+    # keep a handle on this notebook's panel: the focused widget may change while cells run
     page.wait_for_function(
-        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-        " && window.jupyterapp.shell.currentWidget.sessionContext"
-        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        """() => {
+            const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+            const status = w && w.sessionContext && w.sessionContext.session
+                && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status;
+            if (status === 'idle') { window.__nbdPanel = w; return true; }
+            return false;
+        }""",
         timeout=90_000,
     )
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    # every code cell shows an execution count once it ran (errors included)
+    # every code cell shows an execution count once it ran (errors included), and the kernel is idle again
     page.wait_for_function(
         """(n) => {
-            const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
+            const w = window.__nbdPanel;
+            const prompts = [...w.node.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
             const done = prompts.filter(p => /\\[\\d+\\]/.test(p.textContent));
-            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-            return done.length >= n && kernel.status === 'idle';
+            const kernel = w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+            return done.length >= n && !!kernel && kernel.status === 'idle';
         }""",
         arg=len(cells),
         timeout=int(timeout_s * 1000),
