@@ -85,6 +85,16 @@ def _op_name(func: Any) -> str:
     return qual or name
 
 
+_WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
+_F32: Any = None
+
+
+def _finite_probe(t: Any) -> Any:
+    """One reduction kept on the device: the sum is NaN/Inf iff an element is (barring overflow, re-checked)."""
+    t = t.detach()
+    return t.sum() if t.dtype in _WIDE else t.sum(dtype=_F32)
+
+
 def _first_nonfinite_mode() -> Any:
     """A TorchFunctionMode that records the first op whose output is non-finite while its inputs are finite."""
     import torch
@@ -175,6 +185,9 @@ class NanSentinel:
 
         from nbdebug.core.grads import unwrap_model
 
+        global _F32
+        _F32 = torch.float32
+        _WIDE.update((torch.float32, torch.float64))
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
         self.model = unwrap_model(model)
@@ -182,6 +195,7 @@ class NanSentinel:
         self.optimizer = optimizer
         self.check_backward = bool(check_backward)
         self.names = [n for n, _ in self.model.named_modules()]
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._modules = [m for _, m in self.model.named_modules()]
         self._param_owner: dict[int, int] = {}
         for i, m in enumerate(self._modules):
@@ -200,6 +214,7 @@ class NanSentinel:
         self._bwd_flags: list[Any] = []
         self._bwd_where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []  # (kind, idx, weakref, shape, dtype)
         self._seen: dict[int, tuple[Any, int, list[int]]] = {}  # id(tensor) -> (tensor, producer, consumers)
+        self._fwd_seen: dict[int, Any] = {}
         self._calls: list[tuple[Any, Any, Any]] = []
         self._out_grads: list[Any] = []
         self._forwards = 0
@@ -226,11 +241,6 @@ class NanSentinel:
             self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
             for i, m in enumerate(self._modules):
                 self._handles.append(m.register_forward_hook(self._make_fwd(i)))
-            if self.check_backward:
-                for i, m in enumerate(self._modules):
-                    for p in m.parameters(recurse=False):
-                        if p.requires_grad and self._param_owner.get(id(p)) == i:
-                            self._handles.append(p.register_hook(self._make_param_hook(i)))
             if self.optimizer is not None:
                 self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_step))
             else:
@@ -271,11 +281,13 @@ class NanSentinel:
         def hook(module: Any, inputs: Any, output: Any) -> None:
             if self._replaying:
                 return
-            import torch
-
             for t in _tensors(output):
                 if t.is_floating_point():
-                    self._fwd_flags.append(torch.isfinite(t).all())
+                    key = id(t)
+                    if key in self._fwd_seen and self._fwd_seen[key] is t:
+                        continue  # a parent returning its child's output: already checked at the child
+                    self._fwd_seen[key] = t
+                    self._fwd_flags.append(_finite_probe(t))
                     self._fwd_where.append((idx, t))
                     if self.check_backward and t.requires_grad:
                         self._watch(t, producer=idx)
@@ -302,25 +314,13 @@ class NanSentinel:
         def hook(grad: Any) -> None:
             if self._replaying or not self._active:
                 return
-            import torch
 
             # innermost consumer: the module whose backward produced this gradient
             where = consumers[0] if consumers else -1
             if where == -1 and self.replay:
                 self._out_grads.append(grad)
-            self._bwd_flags.append(torch.isfinite(grad).all())
+            self._bwd_flags.append(_finite_probe(grad))
             self._bwd_where.append(("input" if consumers else "output", where, weakref.ref(grad), tuple(shape), str(dtype)))
-
-        return hook
-
-    def _make_param_hook(self, idx: int) -> Any:
-        def hook(grad: Any) -> None:
-            if self._replaying or not self._active:
-                return
-            import torch
-
-            self._bwd_flags.append(torch.isfinite(grad).all())
-            self._bwd_where.append(("parameter", idx, weakref.ref(grad), tuple(grad.shape), str(grad.dtype)))
 
         return hook
 
@@ -348,16 +348,48 @@ class NanSentinel:
         if not fwd and not bwd:
             self._reset()
             return
-        flags = torch.stack(fwd + bwd)
+        if bwd and self.check_backward:
+            self._add_param_flags()
+            bwd = self._bwd_flags
+        sums = torch.stack([v.to(torch.float64) for v in fwd + bwd]) if self._mixed(fwd + bwd) else torch.stack(fwd + bwd)
+        # (n,) sums: NaN/Inf anywhere makes its sum non-finite
         self.syncs += 1
-        if bool(flags.all()):
+        bad = ~torch.isfinite(sums)
+        if not bool(bad.any()):
             self._reset()
             return
-        first = int((~flags).nonzero()[0, 0])
         try:
-            self._raise(first, len(fwd), step)
+            for first in bad.nonzero()[:, 0].tolist():
+                if self._confirmed(first, len(fwd)):
+                    self._raise(first, len(fwd), step)
         finally:
             self._reset()
+
+    def _add_param_flags(self) -> None:
+        """Parameter gradients: one fused norm over all of them, checked after the activation gradients."""
+        import torch
+
+        by_dev: dict[Any, list[tuple[int, Any]]] = {}
+        for p in self._params:
+            if p.grad is not None:
+                by_dev.setdefault(p.grad.device, []).append((self._param_owner[id(p)], p.grad))
+        for items in by_dev.values():
+            norms = torch._foreach_norm([g for _, g in items])
+            for (idx, g), n in zip(items, norms):
+                self._bwd_flags.append(n)
+                self._bwd_where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
+
+    @staticmethod
+    def _mixed(values: list[Any]) -> bool:
+        d = values[0].dtype
+        return any(v.dtype != d for v in values)
+
+    def _confirmed(self, i: int, n_fwd: int) -> bool:
+        """Rule out a sum that overflowed although every element is finite (exact check, failure path only)."""
+        import torch
+
+        t = self._fwd_where[i][1] if i < n_fwd else self._bwd_where[i - n_fwd][2]()
+        return t is None or not bool(torch.isfinite(t).all())
 
     def _raise(self, first: int, n_fwd: int, step: int) -> None:
         if first < n_fwd:
