@@ -60,7 +60,8 @@ class TrainingMagics(Magics):
                 loss = loss_fn(model(x), y)
                 loss.backward(); opt.step(); opt.zero_grad()
 
-        Every module's outputs and gradients are checked on the device, with one host sync per optimizer step.
+        The model is looked up before the cell runs (build it in an earlier cell).  Every module's outputs and
+        gradients are checked on the device, with one host sync per optimizer step.
         On the first NaN/Inf the cell stops with ``nbdebug.NonFiniteError`` naming the module, the step (from 0)
         and the phase (forward/backward); with ``--replay`` it also names the op and its source line (the
         step's backward replayed under ``torch.autograd.detect_anomaly``).  Hooks come off however the cell ends.
