@@ -74,7 +74,7 @@ def svg_line(
     hline: tuple[float, str] | None = None,
 ) -> str:
     """A small line chart: ``series`` is ``(label, ys, color)``; non-finite points are drawn as red ticks."""
-    pad_l, pad_r, pad_t, pad_b = 46, 8, 16, 18
+    pad_l, pad_r, pad_t, pad_b = 60, 8, 16, 18
     pts_all = [y for _, ys, _ in series for y in ys if y is not None and math.isfinite(y) and (not log or y > 0)]
     if hline is not None and (not log or hline[0] > 0):
         pts_all.append(hline[0])
@@ -310,7 +310,7 @@ def doctor_html(r: Any) -> str:
         body += "<h4>overfit one batch</h4>" + svg_line(list(range(len(r.losses))), series, title="loss", hline=hline)
     if r.grad_flow:
         body += "<h4>gradient flow per layer (first step)</h4>" + svg_bars(
-            [n for n, _ in r.grad_flow], [v for _, v in r.grad_flow], title="mean |grad| per layer")
+            [n for n, _ in r.grad_flow], [v for _, v in r.grad_flow], title="RMS gradient per layer")
     body += "<h4>checks</h4>" + kv_table(r.checks)
     return panel(title, body, kind=kind, css_class="nbd-doctor")
 
@@ -342,7 +342,7 @@ def plot_doctor(r: Any, ax: Any = None) -> Any:
         b.set_yticks(range(len(names)))
         b.set_yticklabels(names, fontsize=7)
         b.invert_yaxis()
-        b.set_title("gradient flow (mean |grad|)")
+        b.set_title("gradient flow (RMS gradient per layer)")
     return fig
 
 
