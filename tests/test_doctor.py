@@ -177,15 +177,16 @@ def test_planted_bug_is_found(kind):
 
 
 def test_planted_findings_name_the_place():
-    r = doctor(steps=STEPS, **_case("no_gradient"))
+    quick = dict(steps=40, baseline=False, reproducibility=False)
+    r = doctor(**quick, **_case("no_gradient"))
     f = next(f for f in r.findings if f.kind == "no_gradient")
     assert set(f.where) == {"head_b.weight", "head_b.bias"}
-    r = doctor(steps=STEPS, **_case("nonfinite_forward"))
+    r = doctor(**quick, **_case("nonfinite_forward"))
     f = next(f for f in r.findings if f.kind == "nonfinite_forward")
     assert f.where == ("2",)
-    r = doctor(steps=STEPS, **_case("dead_activations"))
+    r = doctor(**quick, **_case("dead_activations"))
     assert next(f for f in r.findings if f.kind == "dead_activations").where == ("1",)
-    r = doctor(steps=STEPS, **_case("vanishing_gradients"))
+    r = doctor(**quick, **_case("vanishing_gradients"))
     assert "0" in next(f for f in r.findings if f.kind == "vanishing_gradients").where
 
 

@@ -256,3 +256,14 @@ def test_gradmonitor_magic_returns_history_and_live_panel_updates(ip):
     assert "GradMonitor" in panel.widget.value and "done" in panel.widget.value
     fmt = ip.display_formatter.format(hist)[0]
     assert "text/html" in fmt and "<svg" in fmt["text/html"]
+
+
+def test_error_panel_gets_a_sentinel_section(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    e = NonFiniteError("boom", module="layers.2", step=51, phase="forward", stats={"nan": 3}, op="torch.log",
+                       source="cell.py:7 in forward: x = torch.log(x)")
+    d = diagnose_exception(get_state(ip), e)
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert "layers.2" in section.text and "torch.log(x)" in section.html and "step (from 0): 51" in section.text

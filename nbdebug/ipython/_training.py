@@ -160,6 +160,35 @@ def live_panel(monitor: Any) -> LivePanel:
     return panel
 
 
+def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
+    """Enricher: add the sentinel's findings (module, step, phase, op, source line) to the error panel."""
+    from nbdebug.errors import NonFiniteError
+
+    if not isinstance(exc, NonFiniteError):
+        return diagnosis
+    import dataclasses
+
+    from nbdebug.core._dynamics import KINDS
+    from nbdebug.core.fixes._diagnosis import Section
+    from nbdebug.render._html import esc, kv_table
+
+    rows = [("module", exc.module), ("step (from 0)", exc.step), ("phase", exc.phase)]
+    rows += [(k, v) for k, v in (("op", exc.op), ("source", exc.source), ("detect_anomaly", exc.anomaly)) if v]
+    rows += [(f"tensor {k}", v) for k, v in exc.stats.items()]
+    kind = "nonfinite_forward" if exc.phase == "forward" else "nonfinite_gradient"
+    fixes = KINDS[kind].fixes
+    text = "\n".join(f"{k}: {v}" for k, v in rows) + "\n" + "\n".join(f"fix: {f}" for f in fixes)
+    html = kv_table(rows) + "<ul>" + "".join(f"<li>{esc(f)}</li>" for f in fixes) + "</ul>"
+    if exc.op is None:
+        html += '<div class="nbd-muted">nan_sentinel(model, replay=True) or %%nanhunt --replay names the op and line</div>'
+    section = Section(title="NaN/Inf sentinel", text=text, html=html)
+    try:
+        return dataclasses.replace(diagnosis, sections=(*diagnosis.sections, section))
+    except (TypeError, AttributeError):
+        return diagnosis
+
+
 def register(state: ExtensionState) -> None:
-    """Register this area's magics and features."""
+    """Register this area's magics and the NonFiniteError section of the error panel."""
     state.register_magics(TrainingMagics)
+    state.add_enricher(nonfinite_section)
