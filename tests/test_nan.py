@@ -68,7 +68,7 @@ def test_seeds_exercise_found_with_module_step_and_phase():
         run_exercise()
     e = info.value
     assert (e.module, e.step, e.phase) == ("2", 51, "forward")
-    assert e.stats["nan"] > 0 and e.stats["shape"] == (32, 16)
+    assert e.stats["shape"] == (32, 16) and (e.stats.get("nan", 0) > 0 or e.stats.get("contains") == "NaN")
     assert "step 51" in str(e) and "'2'" in str(e)
     assert e.op is None  # no replay asked
 
@@ -267,3 +267,55 @@ def test_error_panel_gets_a_sentinel_section(ip):
     d = diagnose_exception(get_state(ip), e)
     section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
     assert "layers.2" in section.text and "torch.log(x)" in section.html and "step (from 0): 51" in section.text
+
+
+def test_nan_in_the_batch_is_blamed_on_the_input():
+    m = exercise_model()
+    x, y = batch()
+    x[3, 2] = float("nan")
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m):
+            F.cross_entropy(m(x), y).backward()
+    assert (info.value.module, info.value.phase) == ("(input)", "forward")
+
+
+def test_gradient_accumulation_one_sync_per_optimizer_step():
+    COUNTER["step"] = 0
+    m = exercise_model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x, y = batch()
+    with nan_sentinel(m, optimizer=opt) as s:
+        for step in range(5):
+            for k in range(4):
+                F.cross_entropy(m(x[k * 8 : (k + 1) * 8]), y[k * 8 : (k + 1) * 8]).backward()
+            opt.step()
+            opt.zero_grad()
+    assert s.step_index == 5 and s.syncs == 5
+    COUNTER["step"] = 99  # the log layer breaks in the 3rd micro-batch of step 2
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m, optimizer=opt):
+            for step in range(5):
+                for k in range(4):
+                    COUNTER["step"] = 99 if (step, k) == (2, 2) else 0
+                    F.cross_entropy(m(x[k * 8 : (k + 1) * 8]), y[k * 8 : (k + 1) * 8]).backward()
+                opt.step()
+                opt.zero_grad()
+    COUNTER["step"] = 0
+    assert (info.value.step, info.value.module, info.value.phase) == (2, "2", "forward")
+
+
+def test_sentinel_keeps_no_activation_alive():
+    import gc
+    import weakref
+
+    COUNTER["step"] = 0
+    m = exercise_model()
+    x, y = batch()
+    with nan_sentinel(m) as s:
+        out = m(x)
+        ref = weakref.ref(out)
+        F.cross_entropy(out, y).backward()
+        del out
+        gc.collect()
+        assert ref() is None
+        s.step()

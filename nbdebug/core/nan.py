@@ -15,6 +15,7 @@ of the model's output is already non-finite, the loss (code after the model) pro
 
 from __future__ import annotations
 
+import math
 import re
 import traceback
 import weakref
@@ -203,16 +204,18 @@ class NanSentinel:
                 self._param_owner.setdefault(id(p), i)
         self.step_index = 0
         self.syncs = 0
+        self._saw_optimizer = optimizer is not None
         self._handles: list[Any] = []
         self._active = False
         self._replaying = False
         self._reset()
 
     def _reset(self) -> None:
-        self._fwd_flags: list[Any] = []
-        self._fwd_where: list[tuple[int, Any]] = []  # (module index, tensor)
-        self._bwd_flags: list[Any] = []
-        self._bwd_where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []  # (kind, idx, weakref, shape, dtype)
+        # one entry per checked tensor, in the order they were produced: flag (device scalar) and where
+        self._flags: list[Any] = []
+        # (kind, module index, tensor or weakref, shape, dtype); kind: data/forward/input/output/parameter
+        self._where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []
+        self._backward_seen = False
         self._seen: dict[int, tuple[Any, int, list[int]]] = {}  # id(tensor) -> (tensor, producer, consumers)
         self._fwd_seen: dict[int, Any] = {}
         self._calls: list[tuple[Any, Any, Any]] = []
@@ -263,17 +266,19 @@ class NanSentinel:
     def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self._replaying:
             return
-        if self._fwd_flags or self._bwd_flags:
-            # flags of a previous forward with no step boundary since (eval loops, grad accumulation)
-            self.check(advance=not self._boundary_hooked())
+        if self._flags:
+            if not self._saw_optimizer:  # with one, gradient accumulation keeps flags until its step
+                # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
+                self.check(advance=True)
+        for t in _tensors((args, kwargs)):
+            if t.is_floating_point():
+                self._flags.append(_finite_probe(t))
+                self._where.append(("data", -2, weakref.ref(t), tuple(t.shape), str(t.dtype)))
         self._forwards += 1
         if self.replay:
             import torch
 
             self._calls.append((args, kwargs, torch.get_rng_state()))
-
-    def _boundary_hooked(self) -> bool:
-        return self._saw_optimizer
 
     _saw_optimizer = False
 
@@ -287,8 +292,8 @@ class NanSentinel:
                     if key in self._fwd_seen and self._fwd_seen[key] is t:
                         continue  # a parent returning its child's output: already checked at the child
                     self._fwd_seen[key] = t
-                    self._fwd_flags.append(_finite_probe(t))
-                    self._fwd_where.append((idx, t))
+                    self._flags.append(_finite_probe(t))
+                    self._where.append(("forward", idx, t, tuple(t.shape), str(t.dtype)))
                     if self.check_backward and t.requires_grad:
                         self._watch(t, producer=idx)
             if self.check_backward:
@@ -299,6 +304,12 @@ class NanSentinel:
                             self._watch(t, producer=-1)
                             entry = self._seen[id(t)]
                         entry[2].append(idx)
+            if idx == 0:
+                # the model's forward is done: hold no activation beyond what autograd itself keeps
+                self._seen.clear()
+                self._fwd_seen.clear()
+                self._where = [(k, i, weakref.ref(t) if k == "forward" and not isinstance(t, weakref.ref) else t, sh, dt)
+                               for k, i, t, sh, dt in self._where]
 
         return hook
 
@@ -319,8 +330,9 @@ class NanSentinel:
             where = consumers[0] if consumers else -1
             if where == -1 and self.replay:
                 self._out_grads.append(grad)
-            self._bwd_flags.append(_finite_probe(grad))
-            self._bwd_where.append(("input" if consumers else "output", where, weakref.ref(grad), tuple(shape), str(dtype)))
+            self._backward_seen = True
+            self._flags.append(_finite_probe(grad))
+            self._where.append(("input" if consumers else "output", where, weakref.ref(grad), tuple(shape), str(dtype)))
 
         return hook
 
@@ -344,15 +356,14 @@ class NanSentinel:
         step = self.step_index
         if advance:
             self.step_index += 1
-        fwd, bwd = self._fwd_flags, self._bwd_flags
-        if not fwd and not bwd:
+        if not self._flags:
             self._reset()
             return
-        if bwd and self.check_backward:
+        if self._backward_seen and self.check_backward:
             self._add_param_flags()
-            bwd = self._bwd_flags
-        sums = torch.stack([v.to(torch.float64) for v in fwd + bwd]) if self._mixed(fwd + bwd) else torch.stack(fwd + bwd)
+        flags = self._flags
         # (n,) sums: NaN/Inf anywhere makes its sum non-finite
+        sums = torch.stack([v.to(torch.float64) for v in flags]) if self._mixed(flags) else torch.stack(flags)
         self.syncs += 1
         bad = ~torch.isfinite(sums)
         if not bool(bad.any()):
@@ -360,8 +371,8 @@ class NanSentinel:
             return
         try:
             for first in bad.nonzero()[:, 0].tolist():
-                if self._confirmed(first, len(fwd)):
-                    self._raise(first, len(fwd), step)
+                if self._confirmed(first):
+                    self._raise(first, step)
         finally:
             self._reset()
 
@@ -376,33 +387,44 @@ class NanSentinel:
         for items in by_dev.values():
             norms = torch._foreach_norm([g for _, g in items])
             for (idx, g), n in zip(items, norms):
-                self._bwd_flags.append(n)
-                self._bwd_where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
+                self._flags.append(n)
+                self._where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
 
     @staticmethod
     def _mixed(values: list[Any]) -> bool:
         d = values[0].dtype
         return any(v.dtype != d for v in values)
 
-    def _confirmed(self, i: int, n_fwd: int) -> bool:
+    def _tensor(self, i: int) -> Any:
+        t = self._where[i][2]
+        return t() if isinstance(t, weakref.ref) else t
+
+    def _confirmed(self, i: int) -> bool:
         """Rule out a sum that overflowed although every element is finite (exact check, failure path only)."""
         import torch
 
-        t = self._fwd_where[i][1] if i < n_fwd else self._bwd_where[i - n_fwd][2]()
+        t = self._tensor(i)
         return t is None or not bool(torch.isfinite(t).all())
 
-    def _raise(self, first: int, n_fwd: int, step: int) -> None:
-        if first < n_fwd:
-            idx, t = self._fwd_where[first]
-            phase, module = "forward", self.names[idx]
+    def _raise(self, first: int, step: int) -> None:
+        kind, idx, _, shape, dtype = self._where[first]
+        t = self._tensor(first)
+        if t is not None:
             stats = describe_tensor(t)
-            what = f"output of module {module!r} ({type(self._modules[idx]).__name__})"
+        else:  # freed since (nbdebug keeps no activation alive): what the device-side probe saw
+            probe = float(self._flags[first])
+            stats = {"shape": shape, "dtype": dtype.replace("torch.", ""),
+                     "contains": "NaN" if math.isnan(probe) else "Inf"}
+        if kind in ("data", "forward"):
+            phase = "forward"
+            if kind == "data":
+                module, what = "(input)", "the model's input (the batch itself)"
+            else:
+                module = self.names[idx]
+                what = f"output of module {module!r} ({type(self._modules[idx]).__name__})"
         else:
-            kind, idx, ref, shape, dtype = self._bwd_where[first - n_fwd]
             phase = "backward"
             module = LOSS if idx == -1 else self.names[idx]
-            g = ref()
-            stats = describe_tensor(g) if g is not None else {"shape": shape, "dtype": dtype.replace("torch.", "")}
             what = {
                 "input": f"gradient produced by the backward of module {module!r}",
                 "output": "gradient of the model's output (produced by the loss)",
@@ -417,7 +439,7 @@ class NanSentinel:
                 replay = replay_step(self.model, self._calls, self._out_grads)
             finally:
                 self._replaying = False
-        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf") if stats.get(k))
+        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf", "contains") if stats.get(k))
         msg = f"non-finite values in the {phase} pass at step {step}: {what}"
         if counts:
             msg += f" [{counts} of {stats.get('numel')}; shape {stats.get('shape')}]"
@@ -450,6 +472,7 @@ def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, che
         and its backward under ``torch.autograd.detect_anomaly`` (keeps references to that step's inputs).
     optimizer : torch.optim.Optimizer, optional
         The optimizer whose step ends a training step; by default any optimizer stepping the model's parameters.
+        Until an optimizer step is seen, each forward counts as a step: pass it when accumulating gradients.
     check_backward : bool
         Also watch gradients (of module outputs and parameters).
 
