@@ -285,7 +285,7 @@ def test_gradient_accumulation_one_sync_per_optimizer_step():
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
     x, y = batch()
     with nan_sentinel(m, optimizer=opt) as s:
-        for step in range(5):
+        for _step in range(5):
             for k in range(4):
                 F.cross_entropy(m(x[k * 8 : (k + 1) * 8]), y[k * 8 : (k + 1) * 8]).backward()
             opt.step()
