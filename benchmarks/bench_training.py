@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nbdebug.core.grads import GradMonitor  # noqa: E402
 from nbdebug.core.nan import nan_sentinel  # noqa: E402
+from nbdebug.render.training import live_html  # noqa: E402
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 2, 64, 16
 
@@ -57,8 +58,17 @@ class Variant:
         self.model = copy.deepcopy(base)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.stack = ExitStack()
-        if kind == "monitor":
-            self.mon = self.stack.enter_context(GradMonitor(self.model, optimizer=self.opt))
+        if kind in ("monitor", "live"):
+            self.mon = GradMonitor(self.model, optimizer=self.opt, refresh_hz=2.0)
+            if kind == "live":  # what the live widget does between steps, minus the comm message
+                self.renders = 0
+
+                def render(mon):
+                    live_html(mon.history)
+                    self.renders += 1
+
+                self.mon.add_listener(render)
+            self.stack.enter_context(self.mon)
         elif kind == "sentinel":
             self.stack.enter_context(nan_sentinel(self.model, optimizer=self.opt))
 
@@ -72,7 +82,7 @@ class Variant:
         if self.kind == "naive":
             naive_checks(self.model)
         self.opt.step()
-        if self.kind == "monitor":
+        if self.kind in ("monitor", "live"):
             self.mon.log_loss(loss)
 
     def run(self, x, y, steps):
@@ -97,6 +107,7 @@ def main(argv=None):
     variants = [Variant(n, base, k) for n, k in [
         ("bare step", "bare"),
         ("GradMonitor (every step)", "monitor"),
+        ("GradMonitor + live panel rendering (<= 2 Hz)", "live"),
         ("naive loop: isnan().any() + norm().item() per parameter", "naive"),
         ("nan_sentinel", "sentinel"),
         ("torch.autograd.detect_anomaly", "anomaly"),
@@ -122,11 +133,14 @@ def main(argv=None):
           f"median of {args.rounds} interleaved rounds x {args.steps} steps")
     print("ratio: thread CPU time (robust to other processes on a shared machine); wall-clock ratio beside it")
     print(f"{'variant':<58} {'ms/step':>8} {'ratio':>7} {'wall':>7}  target")
-    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15"}
+    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15",
+               "GradMonitor + live panel rendering (<= 2 Hz)": "(no target; see the renders count)"}
     for v in variants:
         med, med_cpu = statistics.median(times[v.name]), statistics.median(cpu[v.name])
         print(f"{v.name:<58} {med_cpu * 1e3:8.2f} {med_cpu / bare_cpu:6.3f}x {med / bare:6.3f}x  "
               f"{targets.get(v.name, '')}")
+    live = next(v for v in variants if v.kind == "live")
+    print(f"live panel: {live.renders} renders over {len(live.mon.history.steps)} steps")
     for v in variants:
         v.stack.close()
 

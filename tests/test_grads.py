@@ -329,3 +329,22 @@ def test_bad_arguments():
         GradMonitor("model")
     with pytest.raises(ValueError, match="every must be >= 1"):
         GradMonitor(mlp(), every=0)
+
+
+def test_manual_steps_with_a_scaler_report_unscaled_norms():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    x, y = batch()
+    with GradMonitor(m, scaler=scaler) as mon:
+        for i in range(2):
+            opt.zero_grad()
+            scaler.scale(F.cross_entropy(m(x), y)).backward()
+            if i == 1:
+                scaler.unscale_(opt)
+            mon.step()  # before unscale_ at step 0 (divided by the scale), after it at step 1
+            ref = [p.grad.norm().item() / (2.0**12 if i == 0 else 1.0) for p in m.parameters()]
+            np.testing.assert_allclose(mon.history.norms[-1], ref, rtol=1e-5)
+            scaler.step(opt)
+            scaler.update()
+    assert mon.history.steps == (0, 1)

@@ -348,16 +348,32 @@ class GradMonitor:
         """Record the current gradients now (for loops without a torch optimizer).
 
         Calling it switches the monitor to manual mode: the optimizer hook is removed so steps are not counted
-        twice.  With a GradScaler, call it after ``scaler.unscale_(optimizer)`` so that norms are unscaled.
+        twice.  Given ``scaler=``, gradients not yet unscaled (no ``scaler.unscale_`` this step) are divided by
+        the scaler's current scale (a device tensor: no sync), so norms are always unscaled.
         """
         if not self._manual:
             self._manual = True
             for h in self._handles:
                 h.remove()
             self._handles.clear()
-        self._record()
+        self._record(divide_by=self._pending_scale())
 
-    def _record(self) -> None:
+    def _pending_scale(self) -> Any:
+        """The GradScaler's scale when the gradients are still scaled, else None."""
+        scaler = self.scaler
+        if scaler is None or not scaler.is_enabled():
+            return None
+        try:  # private but stable since torch 1.6: per-optimizer stage READY / UNSCALED / STEPPED
+            from torch.amp.grad_scaler import OptState
+
+            stages = [st.get("stage") for st in scaler._per_optimizer_states.values()]
+            if any(stage is OptState.UNSCALED for stage in stages):
+                return None
+            return scaler._scale
+        except (AttributeError, ImportError):
+            return None
+
+    def _record(self, divide_by: Any = None) -> None:
         import torch
 
         step = self._step
@@ -380,6 +396,8 @@ class GradMonitor:
         else:  # one fused kernel per device; the row lives on the first parameter's device
             dev0 = self._zero.device
             row = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32).to(dev0) for g in grads])
+        if divide_by is not None:
+            row = row / divide_by.to(row.device)
         pend = self._pending
         pend.steps.append(step)
         pend.rows.append(row)
