@@ -348,3 +348,14 @@ def test_manual_steps_with_a_scaler_report_unscaled_norms():
             scaler.step(opt)
             scaler.update()
     assert mon.history.steps == (0, 1)
+
+
+def test_long_curves_are_downsampled_in_svg_but_keep_nonfinite_marks():
+    from nbdebug.render.training import svg_line
+
+    ys = [1.0 + i % 7 for i in range(20_000)]
+    ys[12_345] = float("nan")
+    svg = svg_line(list(range(20_000)), [("x", ys, "#000")], max_points=500)
+    points = svg.split('points="')[1].split('"')[0].split()
+    assert 400 <= len(points) <= 1100
+    assert 'stroke="#cf222e"' in svg  # the NaN is still marked

@@ -264,6 +264,7 @@ class GradMonitor:
         self._last_refresh = 0.0
         self._live = bool(live)
         self._widget: Any = None
+        self._hist_cache: tuple[Any, GradHistory] | None = None
 
     # -- attaching -----------------------------------------------------------------------------------------
     def attach(self) -> GradMonitor:
@@ -518,6 +519,9 @@ class GradMonitor:
         import numpy as np
 
         self._flush()
+        key = (len(self._h_steps), sum(len(v) for v in self._h_loss.values()), len(self._skipped))
+        if self._hist_cache is not None and self._hist_cache[0] == key:
+            return self._hist_cache[1]
         P = len(self.names)
         norms = np.asarray(self._h_rows, dtype=np.float64).reshape(-1, P)
         glob = np.sqrt(np.sum(norms**2, axis=1)) if len(norms) else np.zeros(0)
@@ -544,6 +548,7 @@ class GradMonitor:
             num_classes=self.num_classes,
         )
         object.__setattr__(hist, "findings", tuple(grad_findings(hist)))
+        self._hist_cache = (key, hist)
         return hist
 
     def findings(self) -> list[Finding]:

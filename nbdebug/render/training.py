@@ -72,9 +72,16 @@ def svg_line(
     log: bool = False,
     title: str = "",
     hline: tuple[float, str] | None = None,
+    max_points: int = 600,
 ) -> str:
     """A small line chart: ``series`` is ``(label, ys, color)``; non-finite points are drawn as red ticks."""
     pad_l, pad_r, pad_t, pad_b = 60, 8, 16, 18
+    if len(xs) > max_points:  # keep the SVG small: every k-th point, plus every non-finite one
+        k = -(-len(xs) // max_points)
+        keep = [i for i in range(len(xs)) if i % k == 0 or i == len(xs) - 1
+                or any(ys[i] is not None and not math.isfinite(ys[i]) for _, ys, _ in series)]
+        xs = [xs[i] for i in keep]
+        series = [(label, [ys[i] for i in keep], color) for label, ys, color in series]
     pts_all = [y for _, ys, _ in series for y in ys if y is not None and math.isfinite(y) and (not log or y > 0)]
     if hline is not None and (not log or hline[0] > 0):
         pts_all.append(hline[0])
