@@ -336,3 +336,27 @@ def test_set_reproducible_seeds_everything():
         assert torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=12, d=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+
+    def forward(self, idx):  # (B, T) -> (B, T, V)
+        return self.head(torch.tanh(self.emb(idx)))
+
+
+def lm_loss(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def test_language_model_shapes_classes_in_the_last_dim():
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 12, (4, 6), generator=g)
+    tgt = torch.roll(idx, -1, dims=1)
+    r = doctor(TinyLM(), (idx, tgt), lm_loss, steps=150, baseline=False)
+    assert r.num_classes == 12 and r.ok, r
+    bad = doctor(TinyLM(), (idx, tgt + 12), lm_loss, steps=10, baseline=False)
+    assert "label_out_of_range" in bad.kinds

@@ -419,6 +419,7 @@ class _Doctor:
         self.loss_name = _loss_name(loss_fn)
         self.task = "regression"
         self.num_classes: int | None = kw["num_classes"]
+        self.class_dim = 1
         self.losses: list[float] = []
         self.baseline_losses: list[float] = []
         self.initial_loss: float | None = None
@@ -468,13 +469,22 @@ class _Doctor:
         if isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
             if out is not None and out.dim() >= 2:
                 self.task = "classification"
+                self.class_dim = self._class_dim(out, t)
                 if self.num_classes is None:
-                    self.num_classes = int(out.shape[1])
+                    self.num_classes = int(out.shape[self.class_dim])
                 return
         if name in ("CrossEntropyLoss", "cross_entropy") and out is not None and out.dim() >= 2:
             self.task = "classification"
             if self.num_classes is None:
                 self.num_classes = int(out.shape[1])
+
+    @staticmethod
+    def _class_dim(out: Any, t: Any) -> int:
+        """Where the classes are: dim 1 for (N, C, ...) with targets (N, ...); the last dim for (B, T, V) with
+        targets (B, T) (language models, whose loss flattens both)."""
+        if out.dim() >= 3 and tuple(t.shape) == tuple(out.shape[:-1]):
+            return out.dim() - 1
+        return 1
 
     def ignore_index(self) -> int:
         return int(getattr(self.loss_fn, "ignore_index", -100))
@@ -579,7 +589,7 @@ class _Doctor:
         yd = y.detach().float()
         in_unit = bool((yd >= 0).all() and (yd <= 1).all())
         rows_sum_1 = self.task == "classification" and y.dim() >= 2 and bool(
-            ((yd.sum(dim=1) - 1).abs() < 1e-3).all())
+            ((yd.sum(dim=self.class_dim) - 1).abs() < 1e-3).all())
         probs = fn_name in _PROB_OUTPUTS or (in_unit and rows_sum_1)
         if probs and self.loss_name in _LOGIT_LOSSES:
             what = "softmax" if (fn_name == "SoftmaxBackward0" or rows_sum_1) else "sigmoid"
