@@ -480,8 +480,10 @@ class _Doctor:
 
     @staticmethod
     def _class_dim(out: Any, t: Any) -> int:
-        """Where the classes are: dim 1 for (N, C, ...) with targets (N, ...); the last dim for (B, T, V) with
-        targets (B, T) (language models, whose loss flattens both)."""
+        """Where the classes are: dim 1 for (N, C, ...), the last dim for (B, T, V) with targets (B, T).
+
+        The second is how language models are trained (their loss flattens both).
+        """
         if out.dim() >= 3 and tuple(t.shape) == tuple(out.shape[:-1]):
             return out.dim() - 1
         return 1
