@@ -112,7 +112,7 @@ def svg_line(
         f'<text x="{pad_l}" y="11" font-size="11" fill="#1f2328">{esc(title)}</text>',
     ]
     for val in (lo, hi):
-        label = f"1e{val:.0f}" if log else f"{val:.3g}"
+        label = f"1e{int(round(val))}" if log else f"{val:.3g}"
         parts.append(f'<text x="{pad_l - 4}" y="{py(10**val if log else val) + 4:.1f}" font-size="10" '
                      f'text-anchor="end" fill="#656d76">{esc(label)}</text>')
     parts.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10" fill="#656d76">{_fmt(x0)}</text>')
