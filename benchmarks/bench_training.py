@@ -139,6 +139,15 @@ def main(argv=None):
         med, med_cpu = statistics.median(times[v.name]), statistics.median(cpu[v.name])
         print(f"{v.name:<58} {med_cpu * 1e3:8.2f} {med_cpu / bare_cpu:6.3f}x {med / bare:6.3f}x  "
               f"{targets.get(v.name, '')}")
+    # the monitor's own per-step work, timed alone (no training noise): norms + stack + batched host copies
+    mon = next(v for v in variants if v.kind == "monitor").mon
+    n = 200
+    c = time.thread_time()
+    for _ in range(n):
+        mon._record()
+    alone = (time.thread_time() - c) / n
+    print(f"GradMonitor per-step work timed alone: {alone * 1e3:.3f} ms = {alone / bare_cpu:.2%} of the bare step "
+          f"(ratio {1 + alone / bare_cpu:.3f}x)")
     live = next(v for v in variants if v.kind == "live")
     gaps = [b - a for a, b in zip(live.renders, live.renders[1:])]
     print(f"live panel: {len(live.renders)} renders over {len(live.mon.history.steps)} steps; "
