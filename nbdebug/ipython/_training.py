@@ -122,8 +122,9 @@ class LivePanel:
     """An ipywidgets HTML panel that a GradMonitor refreshes between steps (at most ``refresh_hz``)."""
 
     def __init__(self, monitor: Any) -> None:
-        import ipywidgets
+        from nbdebug.errors import require
 
+        ipywidgets = require("ipywidgets", "widgets", "The live GradMonitor panel")
         self.monitor = monitor
         self.widget = ipywidgets.HTML(value=self._render(running=True))
         self.widget.add_class("nbd-live")
