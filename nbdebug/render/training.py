@@ -245,6 +245,10 @@ def live_html(h: Any, *, running: bool = True) -> str:
 def plot_grad_history(h: Any, ax: Any = None) -> Any:
     """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom)."""
     import numpy as np
+
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "GradHistory.plot()")
     from matplotlib.figure import Figure
 
     if ax is not None:
@@ -324,6 +328,9 @@ def doctor_html(r: Any) -> str:
 
 def plot_doctor(r: Any, ax: Any = None) -> Any:
     """Overfit curve (and zero-input baseline) and gradient flow per layer; returns a Figure."""
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "DoctorReport.plot()")
     from matplotlib.figure import Figure
 
     if ax is not None:
