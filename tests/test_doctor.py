@@ -278,6 +278,16 @@ def test_bad_input_is_one_clear_error():
         doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss())
     with pytest.raises(TypeError, match="expected a torch.nn.Module"):
         doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss())
+    with pytest.raises(nbdebug.NbdebugError, match="no trainable parameters"):
+        doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss())
+
+
+def test_batch_from_the_dataloader():
+    x, y = _cls_batch(64)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    r = doctor(mlp(), None, nn.CrossEntropyLoss(), dataloader=loader, steps=150, baseline=False, reproducibility=False)
+    assert r.ok and "dataloader_bottleneck" not in r.kinds
+    assert any(name == "dataloader wait" for name, _ in r.checks)
 
 
 def test_report_renders_and_exports():

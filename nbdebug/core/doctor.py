@@ -353,8 +353,9 @@ def doctor(
     ----------
     model : torch.nn.Module
         The model (deep-copied; the original is not touched).
-    batch : tuple
-        ``(inputs, targets)``; ``inputs`` may be a tensor, a tuple (``model(*inputs)``) or a dict.
+    batch : tuple or None
+        ``(inputs, targets)``; ``inputs`` may be a tensor, a tuple (``model(*inputs)``) or a dict.  None: the
+        first batch of ``dataloader``.
     loss_fn : callable
         ``loss_fn(outputs, targets) -> scalar tensor`` (an ``nn.Module`` loss or a function).
     optimizer : torch.optim.Optimizer or callable, optional
@@ -384,6 +385,13 @@ def doctor(
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"doctor: expected a torch.nn.Module, got {type(model).__name__}")
+    if batch is None and dataloader is not None:
+        try:
+            batch = next(iter(dataloader))
+        except StopIteration as e:
+            raise NbdebugError("doctor: batch is None and the DataLoader given is empty") from e
+    if not any(p.requires_grad for p in model.parameters()):
+        raise NbdebugError(f"doctor: {type(model).__name__} has no trainable parameters (requires_grad=True)")
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise NbdebugError(
             f"doctor: batch must be (inputs, targets), got {type(batch).__name__}"
