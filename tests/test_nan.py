@@ -267,6 +267,7 @@ def test_error_panel_gets_a_sentinel_section(ip):
     d = diagnose_exception(get_state(ip), e)
     section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
     assert "layers.2" in section.text and "torch.log(x)" in section.html and "step (from 0): 51" in section.text
+    assert d.known and "layers.2" in d.title and d.fixes
 
 
 def test_nan_in_the_batch_is_blamed_on_the_input():

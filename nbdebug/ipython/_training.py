@@ -184,8 +184,19 @@ def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
         html += '<div class="nbd-muted">nan_sentinel(model, replay=True) or %%nanhunt --replay names the op and line</div>'
     section = Section(title="NaN/Inf sentinel", text=text, html=html)
     try:
-        return dataclasses.replace(diagnosis, sections=(*diagnosis.sections, section))
-    except (TypeError, AttributeError):
+        changes: dict[str, Any] = {"sections": (*diagnosis.sections, section)}
+        if not diagnosis.known:  # the error table does not know nbdebug's own error: say what it is
+            from nbdebug.core.fixes._diagnosis import Fix
+
+            where = f"in {exc.module!r}" if exc.module else ""
+            changes.update(
+                category="nonfinite",
+                title=f"NaN/Inf in the {exc.phase} pass {where} at step {exc.step}",
+                summary=KINDS[kind].title + f": first seen {where}, step {exc.step} (from 0), {exc.phase} pass",
+                fixes=tuple(Fix(f) for f in fixes),
+            )
+        return dataclasses.replace(diagnosis, **changes)
+    except (TypeError, AttributeError, ValueError):
         return diagnosis
 
 
