@@ -108,7 +108,18 @@ class SqrtZero(nn.Module):
         return x + torch.sqrt(x * 0)  # finite forward; d sqrt at 0 is inf -> NaN gradient
 
 
+class FunctionalSqrt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + torch.sqrt(y * 0)  # functional code in this module, after its child
+
+
 BACKWARD_CASES = [
+    ("functional-in-module", lambda: nn.Sequential(nn.Linear(4, 4), FunctionalSqrt(), nn.Linear(4, 1)), lambda out: out.sum(), "1"),
     ("module-backward", lambda: nn.Sequential(nn.Linear(4, 4), SqrtZero(), nn.Linear(4, 1)), lambda out: out.sum(), "1"),
     ("loss-backward", lambda: nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)), lambda out: torch.sqrt(out * 0).sum(), LOSS),
 ]

@@ -198,6 +198,8 @@ class NanSentinel:
         self.names = [n for n, _ in self.model.named_modules()]
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._modules = [m for _, m in self.model.named_modules()]
+        index = {n: i for i, n in enumerate(self.names)}
+        self._parent = [index.get(n.rsplit(".", 1)[0] if "." in n else "", 0) for n in self.names]
         self._param_owner: dict[int, int] = {}
         for i, m in enumerate(self._modules):
             for p in m.parameters(recurse=False):
@@ -216,7 +218,8 @@ class NanSentinel:
         # (kind, module index, tensor or weakref, shape, dtype); kind: data/forward/input/output/parameter
         self._where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []
         self._backward_seen = False
-        self._seen: dict[int, tuple[Any, int, list[int]]] = {}  # id(tensor) -> (tensor, producer, consumers)
+        # id(tensor) -> (tensor, producer index, consumer indices, {"model_output": bool}); this forward only
+        self._seen: dict[int, tuple[Any, int, list[int], dict[str, bool]]] = {}
         self._fwd_seen: dict[int, Any] = {}
         self._calls: list[tuple[Any, Any, Any]] = []
         self._out_grads: list[Any] = []
@@ -305,6 +308,10 @@ class NanSentinel:
                             entry = self._seen[id(t)]
                         entry[2].append(idx)
             if idx == 0:
+                for t in _tensors(output):
+                    entry = self._seen.get(id(t))
+                    if entry is not None and entry[0] is t:
+                        entry[3]["model_output"] = True
                 # the model's forward is done: hold no activation beyond what autograd itself keeps
                 self._seen.clear()
                 self._fwd_seen.clear()
@@ -318,21 +325,26 @@ class NanSentinel:
         if entry is not None and entry[0] is t:
             return
         consumers: list[int] = []
-        self._seen[id(t)] = (t, producer, consumers)
-        t.register_hook(self._make_tensor_hook(producer, consumers, t.shape, t.dtype))
+        meta = {"model_output": False}
+        self._seen[id(t)] = (t, producer, consumers, meta)
+        t.register_hook(self._make_tensor_hook(producer, consumers, meta, t.shape, t.dtype))
 
-    def _make_tensor_hook(self, producer: int, consumers: list[int], shape: Any, dtype: Any) -> Any:
+    def _make_tensor_hook(self, producer: int, consumers: list[int], meta: dict[str, bool], shape: Any,
+                          dtype: Any) -> Any:
         def hook(grad: Any) -> None:
             if self._replaying or not self._active:
                 return
-
-            # innermost consumer: the module whose backward produced this gradient
-            where = consumers[0] if consumers else -1
-            if where == -1 and self.replay:
-                self._out_grads.append(grad)
+            if consumers:  # the innermost module that took this tensor as input produced its gradient
+                kind, where = "input", consumers[0]
+            elif meta["model_output"]:  # the loss (code after the model) produced it
+                kind, where = "output", -1
+                if self.replay:
+                    self._out_grads.append(grad)
+            else:  # functional code in the forward of the producer's parent module used this output
+                kind, where = "functional", self._parent[producer] if producer >= 0 else 0
             self._backward_seen = True
             self._flags.append(_finite_probe(grad))
-            self._where.append(("input" if consumers else "output", where, weakref.ref(grad), tuple(shape), str(dtype)))
+            self._where.append((kind, where, weakref.ref(grad), tuple(shape), str(dtype)))
 
         return hook
 
@@ -427,6 +439,7 @@ class NanSentinel:
             module = LOSS if idx == -1 else self.names[idx]
             what = {
                 "input": f"gradient produced by the backward of module {module!r}",
+                "functional": f"gradient produced by code in the forward of module {module!r} (outside its children)",
                 "output": "gradient of the model's output (produced by the loss)",
                 "parameter": f"gradient of a parameter of module {module!r}",
             }[kind]
