@@ -1,280 +1,24 @@
-"""``doctor``: Karpathy's recipe and the seeds' checklists in one call, on a deep copy of the model.
-
-The checks, in order: targets in the output's class range; probabilities fed to a loss that expects logits; the
-loss at init against ``-log(1/C)``; NaN/Inf in the forward and backward pass (with the module, by
-``nan_sentinel``); parameters that get no gradient; gradient flow per layer (vanishing); ReLU units that never
-fire; overfitting one repeated batch (with a ``GradMonitor`` for exploding norms); a zero-input baseline; two
-seeded runs (reproducibility); and, given a DataLoader, the time spent waiting for data.
-
-Nothing of the caller's changes: the model is deep-copied, the optimizer is re-created on the copy from its
-class and hyper-parameters, and the Python, numpy and torch (CPU and CUDA) RNG states are restored.
-"""
+"""The checks of ``doctor``, run on a deep copy of the model."""
 
 from __future__ import annotations
 
 import copy
 import math
-import os
-import random
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
-from nbdebug.core._dynamics import KINDS, Finding, chance_loss, make_finding, threshold
-from nbdebug.core._result import Result
+from nbdebug.core._dynamics import Finding, chance_loss, make_finding, threshold
+from nbdebug.core.doctor._report import DoctorReport
+from nbdebug.core.doctor._repro import RngGuard, check_reproducible
 from nbdebug.errors import NbdebugError, NonFiniteError
 
-__all__ = ["doctor", "DoctorReport", "set_reproducible", "check_reproducible", "ReproReport", "KINDS"]
+__all__ = ["doctor"]
 
 _LOGIT_LOSSES = {"CrossEntropyLoss", "cross_entropy", "BCEWithLogitsLoss", "binary_cross_entropy_with_logits"}
 _LOGPROB_LOSSES = {"NLLLoss", "nll_loss"}
 _PROB_OUTPUTS = {"SoftmaxBackward0", "SigmoidBackward0"}
 _RELU = ("ReLU", "ReLU6")
-
-
-# -- RNG state -----------------------------------------------------------------------------------------------
-class _RngGuard:
-    """Save every RNG state on entry and put it back on exit."""
-
-    def __enter__(self) -> _RngGuard:
-        import torch
-
-        self.py = random.getstate()
-        self.torch = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        try:
-            import numpy as np
-
-            self.np: Any = np.random.get_state()
-        except ImportError:  # pragma: no cover
-            self.np = None
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch
-
-        random.setstate(self.py)
-        torch.set_rng_state(self.torch)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-        if self.np is not None:
-            import numpy as np
-
-            np.random.set_state(self.np)
-
-
-def _seed_all(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def set_reproducible(seed: int = 0, *, deterministic: bool = True, warn_only: bool = True) -> None:
-    """Seed Python, numpy and torch (all devices) and select deterministic kernels.
-
-    Parameters
-    ----------
-    seed : int
-        The seed for every generator.
-    deterministic : bool
-        Also set ``torch.use_deterministic_algorithms``, cuDNN deterministic mode (benchmark off) and
-        ``CUBLAS_WORKSPACE_CONFIG`` (slower; for debugging).
-    warn_only : bool
-        Warn instead of raising when an op has no deterministic implementation.
-    """
-    import torch
-
-    os.environ["PYTHONHASHSEED"] = str(seed)
-    _seed_all(seed)
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.use_deterministic_algorithms(True, warn_only=warn_only)
-
-
-@dataclass(frozen=True, repr=False)
-class ReproReport(Result):
-    """Whether two seeded runs of a function agree, step by step.
-
-    Attributes
-    ----------
-    reproducible : bool
-        True when every step's value agreed (within ``atol``).
-    first_divergent_step : int or None
-        Index of the first step whose values differ (or where one run stopped early).
-    value_a, value_b : object
-        The two runs' values at that step.
-    steps_compared : int
-        Number of steps compared.
-    seed, runs : int
-        The seed used before each run, and how many runs.
-    """
-
-    reproducible: bool
-    first_divergent_step: int | None
-    value_a: Any
-    value_b: Any
-    steps_compared: int
-    seed: int
-    runs: int
-
-    _text_renderer = "nbdebug.render.training:repro_text"
-    _html_renderer = "nbdebug.render.training:repro_html"
-
-    def _summary_line(self) -> str:
-        if self.reproducible:
-            return f"reproducible over {self.steps_compared} steps"
-        return f"diverges at step {self.first_divergent_step}"
-
-    def __bool__(self) -> bool:
-        return self.reproducible
-
-
-def _as_float_list(value: Any) -> list[float]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [float(v) for v in value.detach().float().reshape(-1).cpu().tolist()]
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _as_float_list(v)]
-    if isinstance(value, dict):
-        return [x for k in sorted(value) for x in _as_float_list(value[k])]
-    if hasattr(value, "tolist"):
-        return _as_float_list(value.tolist())
-    return [float(value)]
-
-
-def _short(value: Any) -> Any:
-    vals = _as_float_list(value)
-    return vals[0] if len(vals) == 1 else vals[:8]
-
-
-def check_reproducible(fn: Callable[[], Iterable[Any]], *, seed: int = 0, runs: int = 2, atol: float = 0.0) -> ReproReport:
-    """Run ``fn`` ``runs`` times, seeding every RNG with ``seed`` before each, and compare step by step.
-
-    Parameters
-    ----------
-    fn : callable
-        Builds and trains whatever it needs and returns (or yields) one value per step: a loss, a tensor, a list
-        of tensors.  Build the model inside ``fn`` so that each run starts from the same initialisation.
-    seed : int
-        Seed for Python, numpy and torch before each run.
-    runs : int
-        Number of runs (at least 2).
-    atol : float
-        Absolute tolerance (0: bit-for-bit).
-
-    Returns
-    -------
-    ReproReport
-        ``first_divergent_step`` names the first step where two runs differ.
-    """
-    if not callable(fn):
-        raise TypeError(f"check_reproducible: expected a callable returning per-step values, got {type(fn).__name__}")
-    if runs < 2:
-        raise ValueError(f"check_reproducible: runs must be >= 2, got {runs}")
-    results: list[list[list[float]]] = []
-    raw: list[list[Any]] = []
-    with _RngGuard():
-        for _ in range(runs):
-            _seed_all(seed)
-            values = list(fn())
-            raw.append(values)
-            results.append([_as_float_list(v) for v in values])
-    ref = results[0]
-    for other_i in range(1, runs):
-        other = results[other_i]
-        for step in range(max(len(ref), len(other))):
-            if step >= len(ref) or step >= len(other):
-                a = raw[0][step] if step < len(ref) else None
-                b = raw[other_i][step] if step < len(other) else None
-                return ReproReport(False, step, a if a is None else _short(a), b if b is None else _short(b),
-                                   min(len(ref), len(other)), seed, runs)
-            x, y = ref[step], other[step]
-            same = len(x) == len(y) and all(
-                (a == b) or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol for a, b in zip(x, y)
-            )
-            if not same:
-                return ReproReport(False, step, _short(raw[0][step]), _short(raw[other_i][step]), len(ref), seed, runs)
-    return ReproReport(True, None, None, None, len(ref), seed, runs)
-
-
-# -- the report ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True, repr=False)
-class DoctorReport(Result):
-    """What ``doctor`` found.
-
-    Attributes
-    ----------
-    findings : tuple of Finding
-        Each with ``kind``, ``severity``, ``message``, ``where`` and ``fixes``.
-    task : str
-        ``"classification"``, ``"binary"`` or ``"regression"`` (as inferred from the targets and the loss).
-    num_classes : int or None
-        Classes of the output (classification).
-    steps : int
-        Steps of the overfit-one-batch run.
-    losses : tuple of float
-        Loss per step of that run (the overfit curve).
-    baseline_losses : tuple of float
-        Loss per step with zeroed inputs (the zero-input baseline).
-    initial_loss, chance_loss : float or None
-        The loss at init, and ``-log(1/C)`` (classification).
-    grad_flow : tuple of (str, float)
-        Root-mean-square gradient per module at the first step, in forward order.
-    checks : tuple of (str, str)
-        Every check and its outcome.
-    """
-
-    findings: tuple[Finding, ...]
-    task: str
-    num_classes: int | None
-    steps: int
-    losses: tuple[float, ...]
-    baseline_losses: tuple[float, ...]
-    initial_loss: float | None
-    chance_loss: float | None
-    grad_flow: tuple[tuple[str, float], ...]
-    checks: tuple[tuple[str, str], ...]
-
-    _text_renderer = "nbdebug.render.training:doctor_text"
-    _html_renderer = "nbdebug.render.training:doctor_html"
-
-    @property
-    def ok(self) -> bool:
-        """True when no finding has severity ``"error"``."""
-        return not any(f.severity == "error" for f in self.findings)
-
-    @property
-    def kinds(self) -> set[str]:
-        """The kinds of the findings."""
-        return {f.kind for f in self.findings}
-
-    def errors(self) -> list[Finding]:
-        """Findings of severity ``"error"``."""
-        return [f for f in self.findings if f.severity == "error"]
-
-    def _summary_line(self) -> str:
-        kinds = ", ".join(f.kind for f in self.findings) or "no findings"
-        return f"{self.task}, {len(self.errors())} error(s): {kinds}"
-
-    def _records(self) -> list[dict[str, Any]]:
-        return [f.to_dict() for f in self.findings]
-
-    def plot(self, ax: Any = None) -> Any:
-        """Overfit curve (with the zero-input baseline) and gradient flow per layer; returns a Figure."""
-        from nbdebug.render.training import plot_doctor
-
-        return plot_doctor(self, ax=ax)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
@@ -402,7 +146,7 @@ def doctor(
     if int(steps) < 1:
         raise ValueError(f"doctor: steps must be >= 1, got {steps}")
     steps = int(steps)
-    with _RngGuard(), torch.random.fork_rng(devices=[]):
+    with RngGuard(), torch.random.fork_rng(devices=[]):
         return _Doctor(model, batch, loss_fn, optimizer, steps=steps, lr=lr, num_classes=num_classes,
                        dataloader=dataloader, seed=seed, baseline=baseline, reproducibility=reproducibility,
                        data_batches=data_batches).run()
