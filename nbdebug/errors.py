@@ -58,14 +58,44 @@ class NonFiniteError(NbdebugError, FloatingPointError):
         ``"forward"`` or ``"backward"``.
     stats : dict
         Statistics of the offending tensor (shape, dtype, nan/inf counts, finite min/max).
+    op : str or None
+        With replay: the first op whose output was non-finite while its inputs were finite.
+    source : str or None
+        With replay: ``file:line in function: code`` of the call of that op.
+    anomaly : str or None
+        With replay: what ``torch.autograd.detect_anomaly`` reported for the step's backward.
     """
 
-    def __init__(self, message: str, *, module: str, step: int, phase: str, stats: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        module: str,
+        step: int,
+        phase: str,
+        stats: dict[str, Any] | None = None,
+        op: str | None = None,
+        source: str | None = None,
+        anomaly: str | None = None,
+    ):
         super().__init__(message)
         self.module = module
         self.step = step
         self.phase = phase
         self.stats = dict(stats or {})
+        self.op = op
+        self.source = source
+        self.anomaly = anomaly
+
+    def __reduce__(self) -> Any:  # picklable (multiprocessing, %debug) despite keyword-only arguments
+        return (_rebuild_nonfinite, (self.args[0] if self.args else "", self.__dict__.copy()))
+
+
+def _rebuild_nonfinite(message: str, state: dict[str, Any]) -> NonFiniteError:
+    err = NonFiniteError.__new__(NonFiniteError)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
 
 
 def require(package: str, extra: str, feature: str) -> Any:

@@ -1,0 +1,160 @@
+"""Overhead of GradMonitor and nan_sentinel on a small transformer's training step (CPU), side by side.
+
+Every variant trains its own copy of the same model; variants are interleaved round by round and each
+figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare step's median.
+
+    python benchmarks/bench_training.py [--rounds 9] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nbdebug.core.grads import GradMonitor  # noqa: E402
+from nbdebug.core.nan import nan_sentinel  # noqa: E402
+from nbdebug.render.training import live_html  # noqa: E402
+
+VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 2, 64, 16
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D)
+        self.pos = nn.Parameter(torch.zeros(SEQ, D))
+        layer = nn.TransformerEncoderLayer(D, HEADS, 4 * D, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, VOCAB)
+
+    def forward(self, idx):  # (B, T) -> (B, T, V)
+        return self.head(self.norm(self.blocks(self.emb(idx) + self.pos)))
+
+
+def naive_checks(model):
+    """The seeds' hand-written loop: a host sync per parameter per step."""
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            if torch.isnan(p.grad).any():
+                raise FloatingPointError(name)
+            _ = p.grad.norm().item()
+
+
+class Variant:
+    def __init__(self, name, base, kind):
+        self.name, self.kind = name, kind
+        self.model = copy.deepcopy(base)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.stack = ExitStack()
+        if kind in ("monitor", "live"):
+            self.mon = GradMonitor(self.model, optimizer=self.opt, refresh_hz=2.0)
+            if kind == "live":  # what the live widget does between steps, minus the comm message
+                self.renders = []
+
+                def render(mon):
+                    live_html(mon.history)
+                    self.renders.append(time.perf_counter())
+
+                self.mon.add_listener(render)
+            self.stack.enter_context(self.mon)
+        elif kind == "sentinel":
+            self.stack.enter_context(nan_sentinel(self.model, optimizer=self.opt))
+
+    def step(self, x, y):
+        ctx = torch.autograd.detect_anomaly() if self.kind == "anomaly" else ExitStack()
+        with ctx:
+            logits = self.model(x)
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+        if self.kind == "naive":
+            naive_checks(self.model)
+        self.opt.step()
+        if self.kind in ("monitor", "live"):
+            self.mon.log_loss(loss)
+
+    def run(self, x, y, steps):
+        """(wall seconds, main-thread CPU seconds) per step; with 1 intra-op thread all CPU work is on this thread."""
+        t, c = time.perf_counter(), time.thread_time()
+        for _ in range(steps):
+            self.step(x, y)
+        return (time.perf_counter() - t) / steps, (time.thread_time() - c) / steps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    base = TinyTransformer()
+    x = torch.randint(0, VOCAB, (BATCH, SEQ))
+    y = torch.randint(0, VOCAB, (BATCH, SEQ))
+    variants = [Variant(n, base, k) for n, k in [
+        ("bare step", "bare"),
+        ("GradMonitor (every step)", "monitor"),
+        ("GradMonitor + live panel rendering (<= 2 Hz)", "live"),
+        ("naive loop: isnan().any() + norm().item() per parameter", "naive"),
+        ("nan_sentinel", "sentinel"),
+        ("torch.autograd.detect_anomaly", "anomaly"),
+    ]]
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*[Aa]nomaly.*")
+    for v in variants:  # warm-up
+        v.run(x, y, 2)
+    times: dict[str, list[float]] = {v.name: [] for v in variants}
+    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(args.rounds):
+        order = variants if r % 2 == 0 else variants[::-1]
+        for v in order:
+            wall, c = v.run(x, y, args.steps)
+            times[v.name].append(wall)
+            cpu[v.name].append(c)
+    n_params = sum(1 for _ in base.parameters())
+    bare = statistics.median(times["bare step"])
+    bare_cpu = statistics.median(cpu["bare step"])
+    print(f"small transformer: {sum(p.numel() for p in base.parameters()) / 1e6:.2f} M parameters in {n_params} tensors, "
+          f"batch {BATCH}x{SEQ}, torch {torch.__version__}, {args.threads} thread(s), "
+          f"median of {args.rounds} interleaved rounds x {args.steps} steps")
+    print("ratio: thread CPU time (robust to other processes on a shared machine); wall-clock ratio beside it")
+    print(f"{'variant':<58} {'ms/step':>8} {'ratio':>7} {'wall':>7}  target")
+    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15",
+               "GradMonitor + live panel rendering (<= 2 Hz)": "(no target; see the renders count)"}
+    for v in variants:
+        med, med_cpu = statistics.median(times[v.name]), statistics.median(cpu[v.name])
+        print(f"{v.name:<58} {med_cpu * 1e3:8.2f} {med_cpu / bare_cpu:6.3f}x {med / bare:6.3f}x  "
+              f"{targets.get(v.name, '')}")
+    # the monitor's own per-step work, timed alone (no training noise): norms + stack + batched host copies
+    mon = next(v for v in variants if v.kind == "monitor").mon
+    n = 200
+    c = time.thread_time()
+    for _ in range(n):
+        mon._record()
+    alone = (time.thread_time() - c) / n
+    print(f"GradMonitor per-step work timed alone: {alone * 1e3:.3f} ms = {alone / bare_cpu:.2%} of the bare step "
+          f"(ratio {1 + alone / bare_cpu:.3f}x)")
+    live = next(v for v in variants if v.kind == "live")
+    gaps = [b - a for a, b in zip(live.renders, live.renders[1:])]
+    print(f"live panel: {len(live.renders)} renders over {len(live.mon.history.steps)} steps; "
+          f"shortest gap between renders {min(gaps) if gaps else float('nan'):.2f} s (bound: 0.5 s)")
+    for v in variants:
+        v.stack.close()
+
+
+if __name__ == "__main__":
+    main()

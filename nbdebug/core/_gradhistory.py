@@ -1,0 +1,191 @@
+"""What a ``GradMonitor`` recorded (``GradHistory``) and what it means (``grad_findings``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from nbdebug.core._dynamics import Finding, analyze_loss, make_finding, threshold
+from nbdebug.core._result import Result
+
+__all__ = ["GradSpike", "GradHistory", "grad_findings"]
+
+
+@dataclass(frozen=True)
+class GradSpike:
+    """A gradient norm far above its running mean."""
+
+    step: int
+    name: str
+    norm: float
+    score: float
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class GradHistory(Result):
+    """Everything a ``GradMonitor`` recorded.
+
+    Attributes
+    ----------
+    steps : tuple of int
+        Optimizer step index (from 0) of each recorded row.
+    names : tuple of str
+        Parameter names (columns of ``norms``).
+    norms : numpy.ndarray
+        ``(len(steps), len(names))`` gradient L2 norms (0 where a parameter had no gradient).
+    global_norms : numpy.ndarray
+        Global norm per recorded step (what ``clip_grad_norm_`` computes).
+    modules : tuple of str
+        Module names (columns of ``module_norms``).
+    module_norms : numpy.ndarray
+        ``(len(steps), len(modules))`` norms aggregated over each module's own parameters.
+    loss_steps, losses : tuple
+        Logged loss per step (mean over micro-batches).
+    skipped_steps : tuple of int
+        Steps the AMP GradScaler skipped because of inf/NaN gradients.
+    spikes : tuple of GradSpike
+        Norms whose spike score (norm / running mean) passed the threshold.
+    nonfinite : tuple of (int, tuple of str)
+        Steps with NaN/Inf gradients and the parameters that had them.
+    no_grad : tuple of str
+        Parameters that never got a gradient.
+    findings : tuple of Finding
+        Spikes, NaN/Inf, exploding/vanishing trends, loss spikes and plateaus.
+    """
+
+    steps: tuple[int, ...]
+    names: tuple[str, ...]
+    norms: Any
+    global_norms: Any
+    modules: tuple[str, ...]
+    module_norms: Any
+    loss_steps: tuple[int, ...] = ()
+    losses: tuple[float, ...] = ()
+    skipped_steps: tuple[int, ...] = ()
+    spikes: tuple[GradSpike, ...] = ()
+    nonfinite: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    no_grad: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    spike_threshold: float = 50.0
+    num_classes: int | None = None
+
+    _text_renderer = "nbdebug.render.training:grad_history_text"
+    _html_renderer = "nbdebug.render.training:grad_history_html"
+
+    def _summary_line(self) -> str:
+        last = f", last global norm {self.global_norms[-1]:.4g}" if len(self.steps) else ""
+        return f"{len(self.steps)} steps, {len(self.names)} parameters{last}, {len(self.findings)} findings"
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [
+            {"step": s, "name": n, "norm": float(self.norms[i, j])}
+            for i, s in enumerate(self.steps)
+            for j, n in enumerate(self.names)
+        ]
+
+    def to_pandas(self) -> Any:
+        """Tidy frame: one row per (step, parameter) with columns ``step``, ``name``, ``norm``."""
+        import numpy as np
+        import pandas as pd
+
+        n_steps, n_names = len(self.steps), len(self.names)
+        return pd.DataFrame(
+            {
+                "step": np.repeat(np.asarray(self.steps, dtype=np.int64), n_names),
+                "name": np.tile(np.asarray(self.names, dtype=object), n_steps),
+                "norm": np.asarray(self.norms, dtype=np.float64).reshape(-1),
+            }
+        )
+
+    def modules_to_pandas(self) -> Any:
+        """Tidy frame of per-module norms: ``step``, ``module``, ``norm``."""
+        import numpy as np
+        import pandas as pd
+
+        n_steps, n_mods = len(self.steps), len(self.modules)
+        return pd.DataFrame(
+            {
+                "step": np.repeat(np.asarray(self.steps, dtype=np.int64), n_mods),
+                "module": np.tile(np.asarray(self.modules, dtype=object), n_steps),
+                "norm": np.asarray(self.module_norms, dtype=np.float64).reshape(-1),
+            }
+        )
+
+    def plot(self, ax: Any = None) -> Any:
+        """Global norm (and loss) over steps, and a per-module heatmap of log10 norms; returns a Figure."""
+        from nbdebug.render.training import plot_grad_history
+
+        return plot_grad_history(self, ax=ax)
+
+
+def _trend_windows(values: Any) -> tuple[float, float]:
+    import numpy as np
+
+    n = len(values)
+    k = max(1, min(10, n // 4))
+    return float(np.median(values[:k])), float(np.median(values[-k:]))
+
+
+def grad_findings(h: GradHistory) -> Iterator[Finding]:
+    """Findings of a gradient history: NaN/Inf, spikes, exploding and vanishing trends, loss problems."""
+    import numpy as np
+
+    if h.nonfinite:
+        s, names = h.nonfinite[0]
+        where = names or ("(global)",)
+        yield make_finding(
+            "nonfinite_gradient",
+            f"NaN/Inf gradients at {len(h.nonfinite)} recorded step(s), first at step {s} in {len(names)} parameter(s)",
+            where,
+        )
+    if h.skipped_steps:
+        yield make_finding(
+            "skipped_steps",
+            f"the GradScaler skipped {len(h.skipped_steps)} step(s) (first: {h.skipped_steps[0]})",
+        )
+    if h.spikes:
+        worst = max(h.spikes, key=lambda sp: sp.score)
+        names = tuple(dict.fromkeys(sp.name for sp in h.spikes))
+        yield make_finding(
+            "gradient_spike",
+            f"{len(h.spikes)} spike(s) above {h.spike_threshold:g}x the running mean; worst: {worst.name} at step "
+            f"{worst.step} ({worst.norm:.3g}, {worst.score:.0f}x)",
+            names,
+        )
+    if h.no_grad:
+        yield make_finding("no_gradient", f"{len(h.no_grad)} parameter(s) never got a gradient", h.no_grad)
+    g = np.asarray(h.global_norms, dtype=np.float64)
+    g = g[np.isfinite(g)]
+    if len(g) >= 8:
+        early, late = _trend_windows(g)
+        if early > 0 and late / early > threshold("explode_growth"):
+            yield make_finding(
+                "exploding_gradients",
+                f"the global gradient norm grew {late / early:.3g}x (from {early:.3g} to {late:.3g})",
+            )
+        if late < threshold("vanish_abs") or (early > 0 and late / early < 1 / threshold("explode_growth")):
+            yield make_finding(
+                "vanishing_gradients",
+                f"the global gradient norm fell from {early:.3g} to {late:.3g}",
+            )
+    if len(h.steps):
+        last = np.asarray(h.module_norms[-min(10, len(h.steps)) :], dtype=np.float64)
+        masked = np.where(np.isfinite(last), last, np.nan)
+        per = np.zeros(masked.shape[1])
+        ok_cols = ~np.all(np.isnan(masked), axis=0)
+        if ok_cols.any():
+            per[ok_cols] = np.nanmedian(masked[:, ok_cols], axis=0)
+        pos = per[per > 0]
+        if len(pos) >= 2 and pos.min() / pos.max() < threshold("vanish_ratio"):
+            lo = int(np.argmin(np.where(per > 0, per, np.inf)))
+            hi = int(np.argmax(per))
+            yield make_finding(
+                "vanishing_gradients",
+                f"per-module gradient norms span {pos.max() / pos.min():.3g}x: {h.modules[lo]} gets {per[lo]:.3g}, "
+                f"{h.modules[hi]} gets {per[hi]:.3g}",
+                (h.modules[lo],),
+            )
+    if h.losses:
+        yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)
+

@@ -1,0 +1,80 @@
+"""The doctor's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nbdebug.core._dynamics import Finding
+from nbdebug.core._result import Result
+
+__all__ = ["DoctorReport"]
+
+@dataclass(frozen=True, repr=False)
+class DoctorReport(Result):
+    """What ``doctor`` found.
+
+    Attributes
+    ----------
+    findings : tuple of Finding
+        Each with ``kind``, ``severity``, ``message``, ``where`` and ``fixes``.
+    task : str
+        ``"classification"``, ``"binary"`` or ``"regression"`` (as inferred from the targets and the loss).
+    num_classes : int or None
+        Classes of the output (classification).
+    steps : int
+        Steps of the overfit-one-batch run.
+    losses : tuple of float
+        Loss per step of that run (the overfit curve).
+    baseline_losses : tuple of float
+        Loss per step with zeroed inputs (the zero-input baseline).
+    initial_loss, chance_loss : float or None
+        The loss at init, and ``-log(1/C)`` (classification).
+    grad_flow : tuple of (str, float)
+        Root-mean-square gradient per module at the first step, in forward order.
+    checks : tuple of (str, str)
+        Every check and its outcome.
+    """
+
+    findings: tuple[Finding, ...]
+    task: str
+    num_classes: int | None
+    steps: int
+    losses: tuple[float, ...]
+    baseline_losses: tuple[float, ...]
+    initial_loss: float | None
+    chance_loss: float | None
+    grad_flow: tuple[tuple[str, float], ...]
+    checks: tuple[tuple[str, str], ...]
+
+    _text_renderer = "nbdebug.render.training:doctor_text"
+    _html_renderer = "nbdebug.render.training:doctor_html"
+
+    @property
+    def ok(self) -> bool:
+        """True when no finding has severity ``"error"``."""
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def kinds(self) -> set[str]:
+        """The kinds of the findings."""
+        return {f.kind for f in self.findings}
+
+    def errors(self) -> list[Finding]:
+        """Findings of severity ``"error"``."""
+        return [f for f in self.findings if f.severity == "error"]
+
+    def _summary_line(self) -> str:
+        kinds = ", ".join(f.kind for f in self.findings) or "no findings"
+        return f"{self.task}, {len(self.errors())} error(s): {kinds}"
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in self.findings]
+
+    def plot(self, ax: Any = None) -> Any:
+        """Overfit curve (with the zero-input baseline) and gradient flow per layer; returns a Figure."""
+        from nbdebug.render.training import plot_doctor
+
+        return plot_doctor(self, ax=ax)
+
+

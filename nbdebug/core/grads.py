@@ -1,0 +1,455 @@
+"""``GradMonitor``: gradient norms per parameter, per module and global, cheap enough to leave on.
+
+Every optimizer step (or every ``every``-th) the monitor computes the norm of every gradient with one fused
+multi-tensor kernel (``torch._foreach_norm``), stacks them into one device tensor, and keeps it on the device;
+rows are copied to the host in batches (one host sync per ``flush_every`` recorded steps), where the spike score,
+NaN/Inf detection, trends and per-module aggregation are computed with numpy.
+
+It hooks the optimizer step (``register_optimizer_step_pre_hook``), which fires after gradient accumulation and
+after ``GradScaler.unscale_`` (so norms are unscaled), and, given ``scaler=``, notices the steps the scaler skips
+because of inf/NaN gradients.  DDP / DataParallel wrappers and ``torch.compile``'d models are unwrapped, so
+parameter names are the user's.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbdebug.core._dynamics import Finding, threshold
+from nbdebug.core._gradhistory import GradHistory, GradSpike, grad_findings
+
+__all__ = ["GradMonitor", "GradHistory", "GradSpike", "unwrap_model"]
+
+_WRAPPERS = {"DistributedDataParallel", "DataParallel", "OptimizedModule"}
+MAX_REFRESH_HZ = 2.0
+
+
+def unwrap_model(model: Any) -> Any:
+    """The user's module inside DDP / DataParallel / ``torch.compile`` wrappers."""
+    seen = 0
+    while seen < 8:
+        seen += 1
+        inner = getattr(model, "_orig_mod", None)
+        if inner is not None:
+            model = inner
+            continue
+        if type(model).__name__ in _WRAPPERS and hasattr(model, "module"):
+            model = model.module
+            continue
+        break
+    return model
+
+
+@dataclass
+class _Pending:
+    steps: list[int] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)  # device tensors (P,)
+    missing: list[tuple[int, ...]] = field(default_factory=list)
+    loss_steps: list[int] = field(default_factory=list)
+    losses: list[Any] = field(default_factory=list)  # device scalars or floats
+
+
+class GradMonitor:
+    """Record gradient norms at every optimizer step, keep them on the device, analyse them in batches.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (DDP, DataParallel and ``torch.compile`` wrappers are looked through).
+    every : int
+        Record every ``every``-th optimizer step (1: all of them).
+    spike_threshold : float
+        Spike score (norm over its running mean) above which a norm is a spike; 50 after the seeds.
+    optimizer : torch.optim.Optimizer, optional
+        Hook only this optimizer; by default every optimizer that steps any of the model's parameters.
+    scaler : torch.amp.GradScaler, optional
+        The AMP scaler, so that the steps it skips (inf/NaN gradients) are recorded too.
+    num_classes : int, optional
+        For classification: a loss plateau at ``-log(1/C)`` is reported as training at chance level.
+    flush_every : int
+        Recorded steps kept on the device before one batched copy to the host.
+    live : bool
+        Show a live widget in the notebook that refreshes while the cell runs.
+    refresh_hz : float
+        Live refresh rate (at most 2 per second); rendering happens only between steps.
+
+    Examples
+    --------
+    >>> with GradMonitor(model, num_classes=10) as mon:   # doctest: +SKIP
+    ...     for x, y in loader:
+    ...         loss = F.cross_entropy(model(x), y)
+    ...         loss.backward()
+    ...         mon.log_loss(loss)
+    ...         opt.step(); opt.zero_grad()
+    >>> mon.history.to_pandas()                          # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        every: int = 1,
+        spike_threshold: float = 50.0,
+        optimizer: Any = None,
+        scaler: Any = None,
+        num_classes: int | None = None,
+        flush_every: int = 64,
+        live: bool = False,
+        refresh_hz: float = 1.0,
+    ) -> None:
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"GradMonitor: expected a torch.nn.Module, got {type(model).__name__}")
+        if int(every) < 1:
+            raise ValueError(f"GradMonitor: every must be >= 1, got {every!r}")
+        if not spike_threshold > 1:
+            raise ValueError(f"GradMonitor: spike_threshold must be > 1, got {spike_threshold!r}")
+        self.model = unwrap_model(model)
+        self.every = int(every)
+        self.spike_threshold = float(spike_threshold)
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.num_classes = num_classes
+        self.flush_every = max(1, int(flush_every))
+        self.refresh_interval = 1.0 / min(max(float(refresh_hz), 1e-3), MAX_REFRESH_HZ)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("GradMonitor: the model has no trainable parameters")
+        self.names: tuple[str, ...] = tuple(n for n, _ in named)
+        self._params = [p for _, p in named]
+        self._param_ids = {id(p) for p in self._params}
+        owners = [n.rsplit(".", 1)[0] if "." in n else "(root)" for n in self.names]
+        self.modules: tuple[str, ...] = tuple(dict.fromkeys(owners))
+        index = {m: i for i, m in enumerate(self.modules)}
+        self._owner_index = [index[o] for o in owners]
+        self._devices = sorted({str(p.device) for p in self._params})
+        self._step = 0
+        self._manual = False
+        self._attached = False
+        self._handles: list[Any] = []
+        self._relevant: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self._pre_fired = False
+        self._orig_scaler_step: Callable[..., Any] | None = None
+        self._pending = _Pending()
+        self._zero = torch.zeros((), device=self._params[0].device)
+        # host side
+        self._h_steps: list[int] = []
+        self._h_rows: list[Any] = []
+        self._h_missing_ever: set[int] = set()
+        self._h_got_grad: set[int] = set()
+        self._h_loss: dict[int, list[float]] = {}
+        self._skipped: list[int] = []
+        self._spikes: list[GradSpike] = []
+        self._nonfinite: list[tuple[int, tuple[str, ...]]] = []
+        self._ema: Any = None  # (P+1,) running mean of norms (last column: global)
+        self._ema_count: Any = None
+        self._listeners: list[Callable[[GradMonitor], None]] = []
+        self._last_refresh = 0.0
+        self._live = bool(live)
+        self._widget: Any = None
+        self._hist_cache: tuple[Any, GradHistory] | None = None
+
+    # -- attaching -----------------------------------------------------------------------------------------
+    def attach(self) -> GradMonitor:
+        """Start recording (hooks the optimizer step); returns ``self``."""
+        if self._attached:
+            return self
+        if not self._manual:
+            self._hook_optimizer()
+        if self.scaler is not None:
+            self._wrap_scaler()
+        self._attached = True
+        if self._live and self._widget is None:
+            self.widget()
+        return self
+
+    def detach(self) -> None:
+        """Stop recording, remove every hook, and copy what is still on the device to the host."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._orig_scaler_step is not None and self.scaler is not None:
+            try:
+                del self.scaler.step  # the instance attribute shadowing the class method
+            except AttributeError:
+                pass
+            self._orig_scaler_step = None
+        self._attached = False
+        self._flush()
+        self._notify(force=True)
+
+    def __enter__(self) -> GradMonitor:
+        return self.attach()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    def _hook_optimizer(self) -> None:
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step))
+        else:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_step))
+
+    def _wrap_scaler(self) -> None:
+        scaler = self.scaler
+        orig = scaler.step
+        self._orig_scaler_step = orig
+
+        def step(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            self._pre_fired = False
+            result = orig(optimizer, *args, **kwargs)
+            if not self._pre_fired and self._is_relevant(optimizer) and not self._manual:
+                # the scaler found inf/NaN and skipped optimizer.step(); the (unscaled) grads tell which
+                self._skipped.append(self._step)
+                self._record()
+            return result
+
+        scaler.step = step
+
+    def _is_relevant(self, optimizer: Any) -> bool:
+        try:
+            return self._relevant[optimizer]
+        except (KeyError, TypeError):
+            pass
+        ids = self._param_ids
+        hit = any(id(p) in ids for g in optimizer.param_groups for p in g["params"])
+        try:
+            self._relevant[optimizer] = hit
+        except TypeError:
+            pass
+        return hit
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._pre_fired = True
+        if self._manual or not self._is_relevant(optimizer):
+            return
+        self._record()
+
+    # -- recording -----------------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Record the current gradients now (for loops without a torch optimizer).
+
+        Calling it switches the monitor to manual mode: the optimizer hook is removed so steps are not counted
+        twice.  Given ``scaler=``, gradients not yet unscaled (no ``scaler.unscale_`` this step) are divided by
+        the scaler's current scale (a device tensor: no sync), so norms are always unscaled.
+        """
+        if not self._manual:
+            self._manual = True
+            for h in self._handles:
+                h.remove()
+            self._handles.clear()
+        self._record(divide_by=self._pending_scale())
+
+    def _pending_scale(self) -> Any:
+        """The GradScaler's scale when the gradients are still scaled, else None."""
+        scaler = self.scaler
+        if scaler is None or not scaler.is_enabled():
+            return None
+        try:  # private but stable since torch 1.6: per-optimizer stage READY / UNSCALED / STEPPED
+            from torch.amp.grad_scaler import OptState
+
+            stages = [st.get("stage") for st in scaler._per_optimizer_states.values()]
+            if any(stage is OptState.UNSCALED for stage in stages):
+                return None
+            return scaler._scale
+        except (AttributeError, ImportError):
+            return None
+
+    def _record(self, divide_by: Any = None) -> None:
+        import torch
+
+        step = self._step
+        self._step += 1
+        if step % self.every:
+            return
+        grads = []
+        missing: list[int] = []
+        zero = self._zero
+        for i, p in enumerate(self._params):
+            g = p.grad
+            if g is None:
+                missing.append(i)
+                grads.append(zero)
+            else:
+                grads.append(g)
+        if len(self._devices) == 1:
+            norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
+            row = torch.stack(norms)  # (P,)
+        else:  # one fused kernel per device; the row lives on the first parameter's device
+            dev0 = self._zero.device
+            row = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32).to(dev0) for g in grads])
+        if divide_by is not None:
+            row = row / divide_by.to(row.device)
+        pend = self._pending
+        pend.steps.append(step)
+        pend.rows.append(row)
+        pend.missing.append(tuple(missing))
+        if len(pend.rows) >= self.flush_every:
+            self._flush()
+        if self._listeners:
+            self._notify()
+
+    def log_loss(self, loss: Any) -> None:
+        """Log the loss of the current step (a tensor stays on the device; call it before ``optimizer.step()``)."""
+        if hasattr(loss, "detach"):
+            loss = loss.detach().float().reshape(-1).mean()
+        else:
+            loss = float(loss)
+        self._pending.loss_steps.append(self._step)
+        self._pending.losses.append(loss)
+
+    # -- host side -----------------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        import numpy as np
+        import torch
+
+        pend = self._pending
+        self._pending = _Pending()
+        if pend.losses:
+            tensors = [v for v in pend.losses if not isinstance(v, float)]
+            host = iter(torch.stack(tensors).cpu().tolist()) if tensors else iter(())
+            for s, v in zip(pend.loss_steps, pend.losses):
+                value = v if isinstance(v, float) else next(host)
+                self._h_loss.setdefault(s, []).append(value)
+        if not pend.rows:
+            return
+        block = torch.stack(pend.rows).cpu().numpy().astype(np.float64)  # (S, P): the one host sync
+        n_params = len(self.names)
+        for k, miss in enumerate(pend.missing):
+            self._h_missing_ever.update(miss)
+            got = set(range(n_params)).difference(miss) if miss else None
+            if got is None:
+                if len(self._h_got_grad) < n_params:
+                    self._h_got_grad.update(range(n_params))
+            else:
+                self._h_got_grad.update(got)
+            if miss:
+                block[k, list(miss)] = 0.0
+        glob = np.sqrt(np.sum(block**2, axis=1))
+        self._analyse_rows(pend.steps, block, glob)
+        for s, row in zip(pend.steps, block):
+            self._h_steps.append(s)
+            self._h_rows.append(row)
+
+    def _analyse_rows(self, steps: list[int], block: Any, glob: Any) -> None:
+        import numpy as np
+
+        cols = np.concatenate([block, glob[:, None]], axis=1)  # (S, P+1)
+        if self._ema is None:
+            self._ema = np.zeros(cols.shape[1])
+            self._ema_count = np.zeros(cols.shape[1])
+        decay = threshold("spike_ema")
+        warm = threshold("spike_warmup")
+        names = (*self.names, "(global)")
+        for s, row in zip(steps, cols):
+            finite = np.isfinite(row)
+            if not finite.all():
+                bad = tuple(names[j] for j in np.flatnonzero(~finite[:-1]))
+                self._nonfinite.append((s, bad))
+            ema, count = self._ema, self._ema_count
+            ready = (count >= warm) & (ema > 0) & finite
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = np.where(ready, row / np.where(ema > 0, ema, 1.0), 0.0)
+            for j in np.flatnonzero(score > self.spike_threshold):
+                self._spikes.append(GradSpike(step=s, name=names[j], norm=float(row[j]), score=float(score[j])))
+            upd = finite & (row > 0)
+            first = upd & (count == 0)
+            ema[first] = row[first]
+            rest = upd & ~first
+            ema[rest] = decay * ema[rest] + (1 - decay) * row[rest]
+            count[upd] += 1
+
+    def _notify(self, force: bool = False) -> None:
+        if not self._listeners:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_refresh < self.refresh_interval:
+            return
+        self._last_refresh = now
+        self._flush()
+        for fn in list(self._listeners):
+            fn(self)
+        # rendering time must not count against the next interval's budget
+        self._last_refresh = time.monotonic()
+
+    def add_listener(self, fn: Callable[[GradMonitor], None]) -> None:
+        """Call ``fn(monitor)`` between steps, at most every ``1/refresh_hz`` seconds (live displays)."""
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[GradMonitor], None]) -> None:
+        """Stop calling ``fn``."""
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    def widget(self) -> Any:
+        """Display (and return) a live ipywidgets panel that refreshes while training runs."""
+        from nbdebug.ipython._training import live_panel
+
+        if self._widget is None:
+            self._widget = live_panel(self)
+        return self._widget
+
+    @property
+    def steps_seen(self) -> int:
+        """Optimizer steps seen so far (recorded or not)."""
+        return self._step
+
+    @property
+    def history(self) -> GradHistory:
+        """Everything recorded so far (copies pending rows to the host first)."""
+        import numpy as np
+
+        self._flush()
+        key = (len(self._h_steps), sum(len(v) for v in self._h_loss.values()), len(self._skipped))
+        if self._hist_cache is not None and self._hist_cache[0] == key:
+            return self._hist_cache[1]
+        P = len(self.names)
+        norms = np.asarray(self._h_rows, dtype=np.float64).reshape(-1, P)
+        glob = np.sqrt(np.sum(norms**2, axis=1)) if len(norms) else np.zeros(0)
+        mod = np.zeros((norms.shape[0], len(self.modules)))
+        np.add.at(mod.T, np.asarray(self._owner_index), (norms**2).T)
+        mod = np.sqrt(mod)
+        loss_steps = tuple(sorted(self._h_loss))
+        losses = tuple(float(np.mean(self._h_loss[s])) for s in loss_steps)
+        no_grad = tuple(self.names[i] for i in range(P) if i not in self._h_got_grad) if self._h_steps else ()
+        hist = GradHistory(
+            steps=tuple(self._h_steps),
+            names=self.names,
+            norms=norms,
+            global_norms=glob,
+            modules=self.modules,
+            module_norms=mod,
+            loss_steps=loss_steps,
+            losses=losses,
+            skipped_steps=tuple(self._skipped),
+            spikes=tuple(self._spikes),
+            nonfinite=tuple(self._nonfinite),
+            no_grad=no_grad,
+            spike_threshold=self.spike_threshold,
+            num_classes=self.num_classes,
+        )
+        object.__setattr__(hist, "findings", tuple(grad_findings(hist)))
+        self._hist_cache = (key, hist)
+        return hist
+
+    def findings(self) -> list[Finding]:
+        """The findings of ``history`` (spikes, NaN/Inf, trends, loss)."""
+        return list(self.history.findings)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Shortcut for ``history.plot()``."""
+        return self.history.plot(ax=ax)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return self.history._repr_mimebundle_(include, exclude)
+
+    def __repr__(self) -> str:
+        state = "attached" if self._attached else "detached"
+        return f"<GradMonitor {state}: {len(self.names)} parameters, {self._step} steps seen>"

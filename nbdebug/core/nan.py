@@ -1,0 +1,508 @@
+"""``nan_sentinel``: find the first module whose output or gradient goes NaN/Inf, at one host sync per step.
+
+Forward hooks on every module record ``isfinite(output).all()`` as a device tensor (no sync) and hook each output
+tensor's gradient; parameters get gradient hooks too.  At a step boundary (the optimizer's step, which has not
+yet applied the bad gradients; an explicit ``sentinel.step()``; the next forward of the model; or the end of the
+``with`` block) the flags are stacked and read once.  The first non-finite value in execution order names the
+module, the phase and the step, and ``NonFiniteError`` is raised.  With ``replay=True`` that step's forward is run
+again, op by op, to name the first op that produced the value and its source line, and its backward under
+``torch.autograd.detect_anomaly``.
+
+Attribution in the backward pass: a gradient is checked once per tensor; when the gradient of a module's input
+(or of one of its parameters) is the first non-finite one, that module's backward produced it; when the gradient
+of the model's output is already non-finite, the loss (code after the model) produced it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import traceback
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from nbdebug.core._dynamics import describe_tensor
+from nbdebug.errors import NonFiniteError
+
+__all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
+
+LOSS = "(loss: code after the model's output)"
+
+
+def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 2 and isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _tensors(o, depth + 1)
+    elif depth < 2 and isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o, depth + 1)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What replaying the failing step found: the first op with a non-finite output and where it was called."""
+
+    op: str | None
+    source: str | None
+    anomaly: str | None
+
+    def describe(self) -> str:
+        """One line: the op and its source line, and what detect_anomaly said."""
+        parts = []
+        if self.op:
+            parts.append(f"first non-finite op: {self.op}" + (f" at {self.source}" if self.source else ""))
+        if self.anomaly:
+            parts.append(f"detect_anomaly: {self.anomaly}")
+        return "; ".join(parts) if parts else "the replay did not reproduce the non-finite value"
+
+
+_INTERNAL = re.compile(r"[/\\](torch|nbdebug[/\\]core|contextlib|functools)[/\\]|[/\\]torch[/\\]|<frozen ")
+
+
+def _user_frame(stack: list[traceback.FrameSummary]) -> str | None:
+    for fr in reversed(stack):
+        if not _INTERNAL.search(fr.filename):
+            line = (fr.line or "").strip()
+            return f"{fr.filename}:{fr.lineno} in {fr.name}: {line}"
+    return None
+
+
+def _op_name(func: Any) -> str:
+    name = getattr(func, "__name__", None) or str(func)
+    qual = getattr(func, "__qualname__", "") or ""
+    module = getattr(func, "__module__", "") or ""
+    if qual.startswith("_VariableFunctionsClass") or module == "torch":
+        return f"torch.{name}"
+    if "TensorBase" in qual or qual.startswith("Tensor."):
+        return f"Tensor.{name}"
+    if module.endswith("nn.functional"):
+        return f"torch.nn.functional.{name}"
+    return qual or name
+
+
+_WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
+_F32: Any = None
+
+
+def _finite_probe(t: Any) -> Any:
+    """One reduction kept on the device: the sum is NaN/Inf iff an element is (barring overflow, re-checked)."""
+    t = t.detach()
+    return t.sum() if t.dtype in _WIDE else t.sum(dtype=_F32)
+
+
+def _first_nonfinite_mode() -> Any:
+    """A TorchFunctionMode that records the first op whose output is non-finite while its inputs are finite."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class FirstNonfinite(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.op: str | None = None
+            self.source: str | None = None
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if self.op is None:
+                with torch._C.DisableTorchFunction():
+                    outs = [t for t in _tensors(out) if t.is_floating_point()]
+                    if outs and not all(bool(torch.isfinite(t).all()) for t in outs):
+                        ins = [t for t in _tensors(list(args) + list(kwargs.values())) if t.is_floating_point()]
+                        if all(bool(torch.isfinite(t).all()) for t in ins):
+                            self.op = _op_name(func)
+                            self.source = _user_frame(traceback.extract_stack()[:-1])
+            return out
+
+    return FirstNonfinite()
+
+
+def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: list[Any]) -> ReplayResult:
+    """Run recorded forward calls again (same RNG state) to find the op, then backward under detect_anomaly.
+
+    ``calls`` are ``(args, kwargs, rng_state)``; ``output_grads`` are the gradients that reached the model's
+    outputs in the original backward (may be empty).  Parameters' ``.grad``, buffers and RNG state are restored.
+    """
+    import warnings
+
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    buffers = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=False).items() if "running" in k or "num_batches" in k}
+    cpu_rng = torch.get_rng_state()
+    op = source = anomaly = None
+    try:
+        for args, kwargs, rng in calls:
+            if rng is not None:
+                torch.set_rng_state(rng)
+            mode = _first_nonfinite_mode()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    with torch.autograd.detect_anomaly(check_nan=True), torch.enable_grad():
+                        with mode:
+                            out = model(*args, **kwargs)
+                        outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+                        if outs:
+                            grads = [
+                                g if g is not None and g.shape == t.shape else torch.ones_like(t)
+                                for t, g in zip(outs, list(output_grads) + [None] * len(outs))
+                            ]
+                            torch.autograd.grad(outs, params, grad_outputs=grads, allow_unused=True)
+                except RuntimeError as e:
+                    anomaly = str(e).splitlines()[0]
+                    for w in caught:
+                        text = str(w.message)
+                        if "Traceback of forward call" in text:
+                            frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text)
+                            user = [f for f in frames if not _INTERNAL.search(f[0])]
+                            if user:
+                                f = user[-1]
+                                anomaly += f" (forward call: {f[0]}:{f[1]} in {f[2]}: {f[3].strip()})"
+            if mode.op is not None and op is None:
+                op, source = mode.op, mode.source
+            if op is not None or anomaly is not None:
+                break
+    finally:
+        torch.set_rng_state(cpu_rng)
+        with torch.no_grad():
+            for k, v in model.state_dict(keep_vars=True).items():
+                if k in buffers:
+                    v.copy_(buffers[k])
+    return ReplayResult(op=op, source=source, anomaly=anomaly)
+
+
+class NanSentinel:
+    """Hooks that watch every module's outputs and gradients for NaN/Inf (see ``nan_sentinel``)."""
+
+    def __init__(self, model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True):
+        import torch
+
+        from nbdebug.core.grads import unwrap_model
+
+        global _F32
+        _F32 = torch.float32
+        _WIDE.update((torch.float32, torch.float64))
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
+        self.model = unwrap_model(model)
+        self.replay = bool(replay)
+        self.optimizer = optimizer
+        self.check_backward = bool(check_backward)
+        self.names = [n for n, _ in self.model.named_modules()]
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self._modules = [m for _, m in self.model.named_modules()]
+        index = {n: i for i, n in enumerate(self.names)}
+        self._parent = [index.get(n.rsplit(".", 1)[0] if "." in n else "", 0) for n in self.names]
+        self._param_owner: dict[int, int] = {}
+        for i, m in enumerate(self._modules):
+            for p in m.parameters(recurse=False):
+                self._param_owner.setdefault(id(p), i)
+        self.step_index = 0
+        self.syncs = 0
+        self._saw_optimizer = optimizer is not None
+        self._handles: list[Any] = []
+        self._active = False
+        self._replaying = False
+        self._reset()
+
+    def _reset(self) -> None:
+        # one entry per checked tensor, in the order they were produced: flag (device scalar) and where
+        self._flags: list[Any] = []
+        # (kind, module index, tensor or weakref, shape, dtype); kind: data/forward/input/output/parameter
+        self._where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []
+        self._backward_seen = False
+        # id(tensor) -> (tensor, producer index, consumer indices, {"model_output": bool}); this forward only
+        self._seen: dict[int, tuple[Any, int, list[int], dict[str, bool]]] = {}
+        self._fwd_seen: dict[int, Any] = {}
+        self._calls: list[tuple[Any, Any, Any]] = []
+        self._out_grads: list[Any] = []
+        self._forwards = 0
+
+    # -- context -------------------------------------------------------------------------------------------
+    def __enter__(self) -> NanSentinel:
+        return self.attach()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None:
+                self.check()
+        finally:
+            self.detach()
+
+    def attach(self) -> NanSentinel:
+        """Register the hooks; returns ``self``."""
+        if self._active:
+            return self
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        try:
+            root = self._modules[0]
+            self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
+            for i, m in enumerate(self._modules):
+                self._handles.append(m.register_forward_hook(self._make_fwd(i)))
+            if self.optimizer is not None:
+                self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_step))
+            else:
+                self._handles.append(register_optimizer_step_pre_hook(self._on_opt_step))
+        except BaseException:
+            self.detach()
+            raise
+        self._active = True
+        return self
+
+    def detach(self) -> None:
+        """Remove every hook (safe to call twice)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._active = False
+        self._reset()
+
+    # -- hooks ---------------------------------------------------------------------------------------------
+    def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._replaying:
+            return
+        if self._flags:
+            if not self._saw_optimizer:  # with one, gradient accumulation keeps flags until its step
+                # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
+                self.check(advance=True)
+        for t in _tensors((args, kwargs)):
+            if t.is_floating_point():
+                self._flags.append(_finite_probe(t))
+                self._where.append(("data", -2, weakref.ref(t), tuple(t.shape), str(t.dtype)))
+        self._forwards += 1
+        if self.replay:
+            import torch
+
+            self._calls.append((args, kwargs, torch.get_rng_state()))
+
+    _saw_optimizer = False
+
+    def _make_fwd(self, idx: int) -> Any:
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            if self._replaying:
+                return
+            for t in _tensors(output):
+                if t.is_floating_point():
+                    key = id(t)
+                    if key in self._fwd_seen and self._fwd_seen[key] is t:
+                        continue  # a parent returning its child's output: already checked at the child
+                    self._fwd_seen[key] = t
+                    self._flags.append(_finite_probe(t))
+                    self._where.append(("forward", idx, t, tuple(t.shape), str(t.dtype)))
+                    if self.check_backward and t.requires_grad:
+                        self._watch(t, producer=idx)
+            if self.check_backward:
+                for t in _tensors(inputs):
+                    if t.requires_grad and t.is_floating_point():
+                        entry = self._seen.get(id(t))
+                        if entry is None or entry[0] is not t:
+                            self._watch(t, producer=-1)
+                            entry = self._seen[id(t)]
+                        entry[2].append(idx)
+            if idx == 0:
+                for t in _tensors(output):
+                    entry = self._seen.get(id(t))
+                    if entry is not None and entry[0] is t:
+                        entry[3]["model_output"] = True
+                # the model's forward is done: hold no activation beyond what autograd itself keeps
+                self._seen.clear()
+                self._fwd_seen.clear()
+                self._where = [(k, i, weakref.ref(t) if k == "forward" and not isinstance(t, weakref.ref) else t, sh, dt)
+                               for k, i, t, sh, dt in self._where]
+
+        return hook
+
+    def _watch(self, t: Any, producer: int) -> None:
+        entry = self._seen.get(id(t))
+        if entry is not None and entry[0] is t:
+            return
+        consumers: list[int] = []
+        meta = {"model_output": False}
+        self._seen[id(t)] = (t, producer, consumers, meta)
+        t.register_hook(self._make_tensor_hook(producer, consumers, meta, t.shape, t.dtype))
+
+    def _make_tensor_hook(self, producer: int, consumers: list[int], meta: dict[str, bool], shape: Any,
+                          dtype: Any) -> Any:
+        def hook(grad: Any) -> None:
+            if self._replaying or not self._active:
+                return
+            if consumers:  # the innermost module that took this tensor as input produced its gradient
+                kind, where = "input", consumers[0]
+            elif meta["model_output"]:  # the loss (code after the model) produced it
+                kind, where = "output", -1
+                if self.replay:
+                    self._out_grads.append(grad)
+            else:  # functional code in the forward of the producer's parent module used this output
+                kind, where = "functional", self._parent[producer] if producer >= 0 else 0
+            self._backward_seen = True
+            self._flags.append(_finite_probe(grad))
+            self._where.append((kind, where, weakref.ref(grad), tuple(shape), str(dtype)))
+
+        return hook
+
+    def _on_opt_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.optimizer is None:
+            ids = {id(p) for p in self.model.parameters()}
+            if not any(id(p) in ids for g in optimizer.param_groups for p in g["params"]):
+                return
+        self._saw_optimizer = True
+        self.step()
+
+    # -- checking ------------------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Mark the end of a training step: check the flags (one host sync) and count the step."""
+        self.check(advance=True)
+
+    def check(self, *, advance: bool = False) -> None:
+        """Check pending flags now; raise ``NonFiniteError`` on the first non-finite value."""
+        import torch
+
+        step = self.step_index
+        if advance:
+            self.step_index += 1
+        if not self._flags:
+            self._reset()
+            return
+        if self._backward_seen and self.check_backward:
+            self._add_param_flags()
+        flags = self._flags
+        # (n,) sums: NaN/Inf anywhere makes its sum non-finite
+        sums = torch.stack([v.to(torch.float64) for v in flags]) if self._mixed(flags) else torch.stack(flags)
+        self.syncs += 1
+        bad = ~torch.isfinite(sums)
+        if not bool(bad.any()):
+            self._reset()
+            return
+        try:
+            for first in bad.nonzero()[:, 0].tolist():
+                if self._confirmed(first):
+                    self._raise(first, step)
+        finally:
+            self._reset()
+
+    def _add_param_flags(self) -> None:
+        """Parameter gradients: one fused norm over all of them, checked after the activation gradients."""
+        import torch
+
+        by_dev: dict[Any, list[tuple[int, Any]]] = {}
+        for p in self._params:
+            if p.grad is not None:
+                by_dev.setdefault(p.grad.device, []).append((self._param_owner[id(p)], p.grad))
+        for items in by_dev.values():
+            norms = torch._foreach_norm([g for _, g in items])
+            for (idx, g), n in zip(items, norms):
+                self._flags.append(n)
+                self._where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
+
+    @staticmethod
+    def _mixed(values: list[Any]) -> bool:
+        d = values[0].dtype
+        return any(v.dtype != d for v in values)
+
+    def _tensor(self, i: int) -> Any:
+        t = self._where[i][2]
+        return t() if isinstance(t, weakref.ref) else t
+
+    def _confirmed(self, i: int) -> bool:
+        """Rule out a sum that overflowed although every element is finite (exact check, failure path only)."""
+        import torch
+
+        t = self._tensor(i)
+        return t is None or not bool(torch.isfinite(t).all())
+
+    def _raise(self, first: int, step: int) -> None:
+        kind, idx, _, shape, dtype = self._where[first]
+        t = self._tensor(first)
+        if t is not None:
+            stats = describe_tensor(t)
+        else:  # freed since (nbdebug keeps no activation alive): what the device-side probe saw
+            probe = float(self._flags[first])
+            stats = {"shape": shape, "dtype": dtype.replace("torch.", ""),
+                     "contains": "NaN" if math.isnan(probe) else "Inf"}
+        if kind in ("data", "forward"):
+            phase = "forward"
+            if kind == "data":
+                module, what = "(input)", "the model's input (the batch itself)"
+            else:
+                module = self.names[idx]
+                what = f"output of module {module!r} ({type(self._modules[idx]).__name__})"
+        else:
+            phase = "backward"
+            module = LOSS if idx == -1 else self.names[idx]
+            what = {
+                "input": f"gradient produced by the backward of module {module!r}",
+                "functional": f"gradient produced by code in the forward of module {module!r} (outside its children)",
+                "output": "gradient of the model's output (produced by the loss)",
+                "parameter": f"gradient of a parameter of module {module!r}",
+            }[kind]
+        if module == "":
+            module = "(model)"
+        replay = None
+        if self.replay and self._calls:
+            self._replaying = True
+            try:
+                replay = replay_step(self.model, self._calls, self._out_grads)
+            finally:
+                self._replaying = False
+        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf", "contains") if stats.get(k))
+        msg = f"non-finite values in the {phase} pass at step {step}: {what}"
+        if counts:
+            msg += f" [{counts} of {stats.get('numel')}; shape {stats.get('shape')}]"
+        if replay is not None:
+            msg += "\nreplay: " + replay.describe()
+        raise NonFiniteError(
+            msg,
+            module=module,
+            step=step,
+            phase=phase,
+            stats=stats,
+            op=replay.op if replay else None,
+            source=replay.source if replay else None,
+            anomaly=replay.anomaly if replay else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<NanSentinel {'active' if self._active else 'inactive'}: {len(self.names)} modules, step {self.step_index}>"
+
+
+def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True) -> NanSentinel:
+    """Watch every module's outputs and gradients for NaN/Inf; raise ``NonFiniteError`` at the first one.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to watch (DDP / compile wrappers are looked through).
+    replay : bool
+        On failure, run the step's forward again to name the first op producing the value and its source line,
+        and its backward under ``torch.autograd.detect_anomaly`` (keeps references to that step's inputs).
+    optimizer : torch.optim.Optimizer, optional
+        The optimizer whose step ends a training step; by default any optimizer stepping the model's parameters.
+        Until an optimizer step is seen, each forward counts as a step: pass it when accumulating gradients.
+    check_backward : bool
+        Also watch gradients (of module outputs and parameters).
+
+    Returns
+    -------
+    NanSentinel
+        A context manager; ``.step()`` marks a step boundary in loops without a torch optimizer.
+
+    Raises
+    ------
+    NonFiniteError
+        With ``module``, ``step`` (from 0), ``phase`` (``"forward"``/``"backward"``) and ``stats``.
+
+    Examples
+    --------
+    >>> with nbdebug.nan_sentinel(model, replay=True):      # doctest: +SKIP
+    ...     for step, (x, y) in enumerate(loader):
+    ...         loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+    """
+    return NanSentinel(model, replay=replay, optimizer=optimizer, check_backward=check_backward)

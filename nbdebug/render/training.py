@@ -1,0 +1,375 @@
+"""Render training-dynamics results (gradient histories, doctor reports, findings).
+
+Text, HTML (inline SVG: no script, no network) and matplotlib Figures (built on ``Figure``, never pyplot).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from nbdebug.render._html import esc, kv_table, panel, table
+
+__all__ = [
+    "findings_text",
+    "findings_html",
+    "svg_line",
+    "svg_bars",
+    "grad_history_text",
+    "grad_history_html",
+    "plot_grad_history",
+    "live_html",
+    "doctor_text",
+    "doctor_html",
+    "plot_doctor",
+    "repro_text",
+    "repro_html",
+]
+
+_SEV_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "nan"
+    return f"{x:.4g}"
+
+
+# -- findings ----------------------------------------------------------------------------------------------
+def findings_text(findings: Sequence[Any]) -> str:
+    """Findings, worst first, one block each."""
+    if not findings:
+        return "no findings"
+    return "\n".join(str(f) for f in sorted(findings, key=lambda f: _SEV_ORDER.get(f.severity, 3)))
+
+
+def findings_html(findings: Sequence[Any]) -> str:
+    """A findings table, worst first."""
+    if not findings:
+        return '<div class="nbd-muted">no findings</div>'
+    rows = []
+    for f in sorted(findings, key=lambda f: _SEV_ORDER.get(f.severity, 3)):
+        where = ", ".join(f.where[:6]) + (", ..." if len(f.where) > 6 else "")
+        fixes = "".join(f"<li>{esc(x)}</li>" for x in f.fixes)
+        rows.append(
+            f'<tr class="nbd-finding" data-kind="{esc(f.kind)}"><td class="sev-{esc(f.severity)}">{esc(f.severity)}</td>'
+            f"<td><code>{esc(f.kind)}</code></td><td>{esc(f.message)}"
+            + (f'<div class="nbd-muted">in: <code>{esc(where)}</code></div>' if where else "")
+            + f'</td><td><ul style="margin:0;padding-left:16px">{fixes}</ul></td></tr>'
+        )
+    head = "<tr><th>severity</th><th>kind</th><th>what</th><th>fixes</th></tr>"
+    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# -- inline SVG (no script, no network: panels render anywhere) ----------------------------------------------
+def svg_line(
+    xs: Sequence[float],
+    series: Sequence[tuple[str, Sequence[float], str]],
+    *,
+    width: int = 520,
+    height: int = 140,
+    log: bool = False,
+    title: str = "",
+    hline: tuple[float, str] | None = None,
+    max_points: int = 600,
+) -> str:
+    """A small line chart: ``series`` is ``(label, ys, color)``; non-finite points are drawn as red ticks."""
+    pad_l, pad_r, pad_t, pad_b = 60, 8, 16, 18
+    if len(xs) > max_points:  # keep the SVG small: every k-th point, plus every non-finite one
+        k = -(-len(xs) // max_points)
+        keep = [i for i in range(len(xs)) if i % k == 0 or i == len(xs) - 1
+                or any(ys[i] is not None and not math.isfinite(ys[i]) for _, ys, _ in series)]
+        xs = [xs[i] for i in keep]
+        series = [(label, [ys[i] for i in keep], color) for label, ys, color in series]
+    pts_all = [y for _, ys, _ in series for y in ys if y is not None and math.isfinite(y) and (not log or y > 0)]
+    if hline is not None and (not log or hline[0] > 0):
+        pts_all.append(hline[0])
+    if not xs or not pts_all:
+        return f'<div class="nbd-muted">{esc(title)}: nothing recorded yet</div>'
+
+    def tr(y: float) -> float:
+        return math.log10(y) if log else y
+
+    lo, hi = min(tr(y) for y in pts_all), max(tr(y) for y in pts_all)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 1, hi + 1
+    x0, x1 = min(xs), max(xs)
+    if x1 == x0:
+        x1 = x0 + 1
+    W, H = width - pad_l - pad_r, height - pad_t - pad_b
+
+    def px(x: float) -> float:
+        return pad_l + (x - x0) / (x1 - x0) * W
+
+    def py(y: float) -> float:
+        return pad_t + (1 - (tr(y) - lo) / (hi - lo)) * H
+
+    parts = [
+        f'<svg class="nbd-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{W}" height="{H}" fill="#fff" stroke="#d0d7de"/>',
+        f'<text x="{pad_l}" y="11" font-size="11" fill="#1f2328">{esc(title)}</text>',
+    ]
+    for val in (lo, hi):
+        label = f"1e{int(round(val))}" if log else f"{val:.3g}"
+        parts.append(f'<text x="{pad_l - 4}" y="{py(10**val if log else val) + 4:.1f}" font-size="10" '
+                     f'text-anchor="end" fill="#656d76">{esc(label)}</text>')
+    parts.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10" fill="#656d76">{_fmt(x0)}</text>')
+    parts.append(f'<text x="{width - pad_r}" y="{height - 4}" font-size="10" text-anchor="end" '
+                 f'fill="#656d76">step {_fmt(x1)}</text>')
+    if hline is not None and (not log or hline[0] > 0):
+        y = py(hline[0])
+        parts.append(f'<line x1="{pad_l}" x2="{pad_l + W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#bf8700" '
+                     f'stroke-dasharray="4 3"/><text x="{pad_l + W - 2}" y="{y - 3:.1f}" font-size="10" '
+                     f'text-anchor="end" fill="#9a6700">{esc(hline[1])}</text>')
+    legend_x = pad_l + 6
+    for label, ys, color in series:
+        seg: list[str] = []
+        for x, y in zip(xs, ys):
+            if y is None or not math.isfinite(y) or (log and y <= 0):
+                if y is not None and not math.isfinite(y):
+                    parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{pad_t}" y2="{pad_t + 6}" '
+                                 'stroke="#cf222e" stroke-width="2"/>')
+                continue
+            seg.append(f"{px(x):.1f},{py(y):.1f}")
+        if len(seg) == 1:
+            seg.append(seg[0])
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{" ".join(seg)}"/>')
+        parts.append(f'<text x="{legend_x}" y="{pad_t + 12}" font-size="10" fill="{color}">{esc(label)}</text>')
+        legend_x += 8 + 6 * len(label)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def svg_bars(labels: Sequence[str], values: Sequence[float], *, title: str = "", width: int = 520) -> str:
+    """Horizontal bars on a log10 scale (gradient flow per layer); zero or non-finite values are marked."""
+    row_h, pad_l, pad_t = 14, 170, 16
+    shown = list(zip(labels, values))[:40]
+    if not shown:
+        return ""
+    pos = [v for _, v in shown if v > 0 and math.isfinite(v)]
+    lo = math.floor(math.log10(min(pos))) if pos else -8
+    hi = math.ceil(math.log10(max(pos))) if pos else 0
+    if hi <= lo:
+        hi = lo + 1
+    W = width - pad_l - 60
+    height = pad_t + row_h * len(shown) + 6
+    parts = [
+        f'<svg class="nbd-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
+        f'<text x="0" y="11" font-size="11" fill="#1f2328">{esc(title)} (log scale, 1e{lo} .. 1e{hi})</text>',
+    ]
+    for i, (label, v) in enumerate(shown):
+        y = pad_t + i * row_h
+        short = label if len(label) <= 28 else "..." + label[-25:]
+        parts.append(f'<text x="{pad_l - 4}" y="{y + 10}" font-size="10" text-anchor="end" fill="#1f2328">'
+                     f"{esc(short)}</text>")
+        if v > 0 and math.isfinite(v):
+            w = max(1.0, (math.log10(v) - lo) / (hi - lo) * W)
+            parts.append(f'<rect x="{pad_l}" y="{y + 2}" width="{w:.1f}" height="{row_h - 4}" fill="#0969da"/>')
+            parts.append(f'<text x="{pad_l + w + 3:.1f}" y="{y + 10}" font-size="10" fill="#656d76">{_fmt(v)}</text>')
+        else:
+            mark = "no gradient" if v == 0 else "NaN/Inf"
+            parts.append(f'<text x="{pad_l}" y="{y + 10}" font-size="10" fill="#cf222e">{mark}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# -- gradient history --------------------------------------------------------------------------------------
+def _chance(h: Any) -> tuple[float, str] | None:
+    if h.num_classes and h.num_classes > 1:
+        return (math.log(h.num_classes), f"chance -log(1/{h.num_classes})")
+    return None
+
+
+def grad_history_text(h: Any) -> str:
+    """Plain-text summary of a GradHistory."""
+    lines = [f"GradMonitor: {len(h.steps)} recorded steps, {len(h.names)} parameters, {len(h.modules)} modules"]
+    if len(h.steps):
+        g = h.global_norms
+        lines.append(f"global grad norm: first {_fmt(g[0])}, last {_fmt(g[-1])}, max {_fmt(max(g))}")
+        last = h.module_norms[-1]
+        order = sorted(range(len(h.modules)), key=lambda i: -last[i] if math.isfinite(last[i]) else -math.inf)
+        lines.append("last step, per module:")
+        lines += [f"  {h.modules[i]:<40} {_fmt(last[i])}" for i in order[:12]]
+    if h.losses:
+        lines.append(f"loss: first {_fmt(h.losses[0])}, last {_fmt(h.losses[-1])}")
+    lines.append("findings:")
+    lines.append("  " + findings_text(h.findings).replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def _history_body(h: Any, *, compact: bool = False) -> str:
+    xs = list(h.steps)
+    body = svg_line(xs, [("global grad norm", [float(v) for v in h.global_norms], "#0969da")], log=True,
+                    title="global gradient norm")
+    if h.losses:
+        body += svg_line(list(h.loss_steps), [("loss", list(h.losses), "#8250df")], title="loss", hline=_chance(h))
+    if len(h.steps):
+        last = [float(v) for v in h.module_norms[-1]]
+        body += svg_bars(h.modules, last, title=f"gradient norm per module at step {h.steps[-1]}")
+    if not compact:
+        body += "<h4>findings</h4>" + findings_html(h.findings)
+        if h.spikes:
+            top = sorted(h.spikes, key=lambda s: -s.score)[:10]
+            body += "<h4>largest spikes</h4>" + table(
+                ("step", "parameter", "norm", "score"), [(s.step, s.name, _fmt(s.norm), f"{s.score:.0f}x") for s in top],
+                numeric=(0, 2, 3),
+            )
+    return body
+
+
+def grad_history_html(h: Any) -> str:
+    """HTML panel: global norm, loss with chance level, gradient flow per module, findings."""
+    kind = "error" if any(f.severity == "error" for f in h.findings) else (
+        "warning" if any(f.severity == "warning" for f in h.findings) else "ok")
+    title = f"GradMonitor: {len(h.steps)} steps, {len(h.names)} parameters, {len(h.findings)} findings"
+    return panel(title, _history_body(h), kind=kind, css_class="nbd-gradmonitor")
+
+
+def live_html(h: Any, *, running: bool = True) -> str:
+    """The live widget's content (compact panel; cheap to build)."""
+    state = "training..." if running else "done"
+    headline = kv_table([
+        ("state", state),
+        ("steps recorded", len(h.steps)),
+        ("last global norm", _fmt(float(h.global_norms[-1])) if len(h.steps) else "-"),
+        ("last loss", _fmt(h.losses[-1]) if h.losses else "-"),
+    ])
+    flags = "".join(f'<div class="sev-{esc(f.severity)}">{esc(f.kind)}: {esc(f.message)}</div>' for f in h.findings[:6])
+    return panel("GradMonitor (live)", headline + flags + _history_body(h, compact=True), kind="info",
+                 css_class="nbd-gradmonitor-live")
+
+
+def plot_grad_history(h: Any, ax: Any = None) -> Any:
+    """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom)."""
+    import numpy as np
+
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "GradHistory.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig = ax.figure
+        axes = [ax]
+    else:
+        fig = Figure(figsize=(9, 6), layout="constrained")
+        axes = fig.subplots(2, 1, height_ratios=[1, 1.4], sharex=True)
+    top = axes[0]
+    steps = np.asarray(h.steps)
+    g = np.asarray(h.global_norms, dtype=float)
+    top.semilogy(steps, np.where(g > 0, g, np.nan), color="#0969da", label="global grad norm")
+    bad = ~np.isfinite(g)
+    if bad.any():
+        for s in steps[bad]:
+            top.axvline(s, color="#cf222e", alpha=0.4)
+    for sp in h.spikes:
+        if sp.name == "(global)":
+            top.plot(sp.step, sp.norm, "v", color="#cf222e")
+    top.set_ylabel("grad norm")
+    if h.losses:
+        lax = top.twinx()
+        lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
+        if h.num_classes and h.num_classes > 1:
+            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
+        lax.set_ylabel("loss")
+    top.set_title("gradient norms")
+    if len(axes) > 1 and len(steps):
+        hm = axes[1]
+        m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            img = np.log10(np.where(m > 0, m, np.nan))
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
+        im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        hm.set_yticks(range(len(h.modules)))
+        hm.set_yticklabels(h.modules, fontsize=7)
+        hm.set_xlabel("step")
+        fig.colorbar(im, ax=hm, label="log10 grad norm")
+    return fig
+
+
+# -- doctor ------------------------------------------------------------------------------------------------
+def doctor_text(r: Any) -> str:
+    """Plain-text doctor report."""
+    head = (f"Training doctor: {r.task} model, {r.steps} steps on one batch; "
+            f"{sum(f.severity == 'error' for f in r.findings)} error(s), "
+            f"{sum(f.severity == 'warning' for f in r.findings)} warning(s)")
+    lines = [head]
+    if r.losses:
+        lines.append(f"overfit one batch: loss {_fmt(r.losses[0])} -> {_fmt(r.losses[-1])}"
+                     + (f"; zero-input baseline -> {_fmt(r.baseline_losses[-1])}" if r.baseline_losses else ""))
+    lines.append(findings_text(r.findings))
+    for name, value in r.checks:
+        lines.append(f"  checked: {name}: {value}")
+    return "\n".join(lines)
+
+
+def doctor_html(r: Any) -> str:
+    """HTML panel: findings, the overfit curve (with the zero-input baseline), gradient flow per layer."""
+    n_err = sum(f.severity == "error" for f in r.findings)
+    n_warn = sum(f.severity == "warning" for f in r.findings)
+    kind = "error" if n_err else ("warning" if n_warn else "ok")
+    title = f"Training doctor: {n_err} error(s), {n_warn} warning(s) ({r.task}, {r.steps} steps on one batch)"
+    body = "<h4>findings</h4>" + findings_html(r.findings)
+    if r.losses:
+        series = [("real input", list(r.losses), "#0969da")]
+        if r.baseline_losses:
+            series.append(("zero input", list(r.baseline_losses), "#bf8700"))
+        hline = (r.chance_loss, "chance") if r.chance_loss else None
+        body += "<h4>overfit one batch</h4>" + svg_line(list(range(len(r.losses))), series, title="loss", hline=hline)
+    if r.grad_flow:
+        body += "<h4>gradient flow per layer (first step)</h4>" + svg_bars(
+            [n for n, _ in r.grad_flow], [v for _, v in r.grad_flow], title="RMS gradient per layer")
+    body += "<h4>checks</h4>" + kv_table(r.checks)
+    return panel(title, body, kind=kind, css_class="nbd-doctor")
+
+
+def plot_doctor(r: Any, ax: Any = None) -> Any:
+    """Overfit curve (and zero-input baseline) and gradient flow per layer; returns a Figure."""
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "DoctorReport.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig, axes = ax.figure, [ax]
+    else:
+        fig = Figure(figsize=(10, 4), layout="constrained")
+        axes = list(fig.subplots(1, 2))
+    a = axes[0]
+    a.plot(r.losses, label="real input")
+    if r.baseline_losses:
+        a.plot(r.baseline_losses, label="zero input")
+    if r.chance_loss:
+        a.axhline(r.chance_loss, ls="--", color="#bf8700", lw=1, label="chance")
+    a.set_xlabel("step")
+    a.set_ylabel("loss")
+    a.set_title("overfit one batch")
+    a.legend()
+    if len(axes) > 1 and r.grad_flow:
+        b = axes[1]
+        names = [n for n, _ in r.grad_flow]
+        vals = [max(v, 1e-30) for _, v in r.grad_flow]
+        b.barh(range(len(names)), vals, log=True)
+        b.set_yticks(range(len(names)))
+        b.set_yticklabels(names, fontsize=7)
+        b.invert_yaxis()
+        b.set_title("gradient flow (RMS gradient per layer)")
+    return fig
+
+
+def repro_text(r: Any) -> str:
+    """Plain-text reproducibility check."""
+    if r.reproducible:
+        return f"reproducible: {r.steps_compared} steps identical across {r.runs} runs (seed {r.seed})"
+    return (f"NOT reproducible (seed {r.seed}): runs first differ at step {r.first_divergent_step}: "
+            f"{r.value_a!r} vs {r.value_b!r}")
+
+
+def repro_html(r: Any) -> str:
+    """HTML panel of a reproducibility check."""
+    kind = "ok" if r.reproducible else "warning"
+    return panel(repro_text(r), kv_table([("seed", r.seed), ("steps compared", r.steps_compared),
+                                          ("first divergent step", r.first_divergent_step)]), kind=kind)

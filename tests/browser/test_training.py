@@ -1,0 +1,57 @@
+"""The GradMonitor live panel and the doctor panel render in a real JupyterLab (headless Chromium)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import DOCS, run_notebook
+
+pytestmark = pytest.mark.browser
+
+SETUP = """
+%load_ext nbdebug
+import torch, torch.nn as nn, torch.nn.functional as F
+import nbdebug
+g = torch.Generator().manual_seed(0)
+X, Y = torch.randn(512, 16, generator=g), torch.randint(0, 4, (512,), generator=g)
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+"""
+
+MONITOR = """
+model = mlp()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+with nbdebug.GradMonitor(model, num_classes=4, live=True, refresh_hz=2) as mon:
+    for step in range(150):
+        idx = torch.randint(0, 512, (32,), generator=g)
+        x = X[idx] * (200 if step == 120 else 1)
+        loss = F.cross_entropy(model(x), Y[idx])
+        opt.zero_grad(); loss.backward(); mon.log_loss(loss); opt.step()
+print("steps recorded:", len(mon.history.steps))
+"""
+
+DOCTOR = """
+class SoftmaxHead(nn.Module):
+    def __init__(self):
+        super().__init__(); self.net = mlp(); self.out = nn.Softmax(dim=1)
+    def forward(self, x): return self.out(self.net(x))
+nbdebug.doctor(SoftmaxHead(), (X[:16], Y[:16]), nn.CrossEntropyLoss(), steps=100)
+"""
+
+
+def test_monitor_and_doctor_panels_render(lab, page):
+    run_notebook(lab, page, [SETUP, MONITOR, DOCTOR], "training_panels.ipynb", timeout_s=240)
+    live = page.locator(".nbd-gradmonitor-live").first
+    live.wait_for(state="visible", timeout=30_000)
+    text = live.inner_text()
+    assert "done" in text and "150" in text  # the widget was refreshed after the first render (0 steps)
+    assert live.locator("svg.nbd-chart").count() >= 2  # global norm, loss (+ gradient flow bars)
+    doctor = page.locator(".nbd-doctor").first
+    doctor.wait_for(state="visible", timeout=30_000)
+    assert doctor.locator('tr.nbd-finding[data-kind="probabilities_to_loss"]').count() == 1
+    assert doctor.locator("svg.nbd-chart").count() >= 2  # overfit curve, gradient flow
+    assert "steps recorded: 150" in page.locator(".jp-OutputArea-output").all_inner_texts().__str__()
+    DOCS.mkdir(exist_ok=True)
+    live.screenshot(path=str(DOCS / "training_monitor.png"))
+    doctor.screenshot(path=str(DOCS / "training_doctor.png"))

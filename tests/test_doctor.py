@@ -1,0 +1,372 @@
+"""The doctor finds each planted bug, stays quiet on healthy models, and never changes the caller's objects."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import nbdebug
+from nbdebug.core._dynamics import KINDS, THRESHOLDS
+from nbdebug.core.doctor import DoctorReport, check_reproducible, doctor, set_reproducible
+
+STEPS = 120
+
+
+def _cls_batch(n=32, d=10, c=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g), torch.randint(0, c, (n,), generator=g)
+
+
+def mlp(d=10, h=32, c=4):
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, c))
+
+
+class Scaled(nn.Module):
+    def __init__(self, inner, scale):
+        super().__init__()
+        self.inner, self.scale = inner, scale
+
+    def forward(self, x):
+        return self.inner(x) * self.scale
+
+
+class Unused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+        self.head_b = nn.Linear(4, 4)  # never called
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(10, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.enc(x)).detach())
+
+
+class LogLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        return torch.log(self.fc(x))  # negative pre-activations -> NaN
+
+
+class SqrtZero(nn.Module):
+    def forward(self, x):
+        return x + torch.sqrt(x * 0)  # finite forward, NaN gradient
+
+
+class IgnoresInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 4)
+
+    def forward(self, x):
+        return self.fc(torch.zeros_like(x))
+
+
+class Noisy(nn.Module):
+    """Draws from an unseeded numpy generator: two seeded runs differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        noise = torch.from_numpy(np.random.default_rng().normal(size=tuple(x.shape))).float()
+        return self.net(x + 0.1 * noise)
+
+
+def deep_sigmoid(depth=14):
+    torch.manual_seed(0)
+    layers = [nn.Linear(10, 16), nn.Sigmoid()]
+    for _ in range(depth):
+        layers += [nn.Linear(16, 16), nn.Sigmoid()]
+    layers.append(nn.Linear(16, 4))
+    return nn.Sequential(*layers)
+
+
+def dead_relu():
+    m = mlp()
+    with torch.no_grad():
+        m[0].bias.fill_(-100.0)
+    return m
+
+
+class SlowDataset(torch.utils.data.Dataset):
+    def __init__(self):
+        self.x, self.y = _cls_batch(64)
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return self.x[i], self.y[i]
+
+
+def _case(kind):
+    x, y = _cls_batch()
+    ce = nn.CrossEntropyLoss()
+    if kind == "label_out_of_range":
+        return dict(model=mlp(), batch=(x, y + 3), loss_fn=ce)
+    if kind == "probabilities_to_loss":
+        return dict(model=nn.Sequential(mlp(), nn.Softmax(dim=1)), batch=(x, y), loss_fn=ce)
+    if kind == "initial_loss_off":
+        return dict(model=Scaled(mlp(), 60.0), batch=(x, y), loss_fn=ce)
+    if kind == "no_gradient":
+        return dict(model=Unused(), batch=(x, y), loss_fn=ce)
+    if kind == "nonfinite_forward":
+        return dict(model=nn.Sequential(nn.Linear(10, 32), nn.ReLU(), LogLayer(), nn.Linear(32, 4)), batch=(x, y), loss_fn=ce)
+    if kind == "nonfinite_gradient":
+        return dict(model=nn.Sequential(nn.Linear(10, 32), SqrtZero(), nn.Linear(32, 4)), batch=(x, y), loss_fn=ce)
+    if kind == "exploding_gradients":
+        m = mlp()
+        return dict(model=m, batch=(x, y), loss_fn=ce, optimizer=torch.optim.SGD(m.parameters(), lr=1e4))
+    if kind == "vanishing_gradients":
+        return dict(model=deep_sigmoid(), batch=(x, y), loss_fn=ce)
+    if kind == "dead_activations":
+        return dict(model=dead_relu(), batch=(x, y), loss_fn=ce)
+    if kind == "cannot_overfit":
+        g = torch.Generator().manual_seed(3)
+        xs, ys = torch.randn(64, 2, generator=g), torch.randint(0, 8, (64,), generator=g)
+        torch.manual_seed(0)
+        return dict(model=nn.Linear(2, 8), batch=(xs, ys), loss_fn=ce)
+    if kind == "ignores_input":
+        torch.manual_seed(0)
+        return dict(model=IgnoresInput(), batch=(x, y), loss_fn=ce)
+    if kind == "dataloader_bottleneck":
+        loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=8)
+        return dict(model=mlp(), batch=(x, y), loss_fn=ce, dataloader=loader, data_batches=4)
+    if kind == "not_reproducible":
+        torch.manual_seed(0)
+        return dict(model=Noisy(), batch=(x, y), loss_fn=ce)
+    raise KeyError(kind)
+
+
+DOCTOR_KINDS = [
+    "label_out_of_range", "probabilities_to_loss", "initial_loss_off", "no_gradient", "nonfinite_forward",
+    "nonfinite_gradient", "exploding_gradients", "vanishing_gradients", "dead_activations", "cannot_overfit",
+    "ignores_input", "dataloader_bottleneck", "not_reproducible",
+]
+
+
+@pytest.mark.parametrize("kind", DOCTOR_KINDS)
+def test_planted_bug_is_found(kind):
+    case = _case(kind)
+    report = doctor(steps=STEPS, **case)
+    assert isinstance(report, DoctorReport)
+    assert kind in report.kinds, f"{kind} not found; got {report.kinds}\n{report}"
+    f = next(f for f in report.findings if f.kind == kind)
+    assert f.severity in ("error", "warning", "info") and f.message and f.fixes
+
+
+def test_planted_findings_name_the_place():
+    quick = dict(steps=40, baseline=False, reproducibility=False)
+    r = doctor(**quick, **_case("no_gradient"))
+    f = next(f for f in r.findings if f.kind == "no_gradient")
+    assert set(f.where) == {"head_b.weight", "head_b.bias"}
+    r = doctor(**quick, **_case("nonfinite_forward"))
+    f = next(f for f in r.findings if f.kind == "nonfinite_forward")
+    assert f.where == ("2",)
+    r = doctor(**quick, **_case("dead_activations"))
+    assert next(f for f in r.findings if f.kind == "dead_activations").where == ("1",)
+    r = doctor(**quick, **_case("vanishing_gradients"))
+    assert "0" in next(f for f in r.findings if f.kind == "vanishing_gradients").where
+
+
+def test_detached_encoder_gets_no_gradient():
+    x, y = _cls_batch()
+    r = doctor(Detached(), (x, y), nn.CrossEntropyLoss(), steps=20, baseline=False, reproducibility=False)
+    f = next(f for f in r.findings if f.kind == "no_gradient")
+    assert set(f.where) == {"enc.weight", "enc.bias"}
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 5)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.conv(x)).flatten(1))
+
+
+def _healthy():
+    x, y = _cls_batch()
+    g = torch.Generator().manual_seed(5)
+    xr = torch.randn(32, 6, generator=g)
+    yr = xr @ torch.randn(6, 2, generator=g) + 0.5
+    torch.manual_seed(2)
+    reg = nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 2))
+    xi = torch.randn(16, 1, 8, 8, generator=g)
+    yi = torch.randint(0, 5, (16,), generator=g)
+    torch.manual_seed(0)
+    return {
+        "mlp-classification": dict(model=mlp(), batch=(x, y), loss_fn=nn.CrossEntropyLoss()),
+        "functional-loss": dict(model=mlp(), batch=(x, y), loss_fn=F.cross_entropy),
+        "regression": dict(model=reg, batch=(xr, yr), loss_fn=nn.MSELoss()),
+        "conv-with-sgd": dict(model=ConvNet(), batch=(xi, yi), loss_fn=nn.CrossEntropyLoss(),
+                              optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
+        "binary": dict(model=nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 1)),
+                       batch=(x, (y % 2).float().unsqueeze(1)), loss_fn=nn.BCEWithLogitsLoss()),
+    }
+
+
+@pytest.mark.parametrize("name", list(_healthy()))
+def test_healthy_models_get_no_error(name):
+    report = doctor(steps=200, **_healthy()[name])
+    assert report.ok, f"{name}: {report}"
+    assert not report.errors()
+    assert report.losses[-1] < report.losses[0]
+
+
+def test_doctor_never_changes_model_optimizer_or_rng():
+    x, y = _cls_batch()
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(x).sum().backward()
+    opt.step()  # give the optimizer some state
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    grads = [p.grad.clone() for p in model.parameters()]
+    opt_state = {k: {kk: vv.clone() if torch.is_tensor(vv) else vv for kk, vv in s.items()} for k, s in opt.state_dict()["state"].items()}
+    opt_groups = opt.state_dict()["param_groups"]
+    model.eval()
+    torch.manual_seed(123)
+    random.seed(7)
+    np.random.seed(9)
+    torch_state = torch.get_rng_state().clone()
+    py_state = random.getstate()
+    np_state = np.random.get_state()
+    doctor(model, (x, y), nn.CrossEntropyLoss(), opt, steps=30)
+    assert all(torch.equal(params[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+    assert not model.training
+    new = opt.state_dict()
+    assert new["param_groups"] == opt_groups
+    assert all(torch.equal(opt_state[k][kk], vv) for k, s in new["state"].items() for kk, vv in s.items() if torch.is_tensor(vv))
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert random.getstate() == py_state
+    assert np.array_equal(np.random.get_state()[1], np_state[1])
+
+
+def test_doctor_uses_the_optimizers_hyperparameters():
+    x, y = _cls_batch()
+    m = mlp()
+    r_slow = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=1e-6), steps=50,
+                    baseline=False, reproducibility=False)
+    assert "cannot_overfit" in r_slow.kinds
+
+
+def test_bad_input_is_one_clear_error():
+    with pytest.raises(nbdebug.NbdebugError, match="batch must be \\(inputs, targets\\)"):
+        doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss())
+    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
+        doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss())
+    with pytest.raises(nbdebug.NbdebugError, match="no trainable parameters"):
+        doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss())
+
+
+def test_batch_from_the_dataloader():
+    x, y = _cls_batch(64)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    r = doctor(mlp(), None, nn.CrossEntropyLoss(), dataloader=loader, steps=150, baseline=False, reproducibility=False)
+    assert r.ok and "dataloader_bottleneck" not in r.kinds
+    assert any(name == "dataloader wait" for name, _ in r.checks)
+
+
+def test_report_renders_and_exports():
+    r = doctor(steps=40, **_case("probabilities_to_loss"))
+    html = r._repr_mimebundle_()["text/html"]
+    assert "probabilities_to_loss" in html and "<svg" in html and "gradient flow" in html
+    assert "probabilities_to_loss" in str(r)
+    df = r.to_pandas()
+    assert {"kind", "severity", "message", "where", "fixes"} <= set(df.columns)
+    d = r.to_dict()
+    assert d["findings"][0]["kind"]
+    from matplotlib.figure import Figure
+
+    assert isinstance(r.plot(), Figure)
+
+
+def test_every_kind_in_the_table_has_fixes_and_a_source():
+    for kind, info in KINDS.items():
+        assert info.fixes and info.source and info.title, kind
+    for name, (value, meaning, source) in THRESHOLDS.items():
+        assert value > 0 and meaning and source, name
+    assert set(DOCTOR_KINDS) <= set(KINDS)
+
+
+def _train_fn(noisy):
+    def fn():
+        torch.manual_seed(0) if not noisy else None
+        model = mlp() if not noisy else nn.Linear(10, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = _cls_batch()
+        for i in range(6):
+            xi = x + (torch.from_numpy(np.random.default_rng().normal(size=x.shape)).float() if noisy and i >= 3 else 0)
+            loss = F.cross_entropy(model(xi), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            yield loss
+    return fn
+
+
+def test_check_reproducible_reports_the_first_divergent_step():
+    ok = check_reproducible(_train_fn(False))
+    assert ok.reproducible and ok.first_divergent_step is None and ok.steps_compared == 6
+    bad = check_reproducible(_train_fn(True))
+    assert not bad.reproducible and bad.first_divergent_step == 3
+    assert "step 3" in str(bad)
+
+
+def test_set_reproducible_seeds_everything():
+    try:
+        set_reproducible(5)
+        a = (torch.rand(3), random.random(), np.random.rand())
+        set_reproducible(5)
+        b = (torch.rand(3), random.random(), np.random.rand())
+        assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=12, d=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+
+    def forward(self, idx):  # (B, T) -> (B, T, V)
+        return self.head(torch.tanh(self.emb(idx)))
+
+
+def lm_loss(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def test_language_model_shapes_classes_in_the_last_dim():
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 12, (4, 6), generator=g)
+    tgt = torch.roll(idx, -1, dims=1)
+    r = doctor(TinyLM(), (idx, tgt), lm_loss, steps=150, baseline=False)
+    assert r.num_classes == 12 and r.ok, r
+    bad = doctor(TinyLM(), (idx, tgt + 12), lm_loss, steps=10, baseline=False)
+    assert "label_out_of_range" in bad.kinds

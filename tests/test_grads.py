@@ -1,0 +1,361 @@
+"""GradMonitor: exact norms, batched host copies, optimizer/scaler/accumulation/DDP/compile, spikes and trends."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+from nbdebug.core._dynamics import analyze_loss
+from nbdebug.core.grads import GradHistory, GradMonitor
+
+
+def mlp(c=4):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, c))
+
+
+def batch(n=32, c=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 10, generator=g), torch.randint(0, c, (n,), generator=g)
+
+
+def train(model, opt, steps, mon=None, x=None, y=None, scale_at=None):
+    if x is None:
+        x, y = batch()
+    for i in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        if scale_at is not None and i == scale_at:
+            loss = loss * 1e4
+        opt.zero_grad()
+        loss.backward()
+        if mon is not None:
+            mon.log_loss(loss)
+        opt.step()
+
+
+def test_norms_match_reference_and_global_matches_clip_grad_norm():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    ref = []
+    with GradMonitor(m, flush_every=4) as mon:
+        x, y = batch()
+        for _ in range(9):
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            ref.append([p.grad.norm().item() for p in m.parameters()])
+            total = nn.utils.clip_grad_norm_(m.parameters(), float("inf")).item()
+            opt.step()
+    h = mon.history
+    assert h.steps == tuple(range(9))
+    assert h.names == ("0.weight", "0.bias", "2.weight", "2.bias")
+    np.testing.assert_allclose(h.norms, np.array(ref), rtol=1e-5)
+    assert h.global_norms[-1] == pytest.approx(total, rel=1e-5)
+    assert h.modules == ("0", "2")
+    np.testing.assert_allclose(h.module_norms[:, 0], np.hypot(h.norms[:, 0], h.norms[:, 1]), rtol=1e-6)
+
+
+def test_rows_stay_on_device_until_a_batched_flush():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    mon = GradMonitor(m, flush_every=5).attach()
+    try:
+        train(m, opt, 4)
+        assert len(mon._pending.rows) == 4 and not mon._h_rows  # nothing copied to the host yet
+        assert all(isinstance(r, torch.Tensor) and r.shape == (4,) for r in mon._pending.rows)
+        train(m, opt, 1)
+        assert not mon._pending.rows and len(mon._h_rows) == 5  # one batched copy
+    finally:
+        mon.detach()
+
+
+def test_every_n_and_hooks_come_off():
+    before = len(_global_optimizer_pre_hooks)
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m, every=3) as mon:
+        assert len(_global_optimizer_pre_hooks) == before + 1
+        train(m, opt, 10)
+    assert len(_global_optimizer_pre_hooks) == before
+    assert mon.history.steps == (0, 3, 6, 9)
+    assert mon.steps_seen == 10
+    train(m, opt, 2)  # detached: nothing more recorded
+    assert mon.steps_seen == 10
+
+
+def test_other_optimizers_are_ignored():
+    m, other = mlp(), nn.Linear(3, 3)
+    opt, opt2 = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(other.parameters(), lr=0.1)
+    with GradMonitor(m) as mon:
+        train(m, opt, 2)
+        other(torch.randn(2, 3)).sum().backward()
+        opt2.step()
+    assert mon.history.steps == (0, 1)
+
+
+def test_gradient_accumulation_records_once_per_optimizer_step():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = batch(64)
+    with GradMonitor(m) as mon:
+        for _ in range(3):
+            opt.zero_grad()
+            for k in range(4):
+                (F.cross_entropy(m(x[k * 16 : (k + 1) * 16]), y[k * 16 : (k + 1) * 16]) / 4).backward()
+            ref = [p.grad.norm().item() for p in m.parameters()]
+            opt.step()
+    h = mon.history
+    assert h.steps == (0, 1, 2)
+    np.testing.assert_allclose(h.norms[-1], ref, rtol=1e-5)
+
+
+def test_grad_scaler_norms_are_unscaled_and_skipped_steps_are_noticed():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    x, y = batch()
+    refs = []
+    with GradMonitor(m, scaler=scaler) as mon:
+        for i in range(6):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            if i == 3:
+                loss = loss * float("inf")  # overflow: the scaler skips this step
+            scaler.scale(loss).backward()
+            ref_m = m
+            scaler.step(opt)
+            refs.append([p.grad.norm().item() for p in ref_m.parameters()])  # unscaled by scaler.step
+            scaler.update()
+    h = mon.history
+    assert h.skipped_steps == (3,)
+    assert h.steps == tuple(range(6))
+    np.testing.assert_allclose(h.norms[0], refs[0], rtol=1e-5)
+    assert h.global_norms[0] < 100  # not multiplied by the 1024 scale
+    assert h.nonfinite and h.nonfinite[0][0] == 3
+    assert {"skipped_steps", "nonfinite_gradient"} <= {f.kind for f in h.findings}
+    assert "step" not in vars(scaler)  # the wrapper is gone
+
+
+def test_compiled_and_ddp_models_are_unwrapped():
+    m = mlp()
+    compiled = torch.compile(m, backend="eager")
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(compiled) as mon:
+        train(compiled, opt, 2)
+    assert mon.history.names[0] == "0.weight" and mon.history.steps == (0, 1)
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        m2 = mlp()
+        ddp = nn.parallel.DistributedDataParallel(m2)
+        opt2 = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        with GradMonitor(ddp) as mon2:
+            train(ddp, opt2, 3)
+        assert mon2.history.names[0] == "0.weight" and mon2.history.steps == (0, 1, 2)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_spike_is_flagged_with_its_parameter():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+    with GradMonitor(m, spike_threshold=50) as mon:
+        train(m, opt, 30, mon=mon, scale_at=20)
+    h = mon.history
+    assert h.spikes and all(s.step == 20 for s in h.spikes)
+    assert {s.name for s in h.spikes} >= {"2.weight", "(global)"}
+    assert min(s.score for s in h.spikes) > 50
+    assert "gradient_spike" in {f.kind for f in h.findings}
+    with GradMonitor(m, spike_threshold=1e6) as quiet:
+        train(m, opt, 30, scale_at=20)
+    assert not quiet.history.spikes
+
+
+def test_nan_gradients_are_named():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    x, y = batch()
+    with GradMonitor(m) as mon:
+        for i in range(3):  # the NaN reaches the parameters at the last step only
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            if i == 2:
+                m[2].bias.grad[0] = float("nan")
+            opt.step()
+    h = mon.history
+    assert h.nonfinite == ((2, ("2.bias",)),)
+    f = next(f for f in h.findings if f.kind == "nonfinite_gradient")
+    assert f.where == ("2.bias",)
+
+
+def test_exploding_and_vanishing_trends():
+    torch.manual_seed(0)
+    m = nn.Linear(10, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.2)  # far above 2 / largest curvature: divergence
+    x = torch.randn(64, 10) * 3
+    y = torch.randn(64, 1)
+    with GradMonitor(m) as mon:
+        for _ in range(30):
+            opt.zero_grad()
+            F.mse_loss(m(x), y).backward()
+            opt.step()
+    kinds = {f.kind for f in mon.history.findings}
+    assert kinds & {"exploding_gradients", "nonfinite_gradient"}, mon.history
+
+    torch.manual_seed(0)
+    layers = [nn.Linear(10, 16), nn.Sigmoid()]
+    for _ in range(14):
+        layers += [nn.Linear(16, 16), nn.Sigmoid()]
+    deep = nn.Sequential(*layers, nn.Linear(16, 4))
+    opt = torch.optim.SGD(deep.parameters(), lr=0.1)
+    with GradMonitor(deep) as mon:
+        train(deep, opt, 10)
+    f = next(f for f in mon.history.findings if f.kind == "vanishing_gradients")
+    assert f.where == ("0",)
+
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m) as mon:
+        train(m, opt, 30)
+    assert not {"exploding_gradients", "vanishing_gradients"} & {f.kind for f in mon.history.findings}
+
+
+def test_no_gradient_and_manual_steps():
+    class Partly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(10, 4), nn.Linear(10, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    m = Partly()
+    before = len(_global_optimizer_pre_hooks)
+    with GradMonitor(m) as mon:
+        x, y = batch()
+        for _ in range(3):
+            m.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            mon.step()  # manual mode: no optimizer at all
+            with torch.no_grad():
+                for p in m.parameters():
+                    if p.grad is not None:
+                        p -= 0.1 * p.grad
+        assert len(_global_optimizer_pre_hooks) == before  # manual mode took the optimizer hook off
+    h = mon.history
+    assert h.steps == (0, 1, 2)
+    assert h.no_grad == ("unused.weight", "unused.bias")
+    assert (h.norms[:, 2:] == 0).all()
+
+
+LOSS_CASES = [
+    # (name, losses, num_classes, expected kinds)
+    ("falling", [2.0 * 0.97**i for i in range(100)], 10, set()),
+    ("spike", [1.0 - 0.001 * i if i != 70 else 9.0 for i in range(100)], None, {"loss_spike"}),
+    ("nan", [1.0] * 30 + [math.nan] * 5, None, {"loss_spike"}),
+    ("plateau", [0.7 + 1e-4 * math.sin(i) for i in range(100)], None, {"loss_plateau"}),
+    ("chance", [math.log(10) + 1e-3 * math.sin(i) for i in range(100)], 10, {"chance_plateau"}),
+    ("plateau-not-chance", [0.5 + 1e-4 * math.sin(i) for i in range(100)], 10, {"loss_plateau"}),
+]
+
+
+@pytest.mark.parametrize("name,losses,classes,expected", LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
+def test_loss_analysis(name, losses, classes, expected):
+    kinds = {f.kind for f in analyze_loss(range(len(losses)), losses, num_classes=classes)}
+    assert kinds == expected
+
+
+def test_loss_plateau_at_chance_from_a_model_that_learns_nothing():
+    m = mlp(c=5)
+    with torch.no_grad():
+        m[2].weight.zero_()
+        m[2].bias.zero_()
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    x, y = batch(c=5)
+    with GradMonitor(m, num_classes=5) as mon:
+        train(m, opt, 60, mon=mon, x=x, y=y)
+    h = mon.history
+    assert h.losses[0] == pytest.approx(math.log(5), rel=1e-5)
+    assert "chance_plateau" in {f.kind for f in h.findings}
+
+
+def test_history_exports_and_plots():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m, num_classes=4) as mon:
+        train(m, opt, 12, mon=mon)
+    h = mon.history
+    assert isinstance(h, GradHistory)
+    df = h.to_pandas()
+    assert list(df.columns) == ["step", "name", "norm"] and len(df) == 12 * 4
+    assert df[(df.step == 5) & (df.name == "2.bias")].norm.item() == pytest.approx(h.norms[5, 3])
+    assert len(h.modules_to_pandas()) == 12 * 2
+    from matplotlib.figure import Figure
+
+    fig = h.plot()
+    assert isinstance(fig, Figure) and len(fig.axes) >= 3  # norm, loss twin, heatmap (+ colorbar)
+    bundle = h._repr_mimebundle_()
+    assert "<svg" in bundle["text/html"] and "GradMonitor" in bundle["text/plain"]
+    assert h.to_dict()["names"] == list(h.names)
+    assert "12 steps" in repr(h)
+
+
+def test_live_listener_is_rate_bounded(monkeypatch):
+    import nbdebug.core.grads as grads
+
+    clock = iter(i * 0.05 for i in range(10_000))  # 50 ms per step
+    monkeypatch.setattr(grads.time, "monotonic", lambda: next(clock))
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    calls = []
+    mon = GradMonitor(m, refresh_hz=1000)  # asks for 1000 Hz, gets at most 2 Hz
+    mon.add_listener(lambda mm: calls.append(len(mm.history.steps)))
+    with mon:
+        train(m, opt, 100)
+    # 100 steps x 50 ms (+ the clock reads inside _notify) = at most ~5 s of fake time: <= 2 Hz -> <= ~11 renders
+    assert 2 <= len(calls) <= 12
+    assert calls[-1] == 100  # the final refresh on detach shows everything
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
+        GradMonitor("model")
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        GradMonitor(mlp(), every=0)
+
+
+def test_manual_steps_with_a_scaler_report_unscaled_norms():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    x, y = batch()
+    with GradMonitor(m, scaler=scaler) as mon:
+        for i in range(2):
+            opt.zero_grad()
+            scaler.scale(F.cross_entropy(m(x), y)).backward()
+            if i == 1:
+                scaler.unscale_(opt)
+            mon.step()  # before unscale_ at step 0 (divided by the scale), after it at step 1
+            ref = [p.grad.norm().item() / (2.0**12 if i == 0 else 1.0) for p in m.parameters()]
+            np.testing.assert_allclose(mon.history.norms[-1], ref, rtol=1e-5)
+            scaler.step(opt)
+            scaler.update()
+    assert mon.history.steps == (0, 1)
+
+
+def test_long_curves_are_downsampled_in_svg_but_keep_nonfinite_marks():
+    from nbdebug.render.training import svg_line
+
+    ys = [1.0 + i % 7 for i in range(20_000)]
+    ys[12_345] = float("nan")
+    svg = svg_line(list(range(20_000)), [("x", ys, "#000")], max_points=500)
+    points = svg.split('points="')[1].split('"')[0].split()
+    assert 400 <= len(points) <= 1100
+    assert 'stroke="#cf222e"' in svg  # the NaN is still marked

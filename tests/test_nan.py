@@ -1,0 +1,333 @@
+"""nan_sentinel and %%nanhunt: the first non-finite module, step and phase; replay; hooks always come off."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from IPython.utils.capture import capture_output
+from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+import nbdebug
+from nbdebug.core.nan import LOSS, nan_sentinel
+from nbdebug.errors import NonFiniteError
+
+COUNTER = {"step": 0}
+
+
+class LogAfter50(nn.Module):
+    """The seeds' exercise: from step 50 on, the second layer takes the log of non-positive numbers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if COUNTER["step"] > 50:
+            x = torch.log(x)  # THE BUG
+        return torch.relu(x)
+
+
+def exercise_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), LogAfter50(), nn.Linear(16, 3))
+
+
+def batch():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(32, 8, generator=g), torch.randint(0, 3, (32,), generator=g)
+
+
+def run_exercise(sentinel_kwargs=None, steps=80):
+    m = exercise_model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    x, y = batch()
+    with nan_sentinel(m, **(sentinel_kwargs or {})) as s:
+        for i in range(steps):
+            COUNTER["step"] = i
+            loss = F.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return m, s
+
+
+def hook_counts(model):
+    return [
+        (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+        for m in model.modules()
+    ] + [len(p._backward_hooks or {}) for p in model.parameters()] + [len(_global_optimizer_pre_hooks)]
+
+
+def test_seeds_exercise_found_with_module_step_and_phase():
+    with pytest.raises(NonFiniteError) as info:
+        run_exercise()
+    e = info.value
+    assert (e.module, e.step, e.phase) == ("2", 51, "forward")
+    assert e.stats["shape"] == (32, 16) and (e.stats.get("nan", 0) > 0 or e.stats.get("contains") == "NaN")
+    assert "step 51" in str(e) and "'2'" in str(e)
+    assert e.op is None  # no replay asked
+
+
+def test_replay_names_the_op_and_source_line():
+    with pytest.raises(NonFiniteError) as info:
+        run_exercise({"replay": True})
+    e = info.value
+    assert e.op == "torch.log"
+    assert "test_nan.py" in e.source and "torch.log(x)" in e.source
+    assert e.anomaly and "returned nan values" in e.anomaly
+    assert "replay:" in str(e)
+
+
+def test_optimizer_step_did_not_apply_the_bad_gradients():
+    m = exercise_model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    x, y = batch()
+    with pytest.raises(NonFiniteError):
+        with nan_sentinel(m):
+            for i in range(60):
+                COUNTER["step"] = i
+                loss = F.cross_entropy(m(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
+def test_one_host_sync_per_step_on_a_clean_run():
+    m, s = run_exercise(steps=30)
+    assert s.syncs == 30 and s.step_index == 30
+
+
+class SqrtZero(nn.Module):
+    def forward(self, x):
+        return x + torch.sqrt(x * 0)  # finite forward; d sqrt at 0 is inf -> NaN gradient
+
+
+class FunctionalSqrt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + torch.sqrt(y * 0)  # functional code in this module, after its child
+
+
+BACKWARD_CASES = [
+    ("functional-in-module", lambda: nn.Sequential(nn.Linear(4, 4), FunctionalSqrt(), nn.Linear(4, 1)), lambda out: out.sum(), "1"),
+    ("module-backward", lambda: nn.Sequential(nn.Linear(4, 4), SqrtZero(), nn.Linear(4, 1)), lambda out: out.sum(), "1"),
+    ("loss-backward", lambda: nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)), lambda out: torch.sqrt(out * 0).sum(), LOSS),
+]
+
+
+@pytest.mark.parametrize("name,make,loss_of,module", BACKWARD_CASES, ids=[c[0] for c in BACKWARD_CASES])
+def test_backward_nan_is_attributed(name, make, loss_of, module):
+    torch.manual_seed(0)
+    m = make()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m):
+            for _ in range(2):
+                opt.zero_grad()
+                loss_of(m(torch.randn(5, 4))).backward()
+                opt.step()
+    e = info.value
+    assert (e.phase, e.module, e.step) == ("backward", module, 0)
+
+
+def test_backward_replay_runs_detect_anomaly():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), SqrtZero(), nn.Linear(4, 1))
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m, replay=True) as s:
+            m(torch.randn(5, 4)).sum().backward()
+            s.step()
+    e = info.value
+    assert e.phase == "backward" and e.anomaly and "returned nan values" in e.anomaly
+    assert "sqrt" in e.anomaly.lower() or "SqrtZero" in e.anomaly or "x * 0" in e.anomaly
+
+
+def test_hooks_come_off_after_an_exception_and_after_a_clean_exit():
+    m = exercise_model()
+    before = hook_counts(m)
+    with pytest.raises(NonFiniteError):
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        x, y = batch()
+        with nan_sentinel(m, replay=True):
+            assert hook_counts(m) != before
+            for i in range(60):
+                COUNTER["step"] = i
+                F.cross_entropy(m(x), y).backward()
+                opt.step()
+    assert hook_counts(m) == before
+    with pytest.raises(KeyError):
+        with nan_sentinel(m):
+            raise KeyError("user error passes through unchanged")
+    assert hook_counts(m) == before
+    COUNTER["step"] = 0
+    with nan_sentinel(m):
+        m(torch.randn(2, 8))
+    assert hook_counts(m) == before
+
+
+def test_no_optimizer_explicit_steps_and_forward_only_loops():
+    m = exercise_model()
+    x, _ = batch()
+    with pytest.raises(NonFiniteError) as info:
+        with torch.no_grad(), nan_sentinel(m):
+            for i in range(60):  # evaluation loop: each forward is a step
+                COUNTER["step"] = i
+                m(x)
+    assert info.value.step == 51 and info.value.phase == "forward"
+    COUNTER["step"] = 99
+    with pytest.raises(NonFiniteError, match="step 0"):  # the pending flags are checked when the block ends
+        with nan_sentinel(m):
+            m(x)
+    COUNTER["step"] = 0
+
+
+def test_tuple_outputs_and_clean_runs():
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, 8, batch_first=True)
+    opt = torch.optim.SGD(lstm.parameters(), lr=0.1)
+    with nan_sentinel(lstm) as s:
+        for _ in range(3):
+            out, (h, c) = lstm(torch.randn(2, 5, 4))
+            out.sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert s.step_index == 3
+
+
+def test_nonfinite_error_is_public_and_picklable():
+    e = NonFiniteError("boom", module="a.b", step=3, phase="forward", stats={"nan": 1}, op="torch.log", source="f.py:1")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (e2.module, e2.step, e2.phase, e2.stats, e2.op, str(e2)) == ("a.b", 3, "forward", {"nan": 1}, "torch.log", "boom")
+    assert nbdebug.NonFiniteError is NonFiniteError and issubclass(NonFiniteError, nbdebug.NbdebugError)
+    assert nbdebug.nan_sentinel is nan_sentinel
+
+
+# -- magics ------------------------------------------------------------------------------------------------
+def test_nanhunt_magic_raises_and_binds(ip):
+    ip.user_ns.update(model=exercise_model(), COUNTER=COUNTER, batch=batch, F=F, torch=torch)
+    before = hook_counts(ip.user_ns["model"])
+    cell = (
+        "opt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        "x, y = batch()\n"
+        "for i in range(80):\n"
+        "    COUNTER['step'] = i\n"
+        "    loss = F.cross_entropy(model(x), y); opt.zero_grad(); loss.backward(); opt.step()\n"
+    )
+    with capture_output():
+        result = ip.run_cell(f"%%nanhunt model --replay -o err\n{cell}")
+    assert isinstance(result.error_in_exec, NonFiniteError)
+    err = ip.user_ns["err"]
+    assert (err.module, err.step, err.phase, err.op) == ("2", 51, "forward", "torch.log")
+    assert hook_counts(ip.user_ns["model"]) == before
+    COUNTER["step"] = 0
+    # the only top-level module is found without naming it; a clean cell returns None
+    with capture_output():
+        ok = ip.run_cell("%%nanhunt\nmodel(torch.randn(2, 8))")
+    assert ok.success and ok.result is None
+
+
+def test_nanhunt_bad_input_is_a_usage_error(ip):
+    from IPython.core.error import UsageError
+
+    ip.user_ns.update(not_a_model=3, torch=torch)
+    with pytest.raises(UsageError, match="expected a torch.nn.Module"):
+        ip.run_cell_magic("nanhunt", "not_a_model", "pass")
+    with pytest.raises(UsageError, match="could not evaluate"):
+        ip.run_cell_magic("nanhunt", "no_such_name", "pass")
+
+
+def test_gradmonitor_magic_returns_history_and_live_panel_updates(ip):
+    from nbdebug.core.grads import GradHistory
+
+    torch.manual_seed(0)
+    ip.user_ns.update(net=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)), batch=batch, F=F, torch=torch)
+    cell = (
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "x, y = batch()\n"
+        "for i in range(20):\n"
+        "    loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward()\n"
+        "    _gradmonitor.log_loss(loss); opt.step()\n"
+    )
+    with capture_output():
+        hist = ip.run_cell_magic("gradmonitor", "net --classes 3 -o mon", cell)
+    assert isinstance(hist, GradHistory) and len(hist.steps) == 20 and len(hist.losses) == 20
+    mon = ip.user_ns["mon"]
+    panel = mon._widget
+    assert panel is not None and panel.updates >= 1
+    assert "GradMonitor" in panel.widget.value and "done" in panel.widget.value
+    fmt = ip.display_formatter.format(hist)[0]
+    assert "text/html" in fmt and "<svg" in fmt["text/html"]
+
+
+def test_error_panel_gets_a_sentinel_section(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    e = NonFiniteError("boom", module="layers.2", step=51, phase="forward", stats={"nan": 3}, op="torch.log",
+                       source="cell.py:7 in forward: x = torch.log(x)")
+    d = diagnose_exception(get_state(ip), e)
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert "layers.2" in section.text and "torch.log(x)" in section.html and "step (from 0): 51" in section.text
+    assert d.known and "layers.2" in d.title and d.fixes
+
+
+def test_nan_in_the_batch_is_blamed_on_the_input():
+    m = exercise_model()
+    x, y = batch()
+    x[3, 2] = float("nan")
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m):
+            F.cross_entropy(m(x), y).backward()
+    assert (info.value.module, info.value.phase) == ("(input)", "forward")
+
+
+def test_gradient_accumulation_one_sync_per_optimizer_step():
+    COUNTER["step"] = 0
+    m = exercise_model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x, y = batch()
+    with nan_sentinel(m, optimizer=opt) as s:
+        for _step in range(5):
+            for k in range(4):
+                F.cross_entropy(m(x[k * 8 : (k + 1) * 8]), y[k * 8 : (k + 1) * 8]).backward()
+            opt.step()
+            opt.zero_grad()
+    assert s.step_index == 5 and s.syncs == 5
+    COUNTER["step"] = 99  # the log layer breaks in the 3rd micro-batch of step 2
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m, optimizer=opt):
+            for step in range(5):
+                for k in range(4):
+                    COUNTER["step"] = 99 if (step, k) == (2, 2) else 0
+                    F.cross_entropy(m(x[k * 8 : (k + 1) * 8]), y[k * 8 : (k + 1) * 8]).backward()
+                opt.step()
+                opt.zero_grad()
+    COUNTER["step"] = 0
+    assert (info.value.step, info.value.module, info.value.phase) == (2, "2", "forward")
+
+
+def test_sentinel_keeps_no_activation_alive():
+    import gc
+    import weakref
+
+    COUNTER["step"] = 0
+    m = exercise_model()
+    x, y = batch()
+    with nan_sentinel(m) as s:
+        out = m(x)
+        ref = weakref.ref(out)
+        F.cross_entropy(out, y).backward()
+        del out
+        gc.collect()
+        assert ref() is None
+        s.step()
