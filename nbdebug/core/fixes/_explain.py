@@ -204,6 +204,17 @@ def _line_at(text: str, pos: int) -> str:
 _TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning))\b")
 
 
+_RAISE_LINE = re.compile(r"^[ \t]*raise (?:[A-Za-z_][\w]*\.)*([A-Z]\w*)\(", re.MULTILINE)
+
+
+def _raised_types(raw: str) -> frozenset[str]:
+    """The class of the last ``raise X(`` source line in a traceback text (empty when there is none)."""
+    if "raise " not in raw:
+        return frozenset()
+    names = _RAISE_LINE.findall(raw)
+    return frozenset(names[-1:])
+
+
 def _type_names(exc: BaseException) -> frozenset[str]:
     names: set[str] = set()
     current: BaseException | None = exc
@@ -246,6 +257,12 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         raise TypeError(f"explain() takes an exception or a str, got {type(error).__name__}: {error!r:.80}")
     text = normalize(raw[-_MAX_CHARS:])
     found = match_all(text, type_names)
+    if not found and not type_names:
+        # A pasted traceback cut off before its final line still names the exception in the last
+        # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
+        raised = _raised_types(raw[-_MAX_CHARS:])
+        if raised:
+            found = match_all(text, raised)
     chosen = choose(found)
     if chosen is None:
         return _unknown(text, exc_type)

@@ -77,8 +77,9 @@ TABLE: tuple[Entry, ...] = (
         keywords=("out of memory", "outofmemoryerror"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
-            r"cuda runtime error \(2\) ?: ?out of memory",
-            r"CUDA error: out of memory",
+            r"cuda runtime error ?\(2\) ?: ?out of memory",
+            r"CUDA error: ?out of memory",
+            r"MPS backend out of memory",
             r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
         ),
@@ -182,8 +183,9 @@ TABLE: tuple[Entry, ...] = (
         keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction"),
         patterns=(
             r"an illegal memory access was encountered",
-            r"cuda runtime error \(77\)",
-            r"CUDA error: misaligned address",
+            r"cuda runtime error \((?:77|74)\)",
+            r"CUDA error: ?misaligned address",
+            r"error=74 : misaligned address",
             r"CUDA_ERROR_ILLEGAL_ADDRESS",
             r"an illegal instruction was encountered",
         ),
@@ -267,6 +269,8 @@ TABLE: tuple[Entry, ...] = (
             r"WorkNCCL\([^)]*\) ran for \d+ milliseconds before timing out",
             r"NCCL (?:communicator )?(?:operation )?(?:timed out|timeout)",
             r"collective operation timeout",
+            r"Timeout at NCCL work: \d+",
+            r"ProcessGroupNCCL's watchdog got stuck",
         ),
         priority=54,
         facts=(
@@ -412,7 +416,7 @@ TABLE: tuple[Entry, ...] = (
         keywords=("childfailederror", "exitcode", "terminated with", "root cause (first observed failure)",
                   "processexitedexception", "local_rank"),
         patterns=(
-            r"ChildFailedError",
+            r"(?i:ChildFailedError)",
             r"elastic[^\n]*failed \(exitcode: -?\d+\) local_rank: \d+",
             r"Root Cause \(first observed failure\)",
             r"Process \d+ terminated with (?:the following error|signal|exit code)",
@@ -639,7 +643,8 @@ TABLE: tuple[Entry, ...] = (
         patterns=(
             r"expected scalar type \w+ but found \w+",
             r"mat1 and mat2 must have the same dtype",
-            r"expected m1 and m2 to have the same dtype",
+            r"expected m(?:at)?1 and m(?:at)?2 to have the same dtype",
+            r"Expected query, key,? and value to have the same dtype",
             r"Input type \([^)]*\) and (?:weight|bias) type \([^)]*\) should be the same",
             r"Found dtype \w+ but expected \w+",
             r"expected target dtype to be",
@@ -801,7 +806,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
-            r"Target -?\d+ is out of bounds",
+            r"Target -?\d+ (?:is )?out of bounds",
             r"index out of range in self",
             r"index -?\d+ is out of bounds for dimension \d+ with size \d+",
             r"Class values must be smaller than num_classes",
@@ -810,7 +815,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         priority=65,
         facts=(
-            (r"Target (?P<target>-?\d+) is out of bounds", {"target": "int"}),
+            (r"Target (?P<target>-?\d+) (?:is )?out of bounds", {"target": "int"}),
             (r"index (?P<index>-?\d+) is out of bounds for dimension (?P<dim>\d+) with size (?P<size>\d+)",
              {"index": "int", "dim": "int", "size": "int"}),
             (r"Tried to access index (?P<index>\d+) out of table with (?P<size>\d+) rows", {"index": "int", "size": "int"}),
@@ -847,6 +852,8 @@ TABLE: tuple[Entry, ...] = (
             r"Loss became infinite or NaN",
             r"to satisfy the constraint \w+\(\), but found invalid values",
             r"Minimum loss scale reached",
+            r"NaN or Inf found in input tensor",
+            r"reducing loss scale to (?:0(?:\.0)?\b|\d(?:\.\d+)?e-\d{2,})",
             r"Non-finite values in `?[\w.]+",
         ),
         exception_types=("NonFiniteError",),
@@ -941,9 +948,10 @@ TABLE: tuple[Entry, ...] = (
             "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
             "cannot put them back where they were saved."
         ),
-        keywords=("attempting to deserialize",),
+        keywords=("attempting to deserialize", "deserialize object on a cuda device"),
         patterns=(
             r"Attempting to deserialize (?:object )?on a CUDA device",
+            r"deserialize object on a CUDA device but torch\W?cuda\.is_available\(\) is False",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
         ),
         priority=80,
@@ -1000,7 +1008,7 @@ TABLE: tuple[Entry, ...] = (
         keywords=("dataloader", "shared memory", "shm", "communication with the workers", "in worker", "torch_",
                   "ancdata", "pin memory"),
         patterns=(
-            r"DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:exited unexpectedly|is killed by signal)",
+            r"DataLoader worker \(pid\(?s?\)? (?:[\d, ]+|\.{3})\) (?:exited unexpectedly|is killed by signal)",
             r"Caught \w+ in DataLoader worker process \d+",
             r"DataLoader timed out after \d+ seconds",
             r"unexpected bus error encountered in worker",
@@ -1059,6 +1067,9 @@ TABLE: tuple[Entry, ...] = (
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
         ),
+        # also recognised from a truncated traceback whose last frame is ``raise BackendCompilerFailed(...``
+        exception_types=("BackendCompilerFailed", "InductorError", "LoweringException", "CacheLimitExceeded",
+                         "FailOnRecompileLimitHit", "CppCompileError", "InvalidCxxCompiler"),
         priority=45,
         facts=(
             (r"(?:torch\._dynamo\.exc|torch\._inductor\.exc)\.(?P<compile_error>\w+)(?::\s*(?P<reason>[^\n]+))?",
@@ -1094,8 +1105,9 @@ TABLE: tuple[Entry, ...] = (
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
             r"XRTCompile",
-            r"tensorflow/compiler/xla/[\w/.]+:\d+\]",
+            r"tensorflow/compiler/xla/[\w/.]+\.(?:cc|h):\d+(?:\\?\]| :)",
             r"xla_client/[\w/.]+:\d+\]",
+            r"\btorch_xla::(?:runtime|bridge|XLAGraphExecutor|tensor_methods)::\w+",
             r"Input tensor is not an XLA tensor",
             r"No matching devices found for '/job:\w*tpu",
             r"torch_xla\.\w+[\w.]*Error",
