@@ -207,12 +207,15 @@ _TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exc
 _RAISE_LINE = re.compile(r"^[ \t]*raise (?:[A-Za-z_][\w]*\.)*([A-Z]\w*)\(", re.MULTILINE)
 
 
-def _raised_types(raw: str) -> frozenset[str]:
-    """The class of the last ``raise X(`` source line in a traceback text (empty when there is none)."""
+def _raised_type(raw: str) -> tuple[frozenset[str], str]:
+    """The class named by the last ``raise X(`` source line of a traceback text, and that line."""
     if "raise " not in raw:
-        return frozenset()
-    names = _RAISE_LINE.findall(raw)
-    return frozenset(names[-1:])
+        return frozenset(), ""
+    matches = list(_RAISE_LINE.finditer(raw))
+    if not matches:
+        return frozenset(), ""
+    last = matches[-1]
+    return frozenset({last.group(1)}), last.group(0).strip()
 
 
 def _type_names(exc: BaseException) -> frozenset[str]:
@@ -257,10 +260,11 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         raise TypeError(f"explain() takes an exception or a str, got {type(error).__name__}: {error!r:.80}")
     text = normalize(raw[-_MAX_CHARS:])
     found = match_all(text, type_names)
+    raise_line = ""
     if not found and not type_names:
         # A pasted traceback cut off before its final line still names the exception in the last
         # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
-        raised = _raised_types(raw[-_MAX_CHARS:])
+        raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
         if raised:
             found = match_all(text, raised)
     chosen = choose(found)
@@ -301,7 +305,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
                 notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
                                 f"{index_facts['num_embeddings']} rows: valid indices are 0.."
                                 f"{index_facts['num_embeddings'] - 1}.")
-    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1]
+    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
         exc_type = m.group(0) if m else last_exception_line(text)[0]
