@@ -210,7 +210,7 @@ TABLE: tuple[Entry, ...] = (
         title="cuBLAS error",
         summary="A cuBLAS matrix-multiply call failed[[ with {status}]][[ in `{call}`]].",
         keywords=("cublas",),
-        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) error"),
+        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) (?:runtime )?error"),
         priority=85,
         facts=((r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling [`'](?P<call>\w+))?", {"status": "str", "call": "str"}),),
         causes=(
@@ -374,7 +374,8 @@ TABLE: tuple[Entry, ...] = (
             "The process group expected[[ world_size={world_size}]] processes[[ but {worker_count} joined]]."
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
-        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined"),
+        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined",
+                  "expected, but not set"),
         patterns=(
             r"store based barrier",
             r"store_based_barrier_key",
@@ -382,6 +383,7 @@ TABLE: tuple[Entry, ...] = (
             r"rank should be in the interval",
             r"world_size \(\d+\) (?:is not equal|does not match|!=)",
             r"waiting for clients\. \d+/\d+ clients joined",
+            r"environment variable (?:RANK|WORLD_SIZE|LOCAL_RANK) expected, but not set",
         ),
         priority=56,
         facts=(
@@ -477,7 +479,7 @@ TABLE: tuple[Entry, ...] = (
         slug="device_mismatch",
         title="Tensors on different devices",
         summary="An operation received tensors on different devices[[ ({device_a} and {device_b})]][[ in {op}]].",
-        keywords=("device", "backend", "weight type", "numpy"),
+        keywords=("device", "backend", "weight type", "numpy", "but expected it to be on gpu"),
         patterns=(
             r"Expected all tensors to be on the same device",
             r"Expected object of backend \w+ but got backend \w+",
@@ -535,7 +537,8 @@ TABLE: tuple[Entry, ...] = (
         title="Tensor shapes do not match",
         summary="{shape_detail}",
         keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
-                  "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims"),
+                  "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
+                  "should contain", "must be a matrix"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -571,6 +574,10 @@ TABLE: tuple[Entry, ...] = (
             r"number of dims don't match in permute",
             r"Expected target size \[[\d, ]*\], got \[[\d, ]*\]",
             r"multi-target not supported",
+            r"Expected more than 1 value per channel when training",
+            r"running_(?:mean|var) should contain \d+ elements not \d+",
+            r"\bself must be a matrix\b",
+            r"Trying to create tensor with negative dimension",
         ),
         priority=58,
         facts=(
@@ -778,7 +785,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("does not require grad",),
         patterns=(
-            r"element \d+ of tensors does not require grad and does not have a grad_fn",
+            r"element \d+ of (?:tensors|variables) does not require grad and does not have a grad_fn",
             r"One of the differentiated Tensors does not require grad",
         ),
         priority=70,
@@ -886,8 +893,10 @@ TABLE: tuple[Entry, ...] = (
             "The checkpoint's tensors do not fit the model[[: {param} is {checkpoint_shape} in the checkpoint but "
             "{model_shape} in the model]][[ ({mismatch_count} parameters differ)]]."
         ),
-        keywords=("size mismatch for",),
-        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",),
+        keywords=("size mismatch for", "whose dimensions in the model"),
+        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",
+                  # 0.3-era wording
+                  r"While copying the parameter named \"?[\w.]+\"?, whose dimensions in the model are"),
         priority=74,
         facts=(
             (r"size mismatch for (?P<param>[\w.]+): copying a param with shape (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
@@ -1051,7 +1060,7 @@ TABLE: tuple[Entry, ...] = (
             "[[; the last guard that failed: {recompile_reason}]]."
         ),
         keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
-                  "cppcompileerror", "invalidcxxcompiler", "triton"),
+                  "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile"),
         patterns=(
             r"torch\._dynamo\.exc\.\w+",
             r"torch\._inductor\.exc\.\w+",
@@ -1064,6 +1073,7 @@ TABLE: tuple[Entry, ...] = (
             r"LoweringException",
             r"Dynamo failed to run FX node",
             r"Dynamo is not supported on Python",
+            r"not (?:yet )?supported for torch\.compile",
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
         ),
