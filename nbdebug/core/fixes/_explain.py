@@ -204,18 +204,31 @@ def _line_at(text: str, pos: int) -> str:
 _TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning))\b")
 
 
-_RAISE_LINE = re.compile(r"^[ \t]*raise (?:[A-Za-z_][\w]*\.)*([A-Z]\w*)\(", re.MULTILINE)
+# Where a traceback cut off before its final line still names the exception: the last ``raise X(`` source line,
+# or the header IPython / Jupyter print first (``Unsupported      Traceback (most recent call last)``).
+_RAISED = re.compile(
+    r"^[ \t]*(?:raise (?:[A-Za-z_]\w*\.)*(?P<raised>[A-Z]\w*)\("
+    r"|(?:[A-Za-z_]\w*\.)*(?P<header>[A-Z]\w*)[ \t]{3,}Traceback \(most recent call last\))",
+    re.MULTILINE,
+)
+# Generic class names that say something only together with the module that defines them.
+_QUALIFYING_MODULES = (("torch/_dynamo", "torch._dynamo.exc"), ("torch._dynamo", "torch._dynamo.exc"))
 
 
 def _raised_type(raw: str) -> tuple[frozenset[str], str]:
-    """The class named by the last ``raise X(`` source line of a traceback text, and that line."""
-    if "raise " not in raw:
+    """The class named by the last ``raise X(`` line or traceback header of a text, and that line."""
+    if "raise " not in raw and "Traceback (most" not in raw:
         return frozenset(), ""
-    matches = list(_RAISE_LINE.finditer(raw))
+    matches = list(_RAISED.finditer(raw))
     if not matches:
         return frozenset(), ""
     last = matches[-1]
-    return frozenset({last.group(1)}), last.group(0).strip()
+    name = last.group("raised") or last.group("header")
+    names = {name}
+    for marker, module in _QUALIFYING_MODULES:
+        if marker in raw:
+            names.add(f"{module}.{name}")
+    return frozenset(names), last.group(0).strip()
 
 
 def _type_names(exc: BaseException) -> frozenset[str]:
@@ -225,6 +238,7 @@ def _type_names(exc: BaseException) -> frozenset[str]:
         if current is None:
             break
         names.update(k.__name__ for k in type(current).__mro__)
+        names.update(f"{k.__module__}.{k.__qualname__}" for k in type(current).__mro__)
         current = current.__cause__ or current.__context__
     return frozenset(names)
 

@@ -74,12 +74,15 @@ TABLE: tuple[Entry, ...] = (
             "[[ PyTorch's tensors held {allocated_by_pytorch:bytes}]][[; its caching allocator reserved"
             " {reserved_by_pytorch:bytes}]][[, of which {reserved_but_unallocated:bytes} is cached but unused]]."
         ),
-        keywords=("out of memory", "outofmemoryerror"),
+        keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
             r"cuda runtime error ?\(2\) ?: ?out of memory",
             r"CUDA error: ?out of memory",
             r"MPS backend out of memory",
+            # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
+            r"cuda runtime error ?\(2\)",
+            r"cudaErrorMemoryAllocation",
             r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
         ),
@@ -141,10 +144,14 @@ TABLE: tuple[Entry, ...] = (
             "process) must be restarted. The Python line in the traceback may not be the operation that failed, "
             "because kernels run asynchronously."
         ),
-        keywords=("device-side assert", "assertion", "device side assert"),
+        keywords=("device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
+                  "cuda runtime error (710)", "cuda error (710)", "cudaerrorassert"),
         patterns=(
             r"device-side assert triggered",
             r"device side assert triggered",
+            # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)
+            r"(?:cuda runtime error|CUDA error) ?\((?:59|710)\)",
+            r"cudaErrorAssert",
             r"\.cu:\d+: .*Assertion [`'].*[`'] failed",
         ),
         priority=95,
@@ -180,13 +187,16 @@ TABLE: tuple[Entry, ...] = (
             "the CUDA context (restart the kernel), and the reported Python line may be unrelated because "
             "kernels run asynchronously."
         ),
-        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction"),
+        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction",
+                  "cuda runtime error (700)", "cuda error (700)", "cudaerrorillegaladdress"),
         patterns=(
             r"an illegal memory access was encountered",
             r"cuda runtime error \((?:77|74)\)",
             r"CUDA error: ?misaligned address",
             r"error=74 : misaligned address",
             r"CUDA_ERROR_ILLEGAL_ADDRESS",
+            r"(?:cuda runtime error|CUDA error) ?\((?:700|716)\)",
+            r"cudaErrorIllegalAddress",
             r"an illegal instruction was encountered",
         ),
         priority=94,
@@ -452,9 +462,12 @@ TABLE: tuple[Entry, ...] = (
         slug="invalid_device_ordinal",
         title="Invalid CUDA device ordinal",
         summary="The code asked for a GPU index that does not exist in this process[[ (cuda:{requested_device})]].",
-        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device"),
+        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device",
+                  "cuda runtime error (101)", "cuda error (101)"),
         patterns=(
             r"invalid device ordinal",
+            r"(?:cuda runtime error|CUDA error) ?\(101\)",
+            r"cudaErrorInvalidDevice\b",
             r"Invalid device id",
             r"device >= 0 && device < num_gpus",
             r"CUDA_ERROR_INVALID_DEVICE",
@@ -1027,6 +1040,7 @@ TABLE: tuple[Entry, ...] = (
             r"unable to (?:write to file|open shared memory object) <?/?torch_",
             r"received 0 items of ancdata",
             r"Pin memory thread exited unexpectedly",
+            r"Caught \w+ in pin memory thread",
         ),
         priority=40,
         wrapper=True,
@@ -1079,7 +1093,10 @@ TABLE: tuple[Entry, ...] = (
         ),
         # also recognised from a truncated traceback whose last frame is ``raise BackendCompilerFailed(...``
         exception_types=("BackendCompilerFailed", "InductorError", "LoweringException", "CacheLimitExceeded",
-                         "FailOnRecompileLimitHit", "CppCompileError", "InvalidCxxCompiler"),
+                         "FailOnRecompileLimitHit", "CppCompileError", "InvalidCxxCompiler",
+                         # generic class names, only when they come from torch._dynamo.exc
+                         "torch._dynamo.exc.Unsupported", "torch._dynamo.exc.UserError",
+                         "torch._dynamo.exc.TorchRuntimeError", "torch._dynamo.exc.InternalTorchDynamoError"),
         priority=45,
         facts=(
             (r"(?:torch\._dynamo\.exc|torch\._inductor\.exc)\.(?P<compile_error>\w+)(?::\s*(?P<reason>[^\n]+))?",
@@ -1129,6 +1146,7 @@ TABLE: tuple[Entry, ...] = (
             r"Bad StatusOr access",
             r"XLA:TPU",
             r"Shapes must be equal rank, but are \d+ and \d+",
+            r"Do not use the XLA device before calling xmp\.spawn",
         ),
         priority=50,
         facts=(
@@ -1158,11 +1176,15 @@ TABLE: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("no kernel image", "capability", "driver", "not compiled with cuda", "undefined symbol",
+        keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+                  "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
                   "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
         patterns=(
             r"no kernel image is available for execution on the device",
+            # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
+            r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
+            r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion)",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
             r"The NVIDIA driver on your system is too old",
             r"CUDA driver version is insufficient for CUDA runtime version",
