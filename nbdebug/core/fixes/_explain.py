@@ -70,11 +70,12 @@ def _line_wrap_tolerant(pattern: str) -> str:
 class _Compiled:
     """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
 
-    __slots__ = ("entry", "_patterns", "_facts", "_repeated")
+    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
         self._patterns: list[re.Pattern[str]] | None = None
+        self._folded: list[re.Pattern[str]] | None = None
         self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
         self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
 
@@ -83,6 +84,13 @@ class _Compiled:
         if self._patterns is None:
             self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
         return self._patterns
+
+    @property
+    def folded(self) -> list[re.Pattern[str]]:
+        """The patterns ignoring case: for messages a user retyped (``cuda runtime error: out of memory``)."""
+        if self._folded is None:
+            self._folded = [re.compile(p, _FLAGS | re.IGNORECASE) for p in self.entry.patterns]
+        return self._folded
 
     @property
     def facts(self) -> list[tuple[re.Pattern[str], dict[str, str]]]:
@@ -109,18 +117,23 @@ def _compiled() -> list[_Compiled]:
     return _COMPILED
 
 
-def match_all(text: str, type_names: frozenset[str] = frozenset()) -> list[tuple[_Compiled, re.Match[str] | None]]:
-    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type)."""
+def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
+              ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
+
+    ``ignore_case`` matches the patterns regardless of case (slower; used only when nothing matched as written).
+    """
     low = text.lower()
     found = []
     for c in _compiled():
+        patterns = c.folded if ignore_case else c.patterns
         if type_names & set(c.entry.exception_types):
-            first = next((m for p in c.patterns if (m := p.search(text))), None)
+            first = next((m for p in patterns if (m := p.search(text))), None)
             found.append((c, first))
             continue
         if not any(k in low for k in c.entry.keywords):
             continue
-        for pattern in c.patterns:
+        for pattern in patterns:
             m = pattern.search(text)
             if m is not None:
                 found.append((c, m))
@@ -281,6 +294,9 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
         if raised:
             found = match_all(text, raised)
+    if not found:
+        # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
+        found = match_all(text, type_names, ignore_case=True)
     chosen = choose(found)
     if chosen is None:
         return _unknown(text, exc_type)

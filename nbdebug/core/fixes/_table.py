@@ -77,7 +77,7 @@ TABLE: tuple[Entry, ...] = (
         keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
-            r"cuda runtime error ?\(2\) ?: ?out of memory",
+            r"cuda runtime error ?(?:\(2\))? ?: ?out of memory",
             r"CUDA error: ?out of memory",
             r"MPS backend out of memory",
             # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
