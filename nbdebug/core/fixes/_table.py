@@ -511,6 +511,9 @@ TABLE: tuple[Entry, ...] = (
             r"Expected a '\w+' device type for generator but found '\w+'",
             r"expected device \S+ but got device \S+",
             r"to have \w+ Backend, but got tensor with \w+ Backend",
+            # DataParallel's wordings: replicas must start from device_ids[0]
+            r"all tensors must be on devices\[0\]",
+            r"must have its parameters and buffers on device \S+ \(device_ids\[0\]\) but found one of them on device",
         ),
         priority=62,
         facts=(
