@@ -117,6 +117,52 @@ def test_cuda_error_numbers_alone(text, slug):
     assert explain(text).category == slug
 
 
+# Messages as PyTorch / its launchers word them in other versions than the corpora show (from the library's
+# sources across releases); each pins one table pattern added while generalising from the held-out misses.
+@pytest.mark.parametrize(
+    ("slug", "text"),
+    [
+        ("address_in_use", "RuntimeError: The server socket has failed to bind to 0.0.0.0:29500 (system error: 10048 - "
+                           "Only one usage of each socket address (protocol/network address/port) is normally permitted.)."),
+        ("device_mismatch", "RuntimeError: Expected object of type torch.FloatTensor but found type torch.cuda.FloatTensor "
+                            "for argument #2 'weight'"),
+        ("dtype_mismatch", "RuntimeError: Expected object of type torch.cuda.LongTensor but found type "
+                           "torch.cuda.FloatTensor for argument #2 'target'"),
+        ("device_mismatch", "RuntimeError: module must have its parameters and buffers on device cuda:0 (device_ids[0]) "
+                            "but found one of them on device: cpu"),
+        ("shape_mismatch", "ValueError: Expected target size (16, 5), got torch.Size([16, 10])"),
+        ("shape_mismatch", "RuntimeError: Expected size for first two dimensions of batch2 tensor to be: [8, 64] but got: "
+                           "[8, 32]."),
+        ("shape_mismatch", "RuntimeError: Tensors must have same number of dimensions: got 4 and 3"),
+        ("shape_mismatch", "RuntimeError: shape mismatch: value tensor of shape [3] cannot be broadcast to indexing "
+                           "result of shape [2]"),
+        ("shape_mismatch", "ValueError: Expected more than 1 value per channel when training, got input size "
+                           "torch.Size([1, 256])"),
+        ("nan_loss", "ValueError: Expected parameter logits (Tensor of shape (64, 10)) of distribution Categorical() to "
+                     "satisfy the constraint IndependentConstraint(Real(), 1), but found invalid values:"),
+        ("state_dict_keys", "KeyError: 'unexpected key \"module.encoder.embedding.weight\" in state_dict'"),
+        ("size_mismatch_state_dict", 'While copying the parameter named "fc.weight", whose dimensions in the model are '
+                                     "torch.Size([10, 512]) and whose dimensions in the checkpoint are torch.Size([1000, 512])."),
+        ("no_grad_fn", "RuntimeError: element 0 of variables does not require grad and does not have a grad_fn"),
+        ("dataloader_worker", "RuntimeError: Couldn't open shared file mapping: <torch_10592_2741451617>, error code: <1455>"),
+        ("world_size_mismatch", "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+                                "variable RANK expected, but not set"),
+        ("torch_compile", "RuntimeError: Windows not yet supported for torch.compile"),
+        ("dtype_mismatch", "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16"),
+        ("cuda_oom", "RuntimeError: MPS backend out of memory (MPS allocated: 17.94 GB, other allocations: 56.58 MB, max "
+                     "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool."),
+        ("cuda_oom", "RuntimeError: cuda runtime error: out of memory"),
+        ("unknown", "RuntimeError: Expected object of type Variable but found type Tensor"),
+        ("unknown", "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.45 GiB for an array with shape "
+                    "(1000, 1000, 463) and data type float64"),
+        ("unknown", "ValueError: operands could not be broadcast together with shapes (3,) (4,)"),
+        ("unknown", "RuntimeError: CUDA error: the launch timed out and was terminated"),
+    ],
+)
+def test_wordings_of_other_versions(slug, text):
+    assert explain(text).category == slug
+
+
 def test_jupyter_header_names_a_cut_traceback_but_only_with_its_module():
     cut = (HELDOUT.parent / "errors_heldout_r2" / "torch_compile__jupyter_unsupported_header.txt").read_text()
     assert explain(cut).category == "torch_compile"
