@@ -882,6 +882,8 @@ TABLE: tuple[Entry, ...] = (
             r"Function '\w+' returned nan values in its \d+(?:st|nd|rd|th) output",
             r"for gradients from .parameters. is non-finite",
             r"\b[Ll]oss (?:is|became|=) (?:nan|NaN|inf|Inf)\b",
+            # training logs: "Train loss: nan", "loss=nan"
+            r"\b[Ll]oss\s*[:=]\s*(?:nan|NaN|inf|Inf)\b",
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
             r"Loss became infinite or NaN",
@@ -1013,12 +1015,14 @@ TABLE: tuple[Entry, ...] = (
             "Since PyTorch 2.6 torch.load only unpickles tensors and plain containers by default; this checkpoint "
             "contains another Python object[[ ({global_name})]], so loading stopped before running any of its code."
         ),
-        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only"),
+        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only",
+                  "can only build tensor"),
         patterns=(
             r"Weights only load failed",
             r"WeightsUnpickler error",
             r"Unsupported global: GLOBAL [\w.]+",
             r"Unsupported operand \d+",
+            r"Can only build Tensor, Parameter,? OrderedDict or types allowlisted",
         ),
         priority=80,
         facts=((r"Unsupported global: GLOBAL (?P<global_name>[\w.]+)", {"global_name": "str"}),),
