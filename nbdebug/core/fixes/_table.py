@@ -601,6 +601,7 @@ TABLE: tuple[Entry, ...] = (
             r"number of dimensions in the tensor input does not match the length of the desired ordering",
             r"multi-target not supported",
             r"Expected more than 1 value per channel when training",
+            r"size mismatch \(got input: \[[\d, ]*\], target: \[[\d, ]*\]\)",
             r"running_(?:mean|var) should contain \d+ elements not \d+",
             r"\bself must be a matrix\b",
             r"Trying to create tensor with negative dimension",
@@ -1111,6 +1112,9 @@ TABLE: tuple[Entry, ...] = (
             r"Dynamo failed to run FX node",
             r"Dynamo is not supported on Python",
             r"not (?:yet )?supported for torch\.compile",
+            # the advice Dynamo prints under every failure it raises
+            r"torch\._dynamo\.config\.suppress_errors = True",
+            r"TORCHDYNAMO_VERBOSE=1 for more information",
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
         ),
