@@ -517,6 +517,8 @@ TABLE: tuple[Entry, ...] = (
             r"to have \w+ Backend, but got tensor with \w+ Backend",
             # DataParallel's wordings: replicas must start from device_ids[0]
             r"all tensors must be on devices\[0\]",
+            # MPS: an input (or buffer) that never moved to the mps device
+            r"Placeholder storage has not been allocated on MPS device",
             r"must have its parameters and buffers on device \S+ \(device_ids\[0\]\) but found one of them on device",
         ),
         priority=62,
@@ -991,10 +993,12 @@ TABLE: tuple[Entry, ...] = (
             "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
             "cannot put them back where they were saved."
         ),
-        keywords=("attempting to deserialize", "deserialize object on a cuda device"),
+        keywords=("attempting to deserialize", "deserialize object on a cuda device", "restore data location"),
         patterns=(
             r"Attempting to deserialize (?:object )?on a CUDA device",
             r"deserialize object on a CUDA device but torch\W?cuda\.is_available\(\) is False",
+            # storages tagged with a device this process does not have (mps, an unknown backend)
+            r"don't know how to restore data location of [\w.]+ \(tagged with \w+\)",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
         ),
         priority=80,
@@ -1204,6 +1208,7 @@ TABLE: tuple[Entry, ...] = (
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
         keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+                  "hiperrornobinaryforgpu", "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
                   "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
@@ -1212,6 +1217,10 @@ TABLE: tuple[Entry, ...] = (
             # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
             r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
             r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion)",
+            # ROCm's "no kernel image", and builds / OSes without the accelerator
+            r"hipErrorNoBinaryForGpu",
+            r"(?:PyTorch|Torch) is not linked with support for \w+ devices",
+            r"The MPS backend is supported on MacOS \d",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
             r"The NVIDIA driver on your system is too old",
             r"CUDA driver version is insufficient for CUDA runtime version",
