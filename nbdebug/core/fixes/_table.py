@@ -1208,7 +1208,8 @@ TABLE: tuple[Entry, ...] = (
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
         keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
-                  "hiperrornobinaryforgpu", "not linked with support", "mps backend is supported",
+                  "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
+                  "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
                   "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
@@ -1216,7 +1217,9 @@ TABLE: tuple[Entry, ...] = (
             r"no kernel image is available for execution on the device",
             # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
             r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
-            r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion)",
+            r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion|InvalidDeviceFunction)",
+            # the pre-"no kernel image" wording of the same thing: the binary has no code for this GPU's architecture
+            r"(?:cuda runtime error ?\((?:8|98)\) ?:|CUDA error:|error=(?:8|98) ?:) ?invalid device function",
             # ROCm's "no kernel image", and builds / OSes without the accelerator
             r"hipErrorNoBinaryForGpu",
             r"(?:PyTorch|Torch) is not linked with support for \w+ devices",
