@@ -70,7 +70,7 @@ def _line_wrap_tolerant(pattern: str) -> str:
 class _Compiled:
     """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
 
-    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated")
+    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated", "_frames")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
@@ -78,12 +78,19 @@ class _Compiled:
         self._folded: list[re.Pattern[str]] | None = None
         self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
         self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
+        self._frames: list[re.Pattern[str]] | None = None
 
     @property
     def patterns(self) -> list[re.Pattern[str]]:
         if self._patterns is None:
             self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
         return self._patterns
+
+    @property
+    def frames(self) -> list[re.Pattern[str]]:
+        if self._frames is None:
+            self._frames = [re.compile(p, _FLAGS) for p in self.entry.frames]
+        return self._frames
 
     @property
     def folded(self) -> list[re.Pattern[str]]:
@@ -139,6 +146,20 @@ def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_cas
                 found.append((c, m))
                 break
     return found
+
+
+def match_frames(raw: str) -> tuple[list[tuple[_Compiled, re.Match[str] | None]], str]:
+    """Entries whose ``frames`` regexes match the raw (unnormalised) text, and the first frame line matched."""
+    if 'File "' not in raw and "compiler_fn" not in raw:
+        return [], ""
+    found: list[tuple[_Compiled, re.Match[str] | None]] = []
+    line = ""
+    for c in _compiled():
+        m = next((m for p in c.frames if (m := p.search(raw))), None)
+        if m is not None:
+            found.append((c, None))
+            line = line or _line_at(raw, m.start()).strip()
+    return found, line
 
 
 def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compiled, re.Match[str] | None] | None:
@@ -297,6 +318,10 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
         found = match_all(text, type_names, ignore_case=True)
+    if not found:
+        # no message at all: a paste cut off before its error line, or log lines that are only frames
+        found, frame_line = match_frames(raw[-_MAX_CHARS:])
+        raise_line = frame_line or raise_line
     chosen = choose(found)
     if chosen is None:
         return _unknown(text, exc_type)

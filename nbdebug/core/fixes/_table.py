@@ -56,6 +56,9 @@ class Entry:
     repeated_facts: tuple[tuple[str, str, str], ...] = ()
     wrapper: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    # regexes over the raw text's traceback frames (which normalising drops), tried only when no message matched:
+    # a paste cut off before its error line, or a frame layout that only this failure produces
+    frames: tuple[str, ...] = ()
 
 
 _CUDA_SYNC_FIX = Fix(
@@ -1070,6 +1073,12 @@ TABLE: tuple[Entry, ...] = (
             r"Pin memory thread exited unexpectedly",
             r"Caught \w+ in pin memory thread",
         ),
+        # before "Caught X in DataLoader worker process N" (<= 0.4) the worker's traceback was re-raised as the
+        # message text: ``raise batch.exc_type(batch.exc_msg)`` / ``X: Traceback ... in _worker_loop``
+        frames=(
+            r"^[ \t]*raise batch\.exc_type\(batch\.exc_msg\)",
+            r"^[ \t]*File \"[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\][^\"\n]*\", line \d+, in _worker_loop\b",
+        ),
         priority=40,
         wrapper=True,
         facts=(
@@ -1098,8 +1107,8 @@ TABLE: tuple[Entry, ...] = (
         title="torch.compile failed or gave up",
         summary=(
             "torch.compile stopped[[ with {compile_error}]][[: {reason}]]."
-            "[[ The function {function} was recompiled until it hit {limit_name} ({limit})]]"
-            "[[; the last guard that failed: {recompile_reason}]]."
+            "[[ The function {function} was recompiled until it hit {limit_name} ({limit}).]]"
+            "[[ The last guard that failed: {recompile_reason}.]]"
         ),
         keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
                   "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile"),
@@ -1121,6 +1130,14 @@ TABLE: tuple[Entry, ...] = (
             r"TORCHDYNAMO_VERBOSE=1 for more information",
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
+        ),
+        # frames and source lines only the backend compiler runs (a paste that lost its error line, or the
+        # frames Dynamo logs as warnings)
+        frames=(
+            r"compiled_(?:gm|fn) = compiler_fn\(gm, ",
+            r"[/\\]torch[/\\]_dynamo[/\\]repro[/\\]after_(?:dynamo|aot)\.py\", line \d+",
+            r"[/\\]torch[/\\]_inductor[/\\]compile_fx\.py\", line \d+, in "
+            r"(?:_?compile_fx(?:_inner|_main)?|fx_codegen_and_compile)\b",
         ),
         # also recognised from a truncated traceback whose last frame is ``raise BackendCompilerFailed(...``
         exception_types=("BackendCompilerFailed", "InductorError", "LoweringException", "CacheLimitExceeded",
