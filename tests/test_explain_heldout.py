@@ -4,8 +4,9 @@ tests/data/errors_heldout: 236 real error texts copied from public issue threads
 appear in tests/data/errors.  tests/data/errors_heldout_r2 .. _r9: 38, 11, 12, 7, 7, 10, 14 and 7 more, each
 collected with broad queries after the previous rounds had been used to improve the engine.  First line
 ``# source: <url>``; file name prefix = expected slug, ``unknown__*`` are real errors outside every category.
-Each folder's BASELINE.md records the accuracy measured before the engine was changed for it.  The issue's targets: at least 95 % right category on in-category texts,
-``unknown`` for at least 90 % of the others, and a wrong category is worse than ``unknown``.
+Each folder's BASELINE.md records the accuracy measured before the engine was changed for it.  The issue's
+targets: at least 95 % right category on in-category texts, ``unknown`` for at least 90 % of the others, and a
+wrong category is worse than ``unknown``.
 """
 
 from __future__ import annotations
