@@ -1,7 +1,7 @@
 """The engine against held-out corpora it was not written alongside.
 
 tests/data/errors_heldout: 236 real error texts copied from public issue threads and pages whose URLs do not
-appear in tests/data/errors.  tests/data/errors_heldout_r2 .. _r9: 38, 11, 12, 7, 7, 10, 14 and 7 more, each
+appear in tests/data/errors.  tests/data/errors_heldout_r2 .. _r10: 38, 11, 12, 7, 7, 10, 14, 7 and 4 more, each
 collected with broad queries after the previous rounds had been used to improve the engine.  First line
 ``# source: <url>``; file name prefix = expected slug, ``unknown__*`` are real errors outside every category.
 Each folder's BASELINE.md records the accuracy measured before the engine was changed for it.  The issue's
