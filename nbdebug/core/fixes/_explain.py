@@ -70,19 +70,34 @@ def _line_wrap_tolerant(pattern: str) -> str:
 class _Compiled:
     """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
 
-    __slots__ = ("entry", "_patterns", "_facts", "_repeated")
+    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated", "_frames")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
         self._patterns: list[re.Pattern[str]] | None = None
+        self._folded: list[re.Pattern[str]] | None = None
         self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
         self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
+        self._frames: list[re.Pattern[str]] | None = None
 
     @property
     def patterns(self) -> list[re.Pattern[str]]:
         if self._patterns is None:
             self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
         return self._patterns
+
+    @property
+    def frames(self) -> list[re.Pattern[str]]:
+        if self._frames is None:
+            self._frames = [re.compile(p, _FLAGS) for p in self.entry.frames]
+        return self._frames
+
+    @property
+    def folded(self) -> list[re.Pattern[str]]:
+        """The patterns ignoring case: for messages a user retyped (``cuda runtime error: out of memory``)."""
+        if self._folded is None:
+            self._folded = [re.compile(p, _FLAGS | re.IGNORECASE) for p in self.entry.patterns]
+        return self._folded
 
     @property
     def facts(self) -> list[tuple[re.Pattern[str], dict[str, str]]]:
@@ -109,23 +124,42 @@ def _compiled() -> list[_Compiled]:
     return _COMPILED
 
 
-def match_all(text: str, type_names: frozenset[str] = frozenset()) -> list[tuple[_Compiled, re.Match[str] | None]]:
-    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type)."""
+def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
+              ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
+
+    ``ignore_case`` matches the patterns regardless of case (slower; used only when nothing matched as written).
+    """
     low = text.lower()
     found = []
     for c in _compiled():
+        patterns = c.folded if ignore_case else c.patterns
         if type_names & set(c.entry.exception_types):
-            first = next((m for p in c.patterns if (m := p.search(text))), None)
+            first = next((m for p in patterns if (m := p.search(text))), None)
             found.append((c, first))
             continue
         if not any(k in low for k in c.entry.keywords):
             continue
-        for pattern in c.patterns:
+        for pattern in patterns:
             m = pattern.search(text)
             if m is not None:
                 found.append((c, m))
                 break
     return found
+
+
+def match_frames(raw: str) -> tuple[list[tuple[_Compiled, re.Match[str] | None]], str]:
+    """Entries whose ``frames`` regexes match the raw (unnormalised) text, and the first frame line matched."""
+    if 'File "' not in raw and "compiler_fn" not in raw:
+        return [], ""
+    found: list[tuple[_Compiled, re.Match[str] | None]] = []
+    line = ""
+    for c in _compiled():
+        m = next((m for p in c.frames if (m := p.search(raw))), None)
+        if m is not None:
+            found.append((c, None))
+            line = line or _line_at(raw, m.start()).strip()
+    return found, line
 
 
 def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compiled, re.Match[str] | None] | None:
@@ -204,6 +238,33 @@ def _line_at(text: str, pos: int) -> str:
 _TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning))\b")
 
 
+# Where a traceback cut off before its final line still names the exception: the last ``raise X(`` source line,
+# or the header IPython / Jupyter print first (``Unsupported      Traceback (most recent call last)``).
+_RAISED = re.compile(
+    r"^[ \t]*(?:raise (?:[A-Za-z_]\w*\.)*(?P<raised>[A-Z]\w*)\("
+    r"|(?:[A-Za-z_]\w*\.)*(?P<header>[A-Z]\w*)[ \t]{3,}Traceback \(most recent call last\))",
+    re.MULTILINE,
+)
+# Generic class names that say something only together with the module that defines them.
+_QUALIFYING_MODULES = (("torch/_dynamo", "torch._dynamo.exc"), ("torch._dynamo", "torch._dynamo.exc"))
+
+
+def _raised_type(raw: str) -> tuple[frozenset[str], str]:
+    """The class named by the last ``raise X(`` line or traceback header of a text, and that line."""
+    if "raise " not in raw and "Traceback (most" not in raw:
+        return frozenset(), ""
+    matches = list(_RAISED.finditer(raw))
+    if not matches:
+        return frozenset(), ""
+    last = matches[-1]
+    name = last.group("raised") or last.group("header")
+    names = {name}
+    for marker, module in _QUALIFYING_MODULES:
+        if marker in raw:
+            names.add(f"{module}.{name}")
+    return frozenset(names), last.group(0).strip()
+
+
 def _type_names(exc: BaseException) -> frozenset[str]:
     names: set[str] = set()
     current: BaseException | None = exc
@@ -211,6 +272,7 @@ def _type_names(exc: BaseException) -> frozenset[str]:
         if current is None:
             break
         names.update(k.__name__ for k in type(current).__mro__)
+        names.update(f"{k.__module__}.{k.__qualname__}" for k in type(current).__mro__)
         current = current.__cause__ or current.__context__
     return frozenset(names)
 
@@ -246,6 +308,20 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         raise TypeError(f"explain() takes an exception or a str, got {type(error).__name__}: {error!r:.80}")
     text = normalize(raw[-_MAX_CHARS:])
     found = match_all(text, type_names)
+    raise_line = ""
+    if not found and not type_names:
+        # A pasted traceback cut off before its final line still names the exception in the last
+        # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
+        raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
+        if raised:
+            found = match_all(text, raised)
+    if not found:
+        # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
+        found = match_all(text, type_names, ignore_case=True)
+    if not found:
+        # no message at all: a paste cut off before its error line, or log lines that are only frames
+        found, frame_line = match_frames(raw[-_MAX_CHARS:])
+        raise_line = frame_line or raise_line
     chosen = choose(found)
     if chosen is None:
         return _unknown(text, exc_type)
@@ -284,7 +360,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
                 notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
                                 f"{index_facts['num_embeddings']} rows: valid indices are 0.."
                                 f"{index_facts['num_embeddings'] - 1}.")
-    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1]
+    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
         exc_type = m.group(0) if m else last_exception_line(text)[0]

@@ -56,6 +56,9 @@ class Entry:
     repeated_facts: tuple[tuple[str, str, str], ...] = ()
     wrapper: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    # regexes over the raw text's traceback frames (which normalising drops), tried only when no message matched:
+    # a paste cut off before its error line, or a frame layout that only this failure produces
+    frames: tuple[str, ...] = ()
 
 
 _CUDA_SYNC_FIX = Fix(
@@ -74,11 +77,15 @@ TABLE: tuple[Entry, ...] = (
             "[[ PyTorch's tensors held {allocated_by_pytorch:bytes}]][[; its caching allocator reserved"
             " {reserved_by_pytorch:bytes}]][[, of which {reserved_but_unallocated:bytes} is cached but unused]]."
         ),
-        keywords=("out of memory", "outofmemoryerror"),
+        keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
-            r"cuda runtime error \(2\) ?: ?out of memory",
-            r"CUDA error: out of memory",
+            r"cuda runtime error ?(?:\(2\))? ?: ?out of memory",
+            r"CUDA error: ?out of memory",
+            r"MPS backend out of memory",
+            # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
+            r"cuda runtime error ?\(2\)",
+            r"cudaErrorMemoryAllocation",
             r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
         ),
@@ -140,10 +147,14 @@ TABLE: tuple[Entry, ...] = (
             "process) must be restarted. The Python line in the traceback may not be the operation that failed, "
             "because kernels run asynchronously."
         ),
-        keywords=("device-side assert", "assertion", "device side assert"),
+        keywords=("device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
+                  "cuda runtime error (710)", "cuda error (710)", "cudaerrorassert"),
         patterns=(
             r"device-side assert triggered",
             r"device side assert triggered",
+            # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)
+            r"(?:cuda runtime error|CUDA error) ?\((?:59|710)\)",
+            r"cudaErrorAssert",
             r"\.cu:\d+: .*Assertion [`'].*[`'] failed",
         ),
         priority=95,
@@ -179,12 +190,16 @@ TABLE: tuple[Entry, ...] = (
             "the CUDA context (restart the kernel), and the reported Python line may be unrelated because "
             "kernels run asynchronously."
         ),
-        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction"),
+        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction",
+                  "cuda runtime error (700)", "cuda error (700)", "cudaerrorillegaladdress"),
         patterns=(
             r"an illegal memory access was encountered",
-            r"cuda runtime error \(77\)",
-            r"CUDA error: misaligned address",
+            r"cuda runtime error \((?:77|74)\)",
+            r"CUDA error: ?misaligned address",
+            r"error=74 : misaligned address",
             r"CUDA_ERROR_ILLEGAL_ADDRESS",
+            r"(?:cuda runtime error|CUDA error) ?\((?:700|716)\)",
+            r"cudaErrorIllegalAddress",
             r"an illegal instruction was encountered",
         ),
         priority=94,
@@ -208,7 +223,7 @@ TABLE: tuple[Entry, ...] = (
         title="cuBLAS error",
         summary="A cuBLAS matrix-multiply call failed[[ with {status}]][[ in `{call}`]].",
         keywords=("cublas",),
-        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) error"),
+        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) (?:runtime )?error"),
         priority=85,
         facts=((r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling [`'](?P<call>\w+))?", {"status": "str", "call": "str"}),),
         causes=(
@@ -267,6 +282,8 @@ TABLE: tuple[Entry, ...] = (
             r"WorkNCCL\([^)]*\) ran for \d+ milliseconds before timing out",
             r"NCCL (?:communicator )?(?:operation )?(?:timed out|timeout)",
             r"collective operation timeout",
+            r"Timeout at NCCL work: \d+",
+            r"ProcessGroupNCCL's watchdog got stuck",
         ),
         priority=54,
         facts=(
@@ -337,13 +354,16 @@ TABLE: tuple[Entry, ...] = (
         slug="address_in_use",
         title="Address already in use (rendezvous port taken)",
         summary="The process could not listen on the rendezvous port[[ {port}]]: another process already uses it.",
-        keywords=("address already in use", "eaddrinuse", "errno: 98", "errno 98", "failed to listen", "failed to bind"),
+        keywords=("address already in use", "eaddrinuse", "errno: 98", "errno 98", "failed to listen", "failed to bind",
+                  "only one usage of each socket address"),
         patterns=(
             r"[Aa]ddress already in use",
             r"EADDRINUSE",
             r"errno: 98\b",
             r"\[Errno 98\]",
             r"server socket has failed to (?:listen|bind)",
+            # Windows: WSAEADDRINUSE (10048)
+            r"Only one usage of each socket address",
         ),
         priority=55,
         facts=(
@@ -370,7 +390,8 @@ TABLE: tuple[Entry, ...] = (
             "The process group expected[[ world_size={world_size}]] processes[[ but {worker_count} joined]]."
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
-        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined"),
+        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined",
+                  "expected, but not set"),
         patterns=(
             r"store based barrier",
             r"store_based_barrier_key",
@@ -378,6 +399,7 @@ TABLE: tuple[Entry, ...] = (
             r"rank should be in the interval",
             r"world_size \(\d+\) (?:is not equal|does not match|!=)",
             r"waiting for clients\. \d+/\d+ clients joined",
+            r"environment variable (?:RANK|WORLD_SIZE|LOCAL_RANK) expected, but not set",
         ),
         priority=56,
         facts=(
@@ -412,7 +434,7 @@ TABLE: tuple[Entry, ...] = (
         keywords=("childfailederror", "exitcode", "terminated with", "root cause (first observed failure)",
                   "processexitedexception", "local_rank"),
         patterns=(
-            r"ChildFailedError",
+            r"(?i:ChildFailedError)",
             r"elastic[^\n]*failed \(exitcode: -?\d+\) local_rank: \d+",
             r"Root Cause \(first observed failure\)",
             r"Process \d+ terminated with (?:the following error|signal|exit code)",
@@ -446,9 +468,12 @@ TABLE: tuple[Entry, ...] = (
         slug="invalid_device_ordinal",
         title="Invalid CUDA device ordinal",
         summary="The code asked for a GPU index that does not exist in this process[[ (cuda:{requested_device})]].",
-        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device"),
+        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device",
+                  "cuda runtime error (101)", "cuda error (101)"),
         patterns=(
             r"invalid device ordinal",
+            r"(?:cuda runtime error|CUDA error) ?\(101\)",
+            r"cudaErrorInvalidDevice\b",
             r"Invalid device id",
             r"device >= 0 && device < num_gpus",
             r"CUDA_ERROR_INVALID_DEVICE",
@@ -473,10 +498,11 @@ TABLE: tuple[Entry, ...] = (
         slug="device_mismatch",
         title="Tensors on different devices",
         summary="An operation received tensors on different devices[[ ({device_a} and {device_b})]][[ in {op}]].",
-        keywords=("device", "backend", "weight type", "numpy"),
+        keywords=("device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type"),
         patterns=(
             r"Expected all tensors to be on the same device",
             r"Expected object of backend \w+ but got backend \w+",
+            r"Expected object of type torch\.(?:cuda\.\w+Tensor but found type torch\.(?!cuda)|(?!cuda)\w+Tensor but found type torch\.cuda\.)",
             r"Expected object of device type \w+ but got device type \w+",
             r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.(?!cuda)\w+\)",
             r"Input type \(torch\.(?!cuda)\w+\) and weight type \(torch\.cuda\.\w+\)",
@@ -492,6 +518,11 @@ TABLE: tuple[Entry, ...] = (
             r"Expected a '\w+' device type for generator but found '\w+'",
             r"expected device \S+ but got device \S+",
             r"to have \w+ Backend, but got tensor with \w+ Backend",
+            # DataParallel's wordings: replicas must start from device_ids[0]
+            r"all tensors must be on devices\[0\]",
+            # MPS: an input (or buffer) that never moved to the mps device
+            r"Placeholder storage has not been allocated on MPS device",
+            r"must have its parameters and buffers on device \S+ \(device_ids\[0\]\) but found one of them on device",
         ),
         priority=62,
         facts=(
@@ -531,7 +562,8 @@ TABLE: tuple[Entry, ...] = (
         title="Tensor shapes do not match",
         summary="{shape_detail}",
         keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
-                  "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims"),
+                  "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
+                  "should contain", "must be a matrix"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -565,8 +597,19 @@ TABLE: tuple[Entry, ...] = (
             r"too many indices for tensor of dimension \d+",
             r"input must have \d+ dimensions, got \d+",
             r"number of dims don't match in permute",
-            r"Expected target size \[[\d, ]*\], got \[[\d, ]*\]",
+            r"Expected target size [\[(][\d, ]*[\])], got (?:torch\.Size\()?\[[\d, ]*\]",
+            r"Expected size for first two dimensions of batch2 tensor to be",
+            r"batch2_sizes\[0\] == bs && batch2_sizes\[1\] == contraction_size",
+            r"Expected tensor to have size \d+ at dimension \d+, but got size \d+",
+            r"Tensors must have same number of dimensions: got \d+ and \d+",
+            r"shape mismatch: (?:value tensor of shape|objects cannot be broadcast)",
+            r"number of dimensions in the tensor input does not match the length of the desired ordering",
             r"multi-target not supported",
+            r"Expected more than 1 value per channel when training",
+            r"size mismatch \(got input: \[[\d, ]*\], target: \[[\d, ]*\]\)",
+            r"running_(?:mean|var) should contain \d+ elements not \d+",
+            r"\bself must be a matrix\b",
+            r"Trying to create tensor with negative dimension",
         ),
         priority=58,
         facts=(
@@ -635,16 +678,19 @@ TABLE: tuple[Entry, ...] = (
         slug="dtype_mismatch",
         title="Tensor dtypes do not match",
         summary="An operation received tensors of incompatible dtypes[[ ({dtype_a} and {dtype_b})]].",
-        keywords=("dtype", "scalar type", "type (", "not implemented for", "can't be cast", "floating point"),
+        keywords=("dtype", "scalar type", "type (", "not implemented for", "can't be cast", "floating point",
+                  "expected object of type"),
         patterns=(
             r"expected scalar type \w+ but found \w+",
             r"mat1 and mat2 must have the same dtype",
-            r"expected m1 and m2 to have the same dtype",
+            r"expected m(?:at)?1 and m(?:at)?2 to have the same dtype",
+            r"Expected query, key,? and value to have the same dtype",
             r"Input type \([^)]*\) and (?:weight|bias) type \([^)]*\) should be the same",
             r"Found dtype \w+ but expected \w+",
             r"expected target dtype to be",
             r"Expected tensor for argument #\d+ '\w+' to have (?:one of the following )?scalar types?",
             r"Expected object of scalar type \w+ but got scalar type \w+",
+            r"Expected object of type torch\.(cuda\.)?(\w+)Tensor but found type torch\.(?(1)cuda\.)(?!\2Tensor)\w+Tensor",
             r"result type \w+ can't be cast to the desired output type \w+",
             r"Index put requires the source and destination dtypes match",
             r"Expected self\.dtype to be equal to src\.dtype",
@@ -773,7 +819,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("does not require grad",),
         patterns=(
-            r"element \d+ of tensors does not require grad and does not have a grad_fn",
+            r"element \d+ of (?:tensors|variables) does not require grad and does not have a grad_fn",
             r"One of the differentiated Tensors does not require grad",
         ),
         priority=70,
@@ -801,7 +847,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
-            r"Target -?\d+ is out of bounds",
+            r"Target -?\d+ (?:is )?out of bounds",
             r"index out of range in self",
             r"index -?\d+ is out of bounds for dimension \d+ with size \d+",
             r"Class values must be smaller than num_classes",
@@ -810,7 +856,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         priority=65,
         facts=(
-            (r"Target (?P<target>-?\d+) is out of bounds", {"target": "int"}),
+            (r"Target (?P<target>-?\d+) (?:is )?out of bounds", {"target": "int"}),
             (r"index (?P<index>-?\d+) is out of bounds for dimension (?P<dim>\d+) with size (?P<size>\d+)",
              {"index": "int", "dim": "int", "size": "int"}),
             (r"Tried to access index (?P<index>\d+) out of table with (?P<size>\d+) rows", {"index": "int", "size": "int"}),
@@ -842,11 +888,15 @@ TABLE: tuple[Entry, ...] = (
             r"Function '\w+' returned nan values in its \d+(?:st|nd|rd|th) output",
             r"for gradients from .parameters. is non-finite",
             r"\b[Ll]oss (?:is|became|=) (?:nan|NaN|inf|Inf)\b",
+            # training logs: "Train loss: nan", "loss=nan"
+            r"\b[Ll]oss\s*[:=]\s*(?:nan|NaN|inf|Inf)\b",
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
             r"Loss became infinite or NaN",
-            r"to satisfy the constraint \w+\(\), but found invalid values",
+            r"to satisfy the constraint \w+\([^\n]*?\), but found invalid values",
             r"Minimum loss scale reached",
+            r"NaN or Inf found in input tensor",
+            r"reducing loss scale to (?:0(?:\.0)?\b|\d(?:\.\d+)?e-\d{2,})",
             r"Non-finite values in `?[\w.]+",
         ),
         exception_types=("NonFiniteError",),
@@ -879,8 +929,10 @@ TABLE: tuple[Entry, ...] = (
             "The checkpoint's tensors do not fit the model[[: {param} is {checkpoint_shape} in the checkpoint but "
             "{model_shape} in the model]][[ ({mismatch_count} parameters differ)]]."
         ),
-        keywords=("size mismatch for",),
-        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",),
+        keywords=("size mismatch for", "whose dimensions in the model"),
+        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",
+                  # 0.3-era wording
+                  r"While copying the parameter named \"?[\w.]+\"?, whose dimensions in the model are"),
         priority=74,
         facts=(
             (r"size mismatch for (?P<param>[\w.]+): copying a param with shape (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
@@ -913,8 +965,11 @@ TABLE: tuple[Entry, ...] = (
             "load_state_dict found[[ {missing_count} missing]][[ and {unexpected_count} unexpected]] key(s)"
             "[[ for {model_class}]].[[ {prefix_explanation}]]"
         ),
-        keywords=("missing key(s)", "unexpected key(s)"),
-        patterns=(r"(?:Missing|Unexpected) key\(s\) in state_dict",),
+        keywords=("missing key(s)", "unexpected key(s)", "in state_dict"),
+        patterns=(r"(?:Missing|Unexpected) key\(s\) in state_dict",
+                  # 0.3-era wordings
+                  r"unexpected key \"[\w.]+\" in state_dict",
+                  r"missing keys in state_dict: "),
         priority=75,
         facts=((r"Error\(s\) in loading state_dict for (?P<model_class>\w+)", {"model_class": "str"}),),
         causes=(
@@ -941,9 +996,12 @@ TABLE: tuple[Entry, ...] = (
             "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
             "cannot put them back where they were saved."
         ),
-        keywords=("attempting to deserialize",),
+        keywords=("attempting to deserialize", "deserialize object on a cuda device", "restore data location"),
         patterns=(
             r"Attempting to deserialize (?:object )?on a CUDA device",
+            r"deserialize object on a CUDA device but torch\W?cuda\.is_available\(\) is False",
+            # storages tagged with a device this process does not have (mps, an unknown backend)
+            r"don't know how to restore data location of [\w.]+ \(tagged with \w+\)",
             r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
         ),
         priority=80,
@@ -965,12 +1023,14 @@ TABLE: tuple[Entry, ...] = (
             "Since PyTorch 2.6 torch.load only unpickles tensors and plain containers by default; this checkpoint "
             "contains another Python object[[ ({global_name})]], so loading stopped before running any of its code."
         ),
-        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only"),
+        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only",
+                  "can only build tensor"),
         patterns=(
             r"Weights only load failed",
             r"WeightsUnpickler error",
             r"Unsupported global: GLOBAL [\w.]+",
             r"Unsupported operand \d+",
+            r"Can only build Tensor, Parameter,? OrderedDict or types allowlisted",
         ),
         priority=80,
         facts=((r"Unsupported global: GLOBAL (?P<global_name>[\w.]+)", {"global_name": "str"}),),
@@ -1000,7 +1060,7 @@ TABLE: tuple[Entry, ...] = (
         keywords=("dataloader", "shared memory", "shm", "communication with the workers", "in worker", "torch_",
                   "ancdata", "pin memory"),
         patterns=(
-            r"DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:exited unexpectedly|is killed by signal)",
+            r"DataLoader worker \(pid\(?s?\)? (?:[\d, ]+|\.{3})\) (?:exited unexpectedly|is killed by signal)",
             r"Caught \w+ in DataLoader worker process \d+",
             r"DataLoader timed out after \d+ seconds",
             r"unexpected bus error encountered in worker",
@@ -1008,8 +1068,16 @@ TABLE: tuple[Entry, ...] = (
             r"Too many open files\. Communication with the workers is no longer possible",
             r"Unexpected (?:segmentation fault|bus error|floating-point exception) encountered in worker",
             r"unable to (?:write to file|open shared memory object) <?/?torch_",
+            r"Couldn't open shared file mapping: <torch_",
             r"received 0 items of ancdata",
             r"Pin memory thread exited unexpectedly",
+            r"Caught \w+ in pin memory thread",
+        ),
+        # before "Caught X in DataLoader worker process N" (<= 0.4) the worker's traceback was re-raised as the
+        # message text: ``raise batch.exc_type(batch.exc_msg)`` / ``X: Traceback ... in _worker_loop``
+        frames=(
+            r"^[ \t]*raise batch\.exc_type\(batch\.exc_msg\)",
+            r"^[ \t]*File \"[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\][^\"\n]*\", line \d+, in _worker_loop\b",
         ),
         priority=40,
         wrapper=True,
@@ -1039,11 +1107,11 @@ TABLE: tuple[Entry, ...] = (
         title="torch.compile failed or gave up",
         summary=(
             "torch.compile stopped[[ with {compile_error}]][[: {reason}]]."
-            "[[ The function {function} was recompiled until it hit {limit_name} ({limit})]]"
-            "[[; the last guard that failed: {recompile_reason}]]."
+            "[[ The function {function} was recompiled until it hit {limit_name} ({limit}).]]"
+            "[[ The last guard that failed: {recompile_reason}.]]"
         ),
         keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
-                  "cppcompileerror", "invalidcxxcompiler", "triton"),
+                  "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile"),
         patterns=(
             r"torch\._dynamo\.exc\.\w+",
             r"torch\._inductor\.exc\.\w+",
@@ -1056,9 +1124,27 @@ TABLE: tuple[Entry, ...] = (
             r"LoweringException",
             r"Dynamo failed to run FX node",
             r"Dynamo is not supported on Python",
+            r"not (?:yet )?supported for torch\.compile",
+            # the advice Dynamo prints under every failure it raises
+            r"torch\._dynamo\.config\.suppress_errors = True",
+            r"TORCHDYNAMO_VERBOSE=1 for more information",
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
         ),
+        # frames and source lines only the backend compiler runs (a paste that lost its error line, or the
+        # frames Dynamo logs as warnings)
+        frames=(
+            r"compiled_(?:gm|fn) = compiler_fn\(gm, ",
+            r"[/\\]torch[/\\]_dynamo[/\\]repro[/\\]after_(?:dynamo|aot)\.py\", line \d+",
+            r"[/\\]torch[/\\]_inductor[/\\]compile_fx\.py\", line \d+, in "
+            r"(?:_?compile_fx(?:_inner|_main)?|fx_codegen_and_compile)\b",
+        ),
+        # also recognised from a truncated traceback whose last frame is ``raise BackendCompilerFailed(...``
+        exception_types=("BackendCompilerFailed", "InductorError", "LoweringException", "CacheLimitExceeded",
+                         "FailOnRecompileLimitHit", "CppCompileError", "InvalidCxxCompiler",
+                         # generic class names, only when they come from torch._dynamo.exc
+                         "torch._dynamo.exc.Unsupported", "torch._dynamo.exc.UserError",
+                         "torch._dynamo.exc.TorchRuntimeError", "torch._dynamo.exc.InternalTorchDynamoError"),
         priority=45,
         facts=(
             (r"(?:torch\._dynamo\.exc|torch\._inductor\.exc)\.(?P<compile_error>\w+)(?::\s*(?P<reason>[^\n]+))?",
@@ -1094,8 +1180,9 @@ TABLE: tuple[Entry, ...] = (
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
             r"XRTCompile",
-            r"tensorflow/compiler/xla/[\w/.]+:\d+\]",
+            r"tensorflow/compiler/xla/[\w/.]+\.(?:cc|h):\d+(?:\\?\]| :)",
             r"xla_client/[\w/.]+:\d+\]",
+            r"\btorch_xla::(?:runtime|bridge|XLAGraphExecutor|tensor_methods)::\w+",
             r"Input tensor is not an XLA tensor",
             r"No matching devices found for '/job:\w*tpu",
             r"torch_xla\.\w+[\w.]*Error",
@@ -1107,6 +1194,7 @@ TABLE: tuple[Entry, ...] = (
             r"Bad StatusOr access",
             r"XLA:TPU",
             r"Shapes must be equal rank, but are \d+ and \d+",
+            r"Do not use the XLA device before calling xmp\.spawn",
         ),
         priority=50,
         facts=(
@@ -1136,11 +1224,23 @@ TABLE: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("no kernel image", "capability", "driver", "not compiled with cuda", "undefined symbol",
+        keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+                  "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
+                  "not linked with support", "mps backend is supported",
+                  "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
                   "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
         patterns=(
             r"no kernel image is available for execution on the device",
+            # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
+            r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
+            r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion|InvalidDeviceFunction)",
+            # the pre-"no kernel image" wording of the same thing: the binary has no code for this GPU's architecture
+            r"(?:cuda runtime error ?\((?:8|98)\) ?:|CUDA error:|error=(?:8|98) ?:) ?invalid device function",
+            # ROCm's "no kernel image", and builds / OSes without the accelerator
+            r"hipErrorNoBinaryForGpu",
+            r"(?:PyTorch|Torch) is not linked with support for \w+ devices",
+            r"The MPS backend is supported on MacOS \d",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
             r"The NVIDIA driver on your system is too old",
             r"CUDA driver version is insufficient for CUDA runtime version",
