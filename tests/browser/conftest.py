@@ -126,19 +126,24 @@ def run_notebook(lab: Lab, page, cells: list[str], name: str, *, timeout_s: floa
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lab.root / name)
-    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}", wait_until="domcontentloaded")
+    # ?reset: do not restore tabs that earlier tests left open in the server's workspace
+    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="domcontentloaded")
     # keep a handle on this notebook's panel: the focused widget may change while cells run
     page.wait_for_function(
-        """() => {
-            const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+        """(name) => {
+            if (!window.jupyterapp) return false;
+            const w = [...window.jupyterapp.shell.widgets('main')].find(
+                x => x.context && x.context.path === name);
             const status = w && w.sessionContext && w.sessionContext.session
                 && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status;
             if (status === 'idle') { window.__nbdPanel = w; return true; }
             return false;
         }""",
+        arg=name,
         timeout=90_000,
     )
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.evaluate("() => { window.jupyterapp.shell.activateById(window.__nbdPanel.id);"
+                  " return window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     # every code cell shows an execution count once it ran (errors included), and the kernel is idle again
     page.wait_for_function(
         """(n) => {
