@@ -231,6 +231,8 @@ def test_nanhunt_magic_raises_and_binds(ip):
     assert hook_counts(ip.user_ns["model"]) == before
     COUNTER["step"] = 0
     # the only top-level module is found without naming it; a clean cell returns None
+    for name in [k for k, v in ip.user_ns.items() if isinstance(v, torch.nn.Module) and k != "model"]:
+        del ip.user_ns[name]  # modules left by other tests sharing this session's shell
     with capture_output():
         ok = ip.run_cell("%%nanhunt\nmodel(torch.randn(2, 8))")
     assert ok.success and ok.result is None

@@ -185,16 +185,16 @@ def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
     section = Section(title="NaN/Inf sentinel", text=text, html=html)
     try:
         changes: dict[str, Any] = {"sections": (*diagnosis.sections, section)}
-        if not diagnosis.known:  # the error table does not know nbdebug's own error: say what it is
-            from nbdebug.core.fixes._diagnosis import Fix
+        # the sentinel knows more than the message: where, when and in which pass the value appeared
+        from nbdebug.core.fixes._diagnosis import Fix
 
-            where = f"in {exc.module!r}" if exc.module else ""
-            changes.update(
-                category="nonfinite",
-                title=f"NaN/Inf in the {exc.phase} pass {where} at step {exc.step}",
-                summary=KINDS[kind].title + f": first seen {where}, step {exc.step} (from 0), {exc.phase} pass",
-                fixes=tuple(Fix(f) for f in fixes),
-            )
+        where = f"in {exc.module!r}" if exc.module else ""
+        changes.update(
+            category=diagnosis.category if diagnosis.known else "nan_loss",
+            title=f"NaN/Inf in the {exc.phase} pass {where} at step {exc.step}",
+            summary=KINDS[kind].title + f": first seen {where}, step {exc.step} (from 0), {exc.phase} pass",
+            fixes=(*(Fix(f) for f in fixes), *diagnosis.fixes),
+        )
         return dataclasses.replace(diagnosis, **changes)
     except (TypeError, AttributeError, ValueError):
         return diagnosis
