@@ -266,6 +266,9 @@ class MemTraceRecorder:
         if self._kind == "cpu":
             from torch.profiler import ProfilerActivity, profile
 
+            # Kineto prints "profiler_start/stop" lines into the cell unless its log level is raised; a user's
+            # own setting wins
+            os.environ.setdefault("KINETO_LOG_LEVEL", "99")
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
                                  with_stack=True)
             self._prof.__enter__()
