@@ -121,6 +121,19 @@ def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = Non
     """
     from torch._C._profiler import _EventType
 
+    def _caller_frame(c: Any) -> dict[str, Any]:
+        # the profiler's Python tracer now and then hands back a name that is not valid UTF-8 (seen with torch
+        # 2.13 on CPU): keep the frame, with a placeholder, rather than lose the whole trace
+        try:
+            filename = c.file_name
+        except UnicodeDecodeError:
+            filename = "<unreadable file name>"
+        try:
+            name = c.function_name
+        except UnicodeDecodeError:
+            name = "<unreadable function name>"
+        return {"filename": filename, "line": c.line_number, "name": name}
+
     alloc_tag, py_tags = _EventType.Allocation, (_EventType.PyCall, _EventType.PyCCall)
     found: list[tuple[int, Any, Any]] = []
     todo: list[tuple[Any, Any]] = [(root, None) for root in prof.profiler.kineto_results.experimental_event_tree()]
@@ -133,8 +146,7 @@ def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = Non
                 found.append((node.start_time_ns, f, chain))
             continue
         if tag in py_tags:
-            c = node.extra_fields.caller
-            chain = ({"filename": c.file_name, "line": c.line_number, "name": c.function_name}, chain)
+            chain = (_caller_frame(node.extra_fields.caller), chain)
         children = node.children
         if children:
             todo.extend((child, chain) for child in children)
