@@ -46,8 +46,10 @@ test-xla: $(VENV_XLA)/.stamp
 
 test: lint typecheck test-unit test-xla
 
-bench: $(VENV)/.stamp
+bench: $(VENV)/.stamp $(VENV_XLA)/.stamp
 	$(PY) benchmarks/run_all.py
+	@echo "== bench_xla.py (torch_xla on CPU)"
+	PJRT_DEVICE=CPU PYTHONPATH=$(CURDIR) $(PY_XLA) benchmarks/bench_xla.py
 
 clean:
 	rm -rf $(VENV) $(VENV_XLA) .pytest_cache .mypy_cache .ruff_cache

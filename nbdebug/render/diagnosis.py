@@ -44,6 +44,8 @@ def diagnosis_text(d: Diagnosis) -> str:
         out += ["", f"{section.title}:", section.text]
     if d.first_step:
         out += ["", f"First step: {d.first_step}"]
+    if d.sources:
+        out += ["", "Sources: " + "; ".join(d.sources)]
     return "\n".join(out)
 
 
@@ -70,4 +72,6 @@ def diagnosis_html(d: Diagnosis) -> str:
     for section in d.sections:
         inner = section.html or f"<pre>{esc(section.text)}</pre>"
         parts.append(f"<details><summary><b>{esc(section.title)}</b></summary>{inner}</details>")
+    if d.sources:
+        parts.append(f'<div class="nbd-muted">Sources: {esc("; ".join(d.sources))}</div>')
     return panel(f"nbdebug · {d.title}  [{d.category}]", "".join(parts), kind="error", css_class="nbd-diagnosis")
