@@ -6,40 +6,5 @@ fix it; ``watch()`` (and the ``%%xlametrics`` cell magic) measures what a block 
 through torch_xla's own metrics API.  Nothing here imports torch_xla until it is needed.
 """
 
-from nbdebug.core.xla import (
-    Counter,
-    DebugEvent,
-    DebugLog,
-    Finding,
-    Frame,
-    Metric,
-    MetricsReport,
-    StepStats,
-    XlaCellReport,
-    XlaDiagnosis,
-    available,
-    diagnose,
-    parse_debug_log,
-    parse_report,
-    read_live,
-    watch,
-)
-
-__all__ = [
-    "Counter",
-    "DebugEvent",
-    "DebugLog",
-    "Finding",
-    "Frame",
-    "Metric",
-    "MetricsReport",
-    "StepStats",
-    "XlaCellReport",
-    "XlaDiagnosis",
-    "available",
-    "diagnose",
-    "parse_debug_log",
-    "parse_report",
-    "read_live",
-    "watch",
-]
+from nbdebug.core.xla import *  # noqa: F403 - the facade is exactly core.xla's public names
+from nbdebug.core.xla import __all__  # noqa: F401

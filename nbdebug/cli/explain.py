@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from nbdebug.errors import NbdebugError
+from nbdebug.cli._io import read_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,14 +19,6 @@ def run(args: argparse.Namespace) -> int:
     """Explain the text and print the report (plain text, or JSON with ``--json``)."""
     from nbdebug.core.fixes import explain
 
-    if args.file == "-":
-        text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
-    else:
-        try:
-            with open(args.file, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as e:
-            raise NbdebugError(f"cannot read {args.file!r}: {e.strerror}; expected a text file with an error or log") from e
-    diagnosis = explain(text)
+    diagnosis = explain(read_text(args.file, "a text file with an error or log"))
     print(json.dumps(diagnosis.to_dict(), indent=2) if args.json else str(diagnosis))
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nbdebug.cli._io import read_text
 from nbdebug.errors import NbdebugError
 
 
@@ -33,12 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nccl_log:
         from nbdebug.core.dist._nccl import parse_nccl_log
 
-        try:
-            with open(args.nccl_log, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as e:
-            raise NbdebugError(f"cannot read {args.nccl_log!r}: {e.strerror}; expected an NCCL_DEBUG=INFO log") from e
-        log = parse_nccl_log(text)
+        log = parse_nccl_log(read_text(args.nccl_log, "an NCCL_DEBUG=INFO log"))
         print(json.dumps(log.to_dict(), indent=2) if args.json else str(log))
         return 0 if log.ok else 1
     if not args.script:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from nbdebug.cli._io import read_text
 from nbdebug.errors import NbdebugError
 
 
@@ -17,24 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
 
 
-def _read(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError as e:
-        raise NbdebugError(f"cannot read {path!r}: {e.strerror}; expected {what}") from e
-
-
 def run(args: argparse.Namespace) -> int:
     """Diagnose the report and print the findings."""
     from nbdebug.core.xla import diagnose, parse_report
 
     if args.steps is not None and args.steps < 0:
         raise NbdebugError(f"--steps {args.steps}: expected a count of training steps >= 0")
-    report = parse_report(_read(args.report, "a torch_xla metrics report text file"))
-    log = _read(args.debug_log, "a PT_XLA_DEBUG log file") if args.debug_log else None
+    report = parse_report(read_text(args.report, "a torch_xla metrics report text file"))
+    log = read_text(args.debug_log, "a PT_XLA_DEBUG log file") if args.debug_log else None
     diagnosis = diagnose(report, debug_log=log, steps=args.steps)
     if args.json:
         print(json.dumps(diagnosis.to_dict(), indent=2))
