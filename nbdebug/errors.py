@@ -10,9 +10,12 @@ from typing import Any
 
 __all__ = [
     "NbdebugError",
+    "InvalidArgumentError",
     "SnapshotError",
     "ReportParseError",
     "DistError",
+    "DistUsageError",
+    "DistRunError",
     "MissingDependencyError",
     "NonFiniteError",
 ]
@@ -20,6 +23,13 @@ __all__ = [
 
 class NbdebugError(Exception):
     """Base class for errors raised by nbdebug itself."""
+
+
+class InvalidArgumentError(NbdebugError, ValueError, TypeError):
+    """A function was called with an argument it cannot use; the message says what was given and expected.
+
+    It is also a ``ValueError`` and a ``TypeError``, so code that caught those before keeps working.
+    """
 
 
 class SnapshotError(NbdebugError):
@@ -31,7 +41,15 @@ class ReportParseError(NbdebugError):
 
 
 class DistError(NbdebugError):
-    """A distributed run could not be started or its results could not be collected."""
+    """Base of the distributed errors: ``DistUsageError`` (bad input) and ``DistRunError`` (the run failed)."""
+
+
+class DistUsageError(DistError, InvalidArgumentError):
+    """A distributed run was asked for with arguments it cannot use (names to ship, sizes, options)."""
+
+
+class DistRunError(DistError):
+    """A distributed run could not be started, or its results could not be collected."""
 
 
 class MissingDependencyError(NbdebugError, ImportError):

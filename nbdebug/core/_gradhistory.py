@@ -70,8 +70,6 @@ class GradHistory(Result):
     spike_threshold: float = 50.0
     num_classes: int | None = None
 
-    _text_renderer = "nbdebug.render.training:grad_history_text"
-    _html_renderer = "nbdebug.render.training:grad_history_html"
 
     def _summary_line(self) -> str:
         last = f", last global norm {self.global_norms[-1]:.4g}" if len(self.steps) else ""

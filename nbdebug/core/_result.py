@@ -2,9 +2,9 @@
 
 Results are small frozen dataclasses (declare them with ``@dataclass(frozen=True, repr=False)``) that mix in
 ``Result``.  They are data first: ``to_dict()`` is JSON-ready and ``to_pandas()`` is tidy, one row per record.
-Display comes second and is looked up lazily by name, so ``core`` never imports ``render`` at import time:
-``_text_renderer`` and ``_html_renderer`` are ``"module:function"`` strings naming pure functions
-``(result) -> str``.
+Display comes second and lives in ``nbdebug.render``: a registry keyed by result type gives each type its text,
+HTML and static-picture renderers.  ``core`` never imports ``render``; the mixin asks the registry at display
+time, through ``display_registry()`` below, the one place where ``core`` reaches up, by module name.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import enum
 import importlib
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-__all__ = ["Result", "jsonable"]
+__all__ = ["Result", "jsonable", "display_registry"]
 
 
 def jsonable(value: Any) -> Any:
@@ -40,16 +40,13 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _resolve(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+def display_registry() -> Any:
+    """The render registry (``nbdebug.render``), imported on first display: core never imports it statically."""
+    return importlib.import_module("nbdebug.render")
 
 
 class Result:
-    """Mixin: ``__repr__`` one cheap line, ``__str__`` the full text report, HTML for notebooks."""
-
-    _text_renderer: ClassVar[str] = ""
-    _html_renderer: ClassVar[str] = ""
+    """Mixin: ``__repr__`` one cheap line, ``__str__`` the full text report, HTML and a picture for notebooks."""
 
     def _summary_line(self) -> str:
         """One cheap line for ``repr``; override with the headline numbers."""
@@ -73,23 +70,16 @@ class Result:
 
     def to_pandas(self) -> Any:
         """Return the records as a tidy ``pandas.DataFrame`` (one row per record)."""
-        import pandas as pd
+        from nbdebug.errors import require
 
+        pd = require("pandas", "pandas", f"{type(self).__name__}.to_pandas()")
         return pd.DataFrame.from_records(self._records())
 
     def __str__(self) -> str:
-        if not self._text_renderer:
-            return repr(self)
-        return str(_resolve(self._text_renderer)(self))
+        return str(display_registry().to_text(self))
 
     def _repr_html_(self) -> str | None:
-        if not self._html_renderer:
-            return None
-        return str(_resolve(self._html_renderer)(self))
+        return display_registry().to_html(self)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        bundle = {"text/plain": str(self)}
-        html = self._repr_html_()
-        if html is not None:
-            bundle["text/html"] = html
-        return bundle
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return dict(display_registry().mimebundle(self, include=include, exclude=exclude))

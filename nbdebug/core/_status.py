@@ -25,8 +25,6 @@ class Status(Result):
     torch_xla: str | None
     features: tuple[tuple[str, bool, str], ...]  # (name, on, description)
 
-    _text_renderer = "nbdebug.render.status:status_text"
-    _html_renderer = "nbdebug.render.status:status_html"
 
     def _summary_line(self) -> str:
         on = ",".join(name for name, is_on, _ in self.features if is_on) or "none"

@@ -150,8 +150,6 @@ class CompileReport(Result):
     limit: int | None = None
     ops_per_graph: tuple[int, ...] = field(default=())
 
-    _text_renderer = "nbdebug.render.compile:compile_text"
-    _html_renderer = "nbdebug.render.compile:compile_html"
 
     @property
     def ok(self) -> bool:

@@ -57,36 +57,39 @@ class MemoryMagics(Magics):
 
         recorder = memtrace(device, max_entries=args.max_entries, stacks=not args.no_stacks, save=args.save,
                             categories=args.categories)
-        shell: Any = self.shell
-        source = shell.transform_cell(cell)
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
-        code = shell.compile(source, filename, "exec")
         try:
             recorder.start()
         except NbdebugError as e:
             raise UsageError(f"%%memtrace: {e}") from e
-        error: BaseException | None = None
-        try:
-            exec(code, shell.user_ns)  # noqa: S102 - the user's own cell
-        except BaseException as e:
-            error = e
-        finally:
-            recorder.stop()
-        result = recorder.finish()
-        if args.output:
-            shell.user_ns[args.output] = result
-        if error is not None:
-            from IPython.display import display
 
-            from nbdebug.core.memory._oom import is_cuda_oom
+        def report(error: BaseException | None) -> Any:
+            result = recorder.finish()
+            if error is not None:
+                from nbdebug.core.memory._oom import is_cuda_oom
 
-            capture = getattr(self.nbd_state, "oom_capture", None)
-            if capture is not None and is_cuda_oom(error):  # OOM capture is on by default inside %%memtrace
-                capture.snapshot, capture.pending = result.snapshot, True
+                capture = getattr(self.nbd_state, "oom_capture", None)
+                if capture is not None and is_cuda_oom(error):  # OOM capture is on by default inside %%memtrace
+                    capture.snapshot, capture.pending = result.snapshot, True
+            return result
 
-            display(result)
-            raise error
-        return result
+        from nbdebug.ipython._cell import run_body
+
+        # recording started above (its errors are usage errors); the context only stops it
+        return run_body(self.shell, cell, magic="memtrace", context=_Stopping(recorder), report=report,
+                        output=args.output)
+
+
+class _Stopping:
+    """Context manager that stops a started recorder however the cell ends."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    def __enter__(self) -> Any:
+        return self.recorder
+
+    def __exit__(self, *exc: Any) -> None:
+        self.recorder.stop()
 
 
 class OomCapture:

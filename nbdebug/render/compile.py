@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbdebug.core.compile import CompileReport
 from nbdebug.render._html import esc, kv_table, panel
+from nbdebug.render._registry import renders
 
 __all__ = ["compile_text", "compile_html"]
 
@@ -18,6 +20,7 @@ def _head(r: Any) -> list[tuple[str, Any]]:
     return rows
 
 
+@renders(CompileReport, "text")
 def compile_text(r: Any) -> str:
     """Plain-text report."""
     lines = ["torch.compile check: " + ", ".join(f"{k}={v}" for k, v in _head(r))]
@@ -31,6 +34,7 @@ def compile_text(r: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(CompileReport, "html")
 def compile_html(r: Any) -> str:
     """HTML panel."""
     parts = []

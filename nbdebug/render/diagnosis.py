@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from nbdebug.core.fixes import Diagnosis
+from nbdebug.core.fixes._diagnosis import Diagnosis
 from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel
+from nbdebug.render._registry import renders
 
 # facts that hold a number of bytes (OOM figures): shown as "32.00 MiB (33554432)"
 _BYTE_FACTS = frozenset({
@@ -20,6 +21,7 @@ def _fact_value(value: object, key: str = "") -> str:
     return str(value)
 
 
+@renders(Diagnosis, "text")
 def diagnosis_text(d: Diagnosis) -> str:
     """The full plain-text report."""
     if not d.known:
@@ -49,6 +51,7 @@ def diagnosis_text(d: Diagnosis) -> str:
     return "\n".join(out)
 
 
+@renders(Diagnosis, "html")
 def diagnosis_html(d: Diagnosis) -> str:
     """A compact panel: summary, first step and facts open; causes and fixes one click away."""
     if not d.known:

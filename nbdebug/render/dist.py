@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
+from nbdebug.core.dist._nccl import NcclLog
+from nbdebug.core.dist._types import DistRun, Hang, RankResult
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
+from nbdebug.render._registry import renders
 
 __all__ = ["dist_run_text", "dist_run_html", "hang_text", "rank_text", "check_text", "check_html",
            "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html"]
 
 
+@renders(RankResult, "text")
 def rank_text(r: Any) -> str:
     """One rank: status, error and traceback."""
     out = [f"rank {r.rank} (pid {r.pid}): exit code {r.exitcode}" + (f", {r.error_kind}" if r.error_kind else "")]
@@ -22,6 +27,7 @@ def rank_text(r: Any) -> str:
     return "\n".join(out)
 
 
+@renders(Hang, "text")
 def hang_text(h: Any) -> str:
     """The watchdog's findings."""
     out = [f"HANG: no rank made progress for {h.after_seconds:g} s", "", h.explanation, ""]
@@ -42,6 +48,7 @@ def hang_text(h: Any) -> str:
     return "\n".join(out)
 
 
+@renders(DistRun, "text")
 def dist_run_text(d: Any) -> str:
     """The full plain-text report of a run."""
     p = d.primary
@@ -86,6 +93,7 @@ def _hang_html(h: Any) -> str:
     return "".join(parts)
 
 
+@renders(DistRun, "html")
 def dist_run_html(d: Any) -> str:
     """A panel: verdict and primary failure open, per-rank table, hang details and output one click away."""
     parts = []
@@ -125,6 +133,8 @@ def dist_run_html(d: Any) -> str:
     return panel(title, "".join(parts), kind=kind)
 
 
+@renders(ConsistencyReport, "text")
+@renders(DataOrderReport, "text")
 def check_text(c: Any) -> str:
     """A cross-rank check result."""
     out = [f"{c.kind}: {'OK' if c.ok else 'PROBLEM'} - {c.summary}"]
@@ -133,12 +143,15 @@ def check_text(c: Any) -> str:
     return "\n".join(out)
 
 
+@renders(ConsistencyReport, "html")
+@renders(DataOrderReport, "html")
 def check_html(c: Any) -> str:
     """A cross-rank check as a panel."""
     body = f"<div>{esc(c.summary)}</div>" + (code_block(c.details) if c.details else "")
     return panel(f"{c.kind}: {'OK' if c.ok else 'PROBLEM'}", body, kind="ok" if c.ok else "warning")
 
 
+@renders(NcclLog, "text")
 def nccl_log_text(log: Any) -> str:
     """What an NCCL_DEBUG=INFO log says."""
     out = [f"NCCL log: version {log.version or '?'}, {len(log.ranks)} rank(s) seen"]
@@ -155,6 +168,7 @@ def nccl_log_text(log: Any) -> str:
     return "\n".join(out)
 
 
+@renders(NcclLog, "html")
 def nccl_log_html(log: Any) -> str:
     """An NCCL log summary panel."""
     facts = [("version", log.version or "?"), ("ranks seen", len(log.ranks)),
@@ -166,6 +180,7 @@ def nccl_log_html(log: Any) -> str:
     return panel(f"NCCL log: {len(log.problems)} problem(s)", body, kind=kind)
 
 
+@renders(StepReport, "text")
 def step_report_text(s: Any) -> str:
     """Straggler and loss-dispersion report."""
     out = [f"Steps: {s.steps} per rank; slowest rank {s.slowest_rank} is {s.slowdown:.2f}x the median rank"]
@@ -176,6 +191,7 @@ def step_report_text(s: Any) -> str:
     return "\n".join(out)
 
 
+@renders(StepReport, "html")
 def step_report_html(s: Any) -> str:
     """Straggler report panel."""
     rows = [(r["rank"], fmt_seconds(r["median_s"]), r["last_loss"]) for r in s.per_rank]

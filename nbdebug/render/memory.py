@@ -5,7 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nbdebug.core.memory._results import (
+    Fragmentation,
+    MemoryPeak,
+    MemoryTimeline,
+    NeverFreed,
+    SnapshotDiff,
+    SnapshotSummary,
+    TopSites,
+)
+from nbdebug.core.memory._snapshot import MemorySnapshot
+from nbdebug.core.memory._trace import MemTrace
 from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, table
+from nbdebug.render._registry import renders
 
 __all__ = [
     "summary_text", "summary_html", "snapshot_text", "timeline_text", "peak_text", "peak_html", "sites_text",
@@ -49,6 +61,7 @@ def sparkline(values: Sequence[float], width: int = 48) -> str:
     return "".join(blocks[1 + int((v - lo) / (hi - lo) * 7.999)] for v in vals)
 
 
+@renders(SnapshotSummary, "text")
 def summary_text(s: Any) -> str:
     """Plain-text summary of a ``SnapshotSummary``."""
     lines = [
@@ -67,6 +80,7 @@ def summary_text(s: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(SnapshotSummary, "html")
 def summary_html(s: Any) -> str:
     """HTML panel of a ``SnapshotSummary``."""
     facts = [("devices", ", ".join(map(str, s.devices))), ("device shown", s.device), ("trace events", s.events),
@@ -78,6 +92,7 @@ def summary_html(s: Any) -> str:
     return panel(f"Memory snapshot {s.source}", body)
 
 
+@renders(MemorySnapshot, "text")
 def snapshot_text(snap: Any) -> str:
     """The terminal view of a ``MemorySnapshot``: summary, a sparkline timeline, fragmentation."""
     s = snap.summary()
@@ -97,6 +112,7 @@ def snapshot_text(snap: Any) -> str:
     return "\n".join(parts)
 
 
+@renders(MemoryTimeline, "text")
 def timeline_text(t: Any) -> str:
     """Plain text of a ``MemoryTimeline``."""
     peak = int(t.allocated.max()) if t.allocated.size else 0
@@ -104,6 +120,7 @@ def timeline_text(t: Any) -> str:
             f"  {sparkline(t.allocated.tolist(), 60)}")
 
 
+@renders(MemoryPeak, "text")
 def peak_text(p: Any) -> str:
     """Plain text of a ``MemoryPeak`` (also used for ``alive_at``)."""
     lines = [f"{fmt_bytes(p.bytes)} allocated on device {p.device} at {_when(p.time_us, p.event_index)}",
@@ -113,6 +130,7 @@ def peak_text(p: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(MemoryPeak, "html")
 def peak_html(p: Any) -> str:
     """HTML of a ``MemoryPeak``."""
     body = table(["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in p.by_site[:20]],
@@ -124,11 +142,13 @@ def peak_html(p: Any) -> str:
     return panel(f"{fmt_bytes(p.bytes)} alive on device {p.device} at {_when(p.time_us, p.event_index)}", body)
 
 
+@renders(TopSites, "text")
 def sites_text(t: Any) -> str:
     """Plain text of ``TopSites``."""
     return f"Top allocation sites on device {t.device}:\n" + sites_table_text(t.sites, limit=len(t.sites))
 
 
+@renders(Fragmentation, "text")
 def fragmentation_text(f: Any) -> str:
     """Plain text of ``Fragmentation``."""
     lines = [f"Device {f.device}: reserved {fmt_bytes(f.reserved_bytes)}, allocated {fmt_bytes(f.allocated_bytes)}, "
@@ -140,6 +160,7 @@ def fragmentation_text(f: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(Fragmentation, "html")
 def fragmentation_html(f: Any) -> str:
     """HTML of ``Fragmentation``."""
     body = kv_table([("reserved", fmt_bytes(f.reserved_bytes)), ("allocated", fmt_bytes(f.allocated_bytes)),
@@ -151,12 +172,14 @@ def fragmentation_html(f: Any) -> str:
     return panel(f"Fragmentation on device {f.device}", body)
 
 
+@renders(NeverFreed, "text")
 def never_freed_text(n: Any) -> str:
     """Plain text of ``NeverFreed``."""
     return (f"{n.count} allocations ({fmt_bytes(n.bytes)}) made between {n.start:g} and {n.end:g} {n.x_unit} "
             f"were never freed:\n" + sites_table_text(n.by_site))
 
 
+@renders(SnapshotDiff, "text")
 def diff_text(d: Any) -> str:
     """Plain text of ``SnapshotDiff``."""
     lines = [f"{d.before} -> {d.after}: {fmt_bytes(d.before_bytes)} -> {fmt_bytes(d.after_bytes)} alive"]
@@ -165,6 +188,7 @@ def diff_text(d: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(MemTrace, "text")
 def memtrace_text(t: Any) -> str:
     """The compact report of a ``MemTrace``."""
     lines = [f"memtrace on {t.device_kind}: peak {fmt_bytes(t.peak_bytes)} above the start, retained "
@@ -179,6 +203,7 @@ def memtrace_text(t: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(MemTrace, "html")
 def memtrace_html(t: Any) -> str:
     """The compact inline report of a ``MemTrace``: numbers, a small timeline, the sites."""
     from nbdebug.render.memory_plot import svg_sparkline

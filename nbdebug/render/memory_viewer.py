@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc, fmt_bytes, table
+from nbdebug.render._registry import renders
 from nbdebug.render.memory_plot import PALETTE
 
 __all__ = ["viewer_html", "viewer_document", "viewer_data"]
@@ -228,6 +230,7 @@ def _segments_svg(frag: Any, limit: int = 60) -> str:
 MAX_DEVICES = 8
 
 
+@renders(MemorySnapshot, "html")
 def viewer_html(snap: Any, device: int | None = None) -> str:
     """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched.
 

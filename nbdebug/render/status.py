@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nbdebug.core._status import Status
 from nbdebug.render._html import kv_table, panel, table
+from nbdebug.render._registry import renders
 
 
 def _rows(s: Status) -> list[tuple[str, str]]:
@@ -17,6 +18,7 @@ def _rows(s: Status) -> list[tuple[str, str]]:
     ]
 
 
+@renders(Status, "text")
 def status_text(s: Status) -> str:
     """Plain-text status."""
     lines = [f"{k:<10} {v}" for k, v in _rows(s)]
@@ -26,6 +28,7 @@ def status_text(s: Status) -> str:
     return "\n".join(lines)
 
 
+@renders(Status, "html")
 def status_html(s: Status) -> str:
     """HTML status panel."""
     body = kv_table(_rows(s)) + table(

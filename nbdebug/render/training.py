@@ -9,7 +9,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from nbdebug.core._gradhistory import GradHistory
+from nbdebug.core.doctor._report import DoctorReport
+from nbdebug.core.doctor._repro import ReproReport
 from nbdebug.render._html import esc, kv_table, panel, table
+from nbdebug.render._registry import renders
 
 __all__ = [
     "findings_text",
@@ -183,6 +187,7 @@ def _chance(h: Any) -> tuple[float, str] | None:
     return None
 
 
+@renders(GradHistory, "text")
 def grad_history_text(h: Any) -> str:
     """Plain-text summary of a GradHistory."""
     lines = [f"GradMonitor: {len(h.steps)} recorded steps, {len(h.names)} parameters, {len(h.modules)} modules"]
@@ -220,6 +225,7 @@ def _history_body(h: Any, *, compact: bool = False) -> str:
     return body
 
 
+@renders(GradHistory, "html")
 def grad_history_html(h: Any) -> str:
     """HTML panel: global norm, loss with chance level, gradient flow per module, findings."""
     kind = "error" if any(f.severity == "error" for f in h.findings) else (
@@ -291,6 +297,7 @@ def plot_grad_history(h: Any, ax: Any = None) -> Any:
 
 
 # -- doctor ------------------------------------------------------------------------------------------------
+@renders(DoctorReport, "text")
 def doctor_text(r: Any) -> str:
     """Plain-text doctor report."""
     head = (f"Training doctor: {r.task} model, {r.steps} steps on one batch; "
@@ -306,6 +313,7 @@ def doctor_text(r: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(DoctorReport, "html")
 def doctor_html(r: Any) -> str:
     """HTML panel: findings, the overfit curve (with the zero-input baseline), gradient flow per layer."""
     n_err = sum(f.severity == "error" for f in r.findings)
@@ -360,6 +368,7 @@ def plot_doctor(r: Any, ax: Any = None) -> Any:
     return fig
 
 
+@renders(ReproReport, "text")
 def repro_text(r: Any) -> str:
     """Plain-text reproducibility check."""
     if r.reproducible:
@@ -368,6 +377,7 @@ def repro_text(r: Any) -> str:
             f"{r.value_a!r} vs {r.value_b!r}")
 
 
+@renders(ReproReport, "html")
 def repro_html(r: Any) -> str:
     """HTML panel of a reproducibility check."""
     kind = "ok" if r.reproducible else "warning"

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbdebug.core.xla.diagnose import XlaDiagnosis
+from nbdebug.core.xla.live import XlaCellReport
+from nbdebug.core.xla.report import MetricsReport
 from nbdebug.render._html import esc, fmt_bytes, fmt_seconds, kv_table, panel, table
+from nbdebug.render._registry import renders
 
 __all__ = ["report_text", "report_html", "diagnosis_text", "diagnosis_html", "cell_text", "cell_html"]
 
@@ -35,6 +39,7 @@ def _metric_rows(report: Any) -> list[tuple[Any, ...]]:
     ]
 
 
+@renders(MetricsReport, "text")
 def report_text(report: Any) -> str:
     """Plain-text summary of a parsed report."""
     lines = [f"torch_xla metrics report ({report.layout}): " + ", ".join(
@@ -52,6 +57,7 @@ def report_text(report: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(MetricsReport, "html")
 def report_html(report: Any) -> str:
     """HTML panel for a parsed report."""
     head = kv_table([(label, getattr(report, key)) for key, label in _HEADLINE])
@@ -72,6 +78,7 @@ def _finding_text(f: Any) -> list[str]:
     return out
 
 
+@renders(XlaDiagnosis, "text")
 def diagnosis_text(d: Any) -> str:
     """Plain-text diagnosis."""
     lines = ["torch_xla diagnosis: " + ", ".join(f"{label}={getattr(d, key)}" for key, label in _HEADLINE)
@@ -109,6 +116,7 @@ def _severity_kind(d: Any) -> str:
     return "error" if "error" in sevs else "warning" if "warning" in sevs else "ok"
 
 
+@renders(XlaDiagnosis, "html")
 def diagnosis_html(d: Any) -> str:
     """HTML panel for a diagnosis."""
     head = kv_table([(label, getattr(d, key)) for key, label in _HEADLINE]
@@ -126,6 +134,7 @@ def _per_step_html(per_step: Any) -> str:
         ["step", "compiles", "executions", "transfers", "fallback calls", "compile time"], rows, numeric=(0, 1, 2, 3, 4, 5))
 
 
+@renders(XlaCellReport, "text")
 def cell_text(r: Any) -> str:
     """Plain-text report of what a cell did."""
     lines = [f"XLA cell report ({fmt_seconds(r.seconds)} wall)", diagnosis_text(r.diagnosis)]
@@ -137,6 +146,7 @@ def cell_text(r: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(XlaCellReport, "html")
 def cell_html(r: Any) -> str:
     """HTML panel of what a cell did."""
     d = r.diagnosis

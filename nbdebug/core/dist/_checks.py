@@ -85,8 +85,6 @@ class ConsistencyReport(Result):
     explanation: str
     max_sum_gap: float = 0.0
 
-    _text_renderer = "nbdebug.render.dist:check_text"
-    _html_renderer = "nbdebug.render.dist:check_html"
 
     @property
     def summary(self) -> str:
@@ -219,8 +217,6 @@ class DataOrderReport(Result):
     explanation: str
     details: str = ""
 
-    _text_renderer = "nbdebug.render.dist:check_text"
-    _html_renderer = "nbdebug.render.dist:check_html"
 
     @property
     def summary(self) -> str:
@@ -361,8 +357,6 @@ class StepReport(Result):
     loss_rel_spread: float
     findings: tuple[str, ...] = field(default_factory=tuple)
 
-    _text_renderer = "nbdebug.render.dist:step_report_text"
-    _html_renderer = "nbdebug.render.dist:step_report_html"
 
     @property
     def ok(self) -> bool:

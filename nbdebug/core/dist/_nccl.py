@@ -143,8 +143,6 @@ class NcclLog(Result):
     timeouts: tuple[dict[str, Any], ...]
     problems: tuple[NcclProblem, ...]
 
-    _text_renderer = "nbdebug.render.dist:nccl_log_text"
-    _html_renderer = "nbdebug.render.dist:nccl_log_html"
 
     @property
     def ok(self) -> bool:

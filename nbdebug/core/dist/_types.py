@@ -55,7 +55,6 @@ class RankResult(Result):
     error_file: str = ""
     ended_at: float | None = None
 
-    _text_renderer = "nbdebug.render.dist:rank_text"
 
     @property
     def failed(self) -> bool:
@@ -120,7 +119,6 @@ class Hang(Result):
     method: str = ""
     explanation: str = ""
 
-    _text_renderer = "nbdebug.render.dist:hang_text"
 
     def _summary_line(self) -> str:
         return f"missing ranks {list(self.missing_ranks)} in {self.collective or 'no collective'} at {self.location}"
@@ -191,8 +189,6 @@ class DistRun(Result):
     steps: tuple[Mapping[str, Any], ...] = ()
     run_dir: str = ""
 
-    _text_renderer = "nbdebug.render.dist:dist_run_text"
-    _html_renderer = "nbdebug.render.dist:dist_run_html"
 
     @property
     def primary(self) -> RankResult | None:

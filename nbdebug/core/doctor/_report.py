@@ -47,8 +47,6 @@ class DoctorReport(Result):
     grad_flow: tuple[tuple[str, float], ...]
     checks: tuple[tuple[str, str], ...]
 
-    _text_renderer = "nbdebug.render.training:doctor_text"
-    _html_renderer = "nbdebug.render.training:doctor_html"
 
     @property
     def ok(self) -> bool:

@@ -107,8 +107,6 @@ class ReproReport(Result):
     seed: int
     runs: int
 
-    _text_renderer = "nbdebug.render.training:repro_text"
-    _html_renderer = "nbdebug.render.training:repro_html"
 
     def _summary_line(self) -> str:
         if self.reproducible:

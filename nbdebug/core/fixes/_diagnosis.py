@@ -6,17 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug.core._findings import Fix
 from nbdebug.core._result import Result
 
 __all__ = ["Fix", "Section", "Diagnosis"]
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One fix: a short title and, where it helps, a few lines of code."""
-
-    title: str
-    code: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,8 +66,6 @@ class Diagnosis(Result):
     sections: tuple[Section, ...] = ()
     sources: tuple[str, ...] = ()
 
-    _text_renderer = "nbdebug.render.diagnosis:diagnosis_text"
-    _html_renderer = "nbdebug.render.diagnosis:diagnosis_html"
 
     @property
     def known(self) -> bool:

@@ -14,7 +14,6 @@ __all__ = [
     "Fragmentation", "NeverFreed", "AnnotationRow", "Annotations", "DiffRow", "SnapshotDiff",
 ]
 
-_R = "nbdebug.render.memory:"
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,6 @@ class SnapshotSummary(Result):
     x_unit: str
     notes: tuple[str, ...] = ()
 
-    _text_renderer = _R + "summary_text"
-    _html_renderer = _R + "summary_html"
 
     def _summary_line(self) -> str:
         from nbdebug.render._html import fmt_bytes
@@ -111,7 +108,6 @@ class MemoryTimeline(Result):
     allocated: np.ndarray
     reserved: np.ndarray
 
-    _text_renderer = _R + "timeline_text"
 
     def _summary_line(self) -> str:
         peak = int(self.allocated.max()) if self.allocated.size else 0
@@ -140,8 +136,6 @@ class MemoryPeak(Result):
     by_category: tuple[tuple[str, int], ...]
     blocks: tuple[AliveBlock, ...]  # largest live blocks
 
-    _text_renderer = _R + "peak_text"
-    _html_renderer = _R + "peak_html"
 
     def _summary_line(self) -> str:
         from nbdebug.render._html import fmt_bytes
@@ -159,7 +153,6 @@ class TopSites(Result):
     device: int
     sites: tuple[SiteBytes, ...]
 
-    _text_renderer = _R + "sites_text"
 
     def _summary_line(self) -> str:
         return f"device {self.device}, {len(self.sites)} sites"
@@ -209,8 +202,6 @@ class Fragmentation(Result):
     segments: tuple[SegmentRow, ...]
     ooms: tuple[OomRow, ...]
 
-    _text_renderer = _R + "fragmentation_text"
-    _html_renderer = _R + "fragmentation_html"
 
     @property
     def fragmentation(self) -> float:
@@ -239,7 +230,6 @@ class NeverFreed(Result):
     count: int
     by_site: tuple[SiteBytes, ...]
 
-    _text_renderer = _R + "never_freed_text"
 
     def _summary_line(self) -> str:
         return f"device {self.device}: {self.count} blocks, {self.bytes} B never freed"
@@ -292,7 +282,6 @@ class SnapshotDiff(Result):
     after_bytes: int
     rows: tuple[DiffRow, ...]
 
-    _text_renderer = _R + "diff_text"
 
     def _summary_line(self) -> str:
         return f"{self.after_bytes - self.before_bytes:+d} B over {len(self.rows)} sites"

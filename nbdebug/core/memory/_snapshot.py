@@ -85,9 +85,6 @@ class MemorySnapshot(Result):
     :meth:`diff`.  ``to_html(path)`` writes a self-contained offline viewer; ``plot()`` draws the timeline.
     """
 
-    _text_renderer = "nbdebug.render.memory:snapshot_text"
-    _html_renderer = "nbdebug.render.memory_viewer:viewer_html"
-
     def __init__(self, model: Model, *, source: str = "") -> None:
         self.model = model
         self.source = source

@@ -69,8 +69,6 @@ class MemTrace(Result):
     _raw: Any = field(default=None, compare=False)
     _alloc_keys: list[tuple[int, int]] = field(default_factory=list, compare=False)
 
-    _text_renderer = "nbdebug.render.memory:memtrace_text"
-    _html_renderer = "nbdebug.render.memory:memtrace_html"
 
     def _summary_line(self) -> str:
         from nbdebug.render._html import fmt_bytes

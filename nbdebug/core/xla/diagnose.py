@@ -79,8 +79,6 @@ class XlaDiagnosis(Result):
     notes: tuple[str, ...] = ()
     profiler_lines: tuple[str, ...] = ()
 
-    _text_renderer = "nbdebug.render.xla:diagnosis_text"
-    _html_renderer = "nbdebug.render.xla:diagnosis_html"
 
     @property
     def ok(self) -> bool:

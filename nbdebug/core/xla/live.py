@@ -262,8 +262,6 @@ class XlaCellReport(Result):
     debug_status: str = ""
     seconds: float = 0.0
 
-    _text_renderer = "nbdebug.render.xla:cell_text"
-    _html_renderer = "nbdebug.render.xla:cell_html"
 
     def _summary_line(self) -> str:
         return self.diagnosis._summary_line()

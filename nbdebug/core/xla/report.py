@@ -106,8 +106,6 @@ class MetricsReport(Result):
     saved_step: int | None = None
     history: tuple[MetricsReport, ...] = field(default=(), compare=False)
 
-    _text_renderer = "nbdebug.render.xla:report_text"
-    _html_renderer = "nbdebug.render.xla:report_html"
 
     # --- lookup -------------------------------------------------------------------------------------------
     def counter(self, name: str, default: int = 0) -> int:

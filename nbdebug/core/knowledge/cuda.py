@@ -1,0 +1,369 @@
+"""CUDA runtime, devices and builds: out of memory, device-side asserts, illegal accesses, cuBLAS/cuDNN, device placement, version mismatches."""
+
+from __future__ import annotations
+
+from nbdebug.core._findings import Fix
+from nbdebug.core.knowledge._schema import SIZE, Entry
+from nbdebug.core.knowledge._sources import SEED_DIST, SEED_GPU, SEED_RECIPES, SEED_TRAINING, SEED_TROUBLE
+
+__all__ = ["ENTRIES"]
+
+_CUDA_SYNC_FIX = Fix(
+    "Re-run with synchronous kernel launches so the traceback points at the failing operation",
+    "CUDA_LAUNCH_BLOCKING=1 python train.py",
+)
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="cuda_oom",
+        title="CUDA out of memory",
+        summary=(
+            "The GPU ran out of memory[[ while allocating {tried_to_allocate:bytes}]][[ on GPU {device}]]."
+            "[[ The GPU has {total_capacity:bytes} in total and {free:bytes} was free.]]"
+            "[[ PyTorch's tensors held {allocated_by_pytorch:bytes}]][[; its caching allocator reserved"
+            " {reserved_by_pytorch:bytes}]][[, of which {reserved_but_unallocated:bytes} is cached but unused]]."
+        ),
+        keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation"),
+        patterns=(
+            r"(?:CUDA|HIP) out of memory",
+            r"cuda runtime error ?(?:\(2\))? ?: ?out of memory",
+            r"CUDA error: ?out of memory",
+            r"MPS backend out of memory",
+            # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
+            r"cuda runtime error ?\(2\)",
+            r"cudaErrorMemoryAllocation",
+            r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
+            r"torch\.(?:cuda\.)?OutOfMemoryError",
+        ),
+        exception_types=("OutOfMemoryError",),
+        priority=90,
+        facts=(
+            (rf"Tried to allocate (?P<tried_to_allocate>{SIZE})", {"tried_to_allocate": "bytes"}),
+            (
+                rf"\(GPU (?P<device>\d+); (?P<total_capacity>{SIZE}) total capacity; "
+                rf"(?P<allocated_by_pytorch>{SIZE}) already allocated; (?P<free>{SIZE}) free;"
+                rf"(?: (?P<reserved_by_pytorch>{SIZE}) reserved in total by PyTorch| (?P<cached>{SIZE}) cached)?",
+                {"device": "int", "total_capacity": "bytes", "allocated_by_pytorch": "bytes", "free": "bytes",
+                 "reserved_by_pytorch": "bytes", "cached": "bytes"},
+            ),
+            (
+                rf"GPU (?P<device>\d+) has a total capac(?:i)?ty of (?P<total_capacity>{SIZE}) of which "
+                rf"(?P<free>{SIZE}) is free",
+                {"device": "int", "total_capacity": "bytes", "free": "bytes"},
+            ),
+            (rf"this process has (?P<process_memory>{SIZE}) memory in use", {"process_memory": "bytes"}),
+            (
+                rf"Of the allocated memory (?P<allocated_by_pytorch>{SIZE}) is allocated by PyTorch, and "
+                rf"(?P<reserved_but_unallocated>{SIZE}) is reserved by PyTorch but unallocated",
+                {"allocated_by_pytorch": "bytes", "reserved_but_unallocated": "bytes"},
+            ),
+        ),
+        repeated_facts=((rf"Process (\d+) has ({SIZE}) memory in use", "other_processes", "pid_bytes"),),
+        causes=(
+            "The batch (or sequence length / image size) is too large for this GPU: activations grow with it.",
+            "Memory kept alive between steps: losses or outputs stored with their graph (append loss.item(), not loss).",
+            "Inference run without torch.no_grad() / torch.inference_mode(), so activations are kept for backward.",
+            "Fragmentation: memory is cached by PyTorch but split into blocks too small for this request.",
+            "Another process (or another notebook kernel) holds memory on the same GPU.",
+        ),
+        fixes=(
+            Fix("Lower the batch size and keep the effective batch with gradient accumulation",
+                "loss = criterion(model(x), y) / accum_steps\nloss.backward()\nif (step + 1) % accum_steps == 0:\n"
+                "    optimizer.step(); optimizer.zero_grad(set_to_none=True)"),
+            Fix("Keep numbers, not graphs, across steps", "losses.append(loss.item())  # not losses.append(loss)"),
+            Fix("Run evaluation without building a graph", "with torch.inference_mode():\n    out = model(x)"),
+            Fix("Use bf16 autocast and activation checkpointing",
+                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)\n"
+                "# and torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False) on big blocks"),
+            Fix("Reduce fragmentation: let the allocator grow segments (set before the first CUDA allocation)",
+                "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'"),
+        ),
+        extra={"wrapped_lines": "yes"},  # the long OOM message is often wrapped by terminals and issue trackers
+        first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
+        "tensors kept alive across iterations (a memory snapshot shows who holds the memory).",
+        sources=(SEED_GPU, SEED_TROUBLE, SEED_RECIPES, "https://github.com/pytorch/pytorch/pull/13751",
+                 "https://github.com/pytorch/pytorch/issues/16417"),
+    ),
+    Entry(
+        slug="device_side_assert",
+        title="CUDA device-side assert triggered",
+        summary=(
+            "An assertion failed inside a CUDA kernel[[ ({kernel_file})]][[: `{assertion}`]]. The CUDA context is "
+            "now unusable: every later CUDA call in this process fails with the same error, so the kernel (or "
+            "process) must be restarted. The Python line in the traceback may not be the operation that failed, "
+            "because kernels run asynchronously."
+        ),
+        keywords=("device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
+                  "cuda runtime error (710)", "cuda error (710)", "cudaerrorassert"),
+        patterns=(
+            r"device-side assert triggered",
+            r"device side assert triggered",
+            # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)
+            r"(?:cuda runtime error|CUDA error) ?\((?:59|710)\)",
+            r"cudaErrorAssert",
+            r"\.cu:\d+: .*Assertion [`'].*[`'] failed",
+        ),
+        priority=95,
+        facts=(
+            (r"(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:]+?)(?:\([^\n]*\))?(?: \[with[^\]]*\])?: "
+             r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion [`'](?P<assertion>[^`'\n]+)[`'] failed",
+             {"kernel_file": "basename", "kernel": "str", "assertion": "str"}),
+        ),
+        causes=(
+            "A class label outside [0, num_classes) given to cross_entropy / nll_loss.",
+            "A token id >= the embedding's num_embeddings (vocabulary size mismatch between tokenizer and model).",
+            "An index out of range in indexing, gather, scatter or index_select.",
+            "Targets outside [0, 1] given to binary_cross_entropy (or inputs that are not probabilities).",
+        ),
+        fixes=(
+            Fix("Restart the kernel: the CUDA context cannot be recovered in this process", ""),
+            Fix("Re-run the failing step on CPU to get a readable Python error",
+                "model.cpu()\nout = model(x.cpu())\nloss = criterion(out, y.cpu())  # raises e.g. 'Target 7 is out of bounds.'"),
+            _CUDA_SYNC_FIX,
+            Fix("Check label and index ranges before the loss / embedding",
+                "assert 0 <= y.min() and y.max() < num_classes, (y.min(), y.max(), num_classes)\n"
+                "assert ids.max() < model.embed.num_embeddings"),
+        ),
+        first_step="Restart the kernel, then run one batch on CPU (or with CUDA_LAUNCH_BLOCKING=1): the CPU "
+        "error names the bad index or label directly.",
+        sources=(SEED_GPU, "https://github.com/milesial/Pytorch-UNet/issues/258"),
+    ),
+    Entry(
+        slug="illegal_memory_access",
+        title="CUDA illegal memory access",
+        summary=(
+            "A CUDA kernel read or wrote memory outside any allocation. Like a device-side assert this poisons "
+            "the CUDA context (restart the kernel), and the reported Python line may be unrelated because "
+            "kernels run asynchronously."
+        ),
+        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction",
+                  "cuda runtime error (700)", "cuda error (700)", "cudaerrorillegaladdress"),
+        patterns=(
+            r"an illegal memory access was encountered",
+            r"cuda runtime error \((?:77|74)\)",
+            r"CUDA error: ?misaligned address",
+            r"error=74 : misaligned address",
+            r"CUDA_ERROR_ILLEGAL_ADDRESS",
+            r"(?:cuda runtime error|CUDA error) ?\((?:700|716)\)",
+            r"cudaErrorIllegalAddress",
+            r"an illegal instruction was encountered",
+        ),
+        priority=94,
+        causes=(
+            "A bug in a custom CUDA kernel or extension (out-of-bounds indexing).",
+            "Tensors on different GPUs or non-contiguous inputs passed to a custom op that assumes otherwise.",
+            "A memory problem masked as this error: near-OOM conditions, or a library (cuDNN/cuBLAS/NCCL) bug.",
+        ),
+        fixes=(
+            _CUDA_SYNC_FIX,
+            Fix("Run under compute-sanitizer to find the faulty kernel and address",
+                "compute-sanitizer --tool memcheck python train.py"),
+            Fix("Make inputs to custom ops contiguous and on the op's device", "x = x.contiguous().to(device)"),
+        ),
+        first_step="Restart, then re-run with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults; if it is a "
+        "custom extension, run it under compute-sanitizer.",
+        sources=(SEED_GPU, "https://github.com/zai-org/CodeGeeX/issues/160"),
+    ),
+    Entry(
+        slug="cublas_error",
+        title="cuBLAS error",
+        summary="A cuBLAS matrix-multiply call failed[[ with {status}]][[ in `{call}`]].",
+        keywords=("cublas",),
+        patterns=(r"CUBLAS_STATUS_\w+", r"(?i:cublas) (?:runtime )?error"),
+        priority=85,
+        facts=((r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling [`'](?P<call>\w+))?", {"status": "str", "call": "str"}),),
+        causes=(
+            "Not enough GPU memory for cuBLAS's workspace or handle (CUBLAS_STATUS_ALLOC_FAILED / NOT_INITIALIZED).",
+            "An earlier asynchronous error (out-of-range index, device-side assert) surfacing at the next matmul.",
+            "A PyTorch build whose CUDA / cuBLAS does not support this GPU or dtype (EXECUTION_FAILED, NOT_SUPPORTED).",
+            "Shapes or dtypes the kernel cannot handle (e.g. a mismatch between a layer and its input).",
+        ),
+        fixes=(
+            _CUDA_SYNC_FIX,
+            Fix("Run the same step on CPU: shape, dtype and index errors become readable", "model.cpu()(x.cpu())"),
+            Fix("Free memory before the call if the status is ALLOC_FAILED", "del big_tensor\ntorch.cuda.empty_cache()"),
+            Fix("Install a PyTorch build for your CUDA version and GPU", "pip install torch --index-url https://download.pytorch.org/whl/cu124"),
+        ),
+        first_step="Re-run with CUDA_LAUNCH_BLOCKING=1 (or the batch on CPU): cuBLAS errors are often a "
+        "different error reported late.",
+        sources=(SEED_GPU, "https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193"),
+    ),
+    Entry(
+        slug="cudnn_error",
+        title="cuDNN error",
+        summary="A cuDNN call (convolution, RNN or batch norm) failed[[ with {status}]].",
+        keywords=("cudnn", "unable to find an engine"),
+        patterns=(r"CUDNN_STATUS_\w+", r"[Cc]u[Dd][Nn][Nn] error", r"Unable to find a valid cuDNN algorithm",
+                  r"GET was unable to find an engine to execute this computation"),
+        priority=84,
+        facts=((r"(?P<status>CUDNN_STATUS_\w+)", {"status": "str"}),),
+        causes=(
+            "GPU memory nearly exhausted: cuDNN could not allocate its workspace (INTERNAL_ERROR / ALLOC_FAILED).",
+            "An earlier asynchronous CUDA error surfacing in the next cuDNN call.",
+            "cuDNN / CUDA / driver versions that do not match the PyTorch build, or no visible GPU.",
+            "A non-contiguous or unusual input layout cuDNN does not support (NOT_SUPPORTED).",
+        ),
+        fixes=(
+            _CUDA_SYNC_FIX,
+            Fix("Turn off cuDNN autotuning, or cuDNN itself, to see whether the error follows",
+                "torch.backends.cudnn.benchmark = False\n# torch.backends.cudnn.enabled = False  # to isolate"),
+            Fix("Reduce memory pressure (smaller batch) and make inputs contiguous", "x = x.contiguous()"),
+        ),
+        first_step="Re-run with a smaller batch and torch.backends.cudnn.benchmark = False; if it persists, "
+        "check that the PyTorch build matches the installed driver.",
+        sources=(SEED_GPU, "https://github.com/yassouali/pytorch-segmentation/issues/77"),
+    ),
+    Entry(
+        slug="invalid_device_ordinal",
+        title="Invalid CUDA device ordinal",
+        summary="The code asked for a GPU index that does not exist in this process[[ (cuda:{requested_device})]].",
+        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device",
+                  "cuda runtime error (101)", "cuda error (101)"),
+        patterns=(
+            r"invalid device ordinal",
+            r"(?:cuda runtime error|CUDA error) ?\(101\)",
+            r"cudaErrorInvalidDevice\b",
+            r"Invalid device id",
+            r"device >= 0 && device < num_gpus",
+            r"CUDA_ERROR_INVALID_DEVICE",
+        ),
+        priority=80,
+        facts=((r"cuda:(?P<requested_device>\d+)", {"requested_device": "int"}),),
+        causes=(
+            "A hard-coded device like 'cuda:1' on a machine (or CUDA_VISIBLE_DEVICES setting) with fewer GPUs.",
+            "torchrun started more processes per node than GPUs, so local_rank >= device count.",
+            "CUDA_VISIBLE_DEVICES renumbers GPUs from 0; indices refer to the visible list, not physical ids.",
+        ),
+        fixes=(
+            Fix("Pick the device from what is visible", "n = torch.cuda.device_count()\ndevice = torch.device('cuda', local_rank % n)"),
+            Fix("Start one process per visible GPU", "torchrun --nproc_per_node=$(nvidia-smi -L | wc -l) train.py"),
+        ),
+        first_step="Print torch.cuda.device_count() and CUDA_VISIBLE_DEVICES next to the index you request; "
+        "the index must be smaller than the count.",
+        sources=(SEED_DIST, "https://github.com/microsoft/SimXNS/issues/2"),
+    ),
+    Entry(
+        slug="device_mismatch",
+        title="Tensors on different devices",
+        summary="An operation received tensors on different devices[[ ({device_a} and {device_b})]][[ in {op}]].",
+        keywords=("device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type"),
+        patterns=(
+            r"Expected all tensors to be on the same device",
+            r"Expected object of backend \w+ but got backend \w+",
+            r"Expected object of type torch\.(?:cuda\.\w+Tensor but found type torch\.(?!cuda)|(?!cuda)\w+Tensor but found type torch\.cuda\.)",
+            r"Expected object of device type \w+ but got device type \w+",
+            r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.(?!cuda)\w+\)",
+            r"Input type \(torch\.(?!cuda)\w+\) and weight type \(torch\.cuda\.\w+\)",
+            r"Tensor on device \S+ is not on the expected device \S+",
+            r"can't convert (?:cuda|mps|xla):?\d* device type tensor to numpy",
+            r"indices should be either on cpu or on the same device as the indexed tensor",
+            r"to have the same device as tensor for argument",
+            r"is on CPU, but expected (?:it|them) to be on GPU",
+            r"Input and (?:parameter|hidden) tensors are not at the same device",
+            r"Input type \(MPS\w*\) and weight type \(torch\.\w+\)",
+            r"Input type \(torch\.\w+\) and weight type \(MPS\w*\)",
+            r"must be on the current device",
+            r"Expected a '\w+' device type for generator but found '\w+'",
+            r"expected device \S+ but got device \S+",
+            r"to have \w+ Backend, but got tensor with \w+ Backend",
+            # DataParallel's wordings: replicas must start from device_ids[0]
+            r"all tensors must be on devices\[0\]",
+            # MPS: an input (or buffer) that never moved to the mps device
+            r"Placeholder storage has not been allocated on MPS device",
+            r"must have its parameters and buffers on device \S+ \(device_ids\[0\]\) but found one of them on device",
+        ),
+        priority=62,
+        facts=(
+            (r"found at least two devices, (?P<device_a>[\w:]+) and (?P<device_b>[\w:]+)!(?: \(when checking argument for "
+             r"argument (?P<argument>\w+) in method (?P<op>\w+)\))?", {"device_a": "str", "device_b": "str", "argument": "str", "op": "str"}),
+            (r"Expected object of backend (?P<device_a>\w+) but got backend (?P<device_b>\w+) for argument #\d+ '(?P<argument>\w+)'",
+             {"device_a": "str", "device_b": "str", "argument": "str"}),
+            (r"Input type \((?P<device_a>torch\.[\w.]+)\) and weight type \((?P<device_b>torch\.[\w.]+)\)",
+             {"device_a": "tensor_device", "device_b": "tensor_device"}),
+            (r"Tensor on device (?P<device_a>\S+) is not on the expected device (?P<device_b>[^\s!]+)",
+             {"device_a": "str", "device_b": "str"}),
+            (r"found input tensor at (?P<device_a>[\w:]+) and (?:parameter|hidden) tensor at (?P<device_b>[\w:]+)",
+             {"device_a": "str", "device_b": "str"}),
+            (r"expected device (?P<device_a>[\w:]+) but got device (?P<device_b>[\w:]+)", {"device_a": "str", "device_b": "str"}),
+            (r"but device (?P<device_a>\d+) does not equal (?P<device_b>\d+)(?: \(while checking arguments for (?P<op>\w+)\))?",
+             {"device_a": "cuda_index", "device_b": "cuda_index", "op": "str"}),
+        ),
+        causes=(
+            "The model was moved to the GPU but the batch was not (or the other way round).",
+            "A tensor created inside forward() without device= (torch.zeros(...), torch.arange(...)).",
+            "A submodule or buffer created after model.to(device), or stored as a plain tensor attribute "
+            "instead of register_buffer.",
+            "A layer created inside forward(), so it never moves with the model.",
+        ),
+        fixes=(
+            Fix("Move the batch to the model's device", "device = next(model.parameters()).device\nx, y = x.to(device), y.to(device)"),
+            Fix("Create tensors on the device of an input", "mask = torch.ones(n, device=x.device)"),
+            Fix("Register constant tensors as buffers so .to() moves them", "self.register_buffer('pos', torch.arange(n))"),
+            Fix("Bring results to CPU before numpy", "arr = t.detach().cpu().numpy()"),
+        ),
+        first_step="Print the .device of the inputs and of next(model.parameters()) right before the failing "
+        "line; move the odd one.",
+        sources=(SEED_GPU, "https://github.com/nunchux-ai/nunchaku/issues/805"),
+    ),
+    Entry(
+        slug="version_mismatch",
+        title="PyTorch build does not match the GPU, driver or a compiled extension",
+        summary=(
+            "The installed PyTorch (or an extension) was built for a different environment"
+            "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
+        ),
+        keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+                  "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
+                  "not linked with support", "mps backend is supported",
+                  "not compiled with cuda", "undefined symbol",
+                  "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
+                  "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
+        patterns=(
+            r"no kernel image is available for execution on the device",
+            # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
+            r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
+            r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion|InvalidDeviceFunction)",
+            # the pre-"no kernel image" wording of the same thing: the binary has no code for this GPU's architecture
+            r"(?:cuda runtime error ?\((?:8|98)\) ?:|CUDA error:|error=(?:8|98) ?:) ?invalid device function",
+            # ROCm's "no kernel image", and builds / OSes without the accelerator
+            r"hipErrorNoBinaryForGpu",
+            r"(?:PyTorch|Torch) is not linked with support for \w+ devices",
+            r"The MPS backend is supported on MacOS \d",
+            r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
+            r"The NVIDIA driver on your system is too old",
+            r"CUDA driver version is insufficient for CUDA runtime version",
+            r"Torch not compiled with CUDA enabled",
+            r"compiled with different CUDA (?:major )?versions",
+            r"operator torchvision::\w+ does not exist",
+            r"\.so[^\n]*: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
+            r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
+            r"cuDNN version incompatibility",
+            r"the provided PTX was compiled with an unsupported toolchain",
+            r"PyTorch no longer supports this GPU because it is too old",
+            r"lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)\.so[\w.]*: cannot open shared object file",
+            r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
+            r"Couldn't load custom C\+\+ ops",
+            r"\bNumpy is not available\b",
+        ),
+        priority=92,
+        facts=(
+            (r"(?P<gpu>[\w .-]+?) with CUDA capability (?P<arch>sm_\d+) is not compatible", {"gpu": "str", "arch": "str"}),
+            (r"The current PyTorch install supports CUDA capabilities (?P<supported>[\w ]+?)\.?(?:\n|$| If)", {"supported": "str"}),
+            (r"found version (?P<driver_version>\d+)", {"driver_version": "int"}),
+        ),
+        causes=(
+            "A PyTorch wheel built for another CUDA version / set of GPU architectures than this machine has.",
+            "An NVIDIA driver older than the CUDA runtime bundled with PyTorch.",
+            "A CPU-only PyTorch build installed where CUDA is wanted.",
+            "torchvision / a C++ extension compiled against a different PyTorch version.",
+        ),
+        fixes=(
+            Fix("Install the matching wheel from pytorch.org's selector", "pip install torch torchvision --index-url https://download.pytorch.org/whl/cu124"),
+            Fix("Check what you have", "python -c \"import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_arch_list())\"\nnvidia-smi"),
+            Fix("Rebuild extensions after upgrading torch", "pip install --no-build-isolation --force-reinstall <extension>"),
+        ),
+        first_step="Compare torch.__version__, torch.version.cuda and torch.cuda.get_arch_list() with nvidia-smi's "
+        "driver/CUDA version and GPU, then install the matching wheel.",
+        sources=(SEED_TRAINING, "https://github.com/pytorch/pytorch/issues/45028"),
+    ),
+)

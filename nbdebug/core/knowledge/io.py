@@ -1,0 +1,139 @@
+"""Checkpoints and serialization: state_dict keys and sizes, device mapping, weights_only loading."""
+
+from __future__ import annotations
+
+from nbdebug.core._findings import Fix
+from nbdebug.core.knowledge._schema import Entry
+from nbdebug.core.knowledge._sources import SEED_TROUBLE
+
+__all__ = ["ENTRIES"]
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="size_mismatch_state_dict",
+        title="Checkpoint parameter shapes differ from the model",
+        summary=(
+            "The checkpoint's tensors do not fit the model[[: {param} is {checkpoint_shape} in the checkpoint but "
+            "{model_shape} in the model]][[ ({mismatch_count} parameters differ)]]."
+        ),
+        keywords=("size mismatch for", "whose dimensions in the model"),
+        patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",
+                  # 0.3-era wording
+                  r"While copying the parameter named \"?[\w.]+\"?, whose dimensions in the model are"),
+        priority=74,
+        facts=(
+            (r"size mismatch for (?P<param>[\w.]+): copying a param with shape (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
+             r"from checkpoint, the shape in current model is (?P<model_shape>torch\.Size\(\[[\d, ]*\]\))",
+             {"param": "str", "checkpoint_shape": "shape", "model_shape": "shape"}),
+            # before 1.1 the message said "copying a param of ... where the shape is ... in current model"
+            (r"size mismatch for (?P<param>[\w.]+): copying a param of (?P<checkpoint_shape>torch\.Size\(\[[\d, ]*\]\)) "
+             r"from checkpoint, where the shape is (?P<model_shape>torch\.Size\(\[[\d, ]*\]\)) in current model",
+             {"param": "str", "checkpoint_shape": "shape", "model_shape": "shape"}),
+        ),
+        repeated_facts=((r"size mismatch for ([\w.]+):", "mismatched_params", "str_list"),),
+        causes=(
+            "The model was built with different hyper-parameters (hidden size, layers, vocabulary) than the checkpoint.",
+            "Fine-tuning on a different number of classes: the head does not fit (expected, drop the head's weights).",
+        ),
+        fixes=(
+            Fix("Build the model with the checkpoint's configuration (save it next to the weights)",
+                "model = Net(**ckpt['config'])\nmodel.load_state_dict(ckpt['model'])"),
+            Fix("Load everything except the mismatched head",
+                "sd = {k: v for k, v in sd.items() if not k.startswith('head.')}\nmodel.load_state_dict(sd, strict=False)"),
+        ),
+        first_step="Compare the listed shapes with your model's constructor arguments; rebuild the model with the "
+        "checkpoint's configuration, or drop the classifier head when fine-tuning.",
+        sources=(SEED_TROUBLE,),
+    ),
+    Entry(
+        slug="state_dict_keys",
+        title="Checkpoint keys do not match the model",
+        summary=(
+            "load_state_dict found[[ {missing_count} missing]][[ and {unexpected_count} unexpected]] key(s)"
+            "[[ for {model_class}]].[[ {prefix_explanation}]]"
+        ),
+        keywords=("missing key(s)", "unexpected key(s)", "in state_dict"),
+        patterns=(r"(?:Missing|Unexpected) key\(s\) in state_dict",
+                  # 0.3-era wordings
+                  r"unexpected key \"[\w.]+\" in state_dict",
+                  r"missing keys in state_dict: "),
+        priority=75,
+        facts=((r"Error\(s\) in loading state_dict for (?P<model_class>\w+)", {"model_class": "str"}),),
+        causes=(
+            "A `module.` prefix: saved from DistributedDataParallel / DataParallel (model.state_dict() of the wrapper).",
+            "An `_orig_mod.` prefix: saved from a torch.compile'd model.",
+            "The model definition changed (renamed or added layers) since the checkpoint was saved.",
+            "The checkpoint is a dict holding the state_dict (e.g. ckpt['model']), not the state_dict itself.",
+        ),
+        fixes=(
+            Fix("Strip the wrapper prefix (one line)",
+                "model.load_state_dict({k.removeprefix('module.'): v for k, v in sd.items()})"),
+            Fix("Save unwrapped next time", "torch.save(model.module.state_dict(), path)  # DDP\n"
+                "torch.save(model._orig_mod.state_dict(), path)  # torch.compile"),
+            Fix("Look inside the checkpoint", "ckpt = torch.load(path, map_location='cpu')\nprint(list(ckpt)[:10])"),
+        ),
+        first_step="Compare the first missing and the first unexpected key: if they differ only by a prefix, "
+        "strip it (one line, shown in the fixes).",
+        sources=(SEED_TROUBLE,),
+    ),
+    Entry(
+        slug="deserialize_cuda",
+        title="Checkpoint saved on a GPU, loaded without CUDA",
+        summary=(
+            "The file stores tensors tagged with a CUDA device, and this process has no CUDA, so torch.load "
+            "cannot put them back where they were saved."
+        ),
+        keywords=("attempting to deserialize", "deserialize object on a cuda device", "restore data location"),
+        patterns=(
+            r"Attempting to deserialize (?:object )?on a CUDA device",
+            r"deserialize object on a CUDA device but torch\W?cuda\.is_available\(\) is False",
+            # storages tagged with a device this process does not have (mps, an unknown backend)
+            r"don't know how to restore data location of [\w.]+ \(tagged with \w+\)",
+            r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
+        ),
+        priority=80,
+        causes=(
+            "The checkpoint was saved from GPU tensors and is being loaded on a CPU-only machine or build.",
+            "CUDA_VISIBLE_DEVICES hides the GPU the checkpoint refers to.",
+        ),
+        fixes=(
+            Fix("Map the storages to CPU (or to the device you have)", "sd = torch.load(path, map_location='cpu', weights_only=True)"),
+            Fix("Then move the model where you want it", "model.load_state_dict(sd)\nmodel.to(device)"),
+        ),
+        first_step="Pass map_location='cpu' to torch.load.",
+        sources=(SEED_TROUBLE,),
+    ),
+    Entry(
+        slug="weights_only_unpickling",
+        title="torch.load(weights_only=True) refused a pickled object",
+        summary=(
+            "Since PyTorch 2.6 torch.load only unpickles tensors and plain containers by default; this checkpoint "
+            "contains another Python object[[ ({global_name})]], so loading stopped before running any of its code."
+        ),
+        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only",
+                  "can only build tensor"),
+        patterns=(
+            r"Weights only load failed",
+            r"WeightsUnpickler error",
+            r"Unsupported global: GLOBAL [\w.]+",
+            r"Unsupported operand \d+",
+            r"Can only build Tensor, Parameter,? OrderedDict or types allowlisted",
+        ),
+        priority=80,
+        facts=((r"Unsupported global: GLOBAL (?P<global_name>[\w.]+)", {"global_name": "str"}),),
+        causes=(
+            "The whole model object (torch.save(model)) or a training-state object was saved, not a state_dict.",
+            "The checkpoint holds config objects (argparse.Namespace, a dataclass, numpy scalars).",
+            "An old checkpoint, loaded with PyTorch >= 2.6 where weights_only=True became the default.",
+        ),
+        fixes=(
+            Fix("Allow the specific class, if you trust the file",
+                "torch.serialization.add_safe_globals([MyConfig])\nckpt = torch.load(path, weights_only=True)"),
+            Fix("If you trust the file completely", "ckpt = torch.load(path, weights_only=False)  # runs pickled code"),
+            Fix("Save only tensors next time", "torch.save({'model': model.state_dict(), 'step': step}, path)"),
+        ),
+        first_step="If the file is yours, allowlist the named class with torch.serialization.add_safe_globals; "
+        "use weights_only=False only for files you fully trust.",
+        sources=(SEED_TROUBLE, "https://pytorch.org/docs/stable/generated/torch.load.html"),
+    ),
+)

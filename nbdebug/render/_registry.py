@@ -1,0 +1,82 @@
+"""The display registry: result type -> text, HTML and static-picture renderers.
+
+Renderers are pure functions of one result.  They are registered with ``@renders(ResultType, "text")`` (or
+``"html"``, ``"png"``) in the render module of their capability; the lookup walks the result's MRO, so a
+subclass shows like its base until it registers its own.  A result with no HTML renderer still gets a panel:
+its text report in a ``<pre>``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "mimebundle", "KINDS"]
+
+KINDS = ("text", "html", "png")
+_REGISTRY: dict[str, dict[type, Callable[[Any], Any]]] = {kind: {} for kind in KINDS}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def renders(cls: type, kind: str) -> Callable[[F], F]:
+    """Register the decorated function as the ``kind`` renderer (``text``, ``html`` or ``png``) of ``cls``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown renderer kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+    def decorate(fn: F) -> F:
+        _REGISTRY[kind][cls] = fn
+        return fn
+
+    return decorate
+
+
+def renderer(obj: Any, kind: str) -> Callable[[Any], Any] | None:
+    """The ``kind`` renderer registered for ``type(obj)`` or its nearest base, or None."""
+    table = _REGISTRY[kind]
+    for cls in type(obj).__mro__:
+        fn = table.get(cls)
+        if fn is not None:
+            return fn
+    return None
+
+
+def to_text(obj: Any) -> str:
+    """The full plain-text report of ``obj`` (its one-line ``repr`` when it has no text renderer)."""
+    fn = renderer(obj, "text")
+    return repr(obj) if fn is None else str(fn(obj))
+
+
+def to_html(obj: Any) -> str:
+    """The HTML panel of ``obj``: its own renderer, or its text report in a plain panel."""
+    fn = renderer(obj, "html")
+    if fn is not None:
+        return str(fn(obj))
+    from nbdebug.render._html import code_block, panel
+
+    return panel(type(obj).__name__, code_block(to_text(obj)))
+
+
+def to_png(obj: Any) -> bytes | None:
+    """A static picture of ``obj`` as PNG bytes, when its type has one (None otherwise)."""
+    fn = renderer(obj, "png")
+    return None if fn is None else fn(obj)
+
+
+def _wanted(mime: str, include: Collection[str] | None, exclude: Collection[str] | None) -> bool:
+    return (not include or mime in include) and (not exclude or mime not in exclude)
+
+
+def mimebundle(obj: Any, include: Collection[str] | None = None, exclude: Collection[str] | None = None) -> dict[str, Any]:
+    """``text/plain``, ``text/html`` and (when the type has a picture) ``image/png``, as asked."""
+    bundle: dict[str, Any] = {}
+    if _wanted("text/plain", include, exclude):
+        bundle["text/plain"] = to_text(obj)
+    if _wanted("text/html", include, exclude):
+        bundle["text/html"] = to_html(obj)
+    if _wanted("image/png", include, exclude) and renderer(obj, "png") is not None:
+        png = to_png(obj)
+        if png:
+            bundle["image/png"] = base64.b64encode(png).decode("ascii")
+    return bundle
