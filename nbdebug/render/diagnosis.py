@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nbdebug.core.fixes._diagnosis import Diagnosis
-from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel
+from nbdebug.core.fixes._diagnosis import Diagnosis, Section
+from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel, table
 from nbdebug.render._registry import renders
 
 # facts that hold a number of bytes (OOM figures): shown as "32.00 MiB (33554432)"
@@ -19,6 +19,35 @@ def _fact_value(value: object, key: str = "") -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def section_text(s: Section) -> str:
+    """A section as plain text: paragraph, facts, table, fixes, notes."""
+    out: list[str] = [s.text] if s.text else []
+    out += [f"  {k}: {_fact_value(v, k)}" for k, v in s.facts]
+    if s.header or s.rows:
+        widths = [max([len(str(c)) for c in col] or [0]) for col in zip(s.header, *s.rows)] if s.header else []
+        for row in ((s.header,) if s.header else ()) + s.rows:
+            out.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths or [0] * len(row))).rstrip())
+    for i, fix in enumerate(s.fixes, 1):
+        out.append(f"  fix {i}. {fix.title}")
+        out += [f"       {line}" for line in fix.code.splitlines()]
+    out += [f"  note: {n}" for n in s.notes]
+    return "\n".join(out)
+
+
+def section_html(s: Section) -> str:
+    """A section as HTML: paragraph, facts table, table, fixes, notes."""
+    parts = [f"<div>{esc(s.text)}</div>"] if s.text else []
+    if s.facts:
+        parts.append(kv_table((k, _fact_value(v, k)) for k, v in s.facts))
+    if s.header or s.rows:
+        parts.append(table(s.header, s.rows))
+    if s.fixes:
+        parts.append("<ol>" + "".join(
+            f"<li>{esc(f.title)}{code_block(f.code) if f.code else ''}</li>" for f in s.fixes) + "</ol>")
+    parts += [f'<div class="nbd-muted">{esc(n)}</div>' for n in s.notes]
+    return "".join(parts)
 
 
 @renders(Diagnosis, "text")
@@ -43,7 +72,7 @@ def diagnosis_text(d: Diagnosis) -> str:
             out.append(f"  {i}. {fix.title}")
             out += [f"       {line}" for line in fix.code.splitlines()]
     for section in d.sections:
-        out += ["", f"{section.title}:", section.text]
+        out += ["", f"{section.title}:", section_text(section)]
     if d.first_step:
         out += ["", f"First step: {d.first_step}"]
     if d.sources:
@@ -73,7 +102,7 @@ def diagnosis_html(d: Diagnosis) -> str:
         )
         parts.append(f"<details><summary><b>Fixes ({len(d.fixes)})</b></summary><ol>{fixes}</ol></details>")
     for section in d.sections:
-        inner = section.html or f"<pre>{esc(section.text)}</pre>"
+        inner = section_html(section)
         parts.append(f"<details><summary><b>{esc(section.title)}</b></summary>{inner}</details>")
     if d.sources:
         parts.append(f'<div class="nbd-muted">Sources: {esc("; ".join(d.sources))}</div>')

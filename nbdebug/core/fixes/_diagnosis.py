@@ -14,11 +14,19 @@ __all__ = ["Fix", "Section", "Diagnosis"]
 
 @dataclass(frozen=True)
 class Section:
-    """An extra block added to a diagnosis by another part of nbdebug (e.g. the memory snapshot at an OOM)."""
+    """An extra block added to a diagnosis by another part of nbdebug (e.g. the memory snapshot at an OOM).
+
+    Data only; the renderer lays it out: ``text`` (a paragraph), ``facts`` (key/value rows), a table
+    (``header`` and ``rows``), ``fixes`` and ``notes``, in that order.
+    """
 
     title: str
-    text: str
-    html: str = ""
+    text: str = ""
+    facts: tuple[tuple[str, Any], ...] = ()
+    header: tuple[str, ...] = ()
+    rows: tuple[tuple[Any, ...], ...] = ()
+    fixes: tuple[Fix, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, repr=False)

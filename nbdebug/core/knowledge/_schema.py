@@ -23,7 +23,10 @@ SHAPE = r"[\[(][-0-9, ]*[\])]"
 #   explain      the error explainer (a traceback, a log, an exception)
 #   rank_failure the distributed runner, classifying each rank's error as cause or victim
 #   nccl_log     the reader of NCCL_DEBUG=INFO logs
-CONTEXTS = frozenset({"explain", "rank_failure", "nccl_log"})
+#   graph_break  torch.compile: a graph-break reason
+#   guard        torch.compile: the guard that failed and caused a recompilation
+#   xla_fallback torch_xla: an ATen op name that ran on the CPU (aten::nonzero, ...)
+CONTEXTS = frozenset({"explain", "rank_failure", "nccl_log", "graph_break", "guard", "xla_fallback"})
 
 
 @dataclass(frozen=True)
