@@ -15,7 +15,7 @@ $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[all]" --group dev
 	touch $@
 
 $(VENV_XLA)/.stamp: pyproject.toml

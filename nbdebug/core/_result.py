@@ -83,3 +83,7 @@ class Result:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return dict(display_registry().mimebundle(self, include=include, exclude=exclude))
+
+    def _figure(self, **options: Any) -> Any:
+        """The result's matplotlib Figure from the render registry (``.plot()`` methods call this)."""
+        return display_registry().to_figure(self, **options)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib
 
-from nbdebug.render._registry import KINDS, mimebundle, renderer, renders, to_html, to_png, to_text
+from nbdebug.render._registry import KINDS, mimebundle, renderer, renders, to_figure, to_html, to_png, to_text
 
-__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "mimebundle", "KINDS", "MODULES"]
+__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "to_figure", "mimebundle", "KINDS", "MODULES"]
 
 # every module that registers renderers; a new capability's render module is added here
 MODULES = (

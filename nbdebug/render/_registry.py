@@ -1,7 +1,8 @@
 """The display registry: result type -> text, HTML and static-picture renderers.
 
 Renderers are pure functions of one result.  They are registered with ``@renders(ResultType, "text")`` (or
-``"html"``, ``"png"``) in the render module of their capability; the lookup walks the result's MRO, so a
+``"html"``, ``"png"``, ``"figure"``: a matplotlib Figure, with keyword options such as ``ax``) in the render
+module of their capability; the lookup walks the result's MRO, so a
 subclass shows like its base until it registers its own.  A result with no HTML renderer still gets a panel:
 its text report in a ``<pre>``.
 """
@@ -12,9 +13,9 @@ import base64
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
-__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "mimebundle", "KINDS"]
+__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "to_figure", "mimebundle", "KINDS"]
 
-KINDS = ("text", "html", "png")
+KINDS = ("text", "html", "png", "figure")
 _REGISTRY: dict[str, dict[type, Callable[[Any], Any]]] = {kind: {} for kind in KINDS}
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,6 +63,51 @@ def to_png(obj: Any) -> bytes | None:
     """A static picture of ``obj`` as PNG bytes, when its type has one (None otherwise)."""
     fn = renderer(obj, "png")
     return None if fn is None else fn(obj)
+
+
+def to_figure(obj: Any, **options: Any) -> Any:
+    """A ``matplotlib.figure.Figure`` of ``obj`` (``options`` go to its figure renderer, e.g. ``ax=``).
+
+    In IPython the Figure is made displayable as a picture first, so ``result.plot()`` shows a chart in a notebook
+    with nothing else typed (no ``%matplotlib inline``), and scripts still get the Figure object.
+    """
+    fn = renderer(obj, "figure")
+    if fn is None:
+        raise TypeError(f"{type(obj).__name__} has no figure; results with a .plot() method have one")
+    fig = fn(obj, **options)
+    _make_figures_displayable()
+    return fig
+
+
+def _make_figures_displayable() -> None:
+    import sys
+
+    ipython_mod = sys.modules.get("IPython")
+    shell = ipython_mod.get_ipython() if ipython_mod is not None else None
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+
+    png = shell.display_formatter.formatters.get("image/png")
+    if png is None or _has(png, Figure):  # %matplotlib inline (or an earlier call) already shows Figures
+        return
+    png.for_type(Figure, _figure_png)
+
+
+def _has(formatter: Any, cls: type) -> bool:
+    try:
+        formatter.lookup_by_type(cls)
+        return True
+    except KeyError:
+        return False
+
+
+def _figure_png(fig: Any) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", dpi=96)
+    return buf.getvalue()
 
 
 def _wanted(mime: str, include: Collection[str] | None, exclude: Collection[str] | None) -> bool:

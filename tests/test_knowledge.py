@@ -1,0 +1,69 @@
+"""The knowledge tables: one schema, unique slugs, every pattern compiles and lives in exactly one entry."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding, Fix, Severity
+
+ENTRIES = knowledge.entries()
+
+
+def test_every_domain_module_loads_and_slugs_are_unique():
+    slugs = [e.slug for e in ENTRIES]
+    assert len(slugs) == len(set(slugs))
+    assert {e.domain for e in ENTRIES} <= set(knowledge.DOMAINS)
+    assert len(ENTRIES) >= 29  # the explainer's categories at least
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.slug)
+def test_entry_is_complete(entry):
+    assert entry.title and entry.title == entry.title.strip()
+    assert isinstance(entry.severity, Severity)
+    assert all(isinstance(f, Fix) and f.title for f in entry.fixes)
+    for pattern in entry.patterns:
+        re.compile(pattern)
+    for regex, _ in entry.facts:
+        re.compile(regex)
+    if entry.patterns:
+        assert entry.contexts, f"{entry.slug} has patterns but no reader"
+    if "rank_failure" in entry.contexts:
+        assert entry.role in ("cause", "victim")
+
+
+def test_a_message_pattern_lives_in_exactly_one_entry():
+    counts = Counter(p for e in ENTRIES for p in set(e.patterns))
+    shared = {p: [e.slug for e in ENTRIES if p in e.patterns] for p, n in counts.items() if n > 1}
+    assert not shared, f"patterns in more than one entry: {shared}"
+
+
+def test_context_and_domain_filters():
+    explain = knowledge.entries("explain")
+    assert explain and all("explain" in e.contexts and e.patterns for e in explain)
+    cuda = knowledge.entries(domain="cuda")
+    assert "cuda_oom" in {e.slug for e in cuda}
+    with pytest.raises(ValueError, match="unknown context 'nope'"):
+        knowledge.entries("nope")
+    with pytest.raises(ValueError, match="unknown domain"):
+        knowledge.entries(domain="nope")
+    with pytest.raises(KeyError, match="no knowledge entry 'nope'"):
+        knowledge.entry("nope")
+
+
+def test_finding_takes_severity_title_and_fixes_from_its_entry():
+    e = knowledge.entry("cuda_oom")
+    f = knowledge.finding("cuda_oom", "ran out", where=("model.fc",), evidence={"bytes": 3})
+    assert isinstance(f, Finding)
+    assert (f.kind, f.severity, f.title, f.fixes, f.where) == ("cuda_oom", e.severity, e.title, e.fixes, ("model.fc",))
+    assert f.to_dict()["evidence"] == {"bytes": 3}
+    g = knowledge.finding("cuda_oom", "ran out", severity="info", fixes=["do this"])
+    assert g.severity is Severity.INFO and g.fixes == (Fix("do this"),) and g.fix == "do this"
+
+
+def test_thresholds_have_reasons_and_sources():
+    for name, t in knowledge.thresholds().items():
+        assert t.name == name and t.why and t.source, name

@@ -1,0 +1,156 @@
+"""The house's one-way layering, checked on the source: core <- render <- ipython, and no import cycle.
+
+Every import is read from the AST of every module, at any depth (inside functions too), and so are the string
+names given to ``importlib.import_module``: a lazy import is still an import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "nbdebug"
+
+# layer -> the nbdebug modules it must never reach
+FORBIDDEN = {
+    "nbdebug.core": ("nbdebug.render", "nbdebug.ipython", "nbdebug.cli", "nbdebug.dist", "nbdebug.xla", "nbdebug.__main__"),
+    "nbdebug.render": ("nbdebug.ipython", "nbdebug.cli", "nbdebug.__main__"),
+    "nbdebug.ipython": ("nbdebug.cli", "nbdebug.__main__"),
+}
+# the one documented upward reference: the Result mixin asks the render registry at display time
+ALLOWED_UPWARD = {("nbdebug.core._result", "nbdebug.render")}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for every import and import_module("...") in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    top_level = {id(n) for n in tree.body}
+    # imports under `if TYPE_CHECKING:` at module level do not run
+    type_only: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only |= {id(n) for n in ast.walk(node)}
+    found: list[tuple[str, int, bool]] = []
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in top_level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, is_package, node.level, node.module)
+            for a in node.names:
+                # `from nbdebug.render import diagnosis` imports the submodule when there is one
+                sub = f"{base}.{a.name}"
+                found.append((sub if sub in _MODULES else base, node.lineno, id(node) in top_level))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found.append((arg.value, node.lineno, False))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("nbdebug."):
+            # a module named in a string (a lazy table, a "module:function" spec) is an import too
+            name = node.value.split(":")[0].strip()
+            if name.replace(".", "").replace("_", "").isalnum():
+                found.append((name, node.lineno, False))
+    return found
+
+
+_MODULES = _modules()
+
+
+def _layer(module: str) -> str | None:
+    return next((layer for layer in FORBIDDEN if module == layer or module.startswith(layer + ".")), None)
+
+
+def test_every_module_is_seen():
+    assert "nbdebug.core._result" in _MODULES and "nbdebug.render._registry" in _MODULES
+    assert len(_MODULES) > 60
+
+
+@pytest.mark.parametrize("module", sorted(m for m in _MODULES if _layer(m)))
+def test_no_import_against_the_layering(module):
+    layer = _layer(module)
+    bad = []
+    for target, line, _ in _imports(module, _MODULES[module]):
+        for forbidden in FORBIDDEN[layer]:
+            if (target == forbidden or target.startswith(forbidden + ".")) and (module, forbidden) not in ALLOWED_UPWARD:
+                bad.append(f"{module}:{line} imports {target}")
+    assert not bad, "layering broken:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_at_module_level():
+    graph = {
+        m: {t for t, _, top in _imports(m, p) if top and t in _MODULES and t != m}
+        for m, p in _MODULES.items()
+    }
+    # a package's __init__ importing its own submodules is not a cycle unless a submodule imports the package back
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_checker_catches_a_violation(tmp_path):
+    # the walk sees imports inside functions and import_module strings: build a fake core module and read it
+    fake = tmp_path / "x.py"
+    fake.write_text(
+        "def f():\n    from nbdebug.render import _html\n"
+        "def g():\n    import importlib\n    importlib.import_module('nbdebug.ipython._cell')\n"
+    )
+    targets = {t for t, _, _ in _imports("nbdebug.core.x", fake)}
+    assert "nbdebug.render._html" in targets and "nbdebug.ipython._cell" in targets
