@@ -18,6 +18,11 @@ _LAZY: dict[str, str] = {
     "explain": "nbdebug.core.fixes:explain",
     "Diagnosis": "nbdebug.core.fixes:Diagnosis",
     "NbdebugError": "nbdebug.errors:NbdebugError",
+    # shared shapes: every check's findings, and the tutorials' example data
+    "Finding": "nbdebug.core._findings:Finding",
+    "Severity": "nbdebug.core._findings:Severity",
+    "Fix": "nbdebug.core._findings:Fix",
+    "examples": "nbdebug.examples",
     # memory (issue 3)
     "load_snapshot": "nbdebug.core.memory:load_snapshot",
     "MemorySnapshot": "nbdebug.core.memory:MemorySnapshot",

@@ -31,6 +31,22 @@ def test_load_unload_load_cycle(shell):
         assert set(shell.magics_manager.magics["cell"]) == before_cell
 
 
+def test_unload_puts_back_a_magic_that_nbdebug_shadowed(shell):
+    def other_explain(line, cell=None):
+        return "the other extension's explain"
+
+    shell.register_magic_function(other_explain, "line_cell", "explain")
+    try:
+        shell.run_line_magic("load_ext", "nbdebug")
+        assert shell.magics_manager.magics["line"]["explain"] is not other_explain
+        shell.run_line_magic("unload_ext", "nbdebug")
+        assert shell.run_line_magic("explain", "") == "the other extension's explain"
+        assert shell.run_cell_magic("explain", "", "x") == "the other extension's explain"
+    finally:
+        shell.magics_manager.magics["line"].pop("explain", None)
+        shell.magics_manager.magics["cell"].pop("explain", None)
+
+
 def test_status_and_switches(ip):
     status = ip.run_line_magic("nbdebug", "")
     assert status.version

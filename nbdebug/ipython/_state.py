@@ -35,6 +35,8 @@ class ExtensionState:
     shell: Any
     magic_names: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
     magic_classes: list[str] = field(default_factory=list)
+    # magics of the same name that were there before loading (another extension's %explain): put back on unload
+    shadowed: dict[tuple[str, str], Any] = field(default_factory=dict)
     events: list[tuple[str, Callable[..., Any]]] = field(default_factory=list)
     features: dict[str, Feature] = field(default_factory=dict)
     enrichers: list[Enricher] = field(default_factory=list)
@@ -44,6 +46,11 @@ class ExtensionState:
         """Register a ``Magics`` class and remember its magic names."""
         instance = magics_class(shell=self.shell)
         instance.nbd_state = self  # magics reach their extension state as ``self.nbd_state``
+        existing = self.shell.magics_manager.magics
+        for kind, names in instance.magics.items():
+            for name in names:
+                if name in existing.get(kind, {}) and (kind, name) not in self.shadowed:
+                    self.shadowed[(kind, name)] = existing[kind][name]
         self.shell.register_magics(instance)
         for kind, names in instance.magics.items():
             for name in names:
@@ -90,10 +97,13 @@ class ExtensionState:
         manager = self.shell.magics_manager
         for kind, name in self.magic_names:
             manager.magics.get(kind, {}).pop(name, None)
+        for (kind, name), previous in self.shadowed.items():
+            manager.magics.setdefault(kind, {})[name] = previous
         for cls_name in self.magic_classes:
             manager.registry.pop(cls_name, None)
         self.magic_names.clear()
         self.magic_classes.clear()
+        self.shadowed.clear()
         self.events.clear()
         self.features.clear()
         self.enrichers.clear()
