@@ -14,21 +14,20 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.browser
 
-SNAPSHOTS = REPO.parent / "shared" / "data" / "snapshots"
 XLA_REPORT = REPO / "tests" / "data" / "xla" / "era2024_issue8059.txt"
 
 CELLS = [
-    "%load_ext nbdebug\nimport nbdebug, torch\nfrom torch import nn\ntorch.manual_seed(0)",
+    "%load_ext nbdebug\nimport nbdebug, torch\nfrom torch import nn\ntorch.manual_seed(0);",
     # OOM panel with the allocator's snapshot
     "from nbdebug.core.memory._oom import enrich_oom\n"
-    f"snap = nbdebug.load_snapshot({str(SNAPSHOTS / 'torch2.0_history_flexgen_oom_snapshot.pickle')!r})\n"
+    "oom_snap = nbdebug.load_snapshot(nbdebug.examples.path('snapshots/flexgen_oom.pickle'))\n"
     "exc = torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total "
     "capacity; 13.01 GiB already allocated; 1.28 GiB free; 13.30 GiB reserved in total by PyTorch)')\n"
-    "enrich_oom(exc, nbdebug.explain(exc), snap)",
+    "enrich_oom(exc, nbdebug.explain(exc), oom_snap)",
     # %%memtrace on CPU
     "%%memtrace --device cpu\nnet = nn.Linear(64, 64)\nkept = [net(torch.randn(32, 64)) for _ in range(3)]",
     # snapshot viewer
-    "snap",
+    "nbdebug.load_snapshot(nbdebug.examples.path('snapshots/forward_fp32_128.pickle'))",
     # NaN sentinel: the error panel with its section, as the post-run hook would show it (only the last cell
     # may raise: JupyterLab stops "run all" at the first error)
     "from nbdebug.ipython._explainer import diagnose_exception\nfrom nbdebug.ipython._extension import get_state\n"
