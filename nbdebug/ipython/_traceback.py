@@ -16,9 +16,9 @@ IPython custom exception handler for ``Exception``; one that was set before nbde
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
-import sys
 import sysconfig
 from collections.abc import Callable
 from typing import Any
@@ -146,7 +146,8 @@ class ShortTracebacks:
 
         if issubclass(etype, (SyntaxError, UsageError)) or hasattr(value, "_render_traceback_"):
             return None
-        if isinstance(value, BaseExceptionGroup) if sys.version_info >= (3, 11) else False:
+        group = getattr(builtins, "BaseExceptionGroup", None)  # Python >= 3.11
+        if group is not None and isinstance(value, group):  # IPython formats exception groups its own way
             return None
         diagnosis = self.diagnose(value)
         if diagnosis is None or not diagnosis.known or not self.wanted(diagnosis):
