@@ -137,14 +137,13 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
     """Findings of a gradient history: NaN/Inf, spikes, exploding and vanishing trends, loss problems."""
     import numpy as np
 
-    if not len(h.steps) and not h.skipped_steps:
-        if h.steps_seen:
-            msg = (f"{h.steps_seen} optimizer step(s) seen but none recorded: record more often "
-                   f"(every=1) or run more steps")
-        else:
-            msg = ("no optimizer step of this model was seen: the loop rebuilt (rebound) the model after the "
-                   "monitor attached, or never called optimizer.step() on its parameters")
-        yield finding("no_optimizer_steps", msg, evidence={"steps_seen": h.steps_seen})
+    if not h.steps_seen:  # the first step is always recorded: nothing seen means nothing to analyse
+        yield finding(
+            "no_optimizer_steps",
+            "no optimizer step of this model was seen: the loop rebuilt (rebound) the model after the monitor "
+            "attached, or never called optimizer.step() on its parameters",
+            evidence={"steps_seen": 0},
+        )
     if h.nonfinite:
         s, names = h.nonfinite[0]
         where = names or ("(global)",)
