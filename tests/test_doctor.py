@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 import nbdebug
 from nbdebug.core import knowledge
-from nbdebug.errors import InvalidArgumentError
 from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.doctor import DoctorReport, check_reproducible, doctor, set_reproducible
+from nbdebug.errors import InvalidArgumentError
 
 STEPS = 120
 
