@@ -1,4 +1,4 @@
-"""``doctor``: Karpathy's recipe and the seeds' checklists in one call, on a deep copy of the model.
+"""``doctor``: Karpathy's recipe and common training checklists in one call, on a deep copy of the model.
 
 The checks, in order: targets in the output's class range; probabilities fed to a loss that expects logits; the
 loss at init against ``-log(1/C)``; NaN/Inf in the forward and backward pass (with the module, by
