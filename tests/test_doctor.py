@@ -397,3 +397,12 @@ def test_language_model_shapes_classes_in_the_last_dim():
     assert r.num_classes == 12 and r.ok, r
     bad = doctor(TinyLM(), (idx, tgt + 12), lm_loss, steps=10, baseline=False)
     assert "label_out_of_range" in bad.kinds
+
+
+def test_reproducibility_helpers_reject_bad_input():
+    with pytest.raises(InvalidArgumentError, match="expected a callable returning per-step values, got int"):
+        check_reproducible(3)
+    with pytest.raises(InvalidArgumentError, match="runs must be an int >= 2, got 1"):
+        check_reproducible(lambda: [1.0], runs=1)
+    with pytest.raises(InvalidArgumentError, match="seed must be an int, got '0'"):
+        set_reproducible("0")

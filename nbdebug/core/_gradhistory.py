@@ -165,6 +165,7 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             f"{len(h.spikes)} spike(s) above {h.spike_threshold:g}x the running mean; worst: {worst.name} at step "
             f"{worst.step} ({worst.norm:.3g}, {worst.score:.0f}x)",
             names,
+            evidence={"spikes": len(h.spikes), "worst_score": round(worst.score, 1), "threshold": h.spike_threshold},
         )
     if h.no_grad:
         yield finding("no_gradient", f"{len(h.no_grad)} parameter(s) never got a gradient", h.no_grad)
@@ -176,6 +177,7 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             yield finding(
                 "exploding_gradients",
                 f"the global gradient norm grew {late / early:.3g}x (from {early:.3g} to {late:.3g})",
+                evidence={"growth": float(f"{late / early:.3g}"), "threshold": threshold("explode_growth")},
             )
         if late < threshold("vanish_abs") or (early > 0 and late / early < 1 / threshold("explode_growth")):
             yield finding(

@@ -12,7 +12,7 @@ parameter names are the user's.
 
 Live views belong to the display layer: the monitor calls its listeners (``add_listener``) between steps, at most
 ``refresh_hz`` times a second, and ``live=`` takes a view factory ``live(monitor)`` that subscribes itself.  The
-notebook ``GradMonitor`` (``nbdebug.GradMonitor``, in ``nbdebug.ipython._live``) sets ``live_view`` so that
+notebook ``GradMonitor`` of the IPython layer (the public ``nbdebug.GradMonitor``) sets ``live_view`` so that
 ``live=True`` shows a panel that updates in place.
 """
 
