@@ -247,6 +247,11 @@ def test_nanhunt_bad_input_is_a_usage_error(ip):
         ip.run_cell_magic("nanhunt", "not_a_model", "pass")
     with pytest.raises(UsageError, match="could not evaluate"):
         ip.run_cell_magic("nanhunt", "no_such_name", "pass")
+    ip.user_ns.update(frozen=nn.Linear(2, 2).requires_grad_(False))
+    with pytest.raises(UsageError, match="%%gradmonitor: GradMonitor: Linear has no trainable parameters"):
+        ip.run_cell_magic("gradmonitor", "frozen --no-live", "pass")
+    with pytest.raises(UsageError, match="--every must be >= 1"):
+        ip.run_cell_magic("gradmonitor", "frozen --every 0", "pass")
 
 
 def test_gradmonitor_magic_returns_history_and_live_panel_updates_in_place(ip):

@@ -94,7 +94,12 @@ class TrainingMagics(Magics):
         from nbdebug.errors import NonFiniteError
         from nbdebug.ipython._cell import run_body
 
-        sentinel = nan_sentinel(model, replay=args.replay)
+        from nbdebug.errors import InvalidArgumentError
+
+        try:
+            sentinel = nan_sentinel(model, replay=args.replay)
+        except InvalidArgumentError as e:
+            raise UsageError(f"%%nanhunt: {e}") from e
 
         def report(error: BaseException | None) -> None:
             found = error if isinstance(error, NonFiniteError) else None
@@ -145,7 +150,12 @@ class TrainingMagics(Magics):
         from nbdebug.ipython._cell import run_body
         from nbdebug.ipython._live import GradMonitor
 
-        mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
+        from nbdebug.errors import InvalidArgumentError
+
+        try:
+            mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
+        except InvalidArgumentError as e:
+            raise UsageError(f"%%gradmonitor: {e}") from e
         self.shell.user_ns["_gradmonitor"] = mon
         names = _names_of(self.shell, model)
 
