@@ -91,10 +91,8 @@ class TrainingMagics(Magics):
         args = parse_argstring(self.nanhunt, line)
         model = _find_model(self.shell, args.model, "nanhunt")
         from nbdebug.core.nan import nan_sentinel
-        from nbdebug.errors import NonFiniteError
+        from nbdebug.errors import InvalidArgumentError, NonFiniteError
         from nbdebug.ipython._cell import run_body
-
-        from nbdebug.errors import InvalidArgumentError
 
         try:
             sentinel = nan_sentinel(model, replay=args.replay)
@@ -147,10 +145,9 @@ class TrainingMagics(Magics):
         if args.classes is not None and args.classes < 1:
             raise UsageError(f"%%gradmonitor: --classes must be >= 1, got {args.classes}")
         model = _find_model(self.shell, args.model, "gradmonitor")
+        from nbdebug.errors import InvalidArgumentError
         from nbdebug.ipython._cell import run_body
         from nbdebug.ipython._live import GradMonitor
-
-        from nbdebug.errors import InvalidArgumentError
 
         try:
             mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
