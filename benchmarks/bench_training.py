@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nbdebug.core.grads import GradMonitor  # noqa: E402
 from nbdebug.core.nan import nan_sentinel  # noqa: E402
-from nbdebug.render.training import live_html  # noqa: E402
+from nbdebug.ipython._live import LivePanel  # noqa: E402
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 2, 64, 16
 
@@ -60,11 +60,13 @@ class Variant:
         self.stack = ExitStack()
         if kind in ("monitor", "live"):
             self.mon = GradMonitor(self.model, optimizer=self.opt, refresh_hz=2.0)
-            if kind == "live":  # what the live widget does between steps, minus the comm message
+            if kind == "live":  # what the live panel does between steps, minus the display-update message
                 self.renders = []
+                panel = LivePanel(self.mon)  # outside IPython: no display, so only its bundle is built below
+                self.mon.remove_listener(panel.update)
 
                 def render(mon):
-                    live_html(mon.history)
+                    panel.bundle(running=True)
                     self.renders.append(time.perf_counter())
 
                 self.mon.add_listener(render)

@@ -12,8 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import nbdebug
-from nbdebug.core._dynamics import KINDS, THRESHOLDS
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.doctor import DoctorReport, check_reproducible, doctor, set_reproducible
+from nbdebug.errors import InvalidArgumentError
 
 STEPS = 120
 
@@ -173,7 +175,9 @@ def test_planted_bug_is_found(kind):
     assert isinstance(report, DoctorReport)
     assert kind in report.kinds, f"{kind} not found; got {report.kinds}\n{report}"
     f = next(f for f in report.findings if f.kind == kind)
-    assert f.severity in ("error", "warning", "info") and f.message and f.fixes
+    assert isinstance(f, Finding) and isinstance(f.severity, Severity) and f.message
+    assert f.fixes and all(isinstance(x, Fix) for x in f.fixes)
+    assert f.title == knowledge.entry(kind).title
 
 
 def test_planted_findings_name_the_place():
@@ -273,13 +277,26 @@ def test_doctor_uses_the_optimizers_hyperparameters():
     assert "cannot_overfit" in r_slow.kinds
 
 
-def test_bad_input_is_one_clear_error():
-    with pytest.raises(nbdebug.NbdebugError, match="batch must be \\(inputs, targets\\)"):
-        doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss())
-    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
-        doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss())
-    with pytest.raises(nbdebug.NbdebugError, match="no trainable parameters"):
-        doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss())
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss()),
+         r"batch must be \(inputs, targets\), got Tensor"),
+        (lambda: doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss()),
+         "expected a torch.nn.Module, got str"),
+        (lambda: doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss()), "no trainable parameters"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), "mse"), "loss_fn must be callable.*got str"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss(), steps=0),
+         "steps must be an int >= 1, got 0"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss(), optimizer=3),
+         "optimizer must be .*got int"),
+        (lambda: doctor(mlp(), None, nn.MSELoss(), dataloader=[]), "DataLoader given is empty"),
+    ],
+)
+def test_bad_input_is_one_clear_error(call, match):
+    with pytest.raises(InvalidArgumentError, match=match) as info:
+        call()
+    assert isinstance(info.value, (nbdebug.NbdebugError, ValueError, TypeError))
 
 
 def test_batch_from_the_dataloader():
@@ -304,12 +321,22 @@ def test_report_renders_and_exports():
     assert isinstance(r.plot(), Figure)
 
 
-def test_every_kind_in_the_table_has_fixes_and_a_source():
-    for kind, info in KINDS.items():
-        assert info.fixes and info.source and info.title, kind
-    for name, (value, meaning, source) in THRESHOLDS.items():
-        assert value > 0 and meaning and source, name
-    assert set(DOCTOR_KINDS) <= set(KINDS)
+def test_every_training_entry_has_fixes_and_an_openable_source():
+    entries = knowledge.entries(domain="training")
+    for e in entries:
+        assert e.fixes and e.title and e.sources, e.slug
+        # users see sources: only pages they can open, never the names of private notes
+        assert all(src.startswith(("http://", "https://")) for src in e.sources), e.slug
+    limits = knowledge.thresholds("training")
+    for name, t in limits.items():
+        assert t.value > 0 and t.why and t.source and "seed" not in t.source.lower(), name
+    assert set(DOCTOR_KINDS) <= {e.slug for e in entries}
+
+
+def test_report_shows_no_private_file_names():
+    r = doctor(steps=40, baseline=False, reproducibility=False, **_case("no_gradient"))
+    for out in (str(r), r._repr_mimebundle_()["text/html"], repr(r.to_dict())):
+        assert "seed:" not in out and "seeds/" not in out and ".md" not in out
 
 
 def _train_fn(noisy):
@@ -370,3 +397,12 @@ def test_language_model_shapes_classes_in_the_last_dim():
     assert r.num_classes == 12 and r.ok, r
     bad = doctor(TinyLM(), (idx, tgt + 12), lm_loss, steps=10, baseline=False)
     assert "label_out_of_range" in bad.kinds
+
+
+def test_reproducibility_helpers_reject_bad_input():
+    with pytest.raises(InvalidArgumentError, match="expected a callable returning per-step values, got int"):
+        check_reproducible(3)
+    with pytest.raises(InvalidArgumentError, match="runs must be an int >= 2, got 1"):
+        check_reproducible(lambda: [1.0], runs=1)
+    with pytest.raises(InvalidArgumentError, match="seed must be an int, got '0'"):
+        set_reproducible("0")

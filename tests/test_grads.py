@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 from nbdebug.core._dynamics import analyze_loss
+from nbdebug.core._findings import Finding, Severity
 from nbdebug.core.grads import GradHistory, GradMonitor
+from nbdebug.errors import InvalidArgumentError
 
 
 def mlp(c=4):
@@ -324,6 +326,7 @@ def test_history_exports_and_plots():
 
     fig = h.plot()
     assert isinstance(fig, Figure) and len(fig.axes) >= 3  # norm, loss twin, heatmap (+ colorbar)
+    assert fig.canvas.figure is fig and type(fig) is Figure  # built on Figure, not pyplot
     bundle = h._repr_mimebundle_()
     assert "<svg" in bundle["text/html"] and "GradMonitor" in bundle["text/plain"]
     assert h.to_dict()["names"] == list(h.names)
@@ -347,11 +350,113 @@ def test_live_listener_is_rate_bounded(monkeypatch):
     assert calls[-1] == 100  # the final refresh on detach shows everything
 
 
-def test_bad_arguments():
-    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
-        GradMonitor("model")
-    with pytest.raises(ValueError, match="every must be >= 1"):
-        GradMonitor(mlp(), every=0)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(model="model"), "expected a torch.nn.Module, got str"),
+        (dict(every=0), "every must be an int >= 1, got 0"),
+        (dict(spike_threshold=1), "spike_threshold must be a number > 1, got 1"),
+        (dict(num_classes=0), "num_classes must be an int >= 1 or None, got 0"),
+        (dict(refresh_hz=0), "refresh_hz must be a number > 0, got 0"),
+        (dict(live="yes"), "live must be a bool or a callable"),
+        (dict(model=nn.ReLU()), "ReLU has no trainable parameters"),
+    ],
+)
+def test_bad_arguments_raise_invalid_argument_error(kwargs, match):
+    kwargs = {"model": mlp(), **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match) as info:
+        GradMonitor(**kwargs)
+    assert isinstance(info.value, (ValueError, TypeError))  # what callers caught before still catches it
+
+
+def test_core_live_true_needs_a_view_and_a_callable_view_is_called_and_fed():
+    with pytest.raises(InvalidArgumentError, match="live=True needs a display"):
+        GradMonitor(mlp(), live=True)
+    seen = []
+
+    class View:
+        def __init__(self, monitor):
+            self.monitor = monitor
+            monitor.add_listener(self.update)
+
+        def update(self, monitor):
+            seen.append((monitor.attached, len(monitor.history.steps)))
+
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m, live=View) as mon:
+        assert isinstance(mon.view, View) and mon.view.monitor is mon
+        train(m, opt, 3)
+    assert seen and seen[-1] == (False, 3)  # the last call comes after detach, with everything recorded
+
+
+def test_history_is_an_immutable_snapshot():
+    import dataclasses
+
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m) as mon:
+        train(m, opt, 3)
+        first = mon.history
+        train(m, opt, 2)
+    later = mon.history
+    assert len(first.steps) == 3 and len(later.steps) == 5 and first.norms.shape == (3, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.findings = ()  # type: ignore[misc]
+    for arr in (later.norms, later.global_norms, later.module_norms):
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 0.0
+    assert mon.history is later  # nothing new recorded: the same snapshot
+
+
+def test_no_optimizer_step_is_a_warning_not_a_clean_history():
+    m = mlp()
+    other = mlp()
+    opt = torch.optim.SGD(other.parameters(), lr=0.1)  # steps another model's parameters
+    with GradMonitor(m) as mon:
+        train(other, opt, 3)
+    h = mon.history
+    f = next(f for f in h.findings if f.kind == "no_optimizer_steps")
+    assert f.severity is Severity.WARNING and "optimizer.step()" in f.message and f.fixes
+    assert 'class="nbdebug warning' in h._repr_mimebundle_()["text/html"]
+    m2 = mlp()
+    opt2 = torch.optim.SGD(m2.parameters(), lr=0.1)
+    with GradMonitor(m2, every=50) as mon2:
+        train(m2, opt2, 1)
+    assert len(mon2.history.steps) == 1  # step 0 is always recorded, whatever every is
+    assert "no_optimizer_steps" not in {f.kind for f in mon2.history.findings}
+
+
+def test_findings_are_the_shared_finding_with_entry_titles():
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with GradMonitor(m, num_classes=4) as mon:
+        train(m, opt, 30, mon=mon, scale_at=25)
+    h = mon.history
+    assert h.findings and all(isinstance(f, Finding) and f.title for f in h.findings)
+    text = str(h)
+    assert "fix:" in text and "seeds/" not in text and "seed:" not in text
+
+
+def test_core_grads_does_not_reach_the_ipython_layer():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = (
+        "import sys, torch, torch.nn as nn\n"
+        "from nbdebug.core.grads import GradMonitor\n"
+        "m = nn.Linear(3, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "with GradMonitor(m, live=lambda mon: None) as mon:\n"
+        "    m(torch.randn(4, 3)).sum().backward(); opt.step()\n"
+        "h = mon.history; str(h); h._repr_mimebundle_()\n"
+        "print(sorted(k for k in sys.modules if k.startswith(('nbdebug.ipython', 'IPython', 'ipywidgets'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_manual_steps_with_a_scaler_report_unscaled_norms():

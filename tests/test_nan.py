@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -246,10 +247,16 @@ def test_nanhunt_bad_input_is_a_usage_error(ip):
         ip.run_cell_magic("nanhunt", "not_a_model", "pass")
     with pytest.raises(UsageError, match="could not evaluate"):
         ip.run_cell_magic("nanhunt", "no_such_name", "pass")
+    ip.user_ns.update(frozen=nn.Linear(2, 2).requires_grad_(False))
+    with pytest.raises(UsageError, match="%%gradmonitor: GradMonitor: Linear has no trainable parameters"):
+        ip.run_cell_magic("gradmonitor", "frozen --no-live", "pass")
+    with pytest.raises(UsageError, match="--every must be >= 1"):
+        ip.run_cell_magic("gradmonitor", "frozen --every 0", "pass")
 
 
-def test_gradmonitor_magic_returns_history_and_live_panel_updates(ip):
+def test_gradmonitor_magic_returns_history_and_live_panel_updates_in_place(ip):
     from nbdebug.core.grads import GradHistory
+    from nbdebug.ipython._live import LivePanel
 
     torch.manual_seed(0)
     ip.user_ns.update(net=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)), batch=batch, F=F, torch=torch)
@@ -260,18 +267,106 @@ def test_gradmonitor_magic_returns_history_and_live_panel_updates(ip):
         "    loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward()\n"
         "    _gradmonitor.log_loss(loss); opt.step()\n"
     )
-    with capture_output():
-        hist = ip.run_cell_magic("gradmonitor", "net --classes 3 -o mon", cell)
+    with capture_output() as cap:
+        hist = ip.run_cell_magic("gradmonitor", "net --classes 3 -o hist", cell)
     assert isinstance(hist, GradHistory) and len(hist.steps) == 20 and len(hist.losses) == 20
-    mon = ip.user_ns["mon"]
-    panel = mon._widget
-    assert panel is not None and panel.updates >= 1
-    assert "GradMonitor" in panel.widget.value and "done" in panel.widget.value
+    assert ip.user_ns["hist"] is hist  # -o binds the result, like %timeit -o
+    panel = ip.user_ns["_gradmonitor"].view
+    assert isinstance(panel, LivePanel) and panel.updates >= 1 and panel.failed is None
+    # one display with an id, then updates of that same display; the last one is the static final panel
+    first, *updates = cap.outputs
+    display_id = first.transient["display_id"]
+    assert not first.update and "training..." in first.data["text/html"]
+    assert updates and all(o.update and o.transient["display_id"] == display_id for o in updates)
+    final = updates[-1].data
+    assert "done" in final["text/html"] and "nbd-gradmonitor-live" in final["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in final  # nothing a saved notebook cannot show
     fmt = ip.display_formatter.format(hist)[0]
     assert "text/html" in fmt and "<svg" in fmt["text/html"]
 
 
-def test_error_panel_gets_a_sentinel_section(ip):
+def test_gradmonitor_no_live_displays_nothing_while_running(ip):
+    ip.user_ns.update(net=nn.Linear(8, 3), torch=torch)
+    with capture_output() as cap:
+        hist = ip.run_cell_magic(
+            "gradmonitor", "net --no-live",
+            "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nnet(torch.randn(2, 8)).sum().backward(); opt.step()")
+    assert len(hist.steps) == 1 and not cap.outputs
+
+
+def test_gradmonitor_cell_that_rebinds_the_model_gets_a_warning_naming_it(ip):
+    ip.user_ns.update(model=nn.Linear(8, 3), torch=torch)
+    cell = (
+        "model = torch.nn.Linear(8, 3)  # a new object: the monitor watches the old one\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    model(torch.randn(2, 8)).sum().backward(); opt.step()\n"
+    )
+    with capture_output():
+        hist = ip.run_cell_magic("gradmonitor", "model --no-live", cell)
+    f = next(f for f in hist.findings if f.kind == "no_optimizer_steps")
+    assert f.severity == "warning" and "rebinds `model`" in f.message and f.where == ("model",)
+    html = ip.display_formatter.format(hist)[0]["text/html"]
+    assert 'class="nbdebug warning' in html and "no_optimizer_steps" in html
+
+
+def test_gradmonitor_reports_then_reraises_when_the_cell_fails(ip):
+    before = len(_global_optimizer_pre_hooks)
+    ip.user_ns.update(net=nn.Linear(8, 3), torch=torch)
+    cell = (
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for i in range(4):\n"
+        "    net(torch.randn(2, 8)).sum().backward(); opt.step()\n"
+        "raise KeyError('user bug')\n"
+    )
+    with capture_output() as cap:
+        result = ip.run_cell(f"%%gradmonitor net --no-live -o hist\n{cell}")
+    assert isinstance(result.error_in_exec, KeyError) and "user bug" in str(result.error_in_exec)
+    assert len(ip.user_ns["hist"].steps) == 4
+    shown = [o.data.get("text/html", "") for o in cap.outputs]
+    assert any("GradMonitor: 4 steps" in h for h in shown)  # the report was displayed before the error
+    assert len(_global_optimizer_pre_hooks) == before  # hooks came off
+
+
+def test_magic_cells_run_shell_syntax(ip):
+    ip.user_ns.update(net=nn.Linear(8, 3), torch=torch)
+    cell = (
+        "out = !echo nbdebug-shell-line\n"
+        "%env NBDEBUG_MAGIC_LINE=ran\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "net(torch.randn(2, 8)).sum().backward(); opt.step()\n"
+    )
+    with capture_output():
+        hist = ip.run_cell_magic("gradmonitor", "net --no-live", cell)
+    assert len(hist.steps) == 1 and ip.user_ns["out"][0] == "nbdebug-shell-line"
+    assert os.environ.pop("NBDEBUG_MAGIC_LINE") == "ran"
+    del ip.user_ns["out"]
+    with capture_output():
+        ok = ip.run_cell("%%nanhunt net\nout = !echo nanhunt-shell-line\nnet(torch.randn(2, 8))")
+    assert ok.success and ip.user_ns["out"][0] == "nanhunt-shell-line"
+
+
+def test_nanhunt_reraises_other_errors_unchanged_and_takes_hooks_off(ip):
+    m = exercise_model()
+    ip.user_ns.update(m=m, torch=torch)
+    before = hook_counts(m)
+    with capture_output():
+        result = ip.run_cell("%%nanhunt m -o err\nm(torch.randn(2, 8))\nraise ValueError('not a NaN')")
+    assert isinstance(result.error_in_exec, ValueError) and str(result.error_in_exec) == "not a NaN"
+    assert ip.user_ns["err"] is None and hook_counts(m) == before
+
+
+def test_nanhunt_checks_what_the_last_step_left_pending(ip):
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    ip.user_ns.update(m=m, torch=torch)
+    with capture_output():
+        result = ip.run_cell("%%nanhunt m -o err\nm(torch.full((2, 8), float('nan')))")
+    assert isinstance(result.error_in_exec, NonFiniteError)
+    assert ip.user_ns["err"] is result.error_in_exec and ip.user_ns["err"].module == "(input)"
+
+
+def test_error_panel_gets_a_data_only_sentinel_section(ip):
+    from nbdebug.core.fixes._diagnosis import Section
     from nbdebug.ipython._explainer import diagnose_exception
     from nbdebug.ipython._extension import get_state
 
@@ -279,8 +374,31 @@ def test_error_panel_gets_a_sentinel_section(ip):
                        source="cell.py:7 in forward: x = torch.log(x)")
     d = diagnose_exception(get_state(ip), e)
     section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
-    assert "layers.2" in section.text and "torch.log(x)" in section.html and "step (from 0): 51" in section.text
+    assert isinstance(section, Section) and not hasattr(section, "html")
+    facts = dict(section.facts)
+    assert facts["module"] == "layers.2" and facts["step (from 0)"] == "51" and "torch.log(x)" in facts["source"]
+    assert section.fixes and "layers.2" in section.text
     assert d.known and "layers.2" in d.title and d.fixes
+    html = ip.display_formatter.format(d)[0]["text/html"]
+    assert "NaN/Inf sentinel" in html and "torch.log(x)" in html
+
+
+def test_sentinel_section_survives_attributes_that_cannot_be_printed(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    class Bad:
+        def __str__(self):
+            raise RuntimeError("no str")
+
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    e = NonFiniteError("boom", module=Bad(), step=Bad(), phase="backward", stats={"nan": Bad()})
+    d = diagnose_exception(get_state(ip), e)
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert "Bad object" in dict(section.facts)["module"]
+    assert any("replay=True" in n for n in section.notes)
 
 
 def test_nan_in_the_batch_is_blamed_on_the_input():

@@ -1,15 +1,22 @@
-"""What a ``GradMonitor`` recorded (``GradHistory``) and what it means (``grad_findings``)."""
+"""What a ``GradMonitor`` recorded (``GradHistory``) and what it means (``grad_findings``).
+
+``GradHistory`` is an immutable snapshot: the monitor records into its own mutable buffers and ``history`` builds
+a new ``GradHistory`` from them (arrays copied and read-only), then its findings with ``dataclasses.replace``.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._dynamics import Finding, analyze_loss, make_finding, threshold
+from nbdebug.core._dynamics import analyze_loss
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
+from nbdebug.core.knowledge import finding, threshold
 
-__all__ = ["GradSpike", "GradHistory", "grad_findings"]
+__all__ = ["GradSpike", "GradHistory", "grad_findings", "plot_grad_history"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class GradSpike:
 
 @dataclass(frozen=True, repr=False, eq=False)
 class GradHistory(Result):
-    """Everything a ``GradMonitor`` recorded.
+    """Everything a ``GradMonitor`` recorded, as of the moment ``GradMonitor.history`` was read (a snapshot).
 
     Attributes
     ----------
@@ -51,7 +58,14 @@ class GradHistory(Result):
     no_grad : tuple of str
         Parameters that never got a gradient.
     findings : tuple of Finding
-        Spikes, NaN/Inf, exploding/vanishing trends, loss spikes and plateaus.
+        Spikes, NaN/Inf, exploding/vanishing trends, loss spikes and plateaus; a warning when no optimizer step
+        was recorded.
+    spike_threshold : float
+        The spike score the monitor used.
+    num_classes : int or None
+        Classes, for the chance level of the loss.
+    steps_seen : int
+        Optimizer steps the monitor saw (recorded or not, with ``every`` > 1).
     """
 
     steps: tuple[int, ...]
@@ -69,18 +83,11 @@ class GradHistory(Result):
     findings: tuple[Finding, ...] = ()
     spike_threshold: float = 50.0
     num_classes: int | None = None
-
+    steps_seen: int = 0
 
     def _summary_line(self) -> str:
         last = f", last global norm {self.global_norms[-1]:.4g}" if len(self.steps) else ""
         return f"{len(self.steps)} steps, {len(self.names)} parameters{last}, {len(self.findings)} findings"
-
-    def _records(self) -> list[dict[str, Any]]:
-        return [
-            {"step": s, "name": n, "norm": float(self.norms[i, j])}
-            for i, s in enumerate(self.steps)
-            for j, n in enumerate(self.names)
-        ]
 
     def to_pandas(self) -> Any:
         """Tidy frame: one row per (step, parameter) with columns ``step``, ``name``, ``norm``."""
@@ -111,9 +118,10 @@ class GradHistory(Result):
         )
 
     def plot(self, ax: Any = None) -> Any:
-        """Global norm (and loss) over steps, and a per-module heatmap of log10 norms; returns a Figure."""
-        from nbdebug.render.training import plot_grad_history
+        """Global norm (and loss) over steps, and a per-module heatmap of log10 norms.
 
+        Returns a ``matplotlib.figure.Figure`` (no pyplot state); given ``ax``, draws the norms on it only.
+        """
         return plot_grad_history(self, ax=ax)
 
 
@@ -129,41 +137,50 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
     """Findings of a gradient history: NaN/Inf, spikes, exploding and vanishing trends, loss problems."""
     import numpy as np
 
+    if not h.steps_seen:  # the first step is always recorded: nothing seen means nothing to analyse
+        yield finding(
+            "no_optimizer_steps",
+            "no optimizer step of this model was seen: the loop rebuilt (rebound) the model after the monitor "
+            "attached, or never called optimizer.step() on its parameters",
+            evidence={"steps_seen": 0},
+        )
     if h.nonfinite:
         s, names = h.nonfinite[0]
         where = names or ("(global)",)
-        yield make_finding(
+        yield finding(
             "nonfinite_gradient",
             f"NaN/Inf gradients at {len(h.nonfinite)} recorded step(s), first at step {s} in {len(names)} parameter(s)",
             where,
         )
     if h.skipped_steps:
-        yield make_finding(
+        yield finding(
             "skipped_steps",
             f"the GradScaler skipped {len(h.skipped_steps)} step(s) (first: {h.skipped_steps[0]})",
         )
     if h.spikes:
         worst = max(h.spikes, key=lambda sp: sp.score)
         names = tuple(dict.fromkeys(sp.name for sp in h.spikes))
-        yield make_finding(
+        yield finding(
             "gradient_spike",
             f"{len(h.spikes)} spike(s) above {h.spike_threshold:g}x the running mean; worst: {worst.name} at step "
             f"{worst.step} ({worst.norm:.3g}, {worst.score:.0f}x)",
             names,
+            evidence={"spikes": len(h.spikes), "worst_score": round(worst.score, 1), "threshold": h.spike_threshold},
         )
     if h.no_grad:
-        yield make_finding("no_gradient", f"{len(h.no_grad)} parameter(s) never got a gradient", h.no_grad)
+        yield finding("no_gradient", f"{len(h.no_grad)} parameter(s) never got a gradient", h.no_grad)
     g = np.asarray(h.global_norms, dtype=np.float64)
     g = g[np.isfinite(g)]
     if len(g) >= 8:
         early, late = _trend_windows(g)
         if early > 0 and late / early > threshold("explode_growth"):
-            yield make_finding(
+            yield finding(
                 "exploding_gradients",
                 f"the global gradient norm grew {late / early:.3g}x (from {early:.3g} to {late:.3g})",
+                evidence={"growth": float(f"{late / early:.3g}"), "threshold": threshold("explode_growth")},
             )
         if late < threshold("vanish_abs") or (early > 0 and late / early < 1 / threshold("explode_growth")):
-            yield make_finding(
+            yield finding(
                 "vanishing_gradients",
                 f"the global gradient norm fell from {early:.3g} to {late:.3g}",
             )
@@ -178,7 +195,7 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
         if len(pos) >= 2 and pos.min() / pos.max() < threshold("vanish_ratio"):
             lo = int(np.argmin(np.where(per > 0, per, np.inf)))
             hi = int(np.argmax(per))
-            yield make_finding(
+            yield finding(
                 "vanishing_gradients",
                 f"per-module gradient norms span {pos.max() / pos.min():.3g}x: {h.modules[lo]} gets {per[lo]:.3g}, "
                 f"{h.modules[hi]} gets {per[hi]:.3g}",
@@ -187,3 +204,50 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
     if h.losses:
         yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)
 
+
+def plot_grad_history(h: GradHistory, ax: Any = None) -> Any:
+    """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom), as a ``Figure``."""
+    import numpy as np
+
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "GradHistory.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig = ax.figure
+        axes = [ax]
+    else:
+        fig = Figure(figsize=(9, 6), layout="constrained")
+        axes = list(fig.subplots(2, 1, height_ratios=[1, 1.4], sharex=True))
+    top = axes[0]
+    steps = np.asarray(h.steps)
+    g = np.asarray(h.global_norms, dtype=float)
+    top.semilogy(steps, np.where(g > 0, g, np.nan), color="#0969da", label="global grad norm")
+    bad = ~np.isfinite(g)
+    if bad.any():
+        for s in steps[bad]:
+            top.axvline(s, color="#cf222e", alpha=0.4)
+    for sp in h.spikes:
+        if sp.name == "(global)":
+            top.plot(sp.step, sp.norm, "v", color="#cf222e")
+    top.set_ylabel("grad norm")
+    if h.losses:
+        lax = top.twinx()
+        lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
+        if h.num_classes and h.num_classes > 1:
+            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
+        lax.set_ylabel("loss")
+    top.set_title("gradient norms")
+    if len(axes) > 1 and len(steps):
+        hm = axes[1]
+        m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            img = np.log10(np.where(m > 0, m, np.nan))
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
+        im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        hm.set_yticks(range(len(h.modules)))
+        hm.set_yticklabels(h.modules, fontsize=7)
+        hm.set_xlabel("step")
+        fig.colorbar(im, ax=hm, label="log10 grad norm")
+    return fig

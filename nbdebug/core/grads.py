@@ -9,18 +9,26 @@ It hooks the optimizer step (``register_optimizer_step_pre_hook``), which fires 
 after ``GradScaler.unscale_`` (so norms are unscaled), and, given ``scaler=``, notices the steps the scaler skips
 because of inf/NaN gradients.  DDP / DataParallel wrappers and ``torch.compile``'d models are unwrapped, so
 parameter names are the user's.
+
+Live views belong to the display layer: the monitor calls its listeners (``add_listener``) between steps, at most
+``refresh_hz`` times a second, and ``live=`` takes a view factory ``live(monitor)`` that subscribes itself.  The
+notebook ``GradMonitor`` of the IPython layer (the public ``nbdebug.GradMonitor``) sets ``live_view`` so that
+``live=True`` shows a panel that updates in place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from nbdebug.core._dynamics import Finding, threshold
+from nbdebug.core._findings import Finding
 from nbdebug.core._gradhistory import GradHistory, GradSpike, grad_findings
+from nbdebug.core.knowledge import threshold
+from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["GradMonitor", "GradHistory", "GradSpike", "unwrap_model"]
 
@@ -72,10 +80,17 @@ class GradMonitor:
         For classification: a loss plateau at ``-log(1/C)`` is reported as training at chance level.
     flush_every : int
         Recorded steps kept on the device before one batched copy to the host.
-    live : bool
-        Show a live widget in the notebook that refreshes while the cell runs.
+    live : bool or callable
+        A view factory ``live(monitor)`` called on ``attach`` (it subscribes with ``add_listener``); True uses the
+        class's ``live_view`` (``nbdebug.GradMonitor``: a notebook panel that updates in place and leaves a static
+        picture in the saved notebook).
     refresh_hz : float
         Live refresh rate (at most 2 per second); rendering happens only between steps.
+
+    Raises
+    ------
+    InvalidArgumentError
+        When ``model`` is not a ``torch.nn.Module`` or has no trainable parameter, or a number is out of range.
 
     Examples
     --------
@@ -88,6 +103,10 @@ class GradMonitor:
     >>> mon.history.to_pandas()                          # doctest: +SKIP
     """
 
+    # the view factory ``live=True`` uses, ``live_view(monitor)``; None in core (no display layer here).
+    # Typed Any: a callable class attribute would be read by type checkers as a method bound to the monitor.
+    live_view: ClassVar[Any] = None
+
     def __init__(
         self,
         model: Any,
@@ -98,17 +117,37 @@ class GradMonitor:
         scaler: Any = None,
         num_classes: int | None = None,
         flush_every: int = 64,
-        live: bool = False,
+        live: bool | Callable[[GradMonitor], Any] = False,
         refresh_hz: float = 1.0,
     ) -> None:
         import torch
 
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"GradMonitor: expected a torch.nn.Module, got {type(model).__name__}")
-        if int(every) < 1:
-            raise ValueError(f"GradMonitor: every must be >= 1, got {every!r}")
-        if not spike_threshold > 1:
-            raise ValueError(f"GradMonitor: spike_threshold must be > 1, got {spike_threshold!r}")
+            raise InvalidArgumentError(f"GradMonitor: expected a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise InvalidArgumentError(f"GradMonitor: every must be an int >= 1, got {every!r}")
+        if not isinstance(spike_threshold, (int, float)) or not spike_threshold > 1:
+            raise InvalidArgumentError(f"GradMonitor: spike_threshold must be a number > 1, got {spike_threshold!r}")
+        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+            raise InvalidArgumentError(f"GradMonitor: num_classes must be an int >= 1 or None, got {num_classes!r}")
+        if not isinstance(flush_every, int) or flush_every < 1:
+            raise InvalidArgumentError(f"GradMonitor: flush_every must be an int >= 1, got {flush_every!r}")
+        if not isinstance(refresh_hz, (int, float)) or not refresh_hz > 0:
+            raise InvalidArgumentError(f"GradMonitor: refresh_hz must be a number > 0, got {refresh_hz!r}")
+        if live is True:
+            view = type(self).live_view
+            if view is None:
+                raise InvalidArgumentError(
+                    "GradMonitor: live=True needs a display; use nbdebug.GradMonitor (the notebook version) or pass "
+                    "a view factory live=callable(monitor)"
+                )
+            self._live_view: Callable[[GradMonitor], Any] | None = view
+        elif live is False or live is None:
+            self._live_view = None
+        elif callable(live):
+            self._live_view = live
+        else:
+            raise InvalidArgumentError(f"GradMonitor: live must be a bool or a callable(monitor), got {live!r}")
         self.model = unwrap_model(model)
         self.every = int(every)
         self.spike_threshold = float(spike_threshold)
@@ -119,7 +158,10 @@ class GradMonitor:
         self.refresh_interval = 1.0 / min(max(float(refresh_hz), 1e-3), MAX_REFRESH_HZ)
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         if not named:
-            raise ValueError("GradMonitor: the model has no trainable parameters")
+            raise InvalidArgumentError(
+                f"GradMonitor: {type(self.model).__name__} has no trainable parameters; expected a module with at "
+                "least one parameter with requires_grad=True"
+            )
         self.names: tuple[str, ...] = tuple(n for n, _ in named)
         self._params = [p for _, p in named]
         self._param_ids = {id(p) for p in self._params}
@@ -150,8 +192,7 @@ class GradMonitor:
         self._ema_count: Any = None
         self._listeners: list[Callable[[GradMonitor], None]] = []
         self._last_refresh = 0.0
-        self._live = bool(live)
-        self._widget: Any = None
+        self.view: Any = None  # what live(monitor) returned
         self._hist_cache: tuple[Any, GradHistory] | None = None
 
     # -- attaching -----------------------------------------------------------------------------------------
@@ -164,8 +205,8 @@ class GradMonitor:
         if self.scaler is not None:
             self._wrap_scaler()
         self._attached = True
-        if self._live and self._widget is None:
-            self.widget()
+        if self._live_view is not None and self.view is None:
+            self.view = self._live_view(self)
         return self
 
     def detach(self) -> None:
@@ -388,13 +429,10 @@ class GradMonitor:
         if fn in self._listeners:
             self._listeners.remove(fn)
 
-    def widget(self) -> Any:
-        """Display (and return) a live ipywidgets panel that refreshes while training runs."""
-        from nbdebug.ipython._training import live_panel
-
-        if self._widget is None:
-            self._widget = live_panel(self)
-        return self._widget
+    @property
+    def attached(self) -> bool:
+        """True between ``attach`` and ``detach`` (while recording)."""
+        return self._attached
 
     @property
     def steps_seen(self) -> int:
@@ -403,11 +441,14 @@ class GradMonitor:
 
     @property
     def history(self) -> GradHistory:
-        """Everything recorded so far (copies pending rows to the host first)."""
+        """A snapshot of everything recorded so far (copies pending rows to the host first).
+
+        The monitor keeps recording into its own buffers; each snapshot is immutable (read-only arrays).
+        """
         import numpy as np
 
         self._flush()
-        key = (len(self._h_steps), sum(len(v) for v in self._h_loss.values()), len(self._skipped))
+        key = (len(self._h_steps), sum(len(v) for v in self._h_loss.values()), len(self._skipped), self._step)
         if self._hist_cache is not None and self._hist_cache[0] == key:
             return self._hist_cache[1]
         P = len(self.names)
@@ -416,6 +457,8 @@ class GradMonitor:
         mod = np.zeros((norms.shape[0], len(self.modules)))
         np.add.at(mod.T, np.asarray(self._owner_index), (norms**2).T)
         mod = np.sqrt(mod)
+        for arr in (norms, glob, mod):
+            arr.setflags(write=False)
         loss_steps = tuple(sorted(self._h_loss))
         losses = tuple(float(np.mean(self._h_loss[s])) for s in loss_steps)
         no_grad = tuple(self.names[i] for i in range(P) if i not in self._h_got_grad) if self._h_steps else ()
@@ -434,8 +477,9 @@ class GradMonitor:
             no_grad=no_grad,
             spike_threshold=self.spike_threshold,
             num_classes=self.num_classes,
+            steps_seen=self._step,
         )
-        object.__setattr__(hist, "findings", tuple(grad_findings(hist)))
+        hist = dataclasses.replace(hist, findings=tuple(grad_findings(hist)))
         self._hist_cache = (key, hist)
         return hist
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdebug.core._dynamics import describe_tensor
-from nbdebug.errors import NonFiniteError
+from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
 
@@ -190,7 +190,11 @@ class NanSentinel:
         _F32 = torch.float32
         _WIDE.update((torch.float32, torch.float64))
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
+            raise InvalidArgumentError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
+        if optimizer is not None and not callable(getattr(optimizer, "register_step_pre_hook", None)):
+            raise InvalidArgumentError(
+                f"nan_sentinel: optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}"
+            )
         self.model = unwrap_model(model)
         self.replay = bool(replay)
         self.optimizer = optimizer
@@ -258,12 +262,16 @@ class NanSentinel:
         return self
 
     def detach(self) -> None:
-        """Remove every hook (safe to call twice)."""
+        """Remove every hook and drop what is pending (safe to call twice)."""
+        self.remove_hooks()
+        self._reset()
+
+    def remove_hooks(self) -> None:
+        """Remove every hook but keep the pending flags, so that a last ``check()`` can still run."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._active = False
-        self._reset()
 
     # -- hooks ---------------------------------------------------------------------------------------------
     def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -496,6 +504,8 @@ def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, che
 
     Raises
     ------
+    InvalidArgumentError
+        When ``model`` is not a ``torch.nn.Module`` or ``optimizer`` is not an optimizer.
     NonFiniteError
         With ``module``, ``step`` (from 0), ``phase`` (``"forward"``/``"backward"``) and ``stats``.
 

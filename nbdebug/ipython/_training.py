@@ -1,6 +1,9 @@
-"""``%%nanhunt`` and ``%%gradmonitor`` cell magics, and the live GradMonitor widget.
+"""``%%nanhunt`` and ``%%gradmonitor`` cell magics, and the NaN/Inf section of the error panel.
 
-Imported by ``%load_ext nbdebug``: no torch, numpy, pandas, matplotlib or ipywidgets at import time.
+Imported by ``%load_ext nbdebug``: no torch, numpy, pandas, matplotlib or ipywidgets at import time.  Both magics
+run their cell through ``nbdebug.ipython._cell.run_body`` (``!``/``%`` lines work; hooks come off however the
+cell ends; on an error the report is shown, then the cell's own error is re-raised).  The live GradMonitor panel
+is ``nbdebug.ipython._live``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,23 @@ def _find_model(shell: Any, expr: str | None, magic: str) -> Any:
     return roots[0][1]
 
 
+class _Sentinel:
+    """``%%nanhunt``'s recording context: hooks on at entry, off at exit; the last check is left to the report."""
+
+    def __init__(self, sentinel: Any) -> None:
+        self.sentinel = sentinel
+
+    def __enter__(self) -> Any:
+        return self.sentinel.attach()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.sentinel.remove_hooks()
+
+
+def _names_of(shell: Any, obj: Any) -> list[str]:
+    return [k for k, v in list(shell.user_ns.items()) if v is obj and not k.startswith("_")]
+
+
 @magics_class
 class TrainingMagics(Magics):
     """Training-dynamics magics."""
@@ -64,101 +84,117 @@ class TrainingMagics(Magics):
         gradients are checked on the device, with one host sync per optimizer step.
         On the first NaN/Inf the cell stops with ``nbdebug.NonFiniteError`` naming the module, the step (from 0)
         and the phase (forward/backward); with ``--replay`` it also names the op and its source line (the
-        step's backward replayed under ``torch.autograd.detect_anomaly``).  Hooks come off however the cell ends.
+        step's backward replayed under ``torch.autograd.detect_anomaly``).  Hooks come off however the cell ends;
+        any other error of the cell is re-raised unchanged.  ``!cmd`` and ``%magic`` lines work in the cell.
         Returns None when the cell ran clean (``-o NAME`` binds the error, or None).
         """
         args = parse_argstring(self.nanhunt, line)
         model = _find_model(self.shell, args.model, "nanhunt")
         from nbdebug.core.nan import nan_sentinel
-        from nbdebug.errors import NonFiniteError
+        from nbdebug.errors import InvalidArgumentError, NonFiniteError
+        from nbdebug.ipython._cell import run_body
 
-        found: NonFiniteError | None = None
         try:
-            with nan_sentinel(model, replay=args.replay):
-                self.shell.ex(cell)
-        except NonFiniteError as e:
-            found = e
-            raise
-        finally:
-            if args.output:
-                self.shell.user_ns[args.output] = found
-        return None
+            sentinel = nan_sentinel(model, replay=args.replay)
+        except InvalidArgumentError as e:
+            raise UsageError(f"%%nanhunt: {e}") from e
+
+        def report(error: BaseException | None) -> None:
+            found = error if isinstance(error, NonFiniteError) else None
+            try:
+                if error is None:
+                    sentinel.check()  # what the last step left pending (no optimizer step after it)
+            except NonFiniteError as e:
+                found = e
+                raise
+            finally:
+                sentinel.detach()
+                if args.output:
+                    self.shell.user_ns[args.output] = found
+            # the error panel (the explainer's NaN/Inf section) is the report of a failed hunt
+            return None
+
+        return run_body(self.shell, cell, magic="nanhunt", context=_Sentinel(sentinel), report=report)
 
     @magic_arguments()
     @argument("model", nargs="?", help="expression naming the model (default: the only nn.Module in the namespace)")
     @argument("--every", type=int, default=1, help="record every N-th optimizer step")
     @argument("--classes", type=int, default=None, help="number of classes (flags a loss plateau at chance level)")
     @argument("--no-live", action="store_true", help="do not show the live panel while the cell runs")
-    @argument("-o", "--output", metavar="NAME", help="also bind the GradMonitor to NAME")
+    @argument("-o", "--output", metavar="NAME", help="also bind the GradHistory to NAME")
     @cell_magic
     def gradmonitor(self, line: str, cell: str) -> Any:
         """Run the cell with a GradMonitor on the model and show its live panel.
 
         Usage::
 
-            %%gradmonitor model --classes 10 -o mon
+            %%gradmonitor model --classes 10 -o hist
             for x, y in loader:
                 loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
 
-        Inside the cell, ``_gradmonitor.log_loss(loss)`` adds the loss to the panel.  Returns the recorded
-        ``GradHistory`` (global/per-module norms, spikes, NaN/Inf, trends); ``-o NAME`` binds the monitor.
+        Build the model in an earlier cell: the monitor watches the model that exists when the cell starts.
+        Inside the cell, ``_gradmonitor`` is the monitor: ``_gradmonitor.log_loss(loss)`` adds the loss to the
+        panel.  The live panel updates in place at most twice a second and ends as a static picture.  Returns the
+        recorded ``GradHistory`` (global/per-module norms, spikes, NaN/Inf, trends, findings); ``-o NAME`` binds
+        it.  A cell that records no optimizer step gets a warning saying why.  When the cell raises, the history
+        is shown and the cell's own error is re-raised.
         """
         args = parse_argstring(self.gradmonitor, line)
         if args.every < 1:
             raise UsageError(f"%%gradmonitor: --every must be >= 1, got {args.every}")
+        if args.classes is not None and args.classes < 1:
+            raise UsageError(f"%%gradmonitor: --classes must be >= 1, got {args.classes}")
         model = _find_model(self.shell, args.model, "gradmonitor")
-        from nbdebug.core.grads import GradMonitor
+        from nbdebug.errors import InvalidArgumentError
+        from nbdebug.ipython._cell import run_body
+        from nbdebug.ipython._live import GradMonitor
 
-        mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
-        if args.output:
-            self.shell.user_ns[args.output] = mon
+        try:
+            mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
+        except InvalidArgumentError as e:
+            raise UsageError(f"%%gradmonitor: {e}") from e
         self.shell.user_ns["_gradmonitor"] = mon
-        with mon:
-            self.shell.ex(cell)
-        return mon.history
+        names = _names_of(self.shell, model)
+
+        def report(error: BaseException | None) -> Any:
+            return _explain_no_steps(self.shell, mon.history, model, names)
+
+        return run_body(self.shell, cell, magic="gradmonitor", context=mon, report=report, output=args.output)
 
 
-class LivePanel:
-    """An ipywidgets HTML panel that a GradMonitor refreshes between steps (at most ``refresh_hz``)."""
+def _explain_no_steps(shell: Any, history: Any, model: Any, names: list[str]) -> Any:
+    """When no optimizer step was seen and the cell rebound the model's name, say so in the finding."""
+    if history.steps_seen or not any(f.kind == "no_optimizer_steps" for f in history.findings):
+        return history
+    rebound = [n for n in names if shell.user_ns.get(n) is not model]
+    if not rebound:
+        return history
+    import dataclasses
 
-    def __init__(self, monitor: Any) -> None:
-        from nbdebug.errors import require
+    from nbdebug.core.knowledge import finding
 
-        ipywidgets = require("ipywidgets", "widgets", "The live GradMonitor panel")
-        self.monitor = monitor
-        self.widget = ipywidgets.HTML(value=self._render(running=True))
-        self.widget.add_class("nbd-live")
-        monitor.add_listener(self.update)
-        self.updates = 0
-
-    def _render(self, running: bool) -> str:
-        from nbdebug.render.training import live_html
-
-        return live_html(self.monitor.history, running=running)
-
-    def update(self, monitor: Any) -> None:
-        self.widget.value = self._render(running=monitor._attached)
-        self.updates += 1
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    shown = ", ".join(f"`{n}`" for n in rebound)
+    better = finding(
+        "no_optimizer_steps",
+        f"no optimizer step of the monitored model was seen: the cell rebinds {shown} to a new object, which the "
+        "monitor does not watch (and its optimizer steps the new parameters); build the model in an earlier cell",
+        rebound,
+        evidence={"steps_seen": 0},
+    )
+    findings = tuple(better if f.kind == "no_optimizer_steps" else f for f in history.findings)
+    return dataclasses.replace(history, findings=findings)
 
 
-def live_panel(monitor: Any) -> LivePanel:
-    """Create and display the live panel of ``monitor`` (a plain HTML snapshot outside IPython)."""
-    panel = LivePanel(monitor)
+def _safe(value: Any, limit: int = 300) -> str:
+    """``str(value)``, never raising and never huge (the exception's attributes are the user's objects)."""
     try:
-        from IPython import get_ipython
-
-        if get_ipython() is not None:
-            from IPython.display import display
-
-            display(panel.widget)
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        pass
-    return panel
+        text = str(value)
+    except Exception:
+        try:
+            text = object.__repr__(value)
+        except Exception:
+            text = "<unprintable>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
@@ -167,37 +203,45 @@ def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
 
     if not isinstance(exc, NonFiniteError):
         return diagnosis
+    try:
+        return _nonfinite_section(exc, diagnosis)
+    except Exception:  # the explainer adds to the traceback; its own failure must not hide the user's error
+        return diagnosis
+
+
+def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
     import dataclasses
 
-    from nbdebug.core._dynamics import KINDS
     from nbdebug.core.fixes._diagnosis import Section
-    from nbdebug.render._html import esc, kv_table
+    from nbdebug.core.knowledge import entry
 
-    rows = [("module", exc.module), ("step (from 0)", exc.step), ("phase", exc.phase)]
-    rows += [(k, v) for k, v in (("op", exc.op), ("source", exc.source), ("detect_anomaly", exc.anomaly)) if v]
-    rows += [(f"tensor {k}", v) for k, v in exc.stats.items()]
-    kind = "nonfinite_forward" if exc.phase == "forward" else "nonfinite_gradient"
-    fixes = KINDS[kind].fixes
-    text = "\n".join(f"{k}: {v}" for k, v in rows) + "\n" + "\n".join(f"fix: {f}" for f in fixes)
-    html = kv_table(rows) + "<ul>" + "".join(f"<li>{esc(f)}</li>" for f in fixes) + "</ul>"
-    if exc.op is None:
-        html += '<div class="nbd-muted">nan_sentinel(model, replay=True) or %%nanhunt --replay names the op and line</div>'
-    section = Section(title="NaN/Inf sentinel", text=text, html=html)
-    try:
-        changes: dict[str, Any] = {"sections": (*diagnosis.sections, section)}
+    module = _safe(getattr(exc, "module", ""))
+    step = _safe(getattr(exc, "step", "?"))
+    phase = _safe(getattr(exc, "phase", ""))
+    facts: list[tuple[str, Any]] = [("module", module), ("step (from 0)", step), ("phase", phase)]
+    for key in ("op", "source", "anomaly"):
+        value = getattr(exc, key, None)
+        if value:
+            facts.append(("detect_anomaly" if key == "anomaly" else key, _safe(value)))
+    stats = getattr(exc, "stats", None)
+    if isinstance(stats, dict):
+        facts += [(f"tensor {_safe(k, 40)}", _safe(v)) for k, v in list(stats.items())[:12]]
+    e = entry("nonfinite_forward" if phase == "forward" else "nonfinite_gradient")
+    notes: tuple[str, ...] = ()
+    if not getattr(exc, "op", None):
+        notes = ("nan_sentinel(model, replay=True) or %%nanhunt --replay names the op and its source line",)
+    text = f"{e.title}: first seen in {module!r}, step {step} (from 0), {phase} pass."
+    section = Section(title="NaN/Inf sentinel", text=text, facts=tuple(facts), fixes=e.fixes, notes=notes)
+    where = f" in {module!r}" if module else ""
+    return dataclasses.replace(
+        diagnosis,
+        sections=(*diagnosis.sections, section),
         # the sentinel knows more than the message: where, when and in which pass the value appeared
-        from nbdebug.core.fixes._diagnosis import Fix
-
-        where = f"in {exc.module!r}" if exc.module else ""
-        changes.update(
-            category=diagnosis.category if diagnosis.known else "nan_loss",
-            title=f"NaN/Inf in the {exc.phase} pass {where} at step {exc.step}",
-            summary=KINDS[kind].title + f": first seen {where}, step {exc.step} (from 0), {exc.phase} pass",
-            fixes=(*(Fix(f) for f in fixes), *diagnosis.fixes),
-        )
-        return dataclasses.replace(diagnosis, **changes)
-    except (TypeError, AttributeError, ValueError):
-        return diagnosis
+        category=diagnosis.category if diagnosis.known else "nan_loss",
+        title=f"NaN/Inf in the {phase} pass{where} at step {step}",
+        summary=f"{e.title}: first seen{where}, step {step} (from 0), {phase} pass",
+        fixes=(*e.fixes, *diagnosis.fixes),
+    )
 
 
 def register(state: ExtensionState) -> None:

@@ -1,23 +1,24 @@
-"""Render training-dynamics results (gradient histories, doctor reports, findings).
+"""Render training-dynamics results (gradient histories, the live GradMonitor panel, doctor reports).
 
-Text, HTML (inline SVG: no script, no network) and matplotlib Figures (built on ``Figure``, never pyplot).
+Text and HTML (inline SVG: no script, no network, colours from the theme's CSS variables).  Findings go through
+the one findings renderer (``render/findings.py``).  The matplotlib pictures are the results' own ``.plot()``
+(``plot_grad_history`` and ``plot_doctor`` live next to the results in core and are re-exported here).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
-from nbdebug.core._gradhistory import GradHistory
-from nbdebug.core.doctor._report import DoctorReport
+from nbdebug.core._findings import worst_severity
+from nbdebug.core._gradhistory import GradHistory, plot_grad_history
+from nbdebug.core.doctor._report import DoctorReport, plot_doctor
 from nbdebug.core.doctor._repro import ReproReport
 from nbdebug.render._html import esc, kv_table, panel, table
 from nbdebug.render._registry import renders
+from nbdebug.render.findings import findings_html, findings_text
 
 __all__ = [
-    "findings_text",
-    "findings_html",
     "svg_line",
     "svg_bars",
     "grad_history_text",
@@ -31,39 +32,10 @@ __all__ = [
     "repro_html",
 ]
 
-_SEV_ORDER = {"error": 0, "warning": 1, "info": 2}
-
-
-def _fmt(x: float) -> str:
+def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "nan"
     return f"{x:.4g}"
-
-
-# -- findings ----------------------------------------------------------------------------------------------
-def findings_text(findings: Sequence[Any]) -> str:
-    """Findings, worst first, one block each."""
-    if not findings:
-        return "no findings"
-    return "\n".join(str(f) for f in sorted(findings, key=lambda f: _SEV_ORDER.get(f.severity, 3)))
-
-
-def findings_html(findings: Sequence[Any]) -> str:
-    """A findings table, worst first."""
-    if not findings:
-        return '<div class="nbd-muted">no findings</div>'
-    rows = []
-    for f in sorted(findings, key=lambda f: _SEV_ORDER.get(f.severity, 3)):
-        where = ", ".join(f.where[:6]) + (", ..." if len(f.where) > 6 else "")
-        fixes = "".join(f"<li>{esc(x)}</li>" for x in f.fixes)
-        rows.append(
-            f'<tr class="nbd-finding" data-kind="{esc(f.kind)}"><td class="sev-{esc(f.severity)}">{esc(f.severity)}</td>'
-            f"<td><code>{esc(f.kind)}</code></td><td>{esc(f.message)}"
-            + (f'<div class="nbd-muted">in: <code>{esc(where)}</code></div>' if where else "")
-            + f'</td><td><ul style="margin:0;padding-left:16px">{fixes}</ul></td></tr>'
-        )
-    head = "<tr><th>severity</th><th>kind</th><th>what</th><th>fixes</th></tr>"
-    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 # -- inline SVG (no script, no network: panels render anywhere) ----------------------------------------------
@@ -112,16 +84,16 @@ def svg_line(
     parts = [
         f'<svg class="nbd-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
-        f'<rect x="{pad_l}" y="{pad_t}" width="{W}" height="{H}" fill="#fff" stroke="#d0d7de"/>',
-        f'<text x="{pad_l}" y="11" font-size="11" fill="#1f2328">{esc(title)}</text>',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{W}" height="{H}" style="fill:var(--nbd-bg,#fff);stroke:var(--nbd-border,#d0d7de)"/>',
+        f'<text x="{pad_l}" y="11" font-size="11">{esc(title)}</text>',
     ]
     for val in (lo, hi):
         label = f"1e{int(round(val))}" if log else f"{val:.3g}"
         parts.append(f'<text x="{pad_l - 4}" y="{py(10**val if log else val) + 4:.1f}" font-size="10" '
-                     f'text-anchor="end" fill="#656d76">{esc(label)}</text>')
-    parts.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10" fill="#656d76">{_fmt(x0)}</text>')
+                     f'text-anchor="end" class="nbd-muted">{esc(label)}</text>')
+    parts.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10" class="nbd-muted">{_fmt(x0)}</text>')
     parts.append(f'<text x="{width - pad_r}" y="{height - 4}" font-size="10" text-anchor="end" '
-                 f'fill="#656d76">step {_fmt(x1)}</text>')
+                 f'class="nbd-muted">step {_fmt(x1)}</text>')
     if hline is not None and (not log or hline[0] > 0):
         y = py(hline[0])
         parts.append(f'<line x1="{pad_l}" x2="{pad_l + W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#bf8700" '
@@ -162,17 +134,17 @@ def svg_bars(labels: Sequence[str], values: Sequence[float], *, title: str = "",
     parts = [
         f'<svg class="nbd-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
-        f'<text x="0" y="11" font-size="11" fill="#1f2328">{esc(title)} (log scale, 1e{lo} .. 1e{hi})</text>',
+        f'<text x="0" y="11" font-size="11">{esc(title)} (log scale, 1e{lo} .. 1e{hi})</text>',
     ]
     for i, (label, v) in enumerate(shown):
         y = pad_t + i * row_h
         short = label if len(label) <= 28 else "..." + label[-25:]
-        parts.append(f'<text x="{pad_l - 4}" y="{y + 10}" font-size="10" text-anchor="end" fill="#1f2328">'
+        parts.append(f'<text x="{pad_l - 4}" y="{y + 10}" font-size="10" text-anchor="end">'
                      f"{esc(short)}</text>")
         if v > 0 and math.isfinite(v):
             w = max(1.0, (math.log10(v) - lo) / (hi - lo) * W)
             parts.append(f'<rect x="{pad_l}" y="{y + 2}" width="{w:.1f}" height="{row_h - 4}" fill="#0969da"/>')
-            parts.append(f'<text x="{pad_l + w + 3:.1f}" y="{y + 10}" font-size="10" fill="#656d76">{_fmt(v)}</text>')
+            parts.append(f'<text x="{pad_l + w + 3:.1f}" y="{y + 10}" font-size="10" class="nbd-muted">{_fmt(v)}</text>')
         else:
             mark = "no gradient" if v == 0 else "NaN/Inf"
             parts.append(f'<text x="{pad_l}" y="{y + 10}" font-size="10" fill="#cf222e">{mark}</text>')
@@ -181,16 +153,17 @@ def svg_bars(labels: Sequence[str], values: Sequence[float], *, title: str = "",
 
 
 # -- gradient history --------------------------------------------------------------------------------------
-def _chance(h: Any) -> tuple[float, str] | None:
+def _chance(h: GradHistory) -> tuple[float, str] | None:
     if h.num_classes and h.num_classes > 1:
         return (math.log(h.num_classes), f"chance -log(1/{h.num_classes})")
     return None
 
 
 @renders(GradHistory, "text")
-def grad_history_text(h: Any) -> str:
+def grad_history_text(h: GradHistory) -> str:
     """Plain-text summary of a GradHistory."""
-    lines = [f"GradMonitor: {len(h.steps)} recorded steps, {len(h.names)} parameters, {len(h.modules)} modules"]
+    lines = [f"GradMonitor: {len(h.steps)} recorded steps of {h.steps_seen} seen, {len(h.names)} parameters, "
+             f"{len(h.modules)} modules"]
     if len(h.steps):
         g = h.global_norms
         lines.append(f"global grad norm: first {_fmt(g[0])}, last {_fmt(g[-1])}, max {_fmt(max(g))}")
@@ -205,7 +178,7 @@ def grad_history_text(h: Any) -> str:
     return "\n".join(lines)
 
 
-def _history_body(h: Any, *, compact: bool = False) -> str:
+def _history_body(h: GradHistory, *, compact: bool = False) -> str:
     xs = list(h.steps)
     body = svg_line(xs, [("global grad norm", [float(v) for v in h.global_norms], "#0969da")], log=True,
                     title="global gradient norm")
@@ -226,79 +199,37 @@ def _history_body(h: Any, *, compact: bool = False) -> str:
 
 
 @renders(GradHistory, "html")
-def grad_history_html(h: Any) -> str:
+def grad_history_html(h: GradHistory) -> str:
     """HTML panel: global norm, loss with chance level, gradient flow per module, findings."""
-    kind = "error" if any(f.severity == "error" for f in h.findings) else (
-        "warning" if any(f.severity == "warning" for f in h.findings) else "ok")
+    kind = _panel_kind(h)
     title = f"GradMonitor: {len(h.steps)} steps, {len(h.names)} parameters, {len(h.findings)} findings"
     return panel(title, _history_body(h), kind=kind, css_class="nbd-gradmonitor")
 
 
-def live_html(h: Any, *, running: bool = True) -> str:
-    """The live widget's content (compact panel; cheap to build)."""
+def _panel_kind(h: GradHistory) -> str:
+    worst = worst_severity(h.findings)
+    return "ok" if worst is None or worst.value == "info" else worst.value
+
+
+def live_html(h: GradHistory, *, running: bool = True) -> str:
+    """The live panel's content: compact, cheap to build; once done, the static picture the notebook keeps."""
     state = "training..." if running else "done"
     headline = kv_table([
         ("state", state),
+        ("optimizer steps seen", h.steps_seen),
         ("steps recorded", len(h.steps)),
         ("last global norm", _fmt(float(h.global_norms[-1])) if len(h.steps) else "-"),
         ("last loss", _fmt(h.losses[-1]) if h.losses else "-"),
     ])
-    flags = "".join(f'<div class="sev-{esc(f.severity)}">{esc(f.kind)}: {esc(f.message)}</div>' for f in h.findings[:6])
-    return panel("GradMonitor (live)", headline + flags + _history_body(h, compact=True), kind="info",
-                 css_class="nbd-gradmonitor-live")
-
-
-def plot_grad_history(h: Any, ax: Any = None) -> Any:
-    """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom)."""
-    import numpy as np
-
-    from nbdebug.errors import require
-
-    require("matplotlib", "widgets", "GradHistory.plot()")
-    from matplotlib.figure import Figure
-
-    if ax is not None:
-        fig = ax.figure
-        axes = [ax]
-    else:
-        fig = Figure(figsize=(9, 6), layout="constrained")
-        axes = fig.subplots(2, 1, height_ratios=[1, 1.4], sharex=True)
-    top = axes[0]
-    steps = np.asarray(h.steps)
-    g = np.asarray(h.global_norms, dtype=float)
-    top.semilogy(steps, np.where(g > 0, g, np.nan), color="#0969da", label="global grad norm")
-    bad = ~np.isfinite(g)
-    if bad.any():
-        for s in steps[bad]:
-            top.axvline(s, color="#cf222e", alpha=0.4)
-    for sp in h.spikes:
-        if sp.name == "(global)":
-            top.plot(sp.step, sp.norm, "v", color="#cf222e")
-    top.set_ylabel("grad norm")
-    if h.losses:
-        lax = top.twinx()
-        lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
-        if h.num_classes and h.num_classes > 1:
-            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
-        lax.set_ylabel("loss")
-    top.set_title("gradient norms")
-    if len(axes) > 1 and len(steps):
-        hm = axes[1]
-        m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            img = np.log10(np.where(m > 0, m, np.nan))
-        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
-        im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
-        hm.set_yticks(range(len(h.modules)))
-        hm.set_yticklabels(h.modules, fontsize=7)
-        hm.set_xlabel("step")
-        fig.colorbar(im, ax=hm, label="log10 grad norm")
-    return fig
+    flags = "".join(f'<div class="sev-{esc(f.severity.value)}">{esc(f.kind)}: {esc(f.message)}</div>'
+                    for f in h.findings[:6])
+    return panel("GradMonitor (live)", headline + flags + _history_body(h, compact=True),
+                 kind="info" if running else _panel_kind(h), css_class="nbd-gradmonitor-live")
 
 
 # -- doctor ------------------------------------------------------------------------------------------------
 @renders(DoctorReport, "text")
-def doctor_text(r: Any) -> str:
+def doctor_text(r: DoctorReport) -> str:
     """Plain-text doctor report."""
     head = (f"Training doctor: {r.task} model, {r.steps} steps on one batch; "
             f"{sum(f.severity == 'error' for f in r.findings)} error(s), "
@@ -314,11 +245,12 @@ def doctor_text(r: Any) -> str:
 
 
 @renders(DoctorReport, "html")
-def doctor_html(r: Any) -> str:
+def doctor_html(r: DoctorReport) -> str:
     """HTML panel: findings, the overfit curve (with the zero-input baseline), gradient flow per layer."""
     n_err = sum(f.severity == "error" for f in r.findings)
     n_warn = sum(f.severity == "warning" for f in r.findings)
-    kind = "error" if n_err else ("warning" if n_warn else "ok")
+    worst = worst_severity(r.findings)
+    kind = "ok" if worst is None or worst.value == "info" else worst.value
     title = f"Training doctor: {n_err} error(s), {n_warn} warning(s) ({r.task}, {r.steps} steps on one batch)"
     body = "<h4>findings</h4>" + findings_html(r.findings)
     if r.losses:
@@ -334,42 +266,8 @@ def doctor_html(r: Any) -> str:
     return panel(title, body, kind=kind, css_class="nbd-doctor")
 
 
-def plot_doctor(r: Any, ax: Any = None) -> Any:
-    """Overfit curve (and zero-input baseline) and gradient flow per layer; returns a Figure."""
-    from nbdebug.errors import require
-
-    require("matplotlib", "widgets", "DoctorReport.plot()")
-    from matplotlib.figure import Figure
-
-    if ax is not None:
-        fig, axes = ax.figure, [ax]
-    else:
-        fig = Figure(figsize=(10, 4), layout="constrained")
-        axes = list(fig.subplots(1, 2))
-    a = axes[0]
-    a.plot(r.losses, label="real input")
-    if r.baseline_losses:
-        a.plot(r.baseline_losses, label="zero input")
-    if r.chance_loss:
-        a.axhline(r.chance_loss, ls="--", color="#bf8700", lw=1, label="chance")
-    a.set_xlabel("step")
-    a.set_ylabel("loss")
-    a.set_title("overfit one batch")
-    a.legend()
-    if len(axes) > 1 and r.grad_flow:
-        b = axes[1]
-        names = [n for n, _ in r.grad_flow]
-        vals = [max(v, 1e-30) for _, v in r.grad_flow]
-        b.barh(range(len(names)), vals, log=True)
-        b.set_yticks(range(len(names)))
-        b.set_yticklabels(names, fontsize=7)
-        b.invert_yaxis()
-        b.set_title("gradient flow (RMS gradient per layer)")
-    return fig
-
-
 @renders(ReproReport, "text")
-def repro_text(r: Any) -> str:
+def repro_text(r: ReproReport) -> str:
     """Plain-text reproducibility check."""
     if r.reproducible:
         return f"reproducible: {r.steps_compared} steps identical across {r.runs} runs (seed {r.seed})"
@@ -378,7 +276,7 @@ def repro_text(r: Any) -> str:
 
 
 @renders(ReproReport, "html")
-def repro_html(r: Any) -> str:
+def repro_html(r: ReproReport) -> str:
     """HTML panel of a reproducibility check."""
     kind = "ok" if r.reproducible else "warning"
     return panel(repro_text(r), kv_table([("seed", r.seed), ("steps compared", r.steps_compared),

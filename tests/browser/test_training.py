@@ -1,4 +1,7 @@
-"""The GradMonitor live panel and the doctor panel render in a real JupyterLab (headless Chromium)."""
+"""The GradMonitor live panel and the doctor panel render in a real JupyterLab (headless Chromium).
+
+The live panel is a display updated in place (no widget): one panel in the output, ending as the static picture.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +48,10 @@ def test_monitor_and_doctor_panels_render(lab, page):
     live = page.locator(".nbd-gradmonitor-live").first
     live.wait_for(state="visible", timeout=30_000)
     text = live.inner_text()
-    assert "done" in text and "150" in text  # the widget was refreshed after the first render (0 steps)
+    assert "done" in text and "150" in text  # the display was updated in place after the first render (0 steps)
+    assert page.locator(".nbd-gradmonitor-live").count() == 1  # updated in place, not appended
+    outputs = str(page.locator(".jp-OutputArea-output").all_inner_texts())
+    assert "Error displaying widget" not in outputs and "model not found" not in outputs
     assert live.locator("svg.nbd-chart").count() >= 2  # global norm, loss (+ gradient flow bars)
     doctor = page.locator(".nbd-doctor").first
     doctor.wait_for(state="visible", timeout=30_000)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._dynamics import Finding
+from nbdebug.core._findings import Finding, Severity
 from nbdebug.core._result import Result
 
-__all__ = ["DoctorReport"]
+__all__ = ["DoctorReport", "plot_doctor"]
+
 
 @dataclass(frozen=True, repr=False)
 class DoctorReport(Result):
@@ -47,11 +48,10 @@ class DoctorReport(Result):
     grad_flow: tuple[tuple[str, float], ...]
     checks: tuple[tuple[str, str], ...]
 
-
     @property
     def ok(self) -> bool:
         """True when no finding has severity ``"error"``."""
-        return not any(f.severity == "error" for f in self.findings)
+        return not any(f.severity is Severity.ERROR for f in self.findings)
 
     @property
     def kinds(self) -> set[str]:
@@ -60,7 +60,7 @@ class DoctorReport(Result):
 
     def errors(self) -> list[Finding]:
         """Findings of severity ``"error"``."""
-        return [f for f in self.findings if f.severity == "error"]
+        return [f for f in self.findings if f.severity is Severity.ERROR]
 
     def _summary_line(self) -> str:
         kinds = ", ".join(f.kind for f in self.findings) or "no findings"
@@ -70,9 +70,42 @@ class DoctorReport(Result):
         return [f.to_dict() for f in self.findings]
 
     def plot(self, ax: Any = None) -> Any:
-        """Overfit curve (with the zero-input baseline) and gradient flow per layer; returns a Figure."""
-        from nbdebug.render.training import plot_doctor
+        """Overfit curve (with the zero-input baseline) and gradient flow per layer.
 
+        Returns a ``matplotlib.figure.Figure`` (no pyplot state); given ``ax``, draws the overfit curve on it only.
+        """
         return plot_doctor(self, ax=ax)
 
 
+def plot_doctor(r: DoctorReport, ax: Any = None) -> Any:
+    """Overfit curve (and zero-input baseline) and gradient flow per layer, as a ``Figure``."""
+    from nbdebug.errors import require
+
+    require("matplotlib", "widgets", "DoctorReport.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig, axes = ax.figure, [ax]
+    else:
+        fig = Figure(figsize=(10, 4), layout="constrained")
+        axes = list(fig.subplots(1, 2))
+    a = axes[0]
+    a.plot(r.losses, label="real input")
+    if r.baseline_losses:
+        a.plot(r.baseline_losses, label="zero input")
+    if r.chance_loss:
+        a.axhline(r.chance_loss, ls="--", color="#bf8700", lw=1, label="chance")
+    a.set_xlabel("step")
+    a.set_ylabel("loss")
+    a.set_title("overfit one batch")
+    a.legend()
+    if len(axes) > 1 and r.grad_flow:
+        b = axes[1]
+        names = [n for n, _ in r.grad_flow]
+        vals = [max(v, 1e-30) for _, v in r.grad_flow]
+        b.barh(range(len(names)), vals, log=True)
+        b.set_yticks(range(len(names)))
+        b.set_yticklabels(names, fontsize=7)
+        b.invert_yaxis()
+        b.set_title("gradient flow (RMS gradient per layer)")
+    return fig

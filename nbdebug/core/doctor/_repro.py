@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdebug.core._result import Result
+from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["set_reproducible", "check_reproducible", "ReproReport", "RngGuard", "seed_all"]
 
@@ -72,6 +73,8 @@ def set_reproducible(seed: int = 0, *, deterministic: bool = True, warn_only: bo
     """
     import torch
 
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InvalidArgumentError(f"set_reproducible: seed must be an int, got {seed!r}")
     os.environ["PYTHONHASHSEED"] = str(seed)
     seed_all(seed)
     if deterministic:
@@ -157,9 +160,13 @@ def check_reproducible(fn: Callable[[], Iterable[Any]], *, seed: int = 0, runs: 
         ``first_divergent_step`` names the first step where two runs differ.
     """
     if not callable(fn):
-        raise TypeError(f"check_reproducible: expected a callable returning per-step values, got {type(fn).__name__}")
-    if runs < 2:
-        raise ValueError(f"check_reproducible: runs must be >= 2, got {runs}")
+        raise InvalidArgumentError(
+            f"check_reproducible: expected a callable returning per-step values, got {type(fn).__name__}"
+        )
+    if not isinstance(runs, int) or runs < 2:
+        raise InvalidArgumentError(f"check_reproducible: runs must be an int >= 2, got {runs!r}")
+    if not isinstance(seed, int):
+        raise InvalidArgumentError(f"check_reproducible: seed must be an int, got {seed!r}")
     results: list[list[list[float]]] = []
     raw: list[list[Any]] = []
     with RngGuard():
@@ -184,5 +191,3 @@ def check_reproducible(fn: Callable[[], Iterable[Any]], *, seed: int = 0, runs: 
             if not same:
                 return ReproReport(False, step, _short(raw[0][step]), _short(raw[other_i][step]), len(ref), seed, runs)
     return ReproReport(True, None, None, None, len(ref), seed, runs)
-
-

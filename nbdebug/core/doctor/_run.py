@@ -8,10 +8,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from nbdebug.core._dynamics import Finding, chance_loss, make_finding, threshold
+from nbdebug.core._dynamics import chance_loss
+from nbdebug.core._findings import Finding
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard, check_reproducible
-from nbdebug.errors import NbdebugError, NonFiniteError
+from nbdebug.core.knowledge import finding, threshold
+from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["doctor"]
 
@@ -128,24 +130,39 @@ def doctor(
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"doctor: expected a torch.nn.Module, got {type(model).__name__}")
+        raise InvalidArgumentError(f"doctor: expected a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise InvalidArgumentError(f"doctor: steps must be an int >= 1, got {steps!r}")
+    if not isinstance(data_batches, int) or data_batches < 1:
+        raise InvalidArgumentError(f"doctor: data_batches must be an int >= 1, got {data_batches!r}")
+    if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+        raise InvalidArgumentError(f"doctor: num_classes must be an int >= 1 or None, got {num_classes!r}")
+    if lr is not None and (not isinstance(lr, (int, float)) or not lr > 0):
+        raise InvalidArgumentError(f"doctor: lr must be a number > 0 or None, got {lr!r}")
+    if not callable(loss_fn):
+        raise InvalidArgumentError(
+            f"doctor: loss_fn must be callable (outputs, targets) -> loss, got {type(loss_fn).__name__}"
+        )
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+        raise InvalidArgumentError(
+            f"doctor: optimizer must be a torch.optim.Optimizer, a factory params -> optimizer, or None, got "
+            f"{type(optimizer).__name__}"
+        )
     if batch is None and dataloader is not None:
         try:
             batch = next(iter(dataloader))
         except StopIteration as e:
-            raise NbdebugError("doctor: batch is None and the DataLoader given is empty") from e
+            raise InvalidArgumentError("doctor: batch is None and the DataLoader given is empty; expected a "
+                                       "DataLoader with at least one batch") from e
     if not any(p.requires_grad for p in model.parameters()):
-        raise NbdebugError(f"doctor: {type(model).__name__} has no trainable parameters (requires_grad=True)")
+        raise InvalidArgumentError(
+            f"doctor: {type(model).__name__} has no trainable parameters; expected at least one with requires_grad=True"
+        )
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-        raise NbdebugError(
+        raise InvalidArgumentError(
             f"doctor: batch must be (inputs, targets), got {type(batch).__name__}"
             + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else "")
         )
-    if not callable(loss_fn):
-        raise TypeError(f"doctor: loss_fn must be callable (outputs, targets) -> loss, got {type(loss_fn).__name__}")
-    if int(steps) < 1:
-        raise ValueError(f"doctor: steps must be >= 1, got {steps}")
-    steps = int(steps)
     with RngGuard(), torch.random.fork_rng(devices=[]):
         return _Doctor(model, batch, loss_fn, optimizer, steps=steps, lr=lr, num_classes=num_classes,
                        dataloader=dataloader, seed=seed, baseline=baseline, reproducibility=reproducibility,
@@ -178,7 +195,7 @@ class _Doctor:
         self.grad_flow: list[tuple[str, float]] = []
 
     def add(self, kind: str, message: str, where: Iterable[str] = (), severity: str | None = None) -> None:
-        self.findings.append(make_finding(kind, message, tuple(where), severity=severity))
+        self.findings.append(finding(kind, message, tuple(where), severity=severity))
 
     def check(self, name: str, outcome: str) -> None:
         self.checks.append((name, outcome))
@@ -207,7 +224,9 @@ class _Doctor:
             return work, type(opt)(groups, **opt.defaults)
         if callable(opt):
             return work, opt(params)
-        raise TypeError(f"doctor: optimizer must be a torch.optim.Optimizer, a factory or None, got {type(opt).__name__}")
+        raise InvalidArgumentError(
+            f"doctor: optimizer must be a torch.optim.Optimizer, a factory or None, got {type(opt).__name__}"
+        )
 
     # -- classification of the problem ------------------------------------------------------------------------
     def infer_task(self, out: Any) -> None:

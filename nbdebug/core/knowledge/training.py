@@ -1,10 +1,287 @@
-"""Training findings."""
+"""Training dynamics: what the doctor, GradMonitor and the NaN sentinel report, and the numbers they use.
+
+No entry here has message patterns: these are findings of checks on a running (or one-batch) training loop,
+built with ``nbdebug.core.knowledge.finding(slug, message, ...)``.  Sources are pages a user can open.
+"""
 
 from __future__ import annotations
 
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
 
 __all__ = ["ENTRIES", "THRESHOLDS"]
 
-ENTRIES: tuple[Entry, ...] = ()
-THRESHOLDS: tuple[Threshold, ...] = ()
+KARPATHY = "http://karpathy.github.io/2019/04/25/recipe/"
+PASCANU = "https://arxiv.org/abs/1211.5063"  # Pascanu et al., On the difficulty of training RNNs (2013)
+CLIP = "https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html"
+ANOMALY = "https://pytorch.org/docs/stable/autograd.html#anomaly-detection"
+AMP = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
+RANDOMNESS = "https://pytorch.org/docs/stable/notes/randomness.html"
+DATA = "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading"
+CROSS_ENTROPY = "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html"
+CS231N = "https://cs231n.github.io/neural-networks-1/#actfun"
+OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
+
+_CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="label_out_of_range",
+        title="Targets outside the output's class range",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("make the last layer's out_features equal to the number of classes"),
+            Fix("remap labels to 0..C-1", "labels = labels - labels.min()  # or a label encoder"),
+            Fix("mark padding with the loss's ignore_index (-100 by default)",
+                "F.cross_entropy(logits, y, ignore_index=-100)"),
+        ),
+        sources=(CROSS_ENTROPY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="probabilities_to_loss",
+        title="Probabilities fed to a loss that expects logits",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("remove the final Softmax/Sigmoid and feed raw logits to CrossEntropyLoss/BCEWithLogitsLoss"),
+            Fix("or keep probabilities and use NLLLoss on log-probabilities",
+                "F.nll_loss(torch.log_softmax(logits, dim=1), y)"),
+        ),
+        sources=(CROSS_ENTROPY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="initial_loss_off",
+        title="Initial loss far from its expected value",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("initialise the last layer small and its bias to 0 (or the log class prior)",
+                "torch.nn.init.zeros_(model.head.bias); model.head.weight.data.mul_(0.01)"),
+            Fix("check for an output scale (temperature, a multiplier) applied to the logits"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="no_gradient",
+        title="Trainable parameters that get no gradient",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("look for .detach(), .data, .item() or torch.no_grad() between these parameters and the loss"),
+            Fix("remove unused modules, or freeze them on purpose", "p.requires_grad_(False)"),
+            Fix("with DDP, unused parameters also need find_unused_parameters=True"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="nonfinite_forward",
+        title="NaN or Inf in the forward pass",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("guard log/sqrt/division inputs", "torch.log(x.clamp_min(1e-12))"),
+            Fix("normalise the inputs; check the data for NaN/Inf", "assert torch.isfinite(x).all()"),
+            Fix("use bfloat16 instead of float16, or keep softmax/logsumexp in float32"),
+        ),
+        sources=(ANOMALY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="nonfinite_gradient",
+        title="NaN or Inf in the gradients",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("replay the step under detect_anomaly to name the op", "nbdebug.nan_sentinel(model, replay=True)"),
+            Fix("guard sqrt/pow/division at 0 (their gradients are infinite there)",
+                "torch.sqrt(x + 1e-12)"),
+            Fix("clip gradients", _CLIP_CODE),
+        ),
+        sources=(ANOMALY, CLIP),
+        contexts=(),
+    ),
+    Entry(
+        slug="exploding_gradients",
+        title="Gradient norms growing without bound",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("lower the learning rate (by 10x) and add warmup"),
+            Fix("clip gradients", _CLIP_CODE),
+            Fix("add normalisation (LayerNorm/BatchNorm) and check the initialisation scale"),
+        ),
+        sources=(PASCANU, CLIP),
+        contexts=(),
+    ),
+    Entry(
+        slug="vanishing_gradients",
+        title="Gradient norms collapsing toward zero, layer by layer",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("replace saturating activations (sigmoid/tanh) with ReLU/GELU"),
+            Fix("use a variance-preserving init and residual connections",
+                "torch.nn.init.kaiming_normal_(layer.weight, nonlinearity='relu')"),
+            Fix("add normalisation layers between blocks"),
+        ),
+        sources=(PASCANU,),
+        contexts=(),
+    ),
+    Entry(
+        slug="dead_activations",
+        title="ReLU units that never fire",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("check the bias initialisation before the ReLU (a large negative bias kills units)"),
+            Fix("lower the learning rate; use LeakyReLU/GELU", "torch.nn.LeakyReLU(0.01)"),
+            Fix("normalise the inputs of the layer"),
+        ),
+        sources=(CS231N,),
+        contexts=(),
+    ),
+    Entry(
+        slug="cannot_overfit",
+        title="The loss does not approach zero on one repeated batch",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("look for a frozen layer, a detached tensor or a loss that does not match the output"),
+            Fix("raise the learning rate for this tiny problem"),
+            Fix("check the loss reduction (mean vs sum) against the gradient magnitude"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="ignores_input",
+        title="A zero-input baseline learns as well as the real input",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("check that the forward pass uses its input (not a constant, a cached tensor or a detached copy)"),
+            Fix("decode one batch and check that inputs and targets line up"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="dataloader_bottleneck",
+        title="The training loop waits for data",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("raise num_workers and pin memory",
+                "DataLoader(ds, num_workers=4, pin_memory=True, persistent_workers=True)"),
+            Fix("move decoding/augmentation out of __getitem__ or cache preprocessed data"),
+            Fix("pack many small files into a binary format (WebDataset, memory-mapped arrays)"),
+        ),
+        sources=(DATA,),
+        contexts=(),
+    ),
+    Entry(
+        slug="not_reproducible",
+        title="Two runs with the same seed diverge",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("seed everything before building the model and data", "nbdebug.set_reproducible(0)"),
+            Fix("seed every generator you create (numpy default_rng, torch.Generator, random.Random)"),
+            Fix("find non-deterministic kernels", "torch.use_deterministic_algorithms(True)"),
+        ),
+        sources=(RANDOMNESS,),
+        contexts=(),
+    ),
+    Entry(
+        slug="gradient_spike",
+        title="A gradient norm far above its running mean",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("clip gradients", _CLIP_CODE),
+            Fix("look at the batch of that step (dirty data, an outlier)"),
+            Fix("lower the learning rate or lengthen warmup"),
+        ),
+        sources=(PASCANU, CLIP),
+        contexts=(),
+    ),
+    Entry(
+        slug="skipped_steps",
+        title="Steps skipped by the AMP GradScaler (inf/NaN gradients)",
+        severity=Severity.INFO,
+        fixes=(
+            Fix("a few skipped steps while the scale calibrates are normal"),
+            Fix("many in a row: look for overflow (use bfloat16, lower the learning rate, clip after unscale_)",
+                "scaler.unscale_(opt); " + _CLIP_CODE),
+        ),
+        sources=(AMP,),
+        contexts=(),
+    ),
+    Entry(
+        slug="loss_spike",
+        title="The loss jumps far above its recent level",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("clip gradients and lower the learning rate", _CLIP_CODE),
+            Fix("look at the batch of that step"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="loss_plateau",
+        title="The loss stopped moving",
+        severity=Severity.INFO,
+        fixes=(
+            Fix("raise the learning rate or change the schedule"),
+            Fix("overfit one batch to check that the model can learn at all", "nbdebug.doctor(model, (x, y), loss_fn)"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="chance_plateau",
+        title="The loss sits at chance level -log(1/C)",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("overfit one batch to check the model can learn at all", "nbdebug.doctor(model, (x, y), loss_fn)"),
+            Fix("train on zeroed inputs: if the loss is the same, the model ignores its input"),
+            Fix("check that labels and inputs line up and that no input is silently dropped"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="no_optimizer_steps",
+        title="No optimizer step was recorded",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("build the model (and its optimizer) in an earlier cell: a cell that rebinds the model trains a new "
+                "object the monitor does not watch"),
+            Fix("make sure the loop calls optimizer.step() (a torch.optim optimizer over the model's parameters)"),
+            Fix("loops without a torch optimizer: call the monitor's step() after each update",
+                "mon.step()  # or _gradmonitor.step() inside %%gradmonitor"),
+        ),
+        sources=(OPT_HOOK,),
+        contexts=(),
+    ),
+)
+
+_NBDEBUG = "nbdebug default"
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold("spike_score", 50.0, "gradient spike score (norm / running mean) above which a step is a spike",
+              _NBDEBUG),
+    Threshold("spike_ema", 0.9, "decay of the running mean of each gradient norm", _NBDEBUG),
+    Threshold("spike_warmup", 5.0, "steps a running mean needs before spike scores are reported", _NBDEBUG),
+    Threshold("explode_growth", 1e3,
+              "growth of the global gradient norm (late / early median) that counts as exploding", PASCANU),
+    Threshold("vanish_ratio", 1e-4, "smallest/largest per-layer gradient norm ratio below which gradients vanish",
+              PASCANU),
+    Threshold("vanish_abs", 1e-8, "global gradient norm below which the gradients have vanished", _NBDEBUG),
+    Threshold("loss_spike_factor", 3.0, "loss above this many times its recent median counts as a spike", _NBDEBUG),
+    Threshold("plateau_rel_change", 0.01, "relative change of the windowed loss below which it is a plateau",
+              _NBDEBUG),
+    Threshold("chance_tolerance", 0.1, "relative distance to -log(1/C) that counts as 'at chance level'", KARPATHY),
+    Threshold("overfit_rel", 0.1, "final/initial loss ratio a model must beat on one repeated batch", KARPATHY),
+    Threshold("overfit_fail_rel", 0.5,
+              "final/initial loss ratio above which a model cannot overfit one batch (error)", KARPATHY),
+    Threshold("overfit_abs", 0.05, "final loss below which overfitting one batch counts as done", KARPATHY),
+    Threshold("init_loss_rel", 0.5, "relative distance of the initial loss from -log(1/C) that is 'far'", KARPATHY),
+    Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
+    Threshold("zero_input_margin", 0.5, "zero-input final loss must exceed this share of the initial loss gap",
+              KARPATHY),
+    Threshold("data_wait_fraction", 0.5, "share of step time spent waiting for the DataLoader that is a bottleneck",
+              DATA),
+)

@@ -1,0 +1,77 @@
+"""The live GradMonitor panel, and the notebook ``GradMonitor`` whose ``live=True`` shows it.
+
+The panel is an IPython display handle, not a widget: it is shown once with ``display(..., display_id=True)`` and
+updated in place (``handle.update``) between optimizer steps, at most ``refresh_hz`` times a second (the core
+monitor throttles its listeners).  The last update, when the monitor detaches, is the static final panel, which
+is what a saved notebook keeps: no widget model is needed to show it after reopening.
+
+Imported by ``nbdebug.GradMonitor`` and ``%%gradmonitor``; torch and numpy only through the core monitor's methods.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from nbdebug.core.grads import GradMonitor as _CoreGradMonitor
+
+__all__ = ["LivePanel", "GradMonitor"]
+
+
+class LivePanel:
+    """A display that a ``GradMonitor`` updates in place while it records (a listener of the monitor).
+
+    Outside IPython nothing is displayed (a script has nowhere to update in place); the monitor records as usual.
+    If rendering ever fails, the panel says so once and stops updating: training goes on untouched.
+    """
+
+    def __init__(self, monitor: _CoreGradMonitor) -> None:
+        self.monitor = monitor
+        self.updates = 0
+        self.handle: Any = None
+        self.failed: str | None = None
+        from IPython import get_ipython
+
+        if get_ipython() is not None:
+            from IPython.display import display
+
+            self.handle = self._guarded(lambda: display(self.bundle(running=True), raw=True, display_id=True))
+        monitor.add_listener(self.update)
+
+    def bundle(self, *, running: bool) -> dict[str, str]:
+        """The panel as a mime bundle: a one-line text and the compact HTML panel."""
+        from nbdebug.render.training import live_html
+
+        h = self.monitor.history
+        state = "training" if running else "done"
+        text = f"<GradMonitor {state}: {h.steps_seen} optimizer steps, {len(h.findings)} findings>"
+        return {"text/plain": text, "text/html": live_html(h, running=running)}
+
+    def update(self, monitor: _CoreGradMonitor) -> None:
+        """Listener: redraw the panel in place ("done" once the monitor has detached)."""
+        if self.handle is None or self.failed is not None:
+            return
+        self._guarded(lambda: self.handle.update(self.bundle(running=monitor.attached), raw=True))
+        if self.failed is None:
+            self.updates += 1
+
+    def _guarded(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # a display problem must never stop the user's training loop
+            self.failed = f"{type(e).__name__}: {e}"
+            print(f"nbdebug: the live GradMonitor panel stopped ({self.failed}); recording goes on",
+                  file=sys.stderr)
+            return None
+
+    def __repr__(self) -> str:
+        return f"<LivePanel: {self.updates} updates{', failed' if self.failed else ''}>"
+
+
+class GradMonitor(_CoreGradMonitor):
+    """``nbdebug.core.grads.GradMonitor`` for notebooks: ``live=True`` shows a panel that updates in place.
+
+    Everything else is the core monitor (see its documentation); ``monitor.view`` is the ``LivePanel``.
+    """
+
+    live_view = LivePanel
