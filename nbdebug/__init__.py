@@ -29,7 +29,7 @@ _LAZY: dict[str, str] = {
     "memtrace": "nbdebug.core.memory:memtrace",
     "MemTrace": "nbdebug.core.memory:MemTrace",
     # training dynamics (issue 4)
-    "GradMonitor": "nbdebug.core.grads:GradMonitor",
+    "GradMonitor": "nbdebug.ipython._live:GradMonitor",
     "nan_sentinel": "nbdebug.core.nan:nan_sentinel",
     "NonFiniteError": "nbdebug.errors:NonFiniteError",
     "doctor": "nbdebug.core.doctor:doctor",

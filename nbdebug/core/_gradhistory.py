@@ -6,7 +6,6 @@ a new ``GradHistory`` from them (arrays copied and read-only), then its findings
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import finding, threshold
 
-__all__ = ["GradSpike", "GradHistory", "grad_findings", "plot_grad_history"]
+__all__ = ["GradSpike", "GradHistory", "grad_findings"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ class GradHistory(Result):
 
         Returns a ``matplotlib.figure.Figure`` (no pyplot state); given ``ax``, draws the norms on it only.
         """
-        return plot_grad_history(self, ax=ax)
+        return self._figure(ax=ax)
 
 
 def _trend_windows(values: Any) -> tuple[float, float]:
@@ -203,51 +202,3 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             )
     if h.losses:
         yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)
-
-
-def plot_grad_history(h: GradHistory, ax: Any = None) -> Any:
-    """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom), as a ``Figure``."""
-    import numpy as np
-
-    from nbdebug.errors import require
-
-    require("matplotlib", "widgets", "GradHistory.plot()")
-    from matplotlib.figure import Figure
-
-    if ax is not None:
-        fig = ax.figure
-        axes = [ax]
-    else:
-        fig = Figure(figsize=(9, 6), layout="constrained")
-        axes = list(fig.subplots(2, 1, height_ratios=[1, 1.4], sharex=True))
-    top = axes[0]
-    steps = np.asarray(h.steps)
-    g = np.asarray(h.global_norms, dtype=float)
-    top.semilogy(steps, np.where(g > 0, g, np.nan), color="#0969da", label="global grad norm")
-    bad = ~np.isfinite(g)
-    if bad.any():
-        for s in steps[bad]:
-            top.axvline(s, color="#cf222e", alpha=0.4)
-    for sp in h.spikes:
-        if sp.name == "(global)":
-            top.plot(sp.step, sp.norm, "v", color="#cf222e")
-    top.set_ylabel("grad norm")
-    if h.losses:
-        lax = top.twinx()
-        lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
-        if h.num_classes and h.num_classes > 1:
-            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
-        lax.set_ylabel("loss")
-    top.set_title("gradient norms")
-    if len(axes) > 1 and len(steps):
-        hm = axes[1]
-        m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            img = np.log10(np.where(m > 0, m, np.nan))
-        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
-        im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
-        hm.set_yticks(range(len(h.modules)))
-        hm.set_yticklabels(h.modules, fontsize=7)
-        hm.set_xlabel("step")
-        fig.colorbar(im, ax=hm, label="log10 grad norm")
-    return fig

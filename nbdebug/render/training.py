@@ -1,18 +1,19 @@
 """Render training-dynamics results (gradient histories, the live GradMonitor panel, doctor reports).
 
 Text and HTML (inline SVG: no script, no network, colours from the theme's CSS variables).  Findings go through
-the one findings renderer (``render/findings.py``).  The matplotlib pictures are the results' own ``.plot()``
-(``plot_grad_history`` and ``plot_doctor`` live next to the results in core and are re-exported here).
+the one findings renderer (``render/findings.py``).  The matplotlib pictures behind the results' ``.plot()``
+are registered as their ``"figure"`` renderers (built on ``Figure``, never pyplot).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from nbdebug.core._findings import worst_severity
-from nbdebug.core._gradhistory import GradHistory, plot_grad_history
-from nbdebug.core.doctor._report import DoctorReport, plot_doctor
+from nbdebug.core._gradhistory import GradHistory
+from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import ReproReport
 from nbdebug.render._html import esc, kv_table, panel, table
 from nbdebug.render._registry import renders
@@ -281,3 +282,85 @@ def repro_html(r: ReproReport) -> str:
     kind = "ok" if r.reproducible else "warning"
     return panel(repro_text(r), kv_table([("seed", r.seed), ("steps compared", r.steps_compared),
                                           ("first divergent step", r.first_divergent_step)]), kind=kind)
+
+@renders(GradHistory, "figure")
+def plot_grad_history(h: GradHistory, ax: Any = None) -> Any:
+    """Global norm and loss over steps (top) and a per-module heatmap of log10 norms (bottom), as a ``Figure``."""
+    import numpy as np
+
+    from nbdebug.errors import require
+
+    require("matplotlib", "plot", "GradHistory.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig = ax.figure
+        axes = [ax]
+    else:
+        fig = Figure(figsize=(9, 6), layout="constrained")
+        axes = list(fig.subplots(2, 1, height_ratios=[1, 1.4], sharex=True))
+    top = axes[0]
+    steps = np.asarray(h.steps)
+    g = np.asarray(h.global_norms, dtype=float)
+    top.semilogy(steps, np.where(g > 0, g, np.nan), color="#0969da", label="global grad norm")
+    bad = ~np.isfinite(g)
+    if bad.any():
+        for s in steps[bad]:
+            top.axvline(s, color="#cf222e", alpha=0.4)
+    for sp in h.spikes:
+        if sp.name == "(global)":
+            top.plot(sp.step, sp.norm, "v", color="#cf222e")
+    top.set_ylabel("grad norm")
+    if h.losses:
+        lax = top.twinx()
+        lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
+        if h.num_classes and h.num_classes > 1:
+            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
+        lax.set_ylabel("loss")
+    top.set_title("gradient norms")
+    if len(axes) > 1 and len(steps):
+        hm = axes[1]
+        m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            img = np.log10(np.where(m > 0, m, np.nan))
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
+        im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        hm.set_yticks(range(len(h.modules)))
+        hm.set_yticklabels(h.modules, fontsize=7)
+        hm.set_xlabel("step")
+        fig.colorbar(im, ax=hm, label="log10 grad norm")
+    return fig
+
+@renders(DoctorReport, "figure")
+def plot_doctor(r: DoctorReport, ax: Any = None) -> Any:
+    """Overfit curve (and zero-input baseline) and gradient flow per layer, as a ``Figure``."""
+    from nbdebug.errors import require
+
+    require("matplotlib", "plot", "DoctorReport.plot()")
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        fig, axes = ax.figure, [ax]
+    else:
+        fig = Figure(figsize=(10, 4), layout="constrained")
+        axes = list(fig.subplots(1, 2))
+    a = axes[0]
+    a.plot(r.losses, label="real input")
+    if r.baseline_losses:
+        a.plot(r.baseline_losses, label="zero input")
+    if r.chance_loss:
+        a.axhline(r.chance_loss, ls="--", color="#bf8700", lw=1, label="chance")
+    a.set_xlabel("step")
+    a.set_ylabel("loss")
+    a.set_title("overfit one batch")
+    a.legend()
+    if len(axes) > 1 and r.grad_flow:
+        b = axes[1]
+        names = [n for n, _ in r.grad_flow]
+        vals = [max(v, 1e-30) for _, v in r.grad_flow]
+        b.barh(range(len(names)), vals, log=True)
+        b.set_yticks(range(len(names)))
+        b.set_yticklabels(names, fontsize=7)
+        b.invert_yaxis()
+        b.set_title("gradient flow (RMS gradient per layer)")
+    return fig

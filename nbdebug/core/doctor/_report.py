@@ -8,7 +8,7 @@ from typing import Any
 from nbdebug.core._findings import Finding, Severity
 from nbdebug.core._result import Result
 
-__all__ = ["DoctorReport", "plot_doctor"]
+__all__ = ["DoctorReport"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -74,38 +74,4 @@ class DoctorReport(Result):
 
         Returns a ``matplotlib.figure.Figure`` (no pyplot state); given ``ax``, draws the overfit curve on it only.
         """
-        return plot_doctor(self, ax=ax)
-
-
-def plot_doctor(r: DoctorReport, ax: Any = None) -> Any:
-    """Overfit curve (and zero-input baseline) and gradient flow per layer, as a ``Figure``."""
-    from nbdebug.errors import require
-
-    require("matplotlib", "widgets", "DoctorReport.plot()")
-    from matplotlib.figure import Figure
-
-    if ax is not None:
-        fig, axes = ax.figure, [ax]
-    else:
-        fig = Figure(figsize=(10, 4), layout="constrained")
-        axes = list(fig.subplots(1, 2))
-    a = axes[0]
-    a.plot(r.losses, label="real input")
-    if r.baseline_losses:
-        a.plot(r.baseline_losses, label="zero input")
-    if r.chance_loss:
-        a.axhline(r.chance_loss, ls="--", color="#bf8700", lw=1, label="chance")
-    a.set_xlabel("step")
-    a.set_ylabel("loss")
-    a.set_title("overfit one batch")
-    a.legend()
-    if len(axes) > 1 and r.grad_flow:
-        b = axes[1]
-        names = [n for n, _ in r.grad_flow]
-        vals = [max(v, 1e-30) for _, v in r.grad_flow]
-        b.barh(range(len(names)), vals, log=True)
-        b.set_yticks(range(len(names)))
-        b.set_yticklabels(names, fontsize=7)
-        b.invert_yaxis()
-        b.set_title("gradient flow (RMS gradient per layer)")
-    return fig
+        return self._figure(ax=ax)
