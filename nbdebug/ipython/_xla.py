@@ -84,7 +84,6 @@ class XlaMagics(Magics):
         """
         args = parse_argstring(self.compilecheck, line)
         from nbdebug.core.compile import capture_compile
-
         from nbdebug.ipython._cell import run_body
 
         cap = capture_compile(quiet=not args.show_torch_logs)

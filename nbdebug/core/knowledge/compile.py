@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 from nbdebug.core.knowledge._sources import SEED_TROUBLE
 
@@ -89,7 +89,7 @@ ENTRIES += (
     Entry(
         slug="graph_break",
         title="torch.compile graph break",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="Dynamo stopped tracing at this line: the function runs as several graphs with Python in between.",
         fixes=(
@@ -101,7 +101,7 @@ ENTRIES += (
     Entry(
         slug="compile_recompilation",
         title="torch.compile recompiled a function",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="A guard failed on a later call: something the graph was specialized on changed.",
         fixes=(
@@ -113,7 +113,7 @@ ENTRIES += (
     Entry(
         slug="recompile_limit",
         title="torch.compile hit the recompile limit and runs the function eagerly",
-        severity="error",
+        severity=Severity.ERROR,
         contexts=(),
         summary="After recompile_limit (cache_size_limit before torch 2.6) recompilations Dynamo gives up on the "
         "function: it runs without any speed-up from then on.",
@@ -128,7 +128,7 @@ ENTRIES += (
     Entry(
         slug="graph_break_item",
         title="Tensor.item()",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("graph_break",),
         patterns=(r"\.item\(\)",),
         fixes=(
@@ -140,7 +140,7 @@ ENTRIES += (
     Entry(
         slug="graph_break_print",
         title="print()",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("graph_break",),
         patterns=(r"\bprint\b|builtin.*print",),
         fixes=(Fix("Move print() out of the compiled function: log the returned tensors after the call"),),
@@ -149,7 +149,7 @@ ENTRIES += (
     Entry(
         slug="graph_break_branch",
         title="data-dependent control flow",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("graph_break",),
         patterns=(r"[Dd]ata-dependent|generic_jump|jump.*[Tt]ensor|branch",),
         fixes=(
@@ -161,7 +161,7 @@ ENTRIES += (
     Entry(
         slug="graph_break_dynamic_shape",
         title="data-dependent output shape",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("graph_break",),
         patterns=(r"nonzero|dynamic shape operator|aten\.unique|masked_select",),
         fixes=(
@@ -174,7 +174,7 @@ ENTRIES += (
     Entry(
         slug="graph_break_unsupported",
         title="unsupported call",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("graph_break",),
         patterns=(r"[Cc]all to.*skipped|[Ss]kip|not supported|[Uu]nsupported",),
         fixes=(
@@ -187,7 +187,7 @@ ENTRIES += (
     Entry(
         slug="guard_shape",
         title="tensor shape changed",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("guard",),
         patterns=(r"size mismatch|\.size\(\)|stride mismatch|sizes\(\)",),
         fixes=(
@@ -200,7 +200,7 @@ ENTRIES += (
     Entry(
         slug="guard_dtype_device",
         title="tensor dtype/device/requires_grad changed",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("guard",),
         patterns=(r"dtype|device|requires_grad",),
         fixes=(
@@ -212,7 +212,7 @@ ENTRIES += (
     Entry(
         slug="guard_python_value",
         title="Python value baked into the graph",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("guard",),
         patterns=(r"==\s*-?\d+(\.\d+)?(e-?\d+)?\b|==\s*'|==\s*\"|___check_obj_id|ID_MATCH|TYPE_MATCH",),
         fixes=(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
 from nbdebug.core.knowledge._sources import SEED_GPU
 
@@ -66,7 +66,7 @@ ENTRIES += (
     Entry(
         slug="recompilation",
         title="torch_xla keeps compiling new graphs",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="New graphs keep appearing: each one costs a compilation, and a step waits for it.",
         causes=(
@@ -77,7 +77,7 @@ ENTRIES += (
         fixes=(
             Fix("Pad or bucket sequence lengths to a few fixed sizes",
                 "n = -(-x.shape[1] // 64) * 64  # round up to a multiple of 64\n"
-                "x = torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))"),
+                "x = torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))  # x: (B, T, C)"),
             Fix("Give the last batch the same shape", "DataLoader(ds, batch_size=bs, drop_last=True)"),
             Fix("Pass changing Python scalars (schedules, exponents, temperatures) as device tensors",
                 "lr_t = torch.tensor(lr, device=device)  # not a Python float"),
@@ -89,7 +89,7 @@ ENTRIES += (
     Entry(
         slug="host_sync",
         title="The step reads tensor values on the host",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="Each read (.item(), print(tensor), float(t), `if tensor:`) stops tracing, runs the graph so far "
         "and waits for it.",
@@ -105,7 +105,7 @@ ENTRIES += (
     Entry(
         slug="cpu_fallback",
         title="Ops without an XLA lowering ran on the CPU",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="Each call copies its inputs to the host, cuts the graph and uploads the result.",
         fixes=(
@@ -118,7 +118,7 @@ ENTRIES += (
     Entry(
         slug="missing_sync",
         title="No torch_xla.sync() at the end of the step",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=(),
         summary="Without a sync the lazy graph grows with every step and is compiled once, huge, when a value "
         "is finally read.",
@@ -135,7 +135,7 @@ ENTRIES += (
     Entry(
         slug="xla_fallback_nonzero",
         title="aten::nonzero has a data-dependent output shape (also behind x[mask] and masked_select)",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("xla_fallback",),
         patterns=(r"^aten::nonzero",),
         summary="data-dependent output shape (also behind x[mask] and masked_select)",
@@ -149,7 +149,7 @@ ENTRIES += (
     Entry(
         slug="xla_fallback_masked_select",
         title="aten::masked_select has a data-dependent output shape",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("xla_fallback",),
         patterns=(r"^aten::masked_select",),
         summary="data-dependent output shape",
@@ -162,7 +162,7 @@ ENTRIES += (
     Entry(
         slug="xla_fallback_unique",
         title="torch.unique (aten::unique / aten::_unique) has a data-dependent output shape",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("xla_fallback",),
         patterns=(r"^aten::_?unique",),
         summary="data-dependent output shape (torch.unique)",
@@ -175,7 +175,7 @@ ENTRIES += (
     Entry(
         slug="xla_fallback_fft",
         title="torch.fft has no XLA lowering in torch_xla 2.9 (verified: aten::_fft_r2c)",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("xla_fallback",),
         patterns=(r"^aten::_fft_",),
         summary="no XLA lowering for torch.fft in torch_xla 2.9",
@@ -191,7 +191,7 @@ ENTRIES += (
     Entry(
         slug="xla_fallback_median",
         title="aten::median with a dim has no XLA lowering",
-        severity="warning",
+        severity=Severity.WARNING,
         contexts=("xla_fallback",),
         patterns=(r"^aten::median",),
         summary="no XLA lowering for median with a dim",

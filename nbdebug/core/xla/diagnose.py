@@ -124,6 +124,8 @@ def _finding(
     *,
     fixes: Sequence[Fix] | None = None,
 ) -> Finding:
+    if severity == "info" and fixes is None:
+        fixes = ()  # a remark ("bounded", "occasional"): nothing to fix
     return knowledge.finding(kind, message, where, severity=severity, fixes=fixes, evidence=evidence)
 
 
@@ -289,6 +291,7 @@ def diagnose(
                 fallbacks = {n: 0 for n in names}
     n_steps = steps if steps is not None else marks
     findings: list[Finding] = []
+    lines: tuple[str, ...]
     counters_unknown = report is not None and not report.counters
     if counters_unknown:
         # a pasted excerpt without its Counter blocks: MarkStep and CachedCompile are unknown, not zero
@@ -331,7 +334,7 @@ def diagnose(
             if entry:
                 op_fixes += [Fix(f"{op}: {x.title}", x.code) for x in entry.fixes]
         every_step = any(r is not None and r >= 1 for r in per.values())
-        lines: tuple[str, ...] = ()
+        lines = ()
         if log is not None and not scalar_reads:
             lines = _user_lines([e for e in log.events if e.is_host_read])
         findings.append(_finding(
@@ -364,7 +367,7 @@ def diagnose(
             findings.append(_finding(
                 "host_sync", "info",
                 f"{reads} device->host read(s) in {n_steps} steps: occasional (e.g. logging every few steps); "
-                "fine.", ev, lines, fixes=()))
+                "fine.", ev, lines))
 
     # recompilation -----------------------------------------------------------------------------------------
     if marks or steps:
