@@ -241,3 +241,17 @@ def test_xla_metrics_file_gives_a_timeline():
     d = diagnose(text)
     assert [s.compiles for s in d.per_step] == [1, 1, 0, 0, 0, 1]
     assert d.finding("recompilation").severity == "warning" and "short last batch" in d.finding("recompilation").message
+
+
+def test_debug_log_is_a_result_with_text_and_html():
+    log = parse_debug_log((DATA / "xla29_short_last_batch.debug.txt").read_text())
+    assert repr(log) == f"<DebugLog: 3 compiles, 6 executions, 6 steps, {len(log.profiler)} profiler lines>"
+    text = str(log)
+    assert text.startswith("torch_xla debug log: compiles=3, executions=6, steps=6")
+    assert "scenarios.py:77 in short_last_batch" in text
+    bundle = log._repr_mimebundle_()
+    assert "Compilations and executions" in bundle["text/html"] and "your line" in bundle["text/html"]
+    data = json.loads(json.dumps(log.to_dict()))
+    assert len(data["events"]) == 9 and data["events"][0]["frames"]
+    rows = log.to_pandas()
+    assert len(rows) == 9 and list(rows["kind"][:2]) == ["compile", "execute"]
