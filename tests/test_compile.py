@@ -260,3 +260,20 @@ def test_capture_keeps_torch_logs_env(monkeypatch):
     finally:
         monkeypatch.delenv("TORCH_LOGS")
         torch._logging.set_logs()
+
+
+@pytest.mark.parametrize("message", [
+    "Graph break in user code at /x.py:" + "7" * 5000,
+    "Recompiling function f in /x.py:\u00b2",
+    "Recompiling function f in /x.py:" + "1" * 5000 + "\n    - 0/0: x.size()[0] == 2",
+    "torch._dynamo hit config.recompile_limit (" + "8" * 5000 + ")\n   function: 'f' (/x.py:1)",
+])
+def test_recorder_survives_hostile_log_messages(message):
+    import logging
+
+    from nbdebug.core.compile import _Recorder
+
+    rec = _Recorder()
+    rec.emit(logging.LogRecord("torch._dynamo", logging.DEBUG, __file__, 1, message, None, None))
+    for event in (*rec.breaks, *rec.recompiles, *rec.limits):
+        assert event.line < 10**9

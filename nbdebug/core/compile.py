@@ -140,13 +140,14 @@ class CompileReport(Result):
 
 # --- log parsing -----------------------------------------------------------------------------------------------
 
-_BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
-_RECOMPILING = re.compile(r"Recompiling function (\S+) in (.+):(\d+)")
-_GUARD_LINE = re.compile(r"^\s*-\s*\d+/\d+:\s*(.*?)\s*(?:#.*)?$")
-_USER_FILE = re.compile(r'File "(.+)", line (\d+), in (\S+)\n\s*-?\s*(.*)')
-_LIMIT = re.compile(r"hit config\.(recompile_limit|cache_size_limit) \((\d+)\)")
-_LIMIT_FN = re.compile(r"function: '(.+?)' \((.+):(\d+)\)")
-_LAST_REASON = re.compile(r"last reason: \d+/\d+:\s*(.*?)\s*(?:#.*)?$", re.M)
+# line numbers and limits: ASCII digits, bounded, so that int() never sees "²" or 5000 digits
+_BREAK_AT = re.compile(r"Graph break in user code at (.+):([0-9]{1,9})")
+_RECOMPILING = re.compile(r"Recompiling function (\S+) in (.+):([0-9]{1,9})")
+_GUARD_LINE = re.compile(r"^\s*-\s*[0-9]+/[0-9]+:\s*(.*?)\s*(?:#.*)?$")
+_USER_FILE = re.compile(r'File "(.+)", line ([0-9]{1,9}), in (\S+)\n\s*-?\s*(.*)')
+_LIMIT = re.compile(r"hit config\.(recompile_limit|cache_size_limit) \(([0-9]{1,9})\)")
+_LIMIT_FN = re.compile(r"function: '(.+?)' \((.+):([0-9]{1,9})\)")
+_LAST_REASON = re.compile(r"last reason: [0-9]+/[0-9]+:\s*(.*?)\s*(?:#.*)?$", re.M)
 
 
 def _first_reason_line(text: str) -> str:
@@ -206,9 +207,11 @@ class _Recorder(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            msg = record.getMessage()
+            self._record(record.getMessage())
         except Exception:  # a malformed record must never break the user's code
             return
+
+    def _record(self, msg: str) -> None:
         if "Graph break in user code" in msg:
             b = _parse_break(msg)
             if b and b not in self.breaks:

@@ -17,7 +17,9 @@ from nbdebug.core._result import Result
 __all__ = ["Frame", "DebugEvent", "DebugLog", "parse_debug_log", "is_library_file", "CAUSES", "cause_kind"]
 
 _PREFIX = re.compile(r"^(Unexpected Execution|Compilation|Execution|Post Compilation) Analysis: ?(.*)$")
-_FRAME = re.compile(r"^\s+(.+?) \((.+):(\d+)\)\s*$")
+# ASCII digits, bounded: "²" is a digit to str.isdigit but not to int(), and int() refuses 5000 digits
+_FRAME = re.compile(r"^\s+(.+?) \((.+):([0-9]{1,9})\)\s*$")
+_SMALL_COUNT = re.compile(r"[0-9]{1,9}")
 _PROFILER = re.compile(r"pt-xla-profiler: (.*)$")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/nbdebug/", "<frozen ", "/lib/python3")
 
@@ -226,9 +228,9 @@ def parse_debug_log(text: str) -> DebugLog:
                 block["hash"] = value
             elif key == "Graph Name":
                 block["name"] = value
-            elif key == "Number of Graph Inputs" and value.isdigit():
+            elif key == "Number of Graph Inputs" and _SMALL_COUNT.fullmatch(value):
                 block["inputs"] = int(value)
-            elif key == "Number of Graph Outputs" and value.isdigit():
+            elif key == "Number of Graph Outputs" and _SMALL_COUNT.fullmatch(value):
                 block["outputs"] = int(value)
         elif section == "frames":
             fm = _FRAME.match(body)
