@@ -277,3 +277,11 @@ def test_recorder_survives_hostile_log_messages(message):
     rec.emit(logging.LogRecord("torch._dynamo", logging.DEBUG, __file__, 1, message, None, None))
     for event in (*rec.breaks, *rec.recompiles, *rec.limits):
         assert event.line < 10**9
+
+
+@pytest.mark.parametrize("fn,kwargs", [("not a function", {}), (total, {"backend": 3})])
+def test_compile_check_bad_arguments(fn, kwargs):
+    from nbdebug.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="expected"):
+        nbdebug.compile_check(fn, torch.randn(2), **kwargs)

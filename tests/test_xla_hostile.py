@@ -85,3 +85,17 @@ def test_cli_with_a_bad_debug_log(tmp_path):
 def test_plain_parse_report_agrees():
     with pytest.raises(ReportParseError):
         parse_report(BAD_REPORTS["step_of_5000_digits"])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"report_or_text": b"Metric: CompileTime"},
+    {"report_or_text": 42},
+    {"report_or_text": HEALTHY, "debug_log": ["Compilation Analysis"]},
+    {"report_or_text": HEALTHY, "steps": -1},
+    {"report_or_text": HEALTHY, "steps": 2.5},
+])
+def test_bad_arguments_say_what_was_expected(kwargs):
+    from nbdebug.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="expected"):
+        diagnose(**kwargs)

@@ -20,6 +20,7 @@ from nbdebug.core import knowledge
 from nbdebug.core._findings import Finding, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import Entry
+from nbdebug.errors import InvalidArgumentError
 
 __all__ = [
     "GraphBreak",
@@ -407,6 +408,12 @@ def compile_check(
     -----
     ``torch._dynamo.explain`` resets Dynamo's caches, so other compiled functions recompile on their next call.
     """
+    if not callable(fn):
+        raise InvalidArgumentError(f"compile_check: got a {type(fn).__name__} to check; expected a function or an "
+                                   "nn.Module to compile")
+    if not isinstance(backend, str):
+        raise InvalidArgumentError(f"compile_check: backend={backend!r}; expected a backend name such as 'eager' "
+                                   "or 'inductor'")
     import torch
     import torch._dynamo
 

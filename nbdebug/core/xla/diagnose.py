@@ -20,7 +20,7 @@ from nbdebug.core._result import Result
 from nbdebug.core.knowledge import Entry
 from nbdebug.core.xla.debuglog import DebugLog, parse_debug_log
 from nbdebug.core.xla.report import MetricsReport, parse_report
-from nbdebug.errors import ReportParseError
+from nbdebug.errors import InvalidArgumentError, ReportParseError
 
 __all__ = ["StepStats", "XlaDiagnosis", "diagnose", "fallback_entry"]
 
@@ -254,7 +254,24 @@ def diagnose(
     Returns
     -------
     XlaDiagnosis
+
+    Raises
+    ------
+    ReportParseError
+        When the report text is not a torch_xla metrics report, or neither a report nor a log is given.
+    InvalidArgumentError
+        When an argument has the wrong type, or ``steps`` is negative.
     """
+    if report_or_text is not None and not isinstance(report_or_text, (str, MetricsReport)):
+        raise InvalidArgumentError(
+            f"diagnose: got a {type(report_or_text).__name__} as the report; expected the text of "
+            "torch_xla.debug.metrics.metrics_report(), a MetricsReport, or None")
+    if debug_log is not None and not isinstance(debug_log, (str, DebugLog)):
+        raise InvalidArgumentError(
+            f"diagnose: got a {type(debug_log).__name__} as debug_log; expected the text of PT_XLA_DEBUG_LEVEL "
+            "output, a DebugLog, or None")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+        raise InvalidArgumentError(f"diagnose: steps={steps!r}; expected a number of training steps >= 0")
     if isinstance(report_or_text, str):
         report: MetricsReport | None = parse_report(report_or_text)
     else:
