@@ -358,7 +358,7 @@ def build_report(
         what = matched.title if matched else "graph break"
         findings.append(knowledge.finding(
             "graph_break",
-            f"Graph break ({what}) at {b.where}" + (f": `{b.code}`" if b.code else "") + f" - {b.reason}",
+            f"Graph break ({what})" + (f" at `{b.code}`" if b.code else "") + f": {b.reason}",
             (b.where,),
             fixes=(*matched.fixes, *generic.fixes) if matched else None))
     return CompileReport(graph_count, graph_break_count, breaks, recompiles, limits, sort_findings(findings), name,
