@@ -8,7 +8,14 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 import nbdebug
-from nbdebug.core.compile import BREAK_FIXES, GUARD_FIXES, build_report, capture_compile, recompile_limit
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding
+from nbdebug.core.compile import GraphBreak, Recompile, build_report, capture_compile, recompile_limit
+
+
+def _fixes(f: Finding) -> str:
+    """Every fix of a finding, titles and code, as one text."""
+    return "\n".join(str(x) for x in f.fixes)
 
 
 def with_item(x):
@@ -62,8 +69,9 @@ def test_graph_break_reason_line_and_fix(fn, marker, fix_word):
         report = nbdebug.compile_check(fn, torch.randn(4, 4))
     assert report.graph_break_count >= 1
     (first, *_) = [f for f in report.findings if f.kind == "graph_break"]
-    assert first.where.endswith(f":{_line_of(fn, marker)}"), (first, report.breaks)
-    assert fix_word in first.fix and "fullgraph=True" in first.fix
+    assert isinstance(first, Finding) and first.severity == "warning" and first.title
+    assert first.where[0].endswith(f":{_line_of(fn, marker)}"), (first, report.breaks)
+    assert fix_word in _fixes(first) and "fullgraph=True" in _fixes(first)
 
 
 def test_clean_function_is_quiet():
@@ -76,7 +84,8 @@ def test_shape_recompile_names_the_guard():
     report = nbdebug.compile_check(total, torch.randn(2, 3), calls=[(torch.randn(3, 3),)])
     (rec,) = report.recompiles
     assert rec.function == "total" and "size mismatch" in rec.guard
-    assert "mark_dynamic" in report.findings[0].fix
+    assert report.findings[0].kind == "compile_recompilation"
+    assert "mark_dynamic" in _fixes(report.findings[0])
 
 
 def test_recompile_limit_is_hit_and_named():
@@ -88,8 +97,10 @@ def test_recompile_limit_is_hit_and_named():
     assert report.limit_hits[0].limit == limit and report.limit_hits[0].limit_name == name
     assert report.findings[0].kind == "recompile_limit" and report.findings[0].severity == "error"
     assert "mode ==" in report.limit_hits[0].last_reason
-    recompile = next(f for f in report.findings if f.kind == "recompilation")
-    assert "as tensors" in recompile.fix
+    recompile = report.finding("compile_recompilation")
+    assert recompile is not None and "as tensors" in _fixes(recompile)
+    assert report.kinds[0] == "recompile_limit" and report.finding("recompile_limit").where[0].endswith(
+        f":{_line_of(by_mode, 'def by_mode')}")
 
 
 def test_capture_restores_torch_logging():
@@ -104,11 +115,46 @@ def test_capture_restores_torch_logging():
     assert len(after) == len(before)
 
 
-def test_tables_are_each_reachable():
-    for pattern, name, fix in (*BREAK_FIXES, *GUARD_FIXES):
-        assert pattern and name and fix
+@pytest.mark.parametrize("context", ["graph_break", "guard"])
+def test_every_reason_entry_is_reachable_and_has_a_fix(context):
+    entries = knowledge.entries(context)
+    assert entries
+    for e in entries:
+        assert e.patterns and e.fixes and e.domain == "compile"
+        assert all(s.startswith("https://") for s in e.sources)
+
+
+@pytest.mark.parametrize("reason,slug", [
+    ("Tensor.item() call with capture_scalar_outputs=False", "graph_break_item"),
+    ("call_function BuiltinVariable(print) [ConstantVariable(str)] {}", "graph_break_print"),
+    ("Data-dependent branching", "graph_break_branch"),
+    ("dynamic shape operator: aten.nonzero.default", "graph_break_dynamic_shape"),
+    ("call to a function skipped by Dynamo", "graph_break_unsupported"),
+])
+def test_break_reasons_pick_their_entry(reason, slug):
+    r = build_report([GraphBreak(reason, "train.py", 3)], [], [])
+    (f,) = r.findings
+    assert f.kind == "graph_break" and f.where == ("train.py:3",)
+    assert f.fixes[: len(knowledge.entry(slug).fixes)] == knowledge.entry(slug).fixes
+    assert f.fixes[-2:] == knowledge.entry("graph_break").fixes
+
+
+@pytest.mark.parametrize("guard,slug", [
+    ("tensor 'x' size mismatch at index 0. expected 2, actual 3", "guard_shape"),
+    ("tensor 'x' dtype mismatch. expected Float, actual Half", "guard_dtype_device"),
+    ("mode == 'm'", "guard_python_value"),
+])
+def test_guards_pick_their_entry(guard, slug):
+    rs = [Recompile("f", "train.py", 9, guard), Recompile("f", "train.py", 9, guard)]
+    (f,) = build_report([], rs, []).findings
+    assert f.kind == "compile_recompilation" and f.severity == "warning" and knowledge.entry(slug).title in f.message
+    assert f.fixes[0] == knowledge.entry(slug).fixes[0] and f.evidence["recompilations"] == 2
+
+
+def test_empty_report():
     r = build_report([], [], [])
-    assert r.ok and r.to_dict()["findings"] == []
+    assert r.ok and r.to_dict()["findings"] == [] and r.kinds == () and r.finding("graph_break") is None
+    assert "No graph break" in str(r) and "No graph break" in r._repr_mimebundle_()["text/html"]
 
 
 def test_compilecheck_magic(ip):
@@ -126,7 +172,7 @@ def test_compilecheck_magic(ip):
     result = ip.run_cell_magic("compilecheck", "-o cc", cell)
     assert ip.user_ns["cc"] is result
     kinds = {f.kind for f in result.findings}
-    assert kinds == {"graph_break", "recompilation"}
+    assert kinds == {"graph_break", "compile_recompilation"}
     assert len(result.recompiles) == 2 and "mode ==" in result.recompiles[-1].guard
     bundle, _ = ip.display_formatter.format(result)
     assert "graph_break" in bundle["text/plain"] and "text/html" in bundle
@@ -148,3 +194,94 @@ def test_xlametrics_without_torch_xla_is_a_usage_error(ip, monkeypatch):
         ip.run_cell_magic("xlametrics", "", "x = 1")
     with pytest.raises(UsageError, match="--steps"):
         ip.run_cell_magic("xlametrics", "--steps -2", "x = 1")
+
+
+def test_compilecheck_shows_the_report_then_reraises(ip):
+    ip.user_ns["with_item"] = with_item
+    cell = (
+        "import torch\n"
+        "torch._dynamo.reset()\n"
+        "torch.compile(with_item, backend='eager')(torch.randn(4))\n"
+        "raise KeyError('after the compile')\n"
+    )
+    with capture_output() as cap:
+        res = ip.run_cell("%%compilecheck -o failed\n" + cell)
+    assert isinstance(res.error_in_exec, KeyError) and res.error_in_exec.args == ("after the compile",)
+    report = ip.user_ns["failed"]
+    assert report.finding("graph_break") is not None
+    shown = [o.data.get("text/plain", "") for o in cap.outputs]
+    assert len(shown) == 1 and "graph_break" in shown[0] and "torch.compile check" in shown[0]
+    assert not any(type(h).__name__ == "_Recorder" for h in __import__("logging").getLogger("torch").handlers)
+
+
+def test_compilecheck_cell_may_use_shell_syntax(ip):
+    result = ip.run_cell_magic("compilecheck", "", "echoed = !echo hi\n%env NBDEBUG_TEST_ENV=1\ny = 2\n")
+    assert list(ip.user_ns["echoed"]) == ["hi"] and ip.user_ns["y"] == 2
+    assert result.ok
+
+
+def test_capture_keeps_the_users_own_log_settings(monkeypatch):
+    import logging
+
+    import torch._logging
+    from torch._logging import _internal
+
+    monkeypatch.delenv("TORCH_LOGS", raising=False)
+    torch._logging.set_logs(dynamo=logging.INFO)
+    try:
+        with capture_compile() as cap:
+            torch.compile(with_print, backend="eager")(torch.randn(3))
+        assert cap.result.finding("graph_break") is not None  # recorded while the user's settings were on
+        state = _internal._get_log_state()
+        assert state.log_qname_to_level.get("torch._dynamo") == logging.INFO
+        assert not state.is_artifact_enabled("recompiles") and not state.is_artifact_enabled("graph_breaks")
+        assert logging.getLogger("torch._dynamo").level == logging.INFO
+    finally:
+        torch._logging.set_logs()
+
+
+def test_capture_keeps_torch_logs_env(monkeypatch):
+    import logging
+    import os
+
+    import torch._logging
+    from torch._logging import _internal
+
+    monkeypatch.setenv("TORCH_LOGS", "dynamo")
+    _internal._init_logs()
+    try:
+        with capture_compile() as cap:
+            torch._dynamo.reset()
+            torch.compile(with_print, backend="eager")(torch.randn(3))
+        assert cap.result.finding("graph_break") is not None  # seen although TORCH_LOGS did not ask for it
+        assert os.environ["TORCH_LOGS"] == "dynamo"
+        assert not _internal._get_log_state().is_artifact_enabled("graph_breaks")
+        assert logging.getLogger("torch._dynamo").level == logging.INFO
+    finally:
+        monkeypatch.delenv("TORCH_LOGS")
+        torch._logging.set_logs()
+
+
+@pytest.mark.parametrize("message", [
+    "Graph break in user code at /x.py:" + "7" * 5000,
+    "Recompiling function f in /x.py:\u00b2",
+    "Recompiling function f in /x.py:" + "1" * 5000 + "\n    - 0/0: x.size()[0] == 2",
+    "torch._dynamo hit config.recompile_limit (" + "8" * 5000 + ")\n   function: 'f' (/x.py:1)",
+])
+def test_recorder_survives_hostile_log_messages(message):
+    import logging
+
+    from nbdebug.core.compile import _Recorder
+
+    rec = _Recorder()
+    rec.emit(logging.LogRecord("torch._dynamo", logging.DEBUG, __file__, 1, message, None, None))
+    for event in (*rec.breaks, *rec.recompiles, *rec.limits):
+        assert event.line < 10**9
+
+
+@pytest.mark.parametrize("fn,kwargs", [("not a function", {}), (total, {"backend": 3})])
+def test_compile_check_bad_arguments(fn, kwargs):
+    from nbdebug.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="expected"):
+        nbdebug.compile_check(fn, torch.randn(2), **kwargs)

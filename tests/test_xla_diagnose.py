@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nbdebug.core.xla.knowledge import FALLBACK_OPS, FIXES, THRESHOLDS, fallback_fix
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding
+from nbdebug.core.xla.diagnose import fallback_entry
 from nbdebug.errors import ReportParseError
 from nbdebug.xla import diagnose, parse_debug_log, parse_report
 
@@ -17,6 +19,11 @@ DATA = Path(__file__).parent / "data" / "xla"
 REPO = Path(__file__).resolve().parents[1]
 
 from tests.xla.scenarios import EXPECTED  # noqa: E402 - one table for unit and integration tests
+
+
+def _fixes(f: Finding) -> str:
+    """Every fix of a finding, titles and code, as one text."""
+    return "\n".join(str(x) for x in f.fixes)
 
 CASES = [(name, src) for name in EXPECTED for src in ("R", "RD", "D")]
 
@@ -37,7 +44,8 @@ def test_real_scenarios(name, src):
     problems = {f.kind: f.severity for f in d.findings if f.severity != "info"}
     assert problems == EXPECTED[name][src], str(d)
     for f in d.findings:
-        assert f.message and f.fix and isinstance(f.evidence, dict)
+        assert isinstance(f, Finding) and f.message and f.title and isinstance(f.evidence, dict)
+        assert f.fixes or f.severity == "info"
 
 
 @pytest.mark.parametrize("name,line_text", [
@@ -50,7 +58,7 @@ def test_real_scenarios(name, src):
 def test_debug_log_maps_findings_to_user_lines(name, line_text):
     d = _diagnose(name, "RD")
     source = (REPO / "tests" / "xla" / "scenarios.py").read_text().splitlines()
-    lines = [loc for f in d.findings if f.severity != "info" for loc in f.lines]
+    lines = [loc for f in d.findings if f.severity != "info" for loc in f.where]
     assert lines, str(d)
     numbers = {int(loc.split(" in ")[0].rsplit(":", 1)[1]) for loc in lines}
     assert any(line_text in source[n - 1] for n in numbers), (lines, line_text)
@@ -60,7 +68,7 @@ def test_per_step_timeline_from_debug_log_shows_the_late_compile():
     d = _diagnose("short_last_batch", "RD")
     per = [s.compiles for s in d.per_step]
     assert per[-1] >= 1 and not any(per[2:-1])
-    assert "drop_last=True" in d.finding("recompilation").fix
+    assert "drop_last=True" in _fixes(d.finding("recompilation"))
 
 
 def test_steps_default_to_markstep_and_can_be_given():
@@ -77,7 +85,8 @@ def test_missing_sync_is_an_error_when_the_caller_says_it_looped():
 def test_fallback_finding_names_ops_with_specific_fixes():
     d = _diagnose("boolean_mask", "R")
     f = d.finding("cpu_fallback")
-    assert "aten::nonzero" in f.message and "torch.where" in f.fix
+    assert "aten::nonzero" in f.message and "torch.where" in _fixes(f)
+    assert f.fixes[0].title.startswith("aten::nonzero: ")  # the op's own fixes come first
     assert f.evidence["fallback_ops"]["aten::nonzero"] == d.fallback_ops["aten::nonzero"] > 0
     assert "_local_scalar_dense" not in json.dumps(d.fallback_ops)
 
@@ -105,7 +114,8 @@ def test_json_and_pandas():
     d = _diagnose("item_and_print", "RD")
     data = json.loads(json.dumps(d.to_dict()))
     assert {"findings", "compiles", "cache_hits", "executions", "steps", "transfers_from_device", "fallback_ops"} <= set(data)
-    assert data["findings"][0]["kind"] == "host_sync"
+    assert data["findings"][0]["kind"] == "host_sync" and data["findings"][0]["severity"] == "warning"
+    assert data["findings"][0]["fixes"][0]["code"] and isinstance(data["findings"][0]["where"], list)
     assert len(d.to_pandas()) == len(d.findings)
 
 
@@ -123,26 +133,47 @@ def test_render_text_and_html_escape():
 # --- knowledge tables: every entry is used and sourced ---------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", FALLBACK_OPS, ids=[e.prefix for e in FALLBACK_OPS])
+FALLBACK_ENTRIES = knowledge.entries("xla_fallback")
+
+
+@pytest.mark.parametrize("entry", FALLBACK_ENTRIES, ids=[e.slug for e in FALLBACK_ENTRIES])
 def test_fallback_table_entries(entry):
-    assert fallback_fix(entry.prefix + "x") in (entry, *[e for e in FALLBACK_OPS if (entry.prefix + "x").startswith(e.prefix)])
-    assert entry.fix and entry.why and entry.source
+    assert entry.domain == "xla" and entry.fixes and entry.summary
+    assert all(s.startswith("https://") for s in entry.sources)
+
+
+@pytest.mark.parametrize("op,slug", [
+    ("aten::nonzero", "xla_fallback_nonzero"),
+    ("aten::masked_select", "xla_fallback_masked_select"),
+    ("aten::_unique2", "xla_fallback_unique"),
+    ("aten::unique_dim", "xla_fallback_unique"),
+    ("aten::_fft_r2c", "xla_fallback_fft"),
+    ("aten::median.dim_values", "xla_fallback_median"),
+    ("aten::_local_scalar_dense", None),
+    ("xla::nonzero", None),
+])
+def test_fallback_ops_find_their_entry(op, slug):
+    e = fallback_entry(op)
+    assert (e.slug if e else None) == slug
 
 
 def test_fallback_table_covers_the_ops_seen_on_29():
     for name in ("boolean_mask", "fft_fallback"):
         for op in parse_report((DATA / f"xla29_{name}.txt").read_text()).fallback_ops:
-            assert fallback_fix(op) is not None, op
+            assert fallback_entry(op) is not None, op
 
 
-@pytest.mark.parametrize("name", sorted(THRESHOLDS))
+@pytest.mark.parametrize("name", sorted(knowledge.thresholds("xla")))
 def test_thresholds_have_reasons(name):
-    t = THRESHOLDS[name]
-    assert t.value > 0 and t.why and t.source
+    t = knowledge.thresholds("xla")[name]
+    assert t.value > 0 and t.why and t.source.startswith("https://")
 
 
-def test_every_kind_has_a_fix():
-    assert set(FIXES) == {"recompilation", "host_sync", "cpu_fallback", "missing_sync"}
+@pytest.mark.parametrize("kind", ["recompilation", "host_sync", "cpu_fallback", "missing_sync"])
+def test_every_kind_is_a_knowledge_entry_with_fixes(kind):
+    e = knowledge.entry(kind)
+    assert e.domain == "xla" and e.fixes and e.title and e.sources
+    assert all(s.startswith("https://") for s in e.sources)
 
 
 # --- CLI ----------------------------------------------------------------------------------------------------
@@ -160,12 +191,12 @@ def test_cli_json():
     data = json.loads(proc.stdout)
     assert data["steps"] == 6 and data["compiles"] == 3
     assert [f["kind"] for f in data["findings"]] == ["recompilation"]
-    assert set(data["findings"][0]) >= {"kind", "severity", "message", "evidence", "fix"}
+    assert set(data["findings"][0]) >= {"kind", "severity", "message", "evidence", "fixes", "where", "title"}
 
 
 def test_cli_text_and_steps():
     proc = _cli(str(DATA / "xla29_missing_sync.txt"), "--steps", "6")
-    assert proc.returncode == 0 and "[error] missing_sync" in proc.stdout
+    assert proc.returncode == 0 and "ERROR   missing_sync" in proc.stdout
 
 
 def test_cli_bad_input():
@@ -210,3 +241,17 @@ def test_xla_metrics_file_gives_a_timeline():
     d = diagnose(text)
     assert [s.compiles for s in d.per_step] == [1, 1, 0, 0, 0, 1]
     assert d.finding("recompilation").severity == "warning" and "short last batch" in d.finding("recompilation").message
+
+
+def test_debug_log_is_a_result_with_text_and_html():
+    log = parse_debug_log((DATA / "xla29_short_last_batch.debug.txt").read_text())
+    assert repr(log) == f"<DebugLog: 3 compiles, 6 executions, 6 steps, {len(log.profiler)} profiler lines>"
+    text = str(log)
+    assert text.startswith("torch_xla debug log: compiles=3, executions=6, steps=6")
+    assert "scenarios.py:77 in short_last_batch" in text
+    bundle = log._repr_mimebundle_()
+    assert "Compilations and executions" in bundle["text/html"] and "your line" in bundle["text/html"]
+    data = json.loads(json.dumps(log.to_dict()))
+    assert len(data["events"]) == 9 and data["events"][0]["frames"]
+    rows = log.to_pandas()
+    assert len(rows) == 9 and list(rows["kind"][:2]) == ["compile", "execute"]

@@ -84,3 +84,57 @@ def test_available_does_not_import_torch_xla():
     before = "torch_xla" in sys.modules
     live.available()
     assert ("torch_xla" in sys.modules) == before
+
+
+class _FakeWatch:
+    """Stands in for ``watch`` where torch_xla is not installed: records that the cell ran inside it."""
+
+    def __init__(self, steps=None, debug=True):
+        self.result = None
+        self.inside = False
+
+    def __enter__(self):
+        self.inside = True
+        return self
+
+    def __exit__(self, *exc):
+        from pathlib import Path
+
+        from nbdebug.xla import XlaCellReport, diagnose, parse_report
+
+        self.inside = False
+        text = (Path(__file__).parent / "data" / "xla" / "xla29_item_and_print.txt").read_text()
+        self.result = XlaCellReport(diagnose(text), parse_report(text), debug_status="fake")
+
+
+@pytest.fixture()
+def fake_watch(monkeypatch):
+    made = []
+
+    def factory(**kwargs):
+        made.append(_FakeWatch(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(live, "available", lambda: True)
+    monkeypatch.setattr(live, "watch", factory)
+    return made
+
+
+def test_xlametrics_shows_the_report_then_reraises(ip, fake_watch):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        res = ip.run_cell("%%xlametrics -o xm\nseen = !echo hi\nraise RuntimeError('in the cell')\n")
+    assert isinstance(res.error_in_exec, RuntimeError) and str(res.error_in_exec) == "in the cell"
+    assert list(ip.user_ns["seen"]) == ["hi"]  # shell syntax works inside the magic's cell
+    (w,) = fake_watch
+    assert not w.inside and ip.user_ns["xm"] is w.result  # the context was left, the report bound
+    shown = [o.data.get("text/plain", "") for o in cap.outputs]
+    assert len(shown) == 1 and "host_sync" in shown[0]
+
+
+def test_xlametrics_returns_the_report(ip, fake_watch):
+    result = ip.run_cell_magic("xlametrics", "--steps 6", "x = 1")
+    assert result is fake_watch[0].result and ip.user_ns["x"] == 1
+    bundle, _ = ip.display_formatter.format(result)
+    assert "host_sync" in bundle["text/plain"] and "nbd-findings" in bundle["text/html"]

@@ -4,8 +4,8 @@ Built on torch's own tools, not a re-implementation: ``torch._dynamo.explain`` f
 and torch's logging artifacts (``torch._logging.set_logs(recompiles=True, graph_breaks=True)``, captured with a
 ``logging.Handler``) for whatever a block of code compiles; the recompile-limit warning comes from
 ``torch._dynamo.convert_frame``.  The config is ``torch._dynamo.config.recompile_limit`` (``cache_size_limit`` in
-torch < 2.6).  ``compile_check`` and ``capture_compile`` reset torch's logging settings when they finish
-(``torch._logging.set_logs()``).
+torch < 2.6).  ``compile_check`` and ``capture_compile`` put the user's own logging settings (``TORCH_LOGS``,
+``torch._logging.set_logs``) back when they finish.
 """
 
 from __future__ import annotations
@@ -16,49 +16,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding, sort_findings
 from nbdebug.core._result import Result
+from nbdebug.core.knowledge import Entry
+from nbdebug.errors import InvalidArgumentError
 
 __all__ = [
     "GraphBreak",
     "Recompile",
     "LimitHit",
-    "CompileFinding",
     "CompileReport",
     "compile_check",
     "capture_compile",
-    "BREAK_FIXES",
-    "GUARD_FIXES",
+    "build_report",
     "recompile_limit",
 ]
-
-# (pattern in the graph-break reason, short name, fix); first match wins
-BREAK_FIXES: tuple[tuple[str, str, str], ...] = (
-    (r"Tensor\.item\(\)|\.item\(\)", "Tensor.item()",
-     "move .item() out of the compiled function (return the tensor and read it outside), or set "
-     "torch._dynamo.config.capture_scalar_outputs = True to keep it in the graph"),
-    (r"\bprint\b|builtin.*print", "print()",
-     "move print() out of the compiled function (log the returned tensors after the call)"),
-    (r"[Dd]ata-dependent|generic_jump|jump.*[Tt]ensor|branch", "data-dependent control flow",
-     "replace `if tensor:` with torch.cond(pred, true_fn, false_fn, operands) or torch.where"),
-    (r"nonzero|dynamic shape operator|aten\.unique|masked_select", "data-dependent output shape",
-     "keep shapes static (torch.where with a mask) or set torch._dynamo.config.capture_dynamic_output_shape_ops = True"),
-    (r"[Cc]all to.*skipped|[Ss]kip|not supported|[Uu]nsupported", "unsupported call",
-     "move the unsupported call out of the compiled region, or wrap it with torch.compiler.disable"),
-)
-GENERIC_BREAK_FIX = "compile with torch.compile(fn, fullgraph=True) to turn every graph break into an error at its line"
-
-# (pattern in the failing guard, short name, fix)
-GUARD_FIXES: tuple[tuple[str, str, str], ...] = (
-    (r"size mismatch|\.size\(\)|stride mismatch|sizes\(\)", "tensor shape changed",
-     "mark the changing dimension dynamic: torch._dynamo.mark_dynamic(x, dim) before the call, or "
-     "torch.compile(fn, dynamic=True); or pad/bucket inputs to a few sizes"),
-    (r"dtype|device|requires_grad", "tensor dtype/device/requires_grad changed",
-     "call the compiled function with one dtype/device/requires_grad setting (cast before the call)"),
-    (r"==\s*-?\d+(\.\d+)?(e-?\d+)?\b|==\s*'|==\s*\"|___check_obj_id|ID_MATCH|TYPE_MATCH", "Python value baked into the graph",
-     "pass values that change between calls (step counters, schedules, modes) as tensors, or keep them constant; "
-     "strings and objects used in control flow specialize the graph"),
-)
-GENERIC_GUARD_FIX = "look at the guard that failed and keep that input constant between calls"
 
 
 def recompile_limit() -> tuple[str, int | None]:
@@ -110,17 +83,6 @@ class LimitHit:
     last_reason: str = ""
 
 
-@dataclass(frozen=True)
-class CompileFinding:
-    """A problem with a fix; kinds: ``graph_break``, ``recompilation``, ``recompile_limit``."""
-
-    kind: str
-    severity: str
-    message: str
-    fix: str
-    where: str = ""
-
-
 @dataclass(frozen=True, repr=False)
 class CompileReport(Result):
     """What torch.compile did with a function or a cell.
@@ -132,8 +94,9 @@ class CompileReport(Result):
     breaks : tuple of GraphBreak
     recompiles : tuple of Recompile
     limit_hits : tuple of LimitHit
-    findings : tuple of CompileFinding
-        One per distinct problem, most severe first, each with its fix.
+    findings : tuple of Finding
+        One per distinct problem, most severe first (kinds ``graph_break``, ``compile_recompilation``,
+        ``recompile_limit``), each with its fixes; ``where`` is the user's ``file:line``.
     limit_name : str
         ``recompile_limit`` (torch >= 2.6) or ``cache_size_limit``.
     limit : int or None
@@ -145,7 +108,7 @@ class CompileReport(Result):
     breaks: tuple[GraphBreak, ...]
     recompiles: tuple[Recompile, ...]
     limit_hits: tuple[LimitHit, ...]
-    findings: tuple[CompileFinding, ...]
+    findings: tuple[Finding, ...]
     limit_name: str = "recompile_limit"
     limit: int | None = None
     ops_per_graph: tuple[int, ...] = field(default=())
@@ -156,25 +119,36 @@ class CompileReport(Result):
         """True when nothing was found."""
         return not self.findings
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Kinds of the warning/error findings."""
+        return tuple(f.kind for f in self.findings if f.severity in ("error", "warning"))
+
+    def finding(self, kind: str) -> Finding | None:
+        """The first finding of ``kind``."""
+        return next((f for f in self.findings if f.kind == kind), None)
+
     def _summary_line(self) -> str:
         graphs = f"{self.graph_count} graph(s), " if self.graph_count is not None else ""
         return (f"{graphs}{len(self.breaks)} graph break(s), {len(self.recompiles)} recompilation(s), "
                 f"{len(self.limit_hits)} recompile-limit hit(s)")
 
     def _records(self) -> list[dict[str, Any]]:
-        return [{"kind": f.kind, "severity": f.severity, "message": f.message, "where": f.where, "fix": f.fix}
+        return [{"kind": f.kind, "severity": f.severity.value, "title": f.title, "message": f.message,
+                 "where": "; ".join(f.where), "fixes": "; ".join(x.title for x in f.fixes)}
                 for f in self.findings]
 
 
 # --- log parsing -----------------------------------------------------------------------------------------------
 
-_BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
-_RECOMPILING = re.compile(r"Recompiling function (\S+) in (.+):(\d+)")
-_GUARD_LINE = re.compile(r"^\s*-\s*\d+/\d+:\s*(.*?)\s*(?:#.*)?$")
-_USER_FILE = re.compile(r'File "(.+)", line (\d+), in (\S+)\n\s*-?\s*(.*)')
-_LIMIT = re.compile(r"hit config\.(recompile_limit|cache_size_limit) \((\d+)\)")
-_LIMIT_FN = re.compile(r"function: '(.+?)' \((.+):(\d+)\)")
-_LAST_REASON = re.compile(r"last reason: \d+/\d+:\s*(.*?)\s*(?:#.*)?$", re.M)
+# line numbers and limits: ASCII digits, bounded, so that int() never sees "²" or 5000 digits
+_BREAK_AT = re.compile(r"Graph break in user code at (.+):([0-9]{1,9})")
+_RECOMPILING = re.compile(r"Recompiling function (\S+) in (.+):([0-9]{1,9})")
+_GUARD_LINE = re.compile(r"^\s*-\s*[0-9]+/[0-9]+:\s*(.*?)\s*(?:#.*)?$")
+_USER_FILE = re.compile(r'File "(.+)", line ([0-9]{1,9}), in (\S+)\n\s*-?\s*(.*)')
+_LIMIT = re.compile(r"hit config\.(recompile_limit|cache_size_limit) \(([0-9]{1,9})\)")
+_LIMIT_FN = re.compile(r"function: '(.+?)' \((.+):([0-9]{1,9})\)")
+_LAST_REASON = re.compile(r"last reason: [0-9]+/[0-9]+:\s*(.*?)\s*(?:#.*)?$", re.M)
 
 
 def _first_reason_line(text: str) -> str:
@@ -234,9 +208,11 @@ class _Recorder(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            msg = record.getMessage()
+            self._record(record.getMessage())
         except Exception:  # a malformed record must never break the user's code
             return
+
+    def _record(self, msg: str) -> None:
         if "Graph break in user code" in msg:
             b = _parse_break(msg)
             if b and b not in self.breaks:
@@ -254,6 +230,39 @@ class _Recorder(logging.Handler):
 _LOGGERS = ("torch", "torch._dynamo")
 
 
+def _enable_artifacts(names: tuple[str, ...]) -> Callable[[], None]:
+    """Turn torch logging artifacts on, on top of the user's own settings; return what puts those back.
+
+    ``torch._logging.set_logs(...)`` replaces every setting (and ``set_logs()`` wipes them), so the user's
+    ``set_logs(dynamo=logging.INFO)`` would be lost.  torch keeps its settings in one ``LogState``; this saves
+    it, installs a copy with ``names`` added, and restores the saved one on exit, then lets torch re-apply it
+    (``_init_logs``), the way torch's own ``testing._internal.logging_utils.preserve_log_state`` does.  When
+    ``TORCH_LOGS`` is set, torch reads the settings from it instead: the names are appended to it meanwhile.
+    """
+    import copy
+    import os
+
+    from torch._logging import _internal as tl
+
+    env = os.environ.get("TORCH_LOGS")
+    previous = tl._get_log_state()
+    state = copy.deepcopy(previous)
+    for name in names:
+        state.enable_artifact(name)
+    tl._set_log_state(state)
+    if env is not None:
+        os.environ["TORCH_LOGS"] = ",".join(filter(None, (env, *names)))
+    tl._init_logs()
+
+    def restore() -> None:
+        if env is not None:
+            os.environ["TORCH_LOGS"] = env
+        tl._set_log_state(previous)
+        tl._init_logs()
+
+    return restore
+
+
 class capture_compile:  # noqa: N801 - a context manager
     """Record graph breaks, recompilations and recompile-limit hits while a block of code runs.
 
@@ -266,11 +275,10 @@ class capture_compile:  # noqa: N801 - a context manager
         self.recorder = _Recorder()
         self.result: CompileReport | None = None
         self._removed: list[tuple[logging.Logger, logging.Handler]] = []
+        self._restore_logs: Callable[[], None] | None = None
 
     def __enter__(self) -> capture_compile:
-        import torch._logging
-
-        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        self._restore_logs = _enable_artifacts(("recompiles", "graph_breaks"))
         for name in _LOGGERS:
             logger = logging.getLogger(name)
             if self.quiet:
@@ -281,22 +289,23 @@ class capture_compile:  # noqa: N801 - a context manager
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import torch._logging
-
         for name in _LOGGERS:
             logging.getLogger(name).removeHandler(self.recorder)
         for logger, h in self._removed:
             if h not in logger.handlers:
                 logger.addHandler(h)
         self._removed.clear()
-        torch._logging.set_logs()  # back to torch's defaults (re-creates its handlers)
+        restore, self._restore_logs = self._restore_logs, None
+        if restore is not None:
+            restore()  # the user's own TORCH_LOGS / set_logs settings, and torch's handlers for them
         self.result = build_report(self.recorder.breaks, self.recorder.recompiles, self.recorder.limits)
 
 
-def _match(table: tuple[tuple[str, str, str], ...], text: str) -> tuple[str, str] | None:
-    for pattern, name, fix in table:
-        if re.search(pattern, text):
-            return name, fix
+def _match(context: str, text: str) -> Entry | None:
+    """The first knowledge entry searched in ``context`` whose pattern matches ``text``."""
+    for e in knowledge.entries(context):
+        if any(re.search(p, text) for p in e.patterns):
+            return e
     return None
 
 
@@ -312,46 +321,48 @@ def build_report(
     """Turn recorded events into a ``CompileReport`` with findings and fixes."""
     breaks, recompiles, limits = tuple(breaks), tuple(recompiles), tuple(limits)
     name, value = recompile_limit()
-    findings: list[CompileFinding] = []
+    findings: list[Finding] = []
     for h in limits:
-        findings.append(CompileFinding(
-            "recompile_limit", "error",
+        findings.append(knowledge.finding(
+            "recompile_limit",
             f"torch.compile gave up on {h.function}(): it hit {h.limit_name}={h.limit} and now runs it EAGERLY "
             f"(no speed-up). Last failing guard: {h.last_reason or '?'}",
-            "find what changes between calls (the guard above) and make it static; only raise "
-            f"torch._dynamo.config.{name} if the number of variants is small and bounded",
-            f"{h.file}:{h.line}"))
+            (f"{h.file}:{h.line}",),
+            evidence={"limit_name": h.limit_name, "limit": h.limit}))
     by_fn: dict[tuple[str, str, int], list[Recompile]] = {}
     for r in recompiles:
         by_fn.setdefault((r.function, r.file, r.line), []).append(r)
+    generic = knowledge.entry("compile_recompilation")
     for (fn, file, line), rs in by_fn.items():
         guard = rs[-1].guard
         if "/torch/" in file or "site-packages" in file:  # torch's wrapper around a compiled nn.Module's forward
             fn = f"a compiled nn.Module ({fn} in {file.rsplit('/', 1)[-1]})"
-        matched = _match(GUARD_FIXES, guard)
-        what, fix = matched if matched else ("guard failed", GENERIC_GUARD_FIX)
+        matched = _match("guard", guard)
+        what = matched.title if matched else "guard failed"
         sev = "warning" if len(rs) >= 2 or any(h.function == fn for h in limits) else "info"
-        findings.append(CompileFinding(
-            "recompilation", sev,
+        findings.append(knowledge.finding(
+            "compile_recompilation",
             f"{fn if fn.startswith('a compiled') else fn + '()'} was recompiled {len(rs)} time(s) ({what}); "
             f"failing guard: {guard}"
             + (f" [{rs[-1].user_line}]" if rs[-1].user_line else ""),
-            fix, f"{file}:{line}"))
+            (f"{file}:{line}",), severity=sev,
+            fixes=(*matched.fixes, *generic.fixes[1:]) if matched else None,
+            evidence={"recompilations": len(rs), "guard": guard}))
+    generic = knowledge.entry("graph_break")
     seen: set[tuple[str, int]] = set()
     for b in breaks:
         if (b.file, b.line) in seen:
             continue
         seen.add((b.file, b.line))
-        matched = _match(BREAK_FIXES, b.detail or b.reason)
-        what, fix = matched if matched else ("graph break", GENERIC_BREAK_FIX)
-        findings.append(CompileFinding(
-            "graph_break", "warning",
-            f"Graph break ({what}) at {b.where}" + (f": `{b.code}`" if b.code else "") + f" - {b.reason}",
-            f"{fix}; {GENERIC_BREAK_FIX}" if matched else fix, b.where))
-    order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: order[f.severity])
-    return CompileReport(graph_count, graph_break_count, breaks, recompiles, limits, tuple(findings), name, value,
-                         ops_per_graph)
+        matched = _match("graph_break", b.detail or b.reason)
+        what = matched.title if matched else "graph break"
+        findings.append(knowledge.finding(
+            "graph_break",
+            f"Graph break ({what})" + (f" at `{b.code}`" if b.code else "") + f": {b.reason}",
+            (b.where,),
+            fixes=(*matched.fixes, *generic.fixes) if matched else None))
+    return CompileReport(graph_count, graph_break_count, breaks, recompiles, limits, sort_findings(findings), name,
+                         value, ops_per_graph)
 
 
 def _frame_of(user_stack: Any) -> tuple[str, int, str]:
@@ -397,6 +408,12 @@ def compile_check(
     -----
     ``torch._dynamo.explain`` resets Dynamo's caches, so other compiled functions recompile on their next call.
     """
+    if not callable(fn):
+        raise InvalidArgumentError(f"compile_check: got a {type(fn).__name__} to check; expected a function or an "
+                                   "nn.Module to compile")
+    if not isinstance(backend, str):
+        raise InvalidArgumentError(f"compile_check: backend={backend!r}; expected a backend name such as 'eager' "
+                                   "or 'inductor'")
     import torch
     import torch._dynamo
 

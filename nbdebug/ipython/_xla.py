@@ -21,22 +21,6 @@ class XlaMagics(Magics):
 
     nbd_state: ExtensionState
 
-    @property
-    def _ns(self) -> dict[str, Any]:
-        assert self.shell is not None  # magics are always registered on a shell
-        return self.shell.user_ns
-
-    def _run(self, cell: str) -> None:
-        shell = self.shell
-        assert shell is not None
-        code = shell.transform_cell(cell)  # the cell may hold other magics or ! lines
-        try:
-            # registered in linecache: tracebacks and torch_xla's debug frames show the cell's own lines
-            filename = shell.compile.cache(code)
-        except Exception:  # an IPython without the caching compiler API
-            filename = "<cell>"
-        exec(compile(code, filename, "exec"), self._ns)  # noqa: S102 - the user's own cell
-
     @magic_arguments()
     @argument("--steps", type=int, default=None, help="training steps the cell runs (default: torch_xla.sync() calls)")
     @argument("--no-debug", action="store_true", help="do not capture torch_xla's debug analysis")
@@ -59,7 +43,8 @@ class XlaMagics(Magics):
         once, at its first execution: if nothing has run on the XLA device yet, the magic switches it on for
         the rest of the session; otherwise set `%env PT_XLA_DEBUG_LEVEL=2` right after a kernel restart.
 
-        Returns an ``XlaCellReport`` (``.diagnosis``, ``.report``, ``.per_step``, ``.to_pandas()``).
+        Returns an ``XlaCellReport`` (``.diagnosis``, ``.report``, ``.per_step``, ``.to_pandas()``). When the
+        cell raises, the report of what it did up to the error is shown, then the error is raised again.
         """
         args = parse_argstring(self.xlametrics, line)
         if args.steps is not None and args.steps < 0:
@@ -69,13 +54,11 @@ class XlaMagics(Magics):
         if not available():
             raise UsageError("%%xlametrics needs torch_xla, which is not installed: pip install 'nbdebug[xla]' "
                              "(to diagnose a saved report instead: nbdebug.xla.diagnose(text))")
+        from nbdebug.ipython._cell import run_body
+
         w = watch(steps=args.steps, debug=not args.no_debug)
-        with w:
-            self._run(cell)
-        result = w.result
-        if args.output:
-            self._ns[args.output] = result
-        return result
+        return run_body(self.shell, cell, magic="xlametrics", context=w, report=lambda error: w.result,
+                        output=args.output)
 
     @magic_arguments()
     @argument("--show-torch-logs", action="store_true", help="also let torch print its own log lines")
@@ -95,18 +78,17 @@ class XlaMagics(Magics):
         break with its reason and your source line, each recompilation with the guard that failed, and any
         function that hit torch._dynamo.config.recompile_limit (it then runs eagerly), with fixes.
 
-        Returns a ``CompileReport`` (``.breaks``, ``.recompiles``, ``.limit_hits``, ``.findings``).
+        Returns a ``CompileReport`` (``.breaks``, ``.recompiles``, ``.limit_hits``, ``.findings``). Your own
+        torch logging settings (``TORCH_LOGS``, ``torch._logging.set_logs``) are back in effect afterwards. When the
+        cell raises, the report of what it compiled up to the error is shown, then the error is raised again.
         """
         args = parse_argstring(self.compilecheck, line)
         from nbdebug.core.compile import capture_compile
+        from nbdebug.ipython._cell import run_body
 
         cap = capture_compile(quiet=not args.show_torch_logs)
-        with cap:
-            self._run(cell)
-        result = cap.result
-        if args.output:
-            self._ns[args.output] = result
-        return result
+        return run_body(self.shell, cell, magic="compilecheck", context=cap, report=lambda error: cap.result,
+                        output=args.output)
 
 
 def register(state: ExtensionState) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from nbdebug.core._findings import worst_severity
 from nbdebug.core.compile import CompileReport
 from nbdebug.render._html import esc, kv_table, panel
 from nbdebug.render._registry import renders
+from nbdebug.render.findings import findings_html, findings_text
 
 __all__ = ["compile_text", "compile_html"]
 
+_CLEAN = "No graph break, recompilation or recompile-limit hit."
 
-def _head(r: Any) -> list[tuple[str, Any]]:
-    rows: list[tuple[str, Any]] = []
+
+def _head(r: CompileReport) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = []
     if r.graph_count is not None:
         rows.append(("graphs", r.graph_count))
     rows += [("graph breaks", len(r.breaks)), ("recompilations", len(r.recompiles)),
@@ -21,28 +23,15 @@ def _head(r: Any) -> list[tuple[str, Any]]:
 
 
 @renders(CompileReport, "text")
-def compile_text(r: Any) -> str:
+def compile_text(r: CompileReport) -> str:
     """Plain-text report."""
-    lines = ["torch.compile check: " + ", ".join(f"{k}={v}" for k, v in _head(r))]
-    if r.ok:
-        lines.append("No graph break, recompilation or recompile-limit hit.")
-    for f in r.findings:
-        lines.append(f"[{f.severity}] {f.kind}: {f.message}")
-        if f.where:
-            lines.append(f"    at {f.where}")
-        lines.append(f"    fix: {f.fix}")
-    return "\n".join(lines)
+    head = "torch.compile check: " + ", ".join(f"{k}={v}" for k, v in _head(r))
+    return head + "\n" + findings_text(r.findings, empty=_CLEAN)
 
 
 @renders(CompileReport, "html")
-def compile_html(r: Any) -> str:
+def compile_html(r: CompileReport) -> str:
     """HTML panel."""
-    parts = []
-    if r.ok:
-        parts.append('<div class="nbd-first">No graph break, recompilation or recompile-limit hit.</div>')
-    for f in r.findings:
-        where = f"<div><code>{esc(f.where)}</code></div>" if f.where else ""
-        parts.append(f'<div><span class="sev-{esc(f.severity)}">{esc(f.severity)}</span> <b>{esc(f.kind)}</b>: '
-                     f"{esc(f.message)}{where}<div><b>Fix:</b> {esc(f.fix)}</div></div>")
-    kind = "error" if any(f.severity == "error" for f in r.findings) else "warning" if r.findings else "ok"
-    return panel("torch.compile check", "".join(parts) + kv_table(_head(r)), kind=kind)
+    body = (f'<div class="nbd-first">{esc(_CLEAN)}</div>' if r.ok else findings_html(r.findings))
+    worst = worst_severity(r.findings)
+    return panel("torch.compile check", body + kv_table(_head(r)), kind=worst.value if worst is not None else "ok")

@@ -1,16 +1,21 @@
-"""Text and HTML for torch_xla results: ``MetricsReport``, ``XlaDiagnosis``, ``XlaCellReport``."""
+"""Text and HTML for torch_xla results: ``MetricsReport``, ``XlaDiagnosis``, ``XlaCellReport``, ``DebugLog``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from nbdebug.core.xla.diagnose import XlaDiagnosis
+from nbdebug.core._findings import Severity, worst_severity
+from nbdebug.core.xla.debuglog import DebugLog
+from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis
 from nbdebug.core.xla.live import XlaCellReport
 from nbdebug.core.xla.report import MetricsReport
 from nbdebug.render._html import esc, fmt_bytes, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
+from nbdebug.render.findings import findings_html, findings_text
 
-__all__ = ["report_text", "report_html", "diagnosis_text", "diagnosis_html", "cell_text", "cell_html"]
+__all__ = ["report_text", "report_html", "diagnosis_text", "diagnosis_html", "cell_text", "cell_html", "debuglog_text",
+           "debuglog_html"]
 
 _HEADLINE = (
     ("compiles", "compiles"),
@@ -31,7 +36,7 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:g}"
 
 
-def _metric_rows(report: Any) -> list[tuple[Any, ...]]:
+def _metric_rows(report: MetricsReport) -> list[tuple[Any, ...]]:
     return [
         (m.name, m.section, m.total_samples, _fmt(m.accumulator, m.unit), _fmt(m.percentile(50), m.unit),
          _fmt(m.max_retained, m.unit))
@@ -40,7 +45,7 @@ def _metric_rows(report: Any) -> list[tuple[Any, ...]]:
 
 
 @renders(MetricsReport, "text")
-def report_text(report: Any) -> str:
+def report_text(report: MetricsReport) -> str:
     """Plain-text summary of a parsed report."""
     lines = [f"torch_xla metrics report ({report.layout}): " + ", ".join(
         f"{label}={getattr(report, key)}" for key, label in _HEADLINE)]
@@ -58,7 +63,7 @@ def report_text(report: Any) -> str:
 
 
 @renders(MetricsReport, "html")
-def report_html(report: Any) -> str:
+def report_html(report: MetricsReport) -> str:
     """HTML panel for a parsed report."""
     head = kv_table([(label, getattr(report, key)) for key, label in _HEADLINE])
     metrics = table(["metric", "section", "samples", "total", "p50", "max"], _metric_rows(report), numeric=(2, 3, 4, 5))
@@ -67,57 +72,43 @@ def report_html(report: Any) -> str:
     return panel(f"torch_xla metrics report ({report.layout})", body)
 
 
-def _finding_text(f: Any) -> list[str]:
-    out = [f"[{f.severity}] {f.kind}: {f.message}"]
-    for line in f.lines:
-        out.append(f"    at {line}")
-    if f.evidence:
-        out.append("    evidence: " + ", ".join(f"{k}={v}" for k, v in f.evidence.items()))
-    if f.severity != "info":
-        out.append(f"    fix: {f.fix}")
-    return out
+_HEALTHY = "No problem found: the graphs are compiled once and then reused."
 
 
 @renders(XlaDiagnosis, "text")
-def diagnosis_text(d: Any) -> str:
+def diagnosis_text(d: XlaDiagnosis) -> str:
     """Plain-text diagnosis."""
     lines = ["torch_xla diagnosis: " + ", ".join(f"{label}={getattr(d, key)}" for key, label in _HEADLINE)
              + f", compile time={fmt_seconds(d.compile_seconds)}"]
     if d.fallback_ops:
         lines.append("CPU fallbacks: " + ", ".join(f"{k} x{v}" for k, v in d.fallback_ops.items()))
-    if not d.findings or d.ok:
-        lines.append("No problem found: the graphs are compiled once and then reused.")
-    for f in d.findings:
-        lines.extend(_finding_text(f))
+    if d.ok:
+        lines.append(_HEALTHY)
+    if d.findings:
+        lines.append(findings_text(d.findings))
     for n in d.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
 
 
-def _findings_html(d: Any) -> str:
+def _findings_html(d: XlaDiagnosis) -> str:
     parts = []
-    if not d.findings or d.ok:
-        parts.append('<div class="nbd-first">No problem found: the graphs are compiled once and then reused.</div>')
-    for f in d.findings:
-        where = "".join(f"<div><code>{esc(line)}</code></div>" for line in f.lines)
-        evidence = ", ".join(f"{esc(k)}={esc(v)}" for k, v in f.evidence.items())
-        fix = f"<div><b>Fix:</b> {esc(f.fix)}</div>" if f.severity != "info" else ""
-        parts.append(
-            f'<div><span class="sev-{esc(f.severity)}">{esc(f.severity)}</span> <b>{esc(f.kind)}</b>: {esc(f.message)}'
-            f'{where}<div class="nbd-muted">{evidence}</div>{fix}</div>'
-        )
+    if d.ok:
+        parts.append(f'<div class="nbd-first">{esc(_HEALTHY)}</div>')
+    if d.findings:
+        parts.append(findings_html(d.findings))
     for n in d.notes:
         parts.append(f'<div class="nbd-muted">{esc(n)}</div>')
     return "".join(parts)
 
 
-def _severity_kind(d: Any) -> str:
-    sevs = {f.severity for f in d.findings}
-    return "error" if "error" in sevs else "warning" if "warning" in sevs else "ok"
+def _severity_kind(d: XlaDiagnosis) -> str:
+    worst = worst_severity(f for f in d.findings if f.severity != Severity.INFO)
+    return worst.value if worst is not None else "ok"
 
 
 @renders(XlaDiagnosis, "html")
-def diagnosis_html(d: Any) -> str:
+def diagnosis_html(d: XlaDiagnosis) -> str:
     """HTML panel for a diagnosis."""
     head = kv_table([(label, getattr(d, key)) for key, label in _HEADLINE]
                     + [("compile time", fmt_seconds(d.compile_seconds)),
@@ -125,7 +116,7 @@ def diagnosis_html(d: Any) -> str:
     return panel("torch_xla diagnosis", _findings_html(d) + head + _per_step_html(d.per_step), kind=_severity_kind(d))
 
 
-def _per_step_html(per_step: Any) -> str:
+def _per_step_html(per_step: Sequence[StepStats]) -> str:
     if not per_step:
         return ""
     rows = [(s.step, s.compiles, s.executions, s.transfers_from_device, s.fallback_calls, fmt_seconds(s.compile_seconds))
@@ -135,7 +126,7 @@ def _per_step_html(per_step: Any) -> str:
 
 
 @renders(XlaCellReport, "text")
-def cell_text(r: Any) -> str:
+def cell_text(r: XlaCellReport) -> str:
     """Plain-text report of what a cell did."""
     lines = [f"XLA cell report ({fmt_seconds(r.seconds)} wall)", diagnosis_text(r.diagnosis)]
     if r.per_step:
@@ -147,7 +138,7 @@ def cell_text(r: Any) -> str:
 
 
 @renders(XlaCellReport, "html")
-def cell_html(r: Any) -> str:
+def cell_html(r: XlaCellReport) -> str:
     """HTML panel of what a cell did."""
     d = r.diagnosis
     head = kv_table([(label, getattr(d, key)) for key, label in _HEADLINE]
@@ -156,3 +147,46 @@ def cell_html(r: Any) -> str:
     debug = f'<div class="nbd-muted">debug: {esc(r.debug_status)}</div>' if r.debug_status else ""
     return panel("What this cell did on the XLA device",
                  _findings_html(d) + head + _per_step_html(r.per_step) + debug, kind=_severity_kind(d))
+
+
+_MAX_EVENTS = 200
+
+
+def _event_rows(log: DebugLog) -> list[tuple[Any, ...]]:
+    return [
+        (e.step, e.kind, e.cause, e.graph_hash[:12], "-" if e.n_inputs is None else e.n_inputs,
+         str(e.user_frame) if e.user_frame is not None else "-")
+        for e in log.events[:_MAX_EVENTS]
+    ]
+
+
+def _log_head(log: DebugLog) -> list[tuple[str, Any]]:
+    return [("compiles", len(log.compiles)), ("executions", len(log.executions)), ("steps", log.steps),
+            ("host reads", sum(1 for e in log.events if e.is_host_read))]
+
+
+@renders(DebugLog, "text")
+def debuglog_text(log: DebugLog) -> str:
+    """Plain-text summary of a parsed debug log: one line per compile/execution, with its cause and user line."""
+    lines = ["torch_xla debug log: " + ", ".join(f"{k}={v}" for k, v in _log_head(log))]
+    for step, kind, cause, _hash, _inputs, where in _event_rows(log):
+        lines.append(f"  step {step:<3} {kind:<10} {cause}" + (f"  at {where}" if where != "-" else ""))
+    if len(log.events) > _MAX_EVENTS:
+        lines.append(f"  ... {len(log.events) - _MAX_EVENTS} more events")
+    lines += [f"profiler: {p}" for p in log.profiler]
+    return "\n".join(lines)
+
+
+@renders(DebugLog, "html")
+def debuglog_html(log: DebugLog) -> str:
+    """HTML panel of a parsed debug log."""
+    body = kv_table(_log_head(log))
+    if log.events:
+        body += "<h4>Compilations and executions</h4>" + table(
+            ["step", "kind", "cause", "graph hash", "inputs", "your line"], _event_rows(log), numeric=(0, 4))
+        if len(log.events) > _MAX_EVENTS:
+            body += f'<div class="nbd-muted">... {len(log.events) - _MAX_EVENTS} more events</div>'
+    if log.profiler:
+        body += "<h4>torch_xla's own analysis</h4>" + "".join(
+            f'<div class="nbd-muted">{esc(p)}</div>' for p in log.profiler)
+    return panel("torch_xla debug log", body)

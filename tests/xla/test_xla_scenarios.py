@@ -111,7 +111,7 @@ def test_watch_switches_debug_on_when_nothing_ran_yet(tmp_path):
         with watch() as w2:   # the setting stays on for the process
             SCENARIOS["healthy"]()
         print(json.dumps({"status": w.result.debug_status, "log": w.result.debug_log,
-                          "lines": [l for f in w.result.findings for l in f.lines], "log2": w2.result.debug_log}))
+                          "lines": [l for f in w.result.findings for l in f.where], "log2": w2.result.debug_log}))
     """)
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PT_XLA_DEBUG")}
     env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(REPO))

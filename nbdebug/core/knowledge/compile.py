@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 from nbdebug.core.knowledge._sources import SEED_TROUBLE
 
@@ -77,5 +77,149 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Run once with TORCH_LOGS=recompiles,graph_breaks to see what changes between calls or "
         "what cannot be traced.",
         sources=(SEED_TROUBLE, "https://github.com/pytorch/pytorch/issues/114511"),
+    ),
+)
+
+# --- what ``compile_check`` / ``%%compilecheck`` find: the kinds of their findings ------------------------------
+
+_TROUBLESHOOTING = "https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
+_FAQ = "https://pytorch.org/docs/stable/torch.compiler_faq.html"
+
+ENTRIES += (
+    Entry(
+        slug="graph_break",
+        title="torch.compile graph break",
+        severity=Severity.WARNING,
+        contexts=(),
+        summary="Dynamo stopped tracing at this line: the function runs as several graphs with Python in between.",
+        fixes=(
+            Fix("Turn every graph break into an error at its line", "torch.compile(fn, fullgraph=True)"),
+            Fix("See every graph break and its reason", "TORCH_LOGS=graph_breaks python train.py"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="compile_recompilation",
+        title="torch.compile recompiled a function",
+        severity=Severity.WARNING,
+        contexts=(),
+        summary="A guard failed on a later call: something the graph was specialized on changed.",
+        fixes=(
+            Fix("Keep the input named by the failing guard constant between calls"),
+            Fix("See why it recompiles", "TORCH_LOGS=recompiles python train.py"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="recompile_limit",
+        title="torch.compile hit the recompile limit and runs the function eagerly",
+        severity=Severity.ERROR,
+        contexts=(),
+        summary="After recompile_limit (cache_size_limit before torch 2.6) recompilations Dynamo gives up on the "
+        "function: it runs without any speed-up from then on.",
+        fixes=(
+            Fix("Find what changes between calls (the failing guard) and make it static"),
+            Fix("Only if the number of variants is small and bounded, raise the limit",
+                "torch._dynamo.config.recompile_limit = 16  # cache_size_limit before torch 2.6"),
+        ),
+        sources=(_FAQ, "https://github.com/pytorch/pytorch/issues/114511"),
+    ),
+    # graph-break reasons, searched in order (the first entry whose pattern matches the reason wins)
+    Entry(
+        slug="graph_break_item",
+        title="Tensor.item()",
+        severity=Severity.WARNING,
+        contexts=("graph_break",),
+        patterns=(r"\.item\(\)",),
+        fixes=(
+            Fix("Move .item() out of the compiled function: return the tensor and read it outside"),
+            Fix("Or keep it in the graph", "torch._dynamo.config.capture_scalar_outputs = True"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="graph_break_print",
+        title="print()",
+        severity=Severity.WARNING,
+        contexts=("graph_break",),
+        patterns=(r"\bprint\b|builtin.*print",),
+        fixes=(Fix("Move print() out of the compiled function: log the returned tensors after the call"),),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="graph_break_branch",
+        title="data-dependent control flow",
+        severity=Severity.WARNING,
+        contexts=("graph_break",),
+        patterns=(r"[Dd]ata-dependent|generic_jump|jump.*[Tt]ensor|branch",),
+        fixes=(
+            Fix("Replace `if tensor:` with torch.cond or torch.where",
+                "y = torch.cond(pred, true_fn, false_fn, (x,))\n# or: y = torch.where(pred, a, b)"),
+        ),
+        sources=("https://pytorch.org/docs/stable/cond.html",),
+    ),
+    Entry(
+        slug="graph_break_dynamic_shape",
+        title="data-dependent output shape",
+        severity=Severity.WARNING,
+        contexts=("graph_break",),
+        patterns=(r"nonzero|dynamic shape operator|aten\.unique|masked_select",),
+        fixes=(
+            Fix("Keep shapes static with a mask", "y = torch.where(mask, x, 0)  # not x[mask]"),
+            Fix("Or let Dynamo capture data-dependent shapes",
+                "torch._dynamo.config.capture_dynamic_output_shape_ops = True"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="graph_break_unsupported",
+        title="unsupported call",
+        severity=Severity.WARNING,
+        contexts=("graph_break",),
+        patterns=(r"[Cc]all to.*skipped|[Ss]kip|not supported|[Uu]nsupported",),
+        fixes=(
+            Fix("Move the unsupported call out of the compiled region"),
+            Fix("Or leave it out of compilation", "@torch.compiler.disable\ndef helper(x):\n    ..."),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    # guards that failed (why a function recompiled), searched in order
+    Entry(
+        slug="guard_shape",
+        title="tensor shape changed",
+        severity=Severity.WARNING,
+        contexts=("guard",),
+        patterns=(r"size mismatch|\.size\(\)|stride mismatch|sizes\(\)",),
+        fixes=(
+            Fix("Mark the changing dimension dynamic",
+                "torch._dynamo.mark_dynamic(x, 0)  # before the call\n# or: torch.compile(fn, dynamic=True)"),
+            Fix("Or pad/bucket inputs to a few sizes"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="guard_dtype_device",
+        title="tensor dtype/device/requires_grad changed",
+        severity=Severity.WARNING,
+        contexts=("guard",),
+        patterns=(r"dtype|device|requires_grad",),
+        fixes=(
+            Fix("Call the compiled function with one dtype/device/requires_grad setting (cast before the call)",
+                "x = x.to(device, torch.float32)"),
+        ),
+        sources=(_TROUBLESHOOTING,),
+    ),
+    Entry(
+        slug="guard_python_value",
+        title="Python value baked into the graph",
+        severity=Severity.WARNING,
+        contexts=("guard",),
+        patterns=(r"==\s*-?\d+(\.\d+)?(e-?\d+)?\b|==\s*'|==\s*\"|___check_obj_id|ID_MATCH|TYPE_MATCH",),
+        fixes=(
+            Fix("Pass values that change between calls (step counters, schedules, modes) as tensors, or keep "
+                "them constant", "step_t = torch.tensor(step)  # not a Python int"),
+            Fix("Strings and objects used in control flow specialize the graph: keep them constant between calls"),
+        ),
+        sources=(_FAQ,),
     ),
 )

@@ -1,7 +1,8 @@
 """torch_xla diagnostics: parse metrics reports and debug logs, read live metrics, diagnose what is slow."""
 
+from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.xla.debuglog import DebugEvent, DebugLog, Frame, parse_debug_log
-from nbdebug.core.xla.diagnose import Finding, StepStats, XlaDiagnosis, diagnose
+from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
 from nbdebug.core.xla.live import XlaCellReport, available, read_live, watch
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport, parse_report
 
@@ -10,9 +11,11 @@ __all__ = [
     "DebugEvent",
     "DebugLog",
     "Finding",
+    "Fix",
     "Frame",
     "Metric",
     "MetricsReport",
+    "Severity",
     "StepStats",
     "XlaCellReport",
     "XlaDiagnosis",

@@ -13,10 +13,19 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["TIME_RE", "BYTES_RE", "parse_time_ns", "format_time_ns", "parse_bytes", "format_bytes", "parse_value"]
+__all__ = ["TIME_RE", "BYTES_RE", "PLAIN_RE", "shorten", "parse_time_ns", "format_time_ns", "parse_bytes", "format_bytes", "parse_value"]
 
-TIME_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?(\d+(?:\.\d+)?)us$")
-BYTES_RE = re.compile(r"^(-?(?:\d+(?:\.\d*)?|nan|inf))(B|KB|MB|GB|TB|PB)$", re.IGNORECASE)
+# ASCII digits only, and few of them: a value from a file must not reach int()/float() as 400 nines (OverflowError)
+# or as "²" (a digit to str.isdigit, not to int); torch_xla prints at most 20 digits in any part
+_N = "[0-9]{1,20}"
+TIME_RE = re.compile(rf"^(?:({_N})d)?(?:({_N})h)?(?:({_N})m(?!s))?(?:({_N})s)?(?:({_N})ms)?({_N}(?:\.[0-9]{{1,9}})?)us$")
+BYTES_RE = re.compile(rf"^(-?(?:{_N}(?:\.[0-9]{{0,20}})?|nan|inf))(B|KB|MB|GB|TB|PB)$", re.IGNORECASE)
+PLAIN_RE = re.compile(rf"^[-+]?(?:{_N}(?:\.[0-9]{{0,20}})?(?:e[-+]?[0-9]{{1,3}})?|nan|inf)$", re.IGNORECASE)
+
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a hostile file may hold megabytes on one line)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
 
 _PARTS = (("d", 86400e9, 2), ("h", 3600e9, 2), ("m", 60e9, 2), ("s", 1e9, 2), ("ms", 1e6, 3))
 _BYTE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
@@ -29,7 +38,7 @@ def parse_time_ns(text: str) -> float:
     """
     m = TIME_RE.match(text.strip())
     if not m:
-        raise ValueError(f"not a torch_xla time string: {text!r}")
+        raise ValueError(f"not a torch_xla time string: {shorten(text)!r}")
     *whole, micros = m.groups()
     tail = float(micros) * 1e3  # the microsecond part is printed exactly (3 decimals = ns)
     for (_, unit, _), digits in reversed(list(zip(_PARTS, whole))):
@@ -66,7 +75,7 @@ def parse_bytes(text: str) -> float:
     """Return bytes for ``4.00B`` / ``1.50KB`` / ``3.80GB`` (1024-based) or NaN for ``nanB``."""
     m = BYTES_RE.match(text.strip())
     if not m:
-        raise ValueError(f"not a torch_xla byte string: {text!r}")
+        raise ValueError(f"not a torch_xla byte string: {shorten(text)!r}")
     number, unit = m.groups()
     return float(number) * 1024.0 ** _BYTE_UNITS.index(unit.upper())
 
@@ -89,7 +98,6 @@ def parse_value(text: str) -> tuple[str, float]:
         return "time", parse_time_ns(text) / 1e9
     if BYTES_RE.match(text):
         return "bytes", parse_bytes(text)
-    try:
+    if PLAIN_RE.match(text):
         return "value", float(text)
-    except ValueError as e:
-        raise ValueError(f"not a torch_xla metric value: {text!r}") from e
+    raise ValueError(f"not a torch_xla metric value: {shorten(text)!r}")

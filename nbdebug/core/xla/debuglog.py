@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from nbdebug.core._result import Result
 
 __all__ = ["Frame", "DebugEvent", "DebugLog", "parse_debug_log", "is_library_file", "CAUSES", "cause_kind"]
 
 _PREFIX = re.compile(r"^(Unexpected Execution|Compilation|Execution|Post Compilation) Analysis: ?(.*)$")
-_FRAME = re.compile(r"^\s+(.+?) \((.+):(\d+)\)\s*$")
+# ASCII digits, bounded: "²" is a digit to str.isdigit but not to int(), and int() refuses 5000 digits
+_FRAME = re.compile(r"^\s+(.+?) \((.+):([0-9]{1,9})\)\s*$")
+_SMALL_COUNT = re.compile(r"[0-9]{1,9}")
 _PROFILER = re.compile(r"pt-xla-profiler: (.*)$")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/nbdebug/", "<frozen ", "/lib/python3")
 
@@ -99,12 +104,20 @@ class DebugEvent:
         return cause_kind(self.cause) == "read"
 
 
-@dataclass(frozen=True)
-class DebugLog:
-    """Everything recognised in a debug log."""
+@dataclass(frozen=True, repr=False)
+class DebugLog(Result):
+    """Everything recognised in a debug log.
+
+    Attributes
+    ----------
+    events : tuple of DebugEvent
+        Every compilation and execution block, in order, each with its cause and the Python frames behind it.
+    profiler : tuple of str
+        Text of every ``pt-xla-profiler:`` line (torch_xla's own analysis), in order.
+    """
 
     events: tuple[DebugEvent, ...]
-    profiler: tuple[str, ...]  # text of every ``pt-xla-profiler:`` line, in order
+    profiler: tuple[str, ...]
 
     @property
     def compiles(self) -> tuple[DebugEvent, ...]:
@@ -125,6 +138,18 @@ class DebugLog:
 
     def __bool__(self) -> bool:
         return bool(self.events or self.profiler)
+
+    def _summary_line(self) -> str:
+        return (f"{len(self.compiles)} compiles, {len(self.executions)} executions, {self.steps} steps, "
+                f"{len(self.profiler)} profiler lines")
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [
+            {"step": e.step, "kind": e.kind, "cause": e.cause, "graph_hash": e.graph_hash, "graph_name": e.graph_name,
+             "n_inputs": e.n_inputs, "n_outputs": e.n_outputs,
+             "user_frame": str(e.user_frame) if e.user_frame is not None else None}
+            for e in self.events
+        ]
 
 
 def parse_debug_log(text: str) -> DebugLog:
@@ -203,9 +228,9 @@ def parse_debug_log(text: str) -> DebugLog:
                 block["hash"] = value
             elif key == "Graph Name":
                 block["name"] = value
-            elif key == "Number of Graph Inputs" and value.isdigit():
+            elif key == "Number of Graph Inputs" and _SMALL_COUNT.fullmatch(value):
                 block["inputs"] = int(value)
-            elif key == "Number of Graph Outputs" and value.isdigit():
+            elif key == "Number of Graph Outputs" and _SMALL_COUNT.fullmatch(value):
                 block["outputs"] = int(value)
         elif section == "frames":
             fm = _FRAME.match(body)

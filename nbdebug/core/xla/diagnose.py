@@ -2,37 +2,27 @@
 
 Findings (``kind``): ``recompilation``, ``host_sync``, ``cpu_fallback``, ``missing_sync``.  Healthy runs stay
 quiet: a couple of warm-up graphs, an lr warm-up from 0.0, or bucketed padding with a bounded number of
-graphs give no warning or error (at most an ``info`` line).  Thresholds and fixes live in ``knowledge``.
+graphs give no warning or error (at most an ``info`` line).  Thresholds, titles, fixes and the ops known to
+fall back to the CPU live in ``nbdebug.core.knowledge.xla``.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter as _Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding, Fix, sort_findings
 from nbdebug.core._result import Result
+from nbdebug.core.knowledge import Entry
 from nbdebug.core.xla.debuglog import DebugLog, parse_debug_log
-from nbdebug.core.xla.knowledge import FIXES, THRESHOLDS, fallback_fix
 from nbdebug.core.xla.report import MetricsReport, parse_report
-from nbdebug.errors import ReportParseError
+from nbdebug.errors import InvalidArgumentError, ReportParseError
 
-__all__ = ["Finding", "StepStats", "XlaDiagnosis", "diagnose", "SEVERITIES"]
-
-SEVERITIES = ("error", "warning", "info")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem (or, with severity ``info``, one remark) and what to do about it."""
-
-    kind: str
-    severity: str
-    message: str
-    evidence: dict[str, Any]
-    fix: str
-    lines: tuple[str, ...] = ()  # "file:line in function" of the user's code that caused it, most frequent first
+__all__ = ["StepStats", "XlaDiagnosis", "diagnose", "fallback_entry"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +44,7 @@ class XlaDiagnosis(Result):
     Attributes
     ----------
     findings : tuple of Finding
-        Most severe first.
+        Most severe first (``nbdebug.core._findings.Finding``; ``where`` holds the user's source lines).
     compiles, cache_hits, executions, steps, transfers_from_device : int
         The headline counters (``steps`` is the caller's or ``MarkStep``).
     fallback_ops : dict
@@ -100,14 +90,43 @@ class XlaDiagnosis(Result):
 
     def _records(self) -> list[dict[str, Any]]:
         return [
-            {"kind": f.kind, "severity": f.severity, "message": f.message, "fix": f.fix, "lines": "; ".join(f.lines),
+            {"kind": f.kind, "severity": f.severity.value, "title": f.title, "message": f.message,
+             "where": "; ".join(f.where), "fixes": "; ".join(x.title for x in f.fixes),
              **{f"evidence.{k}": v for k, v in f.evidence.items()}}
             for f in self.findings
         ]
 
 
 def _t(name: str) -> float:
-    return THRESHOLDS[name].value
+    return knowledge.threshold(name)
+
+
+def fallback_entry(op: str) -> Entry | None:
+    """The knowledge entry for an ATen op that ran on the CPU (``aten::nonzero``), or None."""
+    for e in knowledge.entries("xla_fallback"):
+        if any(re.match(p, op) for p in e.patterns):
+            return e
+    return None
+
+
+_SHORT_LAST_BATCH = (
+    Fix("Give the last batch the full batch size", "DataLoader(ds, batch_size=bs, drop_last=True)"),
+    Fix("Or pad the last batch to the full batch size and mask the padding out of the loss"),
+)
+
+
+def _finding(
+    kind: str,
+    severity: str,
+    message: str,
+    evidence: dict[str, Any],
+    where: Sequence[str] = (),
+    *,
+    fixes: Sequence[Fix] | None = None,
+) -> Finding:
+    if severity == "info" and fixes is None:
+        fixes = ()  # a remark ("bounded", "occasional"): nothing to fix
+    return knowledge.finding(kind, message, where, severity=severity, fixes=fixes, evidence=evidence)
 
 
 def _user_lines(events: Sequence[Any]) -> tuple[str, ...]:
@@ -156,7 +175,6 @@ def _recompilation(
     lines: tuple[str, ...] = ()
     if log is not None:
         lines = _user_lines([e for e in log.compiles if e.step >= warm])
-    fix = FIXES["recompilation"]
     causes = (
         "new graphs keep appearing: dynamic input shapes (unpadded sequence lengths), a Python scalar baked into "
         "the graph as a constant (a changing exponent, threshold or schedule value), or data-dependent shapes"
@@ -167,50 +185,48 @@ def _recompilation(
         after = per[warm:]
         late = sum(1 for c in after if c)
         if after and late / len(after) >= _t("storm_compiles_per_step"):
-            return [Finding(
+            return [_finding(
                 "recompilation", "error",
                 f"Recompiling in {late} of {len(after)} steps after warm-up ({compiles} graphs compiled in "
-                f"{len(per)} steps): {causes}.", evidence, fix, lines)]
+                f"{len(per)} steps): {causes}.", evidence, lines)]
         if late and per[-1] and not any(per[warm:-1]):
-            return [Finding(
+            return [_finding(
                 "recompilation", "warning",
                 f"The last step compiled {per[-1]} new graph(s) after {len(per) - 1 - warm} steps that only hit the "
                 "cache: its input shape changed, typically a short last batch. It will recompile again at the "
-                "end of every epoch that has a different remainder.", evidence,
-                "DataLoader(..., drop_last=True), or pad the last batch to the full batch size (and mask it "
-                "out of the loss).", lines)]
+                "end of every epoch that has a different remainder.", evidence, lines, fixes=_SHORT_LAST_BATCH)]
         if late:
-            return [Finding(
+            return [_finding(
                 "recompilation", "info",
                 f"{compiles} graphs for {len(per)} steps, a few after warm-up but not every step: bounded "
                 "(e.g. one per padding bucket); fine as long as the number of shapes stays small.",
-                evidence, fix, lines)]
+                evidence, lines)]
         return []
     if hits is None:  # cache hits unknown: only the compiles-per-step rule applies
         if steps and compiles >= max(warm + 2, _t("storm_compiles_per_step") * steps):
-            return [Finding(
+            return [_finding(
                 "recompilation", "error",
                 f"{compiles} graphs compiled in {steps} steps ({compiles / steps:.2f} per step): {causes}.",
-                evidence, fix, lines)]
+                evidence, lines)]
         return []
     ratio = hits / (hits + compiles) if hits + compiles else 0.0
     evidence["cache_hit_ratio"] = round(ratio, 3)
     if steps and compiles >= max(warm + 2, _t("storm_compiles_per_step") * steps):
-        return [Finding(
+        return [_finding(
             "recompilation", "error",
             f"{compiles} graphs compiled in {steps} steps ({compiles / steps:.2f} per step; {hits} cache hits): "
-            f"{causes}.", evidence, fix, lines)]
+            f"{causes}.", evidence, lines)]
     if ratio < _t("cache_hit_ratio") and hits + compiles >= 2 * warm + 2:
-        return [Finding(
+        return [_finding(
             "recompilation", "warning",
             f"Only {hits} of {hits + compiles} graph runs came from the compilation cache: {causes}.",
-            evidence, fix, lines)]
-    return [Finding(
+            evidence, lines)]
+    return [_finding(
         "recompilation", "info",
         f"{compiles} graphs compiled for {steps or '?'} steps, {compiles - warm} more than a training step's "
         f"warm-up ({warm}) but bounded ({ratio:.0%} cache hits). Harmless if they come from a few padding "
         "buckets or an evaluation loop; if one appeared at the end of the epoch it is a short last batch "
-        "(drop_last=True).", evidence, fix, lines)]
+        "(drop_last=True).", evidence, lines)]
 
 
 def diagnose(
@@ -238,7 +254,24 @@ def diagnose(
     Returns
     -------
     XlaDiagnosis
+
+    Raises
+    ------
+    ReportParseError
+        When the report text is not a torch_xla metrics report, or neither a report nor a log is given.
+    InvalidArgumentError
+        When an argument has the wrong type, or ``steps`` is negative.
     """
+    if report_or_text is not None and not isinstance(report_or_text, (str, MetricsReport)):
+        raise InvalidArgumentError(
+            f"diagnose: got a {type(report_or_text).__name__} as the report; expected the text of "
+            "torch_xla.debug.metrics.metrics_report(), a MetricsReport, or None")
+    if debug_log is not None and not isinstance(debug_log, (str, DebugLog)):
+        raise InvalidArgumentError(
+            f"diagnose: got a {type(debug_log).__name__} as debug_log; expected the text of PT_XLA_DEBUG_LEVEL "
+            "output, a DebugLog, or None")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+        raise InvalidArgumentError(f"diagnose: steps={steps!r}; expected a number of training steps >= 0")
     if isinstance(report_or_text, str):
         report: MetricsReport | None = parse_report(report_or_text)
     else:
@@ -275,6 +308,7 @@ def diagnose(
                 fallbacks = {n: 0 for n in names}
     n_steps = steps if steps is not None else marks
     findings: list[Finding] = []
+    lines: tuple[str, ...]
     counters_unknown = report is not None and not report.counters
     if counters_unknown:
         # a pasted excerpt without its Counter blocks: MarkStep and CachedCompile are unknown, not zero
@@ -291,41 +325,41 @@ def diagnose(
             g = report.metric("TensorsGraphSize")
             ev["largest_graph_nodes"] = g.max_retained if g else None
         lines = _user_lines(log.events) if log is not None else ()
-        findings.append(Finding(
+        findings.append(_finding(
             "missing_sync", sev,
             "No torch_xla.sync() / mark_step() ran"
             + (f" in {steps} steps" if steps else "")
             + f": the lazy graph was only cut when a value was read ({executions} execution(s)), so every step of a "
             "loop is traced into one graph that grows with it and is compiled from scratch when finally read"
             + ("." if steps else " (a one-off computation or an inference cell needs no sync: ignore this there)."),
-            ev, FIXES["missing_sync"], lines))
+            ev, lines))
     elif steps and marks and marks < steps / 2:
-        findings.append(Finding(
+        findings.append(_finding(
             "missing_sync", "warning",
             f"Only {marks} syncs for {steps} steps: the graph spans about {steps / marks:.0f} steps and grows "
-            "with them.", {"MarkStep": marks, "steps": steps}, FIXES["missing_sync"]))
+            "with them.", {"MarkStep": marks, "steps": steps}))
 
     # cpu_fallback ------------------------------------------------------------------------------------------
     if fallbacks:
         per = {op: (n / n_steps if n_steps else None) for op, n in fallbacks.items()}
         parts = []
-        fix_parts = []
+        op_fixes: list[Fix] = []
         for op, n in sorted(fallbacks.items(), key=lambda kv: -kv[1]):
             per_text = f", {per[op]:.1f}/step" if per[op] else ""
-            entry = fallback_fix(op)
-            parts.append(f"{op} ({n} calls{per_text}{'; ' + entry.why if entry else ''})")
+            entry = fallback_entry(op)
+            parts.append(f"{op} ({n} calls{per_text}{'; ' + entry.summary if entry else ''})")
             if entry:
-                fix_parts.append(f"{op}: {entry.fix}")
+                op_fixes += [Fix(f"{op}: {x.title}", x.code) for x in entry.fixes]
         every_step = any(r is not None and r >= 1 for r in per.values())
         lines = ()
         if log is not None and not scalar_reads:
             lines = _user_lines([e for e in log.events if e.is_host_read])
-        findings.append(Finding(
+        findings.append(_finding(
             "cpu_fallback", "error" if every_step else "warning",
             "Ops without an XLA lowering ran on the CPU: " + "; ".join(parts)
             + ". Each call copies its inputs to the host, cuts the graph and uploads the result.",
             {"fallback_ops": dict(fallbacks), "transfers_from_device": transfers, "executions": executions},
-            " ".join(fix_parts + [FIXES["cpu_fallback"]]), lines))
+            lines, fixes=(*op_fixes, *knowledge.entry("cpu_fallback").fixes)))
 
     # host_sync ---------------------------------------------------------------------------------------------
     syncs = n_steps if counters_unknown else marks
@@ -340,17 +374,17 @@ def diagnose(
               "extra_executions": extra_exec, "steps": n_steps, "reads_per_step": round(rate, 2)}
         lines = _user_lines(host_events)
         if rate >= _t("host_reads_per_step"):
-            findings.append(Finding(
+            findings.append(_finding(
                 "host_sync", "warning",
                 f"{reads} device->host reads in {n_steps} steps ({rate:.1f} per step"
                 + (f", {scalar_reads} of them .item()/bool()/print of a 0-dim tensor" if scalar_reads else "")
                 + f"), with {extra_exec} graph executions beyond one per step: each read stops tracing, runs "
-                "the graph so far and waits for it.", ev, FIXES["host_sync"], lines))
+                "the graph so far and waits for it.", ev, lines))
         elif reads:
-            findings.append(Finding(
+            findings.append(_finding(
                 "host_sync", "info",
                 f"{reads} device->host read(s) in {n_steps} steps: occasional (e.g. logging every few steps); "
-                "fine.", ev, FIXES["host_sync"], lines))
+                "fine.", ev, lines))
 
     # recompilation -----------------------------------------------------------------------------------------
     if marks or steps:
@@ -359,10 +393,8 @@ def diagnose(
     if log is None:
         notes.append("no debug log: findings come from the counters alone and cannot name your source lines; "
                      "run with PT_XLA_DEBUG_LEVEL=2 (set before the first XLA computation) for causes and lines")
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    findings.sort(key=lambda f: order[f.severity])
     return XlaDiagnosis(
-        findings=tuple(findings),
+        findings=sort_findings(findings),
         compiles=compiles,
         cache_hits=hits,
         executions=executions,

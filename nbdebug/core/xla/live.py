@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport
@@ -267,7 +268,7 @@ class XlaCellReport(Result):
         return self.diagnosis._summary_line()
 
     @property
-    def findings(self) -> tuple[Any, ...]:
+    def findings(self) -> tuple[Finding, ...]:
         """The diagnosis's findings."""
         return self.diagnosis.findings
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdebug.core._result import Result
-from nbdebug.core.xla._units import parse_value
+from nbdebug.core.xla._units import parse_value, shorten
 from nbdebug.errors import ReportParseError
 
 __all__ = ["Metric", "Counter", "MetricsReport", "parse_report", "RENAMED", "FALLBACK_EXEMPT"]
@@ -34,8 +34,16 @@ FALLBACK_EXEMPT = frozenset({"aten::_local_scalar_dense"})
 
 _HEADER = re.compile(r"^(Metric|Counter):\s*(\S.*?)\s*$")
 _FIELD = re.compile(r"^\s+(TotalSamples|Accumulator|Counter|ValueRate|Rate|Mean|StdDev|Value|Percentiles):\s*(.*?)\s*$")
-_SAVED_STEP = re.compile(r"^\s*\[MetricsData; step=(\d+)\]\s*$")
-_PERCENTILE = re.compile(r"^\s*([\d.]+)%=(\S+)\s*$")
+_SAVED_STEP = re.compile(r"^\s*\[MetricsData; step=([0-9]+)\]\s*$")
+_PERCENTILE = re.compile(r"^\s*([0-9]{1,3}(?:\.[0-9]{1,9})?)%=(\S+)\s*$")
+_COUNT = re.compile(r"-?[0-9]{1,20}")  # ASCII digits, at most int64's 19 (and a sign)
+_MAX_STEP_DIGITS = 18
+
+
+def _count(field: str, text: str) -> int:
+    if not _COUNT.fullmatch(text):
+        raise ValueError(f"{field} {shorten(text)!r} is not a count (at most 20 ASCII digits)")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -250,7 +258,7 @@ def _finish_metric(name: str, fields: dict[str, str], section: str) -> Metric:
     canonical = RENAMED.get(name, name)
     return Metric(
         name=canonical,
-        total_samples=int(fields["TotalSamples"]),
+        total_samples=_count("TotalSamples", fields["TotalSamples"]),
         accumulator=acc,
         unit=unit,
         value_rate=_number(fields["ValueRate"]) if "ValueRate" in fields else None,
@@ -290,10 +298,10 @@ def _parse_one(lines: list[tuple[int, str]], saved_step: int | None) -> MetricsR
             else:
                 if "Value" not in fields:
                     raise ValueError("no Value line")
-                counters.append(Counter(RENAMED.get(name, name), int(fields["Value"]), section, name))
+                counters.append(Counter(RENAMED.get(name, name), _count("Value", fields["Value"]), section, name))
         except ValueError as e:
             raise ReportParseError(
-                f"line {lineno}: the {kind} block {name!r} is malformed ({e}); expected the torch_xla "
+                f"line {lineno}: the {kind} block {shorten(name)!r} is malformed ({e}); expected the torch_xla "
                 f"metrics report layout ('{kind}: NAME' followed by indented 'Field: value' lines)"
             ) from e
         current, fields = None, {}
@@ -386,7 +394,13 @@ def parse_report(text: str) -> MetricsReport:
             continue
         saved = _SAVED_STEP.match(line)
         if saved:
-            chunks.append((int(saved.group(1)), []))
+            digits = saved.group(1)
+            if len(digits) > _MAX_STEP_DIGITS:
+                raise ReportParseError(
+                    f"line {lineno}: '[MetricsData; step={shorten(digits, 20)}]' has a step number of {len(digits)} "
+                    f"digits; expected the step count (at most {_MAX_STEP_DIGITS} digits) of a torch_xla metrics "
+                    "report file (XLA_METRICS_FILE)")
+            chunks.append((int(digits), []))
             continue
         chunks[-1][1].append((lineno, line))
     reports = []
