@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core._result import Result
 
 __all__ = [
@@ -86,8 +87,6 @@ class SnapshotSummary(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return (f"device {self.device}, {self.events} events, peak {fmt_bytes(self.peak_allocated_bytes)}, "
                 f"reserved {fmt_bytes(self.peak_reserved_bytes)}")
 
@@ -138,8 +137,6 @@ class MemoryPeak(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return f"device {self.device}: {fmt_bytes(self.bytes)} at event {self.event_index}"
 
     def _records(self) -> list[dict[str, Any]]:
@@ -209,8 +206,6 @@ class Fragmentation(Result):
         return 0.0 if self.free_bytes <= 0 else 1.0 - self.largest_free_block / self.free_bytes
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return (f"device {self.device}: {fmt_bytes(self.free_bytes)} reserved but free, largest block "
                 f"{fmt_bytes(self.largest_free_block)}")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core._result import Result
+from nbdebug.core._result import Result, display_registry
 from nbdebug.core.memory._device import DeviceState, device_state
 from nbdebug.core.memory._model import ACTIONS, ALLOC, Model, build_model
 from nbdebug.core.memory._results import (
@@ -357,11 +357,9 @@ class MemorySnapshot(Result):
 
     # --- data and display -------------------------------------------------------------------------------------
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
-        s = self.summary()
-        return (f"{self.source}, {self.events} events, devices {list(self.devices)}, peak "
-                f"{fmt_bytes(s.peak_allocated_bytes)} on device {s.device}")
+        # one cheap line: only counts already in the model (the summary replays the whole trace)
+        return (f"{self.source}, {self.events} events, {len(self.model.segments)} segments, "
+                f"devices {list(self.devices)}")
 
     def to_dict(self) -> dict[str, Any]:
         """The summary of the default device as a JSON-ready dict."""
@@ -386,9 +384,8 @@ class MemorySnapshot(Result):
 
     def to_html(self, path: str | os.PathLike[str] | None = None, *, device: int | None = None) -> str:
         """Write (and return) the self-contained offline viewer: one HTML file, no network, no CDN."""
-        from nbdebug.render.memory_viewer import viewer_document
-
-        doc = viewer_document(self, device=device)
+        # display lives in nbdebug.render, reached through the registry (core never imports render)
+        doc = display_registry().memory_viewer.viewer_document(self, device=device)
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(doc)
@@ -396,9 +393,7 @@ class MemorySnapshot(Result):
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""
-        from nbdebug.render.memory_plot import plot_snapshot
-
-        return plot_snapshot(self, ax=ax, device=device, top=top)
+        return display_registry().memory_plot.plot_snapshot(self, ax=ax, device=device, top=top)
 
     def site_series(self, sites: Iterable[int], device: int | None = None) -> dict[int, np.ndarray]:
         """Allocated bytes after each event, per site id (-1: alive before the trace), for stacked plots."""

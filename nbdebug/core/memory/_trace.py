@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core._result import Result
 from nbdebug.core.memory._model import ALLOC
 from nbdebug.core.memory._results import SiteBytes
@@ -71,8 +72,6 @@ class MemTrace(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
 
     def to_dict(self) -> dict[str, Any]:  # noqa: D102
