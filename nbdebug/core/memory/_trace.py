@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nbdebug._units import fmt_bytes
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 from nbdebug.core.memory._model import ALLOC
 from nbdebug.core.memory._results import SiteBytes
@@ -84,6 +85,20 @@ class MemTrace(Result):
     def _records(self) -> list[dict[str, Any]]:
         rows = [{"kind": "retained", **vars(s)} for s in self.retained_sites]
         return rows + [{"kind": "at_peak", **vars(s)} for s in self.top_sites]
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """A ``memory_retained`` warning when the block kept at least ``memory_retained_min_bytes`` alive."""
+        from nbdebug.core.knowledge import finding, threshold
+
+        if self.retained_bytes < threshold("memory_retained_min_bytes"):
+            return ()
+        top = self.retained_sites[0] if self.retained_sites else None
+        where = (top.site,) if top is not None else ()
+        share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
+        return (finding("memory_retained", f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive "
+                                           f"after it{share}.", where,
+                        evidence={"retained_bytes": self.retained_bytes, "device": self.device_kind}),)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
