@@ -7,8 +7,8 @@ import weakref
 
 import pytest
 
-from nbdebug.core.memory import load_snapshot, release_failed_cell
 from nbdebug._units import fmt_bytes
+from nbdebug.core.memory import load_snapshot, release_failed_cell
 from nbdebug.core.memory._oom import oom_findings, parse_oom_request
 from tests.test_snapshot import _raw
 

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from nbdebug.ipython._state import ExtensionState, Feature
@@ -29,8 +29,8 @@ class MemoryMagics(Magics):
     @argument("--no-stacks", action="store_true", help="CUDA: do not record Python stacks (faster, no sites)")
     @argument("--categories", action="store_true",
               help="CPU: label memory as parameter/activation/gradient/optimizer state/temporary")
-    @cell_magic
-    def memtrace(self, line: str, cell: str) -> Any:
+    @line_cell_magic
+    def memtrace(self, line: str, cell: str | None = None) -> Any:
         """Record what the cell allocates: the peak, what is still alive after it, and where it came from.
 
         Usage::
@@ -46,6 +46,9 @@ class MemoryMagics(Magics):
         of ``loss.item()`` and inference without ``torch.no_grad()``.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
         """
+        if cell is None:  # registered for lines too, so that %memtrace? shows this help
+            raise UsageError("%memtrace is a cell magic: put %%memtrace [options] on the first line of the cell "
+                             "(%memtrace? for the options)")
         args = parse_argstring(self.memtrace, line)
         device: Any = args.device
         if device is not None and device.isdigit():
