@@ -200,3 +200,32 @@ def test_line_magic_name_gives_the_help(ip):
     assert "Record what the cell allocates" in help_text
     with pytest.raises(UsageError, match="cell magic"):
         ip.run_line_magic("memtrace", "")
+
+
+def test_sites_name_cells_as_the_user_knows_them(ip):
+    ip.run_cell("import torch\ndef make():\n    return torch.ones(250_000)\n", store_history=True)
+    def_cell = ip.execution_count - 1
+    with capture_output():
+        res = ip.run_cell("%%memtrace --device cpu -o named\nkept = make()\nsmall = torch.ones(1000)\n",
+                          store_history=True)
+    assert res.error_in_exec is None
+    sites = [s.site for s in ip.user_ns["named"].retained_sites]
+    # a function defined in an earlier cell: that cell's number, the line in it and its source text
+    assert sites[0] == f"In [{def_cell}], line 3 in make: return torch.ones(250_000)"
+    assert any(s.startswith("In [") and s.endswith(": small = torch.ones(1000)") for s in sites)
+    # never a temporary file name of the kernel, never nbdebug's own frames
+    assert not any("ipython-input" in s or "ipykernel" in s or "nbdebug" in s for s in sites)
+    html = ip.display_formatter.format(ip.user_ns["named"])[0]["text/html"]
+    assert f"In [{def_cell}], line 3 in make" in html
+
+
+def test_nbdebug_frames_are_never_a_site():
+    import os
+
+    import nbdebug
+    from nbdebug.core.memory._sites import pick_site
+
+    own = (os.path.join(os.path.dirname(nbdebug.__file__), "ipython", "_cell.py"), 70, "run_body")
+    user = ("/home/me/train.py", 12, "step")
+    assert pick_site([("??", 0, "c10::alloc"), own, user]) == user
+    assert pick_site([own]) != own

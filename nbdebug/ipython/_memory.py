@@ -66,7 +66,7 @@ class MemoryMagics(Magics):
             raise UsageError(f"%%memtrace: {e}") from e
 
         def report(error: BaseException | None) -> Any:
-            result = recorder.finish()
+            result = recorder.finish(cells=cell_names(self.shell))
             if error is not None:
                 from nbdebug.core.memory._oom import is_cuda_oom
 
@@ -80,6 +80,12 @@ class MemoryMagics(Magics):
         # recording started above (its errors are usage errors); the context only stops it
         return run_body(self.shell, cell, magic="memtrace", context=_Stopping(recorder), report=report,
                         output=args.output)
+
+
+def cell_names(shell: Any) -> dict[str, str]:
+    """The file names IPython compiled cells under -> ``In [N]`` (as the prompt and tracebacks name them)."""
+    compiled = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    return {str(name): f"In [{count}]" for name, count in compiled.items() if isinstance(count, int)}
 
 
 class _Stopping:

@@ -90,6 +90,8 @@ class MemorySnapshot(Result):
         self.source = source
         self._states: dict[int, DeviceState] = {}
         self._default: int | None = None
+        # notebook cells' file names -> the names the user knows (``In [12]``), for site labels
+        self.cells: dict[str, str] = {}
 
     # --- basics -----------------------------------------------------------------------------------------------
     @property
@@ -136,14 +138,14 @@ class MemorySnapshot(Result):
         """``file.py:LINE function`` of the first user frame of a stack id."""
         if stack < 0:
             return BEFORE_TRACE if stack == _BEFORE else _NO_STACK
-        return format_frame(self.model.sites[int(self.model.stack_site[stack])])
+        return format_frame(self.model.sites[int(self.model.stack_site[stack])], cells=self.cells)
 
     def stack_text(self, stack: int, limit: int = 40) -> tuple[str, ...]:
         """The frames of a stack id, innermost first (C++ frames without a file are dropped)."""
         if stack < 0:
             return ()
         frames = [self.model.frames[f] for f in self.model.stacks[stack]]
-        shown = [format_frame(f, short=False) for f in frames if f[0] not in ("??", "") or f[1]]
+        shown = [format_frame(f, short=False, cells=self.cells) for f in frames if f[0] not in ("??", "") or f[1]]
         return tuple(shown[:limit])
 
     def _category(self, global_index: int) -> str:
@@ -164,7 +166,7 @@ class MemorySnapshot(Result):
         for k in order[:limit] if limit else order:
             sid = int(keys[k])
             frame = self.model.sites[sid] if sid >= 0 else None
-            rows.append(SiteBytes(site=format_frame(frame) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
+            rows.append(SiteBytes(site=format_frame(frame, cells=self.cells) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
                                   filename=frame[0] if frame else "", line=frame[1] if frame else 0,
                                   function=frame[2] if frame else ""))
         return tuple(rows)

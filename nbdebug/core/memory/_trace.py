@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,8 +326,11 @@ class MemTraceRecorder:
                 else:
                     torch.cuda.memory._record_memory_history(enabled=None)
 
-    def finish(self) -> MemTrace:
-        """Convert the recording into a ``MemTrace``."""
+    def finish(self, *, cells: Mapping[str, str] | None = None) -> MemTrace:
+        """Convert the recording into a ``MemTrace``.
+
+        ``cells`` maps notebook cells' file names to the names the user knows (``In [12]``), for the sites.
+        """
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
             prof = self._finished_prof
@@ -335,6 +339,7 @@ class MemTraceRecorder:
             keys: list[tuple[int, int]] = []
             raw = profile_to_snapshot_dict(prof, keys)
             snap = load_snapshot(raw, name="memtrace (cpu)")
+            snap.cells = dict(cells or {})
             result = _build(snap, "cpu", seconds, prof, raw, keys)
             if self.categories:
                 result.by_category()
@@ -344,6 +349,7 @@ class MemTraceRecorder:
             dev = int(self._kind.split(":")[1])
             snap = load_snapshot(self._raw, name=f"memtrace ({self._kind})")
             snap._default = dev
+            snap.cells = dict(cells or {})
             result = _build(snap, self._kind, seconds, raw=self._raw)
         self.result = result
         if self.save_path:
