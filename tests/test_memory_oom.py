@@ -156,3 +156,15 @@ def test_feature_switch_and_unload(ip):
     status = ip.run_line_magic("nbdebug", "")
     assert "oom" in str(status)
     assert weakref.ref(state)
+
+
+def test_fragmentation_result_carries_the_oom_verdicts(snapshots_dir):
+    snap = load_snapshot(snapshots_dir / OOM_FILE)
+    frag = snap.fragmentation(1)
+    assert frag.ooms
+    expected = [f.kind for o in frag.ooms
+                for f in oom_findings(o.requested_bytes, o.largest_free_block, o.cached_free_bytes)]
+    assert [f.kind for f in frag.findings] == expected and expected  # this OOM: the request beats every free block
+    assert all(f.where == ("cuda:1",) for f in frag.findings)
+    assert f'data-kind="{expected[0]}"' in frag._repr_html_() and expected[0] in str(frag)
+    assert snap.fragmentation(0).findings == ()  # no OOM on device 0

@@ -200,6 +200,8 @@ def fragmentation_text(f: Fragmentation) -> str:
     for o in f.ooms:
         lines.append(f"  OOM: requested {fmt_bytes(o.requested_bytes)} vs largest free block "
                      f"{fmt_bytes(o.largest_free_block)}; CUDA free {fmt_bytes(o.device_free_bytes)}")
+    if f.findings:
+        lines.append(findings_text(f.findings))
     return "\n".join(lines)
 
 
@@ -212,10 +214,12 @@ def fragmentation_html(f: Fragmentation) -> str:
     body += "".join(f'<div class="nbd-first">OOM: requested {esc(fmt_bytes(o.requested_bytes))}, largest free block '
                     f"then {esc(fmt_bytes(o.largest_free_block))}, reserved but free "
                     f"{esc(fmt_bytes(o.cached_free_bytes))}, at {esc(o.site)}</div>" for o in f.ooms)
+    if f.findings:
+        body += findings_html(f.findings)
     body += table(["segment", "size", "allocated", "free", "largest free", "blocks"],
                   [(hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
                     fmt_bytes(s.largest_free_block), s.blocks) for s in f.segments[:50]], numeric=(1, 2, 3, 4, 5))
-    return panel(f"Fragmentation on device {f.device}", body)
+    return panel(f"Fragmentation on device {f.device}", body, kind="error" if f.findings else "info")
 
 
 @renders(NeverFreed, "text")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from nbdebug._units import fmt_bytes
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 
 __all__ = [
@@ -199,6 +200,15 @@ class Fragmentation(Result):
     segments: tuple[SegmentRow, ...]
     ooms: tuple[OomRow, ...]
 
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """Each OOM's verdict: fragmentation (enough free, not in one block) or memory genuinely in use."""
+        from nbdebug.core.memory._oom import oom_findings
+
+        return tuple(f for o in self.ooms
+                     for f in oom_findings(o.requested_bytes, o.largest_free_block, o.cached_free_bytes,
+                                           device=self.device))
 
     @property
     def fragmentation(self) -> float:
