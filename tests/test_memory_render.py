@@ -159,3 +159,12 @@ def test_viewer_assets_are_package_files_and_theme_aware(snapshots_dir):
         assert viewer_css() in out and viewer_js().split("ROOT_ID")[0] in out
     # colours in the drawn chart come from CSS classes, not literals in the markup the script writes
     assert not re.search(r"(?:stroke|fill)=\"#", viewer_js())
+
+
+def test_viewer_without_scripts_shows_a_static_outline_and_how_to_get_the_viewer(snapshots_dir):
+    from nbdebug.render.memory_viewer import viewer_js
+
+    html = viewer_html(load_snapshot(snapshots_dir / FILES[0]))
+    static = html[html.index('<div class="nbd-mem-static">'):html.index('<svg class="chart"')]
+    assert "<polyline" in static and "trusted notebook" in static and "to_html" in static
+    assert ".nbd-mem-static" in viewer_js()  # the live viewer removes the outline

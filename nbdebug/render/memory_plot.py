@@ -26,7 +26,7 @@ def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> 
                    for i, v in enumerate(vals))
     return (f'<svg width="{width}" height="{height}" role="img" aria-label="allocated memory over the cell">'
             f'<title>{esc("peak " + fmt_bytes(hi))}</title>'
-            f'<polyline fill="none" style="stroke:var(--nbd-brand,#0969da)" stroke-width="1.5" points="{pts}"/></svg>')
+            f'<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" points="{pts}"/></svg>')
 
 
 def plot_snapshot(snap: MemorySnapshot, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:

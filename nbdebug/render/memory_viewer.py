@@ -21,7 +21,7 @@ import numpy as np
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc, fmt_bytes, table
 from nbdebug.render._registry import renders
-from nbdebug.render.memory_plot import PALETTE
+from nbdebug.render.memory_plot import PALETTE, svg_sparkline
 
 __all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js"]
 
@@ -29,7 +29,7 @@ MAX_INTERVALS = 20_000
 MAX_STACK_FRAMES = 24
 
 
-def viewer_data(snap: Any, device: int | None = None, *, top: int = 8, buckets: int = 1200) -> dict[str, Any]:
+def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8, buckets: int = 1200) -> dict[str, Any]:
     """The JSON the viewer's script draws from (also useful for tests)."""
     from nbdebug.core.memory._bands import compute_bands
     from nbdebug.core.memory._model import ALLOC
@@ -181,12 +181,27 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
     return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}>{css}{head}'
             f'{controls}'
+            f"{_static_hint(data)}"
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'
             f'<div class="legend"></div>{moment}<div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
             f'<div><h4>Segments and fragmentation</h4>{frag_line}{_segments_svg(frag)}<div class="scroll">{segs}</div>'
             '</div></div>'
             f'<script type="application/json" class="nbd-mem-data">{payload}</script>'
             f"{_script(root)}</div>")
+
+
+def _static_hint(data: dict[str, Any]) -> str:
+    """The fallback for renderers that run no script: a static outline and how to get the interactive viewer.
+
+    A saved or untrusted notebook, or GitHub, shows this; the viewer's script removes it.
+    """
+    total = data["total"]
+    step = max(1, len(total) // 300)
+    outline = [max(total[i:i + step]) for i in range(0, len(total), step)]
+    return (f'<div class="nbd-mem-static">{svg_sparkline(outline, width=600, height=60)}'
+            '<div class="muted">Static outline of the allocated memory. For the interactive viewer, run the cell in a '
+            "trusted notebook, or write it to a file with snap.to_html('memory.html') and open that in a browser."
+            "</div></div>")
 
 
 def viewer_document(snap: MemorySnapshot, device: int | None = None) -> str:

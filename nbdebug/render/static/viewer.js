@@ -13,6 +13,7 @@ if (root.classList.contains('nbd-mem-multi')){
   });
   return;
 }
+for (const hint of root.querySelectorAll(':scope > .nbd-mem-static')) hint.remove();
 const D = JSON.parse(root.querySelector('script.nbd-mem-data').textContent);
 const svg = root.querySelector('svg.chart');
 const W = 1000, H = 320, L = 78, R = 12, T = 10, B = 34;
