@@ -41,9 +41,11 @@ class MemoryMagics(Magics):
 
         Shows a compact report (peak above the start, retained bytes, top sites, a small timeline) and returns a
         ``MemTrace``: ``.peak_bytes``, ``.retained_bytes``, ``.delta_bytes``, ``.top_sites``,
-        ``.retained_sites``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the cell
-        ("retained") points at the line that allocated it: the classic leaks are ``losses.append(loss)`` instead
-        of ``loss.item()`` and inference without ``torch.no_grad()``.  Recording always stops at the end of the
+        ``.retained_sites``, ``.findings``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the
+        cell ("retained") points at the line that allocated it, named like the prompt (``In [12], line 3``), and
+        is flagged as a ``memory_retained`` finding with its fixes: the classic leaks are ``losses.append(loss)``
+        instead of ``loss.item()`` and inference without ``torch.no_grad()``.  ``!cmd`` and ``%magic`` lines work
+        inside the cell.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
         """
         if cell is None:  # registered for lines too, so that %memtrace? shows this help
