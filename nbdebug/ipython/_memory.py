@@ -87,7 +87,17 @@ class MemoryMagics(Magics):
 def cell_names(shell: Any) -> dict[str, str]:
     """The file names IPython compiled cells under -> ``In [N]`` (as the prompt and tracebacks name them)."""
     compiled = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    return {str(name): f"In [{count}]" for name, count in compiled.items() if isinstance(count, int)}
+    # IPython counts the running cell before running it, so a body compiled under shell.execution_count is filed
+    # under the next number: name it after the cell that is running (the one the prompt shows)
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    current = getattr(running, "execution_count", None)
+    names = {}
+    for name, count in compiled.items():
+        if isinstance(count, int):
+            if isinstance(current, int) and count > current:
+                count = current
+            names[str(name)] = f"In [{count}]"
+    return names
 
 
 class _Stopping:
