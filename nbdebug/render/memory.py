@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from nbdebug.core.memory._results import (
     Annotations,
@@ -11,6 +10,7 @@ from nbdebug.core.memory._results import (
     MemoryPeak,
     MemoryTimeline,
     NeverFreed,
+    SiteBytes,
     SnapshotDiff,
     SnapshotSummary,
     TopSites,
@@ -41,7 +41,7 @@ def _when(time_us: float | None, index: int) -> str:
     return f"event {index} ({stamp:%Y-%m-%d %H:%M:%S.%f} UTC)"
 
 
-def sites_table_text(sites: Sequence[Any], *, limit: int = 10, indent: str = "  ") -> str:
+def sites_table_text(sites: Sequence[SiteBytes], *, limit: int = 10, indent: str = "  ") -> str:
     """Aligned ``bytes  count  site`` lines."""
     lines = [f"{indent}{fmt_bytes(s.bytes):>11}  {s.count:>7}x  {s.site}" for s in list(sites)[:limit]]
     if len(sites) > limit:
@@ -50,7 +50,7 @@ def sites_table_text(sites: Sequence[Any], *, limit: int = 10, indent: str = "  
     return "\n".join(lines) if lines else f"{indent}(none)"
 
 
-def sites_table_html(sites: Sequence[Any], *, limit: int = 20, count: str = "blocks") -> str:
+def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str = "blocks") -> str:
     """An HTML table of ``site, bytes, count``; the sites past ``limit`` summed in one last row."""
     shown = list(sites)
     rows: list[tuple[object, ...]] = [(s.site, fmt_bytes(s.bytes), s.count) for s in shown[:limit]]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug.core.memory._results import Fragmentation
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc, fmt_bytes, table
 from nbdebug.render._registry import renders
@@ -98,7 +99,7 @@ def _script(root: str) -> str:
     return f"<script>{viewer_js().replace('ROOT_ID', json.dumps(root))}</script>"
 
 
-def _segments_svg(frag: Any, limit: int = 60) -> str:
+def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
     rows = frag.segments[:limit]
     if not rows:
         return '<p class="muted">no segments</p>'
