@@ -75,7 +75,7 @@ def oom_findings(requested: int | None, largest_free_block: int, cached_free_byt
     return (finding("memory_exhausted",
                     f"The request ({fmt_bytes(requested)}) is larger than the largest free block "
                     f"({fmt_bytes(largest_free_block)}) and than all reserved-but-free memory "
-                    f"({fmt_bytes(cached_free_bytes)}): see what was alive below.", where, evidence=evidence),)
+                    f"({fmt_bytes(cached_free_bytes)}): the memory is genuinely in use.", where, evidence=evidence),)
 
 
 def oom_section(snapshot: Any, message: str = "", *, limit: int = 8) -> Section:
