@@ -100,7 +100,9 @@ def test_oom_feature_keeps_history_and_memtrace_restores_it(ip, fake_cuda, snaps
                                      "79.25 GiB of which 91.25 MiB is free.")
         diagnosis = diagnose_exception(state, exc)
         (section,) = [s for s in diagnosis.sections if "OOM" in s.title]
-        assert "failing request" in section.text and "largest free block" in section.text
+        facts = dict(section.facts)
+        assert facts["failing request"] == "4.94 GiB" and "largest free block" in facts
+        assert section.rows and "memory_exhausted" not in section.text  # titles, not slugs, are shown
         fake_cuda.calls.clear()
         ip.run_line_magic("nbdebug", "oom off")
         assert fake_cuda.calls == [("record", None, "all", "all", None)]

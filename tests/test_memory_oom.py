@@ -7,8 +7,9 @@ import weakref
 
 import pytest
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core.memory import load_snapshot, release_failed_cell
-from nbdebug.core.memory._oom import parse_oom_request
+from nbdebug.core.memory._oom import oom_findings, parse_oom_request
 from tests.test_snapshot import _raw
 
 OOM_FILE = "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle"
@@ -32,6 +33,8 @@ def test_parse_request_from_real_message_shapes():
     assert parse_oom_request("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity") == (
         20 * 1024**2, 3)
     assert parse_oom_request("something else") == (None, None)
+    assert parse_oom_request("Tried to allocate 512 bytes (GPU 1)") == (512, 1)
+    assert parse_oom_request("Tried to allocate 1,024.00 MiB") == (1024**3, None)
 
 
 def test_enricher_adds_the_snapshot_section(ip, snapshots_dir):
@@ -53,16 +56,52 @@ def test_enricher_adds_the_snapshot_section(ip, snapshots_dir):
     (section,) = [s for s in diagnosis.sections if "OOM" in s.title]
     snap = load_snapshot(snapshots_dir / OOM_FILE)
     row = snap.fragmentation(device).ooms[0]
-    from nbdebug.render._html import fmt_bytes
-
+    facts = dict(section.facts)
     # the failing request (rounded in the message: the snapshot's exact value wins) against the largest free block
-    assert f"failing request: {fmt_bytes(parse_oom_request(text)[0])}" in section.text
-    assert f"largest free block: {fmt_bytes(row.largest_free_block)}" in section.text
+    assert facts["failing request"] == fmt_bytes(parse_oom_request(text)[0])
+    assert facts["largest free block"] == fmt_bytes(row.largest_free_block)
     assert row.largest_free_block < entry["size"]
+    # what was alive, by site, as a table (data, not HTML)
     alive = snap.alive_at(index=row.event_index - 1, device=device)
-    assert alive.by_site[0].site in section.text
-    assert "release_failed_cell" in section.text and "sys.last_traceback" in section.text
-    assert "<table>" in section.html
+    assert section.header == ("site", "bytes", "blocks")
+    assert section.rows[0] == (alive.by_site[0].site, fmt_bytes(alive.by_site[0].bytes), alive.by_site[0].count)
+    assert not hasattr(section, "html")
+    # the verdict is a shared Finding of a memory entry; its fixes and the release fix come with the section
+    (verdict,) = oom_findings(entry["size"], row.largest_free_block, row.cached_free_bytes, device=device)
+    assert verdict.kind in ("memory_fragmentation", "memory_exhausted") and verdict.title in section.text
+    assert any("release_failed_cell" in f.code for f in section.fixes)
+    assert "sys.last_traceback" in section.notes[0]
+    # laid out by the diagnosis renderer, in text and HTML, with no files the user does not have
+    from nbdebug.render.diagnosis import section_html, section_text
+
+    shown = section_text(section)
+    assert f"failing request: {fmt_bytes(parse_oom_request(text)[0])}" in shown
+    assert alive.by_site[0].site in shown and "release_failed_cell" in shown
+    html = section_html(section)
+    assert "<table" in html and "style=" not in html and ".md" not in html
+
+
+@pytest.mark.parametrize(("requested", "largest", "cached", "kind"), [
+    (2 * 1024**3, 1024**3, 3 * 1024**3, "memory_fragmentation"),  # enough free in total, not in one block
+    (2 * 1024**3, 1024**3, 1024**3 + 1, "memory_exhausted"),  # not enough free at all
+    (1024**3, 2 * 1024**3, 3 * 1024**3, None),  # a free block could hold it: no verdict
+    (None, 0, 0, None),  # request unknown
+])
+def test_oom_verdicts(requested, largest, cached, kind):
+    found = oom_findings(requested, largest, cached, device=1)
+    assert [f.kind for f in found] == ([kind] if kind else [])
+    for f in found:
+        assert f.severity == "error" and f.where == ("cuda:1",) and f.fixes
+        assert f.evidence["requested_bytes"] == requested
+
+
+def test_section_without_a_snapshot_still_says_how_to_release():
+    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.memory._oom import enrich_oom
+
+    diagnosis = Diagnosis(category="cuda_oom", title="CUDA out of memory", summary="")
+    (section,) = enrich_oom(RuntimeError("CUDA out of memory."), diagnosis, None).sections
+    assert "No snapshot" in section.text and "release_failed_cell" in section.fixes[0].code
 
 
 def test_enricher_leaves_other_errors_and_off_feature_alone(ip, snapshots_dir):
@@ -117,3 +156,15 @@ def test_feature_switch_and_unload(ip):
     status = ip.run_line_magic("nbdebug", "")
     assert "oom" in str(status)
     assert weakref.ref(state)
+
+
+def test_fragmentation_result_carries_the_oom_verdicts(snapshots_dir):
+    snap = load_snapshot(snapshots_dir / OOM_FILE)
+    frag = snap.fragmentation(1)
+    assert frag.ooms
+    expected = [f.kind for o in frag.ooms
+                for f in oom_findings(o.requested_bytes, o.largest_free_block, o.cached_free_bytes)]
+    assert [f.kind for f in frag.findings] == expected and expected  # this OOM: the request beats every free block
+    assert all(f.where == ("cuda:1",) for f in frag.findings)
+    assert f'data-kind="{expected[0]}"' in frag._repr_html_() and expected[0] in str(frag)
+    assert snap.fragmentation(0).findings == ()  # no OOM on device 0

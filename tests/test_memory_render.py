@@ -92,3 +92,79 @@ def test_notebook_display_is_the_viewer(shell, snapshots_dir):
     snap = load_snapshot(snapshots_dir / FILES[1])
     data, _ = shell.display_formatter.format(snap)
     assert 'class="nbd-mem"' in data["text/html"] and "peak allocated" in data["text/plain"]
+
+
+def _results(snapshots_dir):
+    snap = load_snapshot(snapshots_dir / FILES[3])
+    other = load_snapshot(snapshots_dir / FILES[0])
+    return [snap.summary(), snap.timeline(), snap.peak(), snap.top_sites(5), snap.fragmentation(1),
+            snap.never_freed(), snap.annotations(), other.annotations(), other.diff(snap), snap]
+
+
+def test_every_result_has_its_own_html_renderer_that_follows_the_theme(snapshots_dir):
+    from nbdebug.render import renderer, to_html
+
+    for result in _results(snapshots_dir):
+        name = type(result).__name__
+        assert renderer(result, "html") is not None, name
+        assert renderer(result, "text") is not None, name
+        html = to_html(result)
+        assert f"<summary>{name}</summary>" not in html  # not the generic text-in-a-<pre> panel
+        # no hard-coded text colours: panels take theirs from the theme variables
+        assert not re.search(r'style="[^"]*(?<![-\w])color\s*:\s*#', html), name
+        assert not re.search(r'(?:fill|stroke)="#', html), name
+        assert ".md" not in html and "shared/notes" not in html
+
+
+def test_result_html_shows_the_numbers(snapshots_dir):
+    snap = load_snapshot(snapshots_dir / FILES[3])
+    tl = snap.timeline()
+    html = tl._repr_html_()
+    assert fmt_bytes(int(tl.allocated.max())) in html and "<svg" in html
+    sites = snap.top_sites(3)
+    html = sites._repr_html_()
+    assert all(s.site.replace("<", "&lt;").replace(">", "&gt;") in html for s in sites.sites)
+    never = snap.never_freed()
+    assert fmt_bytes(never.bytes) in never._repr_html_()
+    other = load_snapshot(snapshots_dir / FILES[0])
+    diff = other.diff(snap)
+    assert fmt_bytes(diff.rows[0].before_bytes) in diff._repr_html_()
+    assert "OOM: requested" in snap.fragmentation(1)._repr_html_()
+
+
+def test_snapshot_repr_is_one_cheap_line(snapshots_dir, monkeypatch):
+    snap = load_snapshot(snapshots_dir / FILES[0])
+
+    def expensive(*args, **kwargs):
+        raise AssertionError("repr must not replay the trace")
+
+    monkeypatch.setattr(snap, "summary", expensive)
+    monkeypatch.setattr(snap, "state", expensive)
+    line = repr(snap)
+    assert "\n" not in line and line.startswith("<MemorySnapshot") and f"{snap.events} events" in line
+
+
+def test_viewer_assets_are_package_files_and_theme_aware(snapshots_dir):
+    from importlib.resources import files
+
+    from nbdebug.render.memory_viewer import viewer_css, viewer_js
+
+    static = files("nbdebug.render").joinpath("static")
+    assert static.joinpath("viewer.js").read_text(encoding="utf-8") == viewer_js()
+    assert static.joinpath("viewer.css").read_text(encoding="utf-8") == viewer_css()
+    assert "var(--jp-" in viewer_css()
+    html = viewer_html(load_snapshot(snapshots_dir / FILES[1]))
+    doc = viewer_document(load_snapshot(snapshots_dir / FILES[1]))
+    for out in (html, doc):
+        assert viewer_css() in out and viewer_js().split("ROOT_ID")[0] in out
+    # colours in the drawn chart come from CSS classes, not literals in the markup the script writes
+    assert not re.search(r"(?:stroke|fill)=\"#", viewer_js())
+
+
+def test_viewer_without_scripts_shows_a_static_outline_and_how_to_get_the_viewer(snapshots_dir):
+    from nbdebug.render.memory_viewer import viewer_js
+
+    html = viewer_html(load_snapshot(snapshots_dir / FILES[0]))
+    static = html[html.index('<div class="nbd-mem-static">'):html.index('<svg class="chart"')]
+    assert "<polyline" in static and "trusted notebook" in static and "to_html" in static
+    assert ".nbd-mem-static" in viewer_js()  # the live viewer removes the outline

@@ -153,3 +153,80 @@ def test_bad_arguments(ip):
         ip.run_cell_magic("memtrace", "--max-entries 0", "x = 1")
     with pytest.raises(UsageError, match="CUDA is not available|expected"):
         ip.run_cell_magic("memtrace", "--device tpu", "x = 1")
+
+
+def test_leak_is_a_retained_memory_finding_and_the_fix_is_not(ip):
+    leak = _trace(ip, LEAK)
+    fixed = _trace(ip, FIXED)
+    (found,) = leak.findings
+    assert found.kind == "memory_retained" and found.severity == "warning"
+    assert found.where == (leak.retained_sites[0].site,) and found.evidence["retained_bytes"] == leak.retained_bytes
+    assert any("loss.item()" in f.code for f in found.fixes)
+    assert fixed.findings == ()
+    data = ip.display_formatter.format(leak)[0]
+    assert 'data-kind="memory_retained"' in data["text/html"] and "memory_retained" in data["text/plain"]
+    assert "memory_retained" not in ip.display_formatter.format(fixed)[0]["text/html"]
+
+
+def test_shell_escapes_and_line_magics_work_inside_the_cell(ip, tmp_path):
+    ip.run_cell(SETUP)
+    marker = tmp_path / "ran.txt"
+    cell = f"x = torch.ones(1000)\n!echo hi > {marker}\nfiles = !ls {tmp_path}\n%time y = torch.zeros(10)\n"
+    with capture_output() as cap:
+        res = ip.run_cell(f"%%memtrace --device cpu -o tr\n{cell}")
+    assert res.error_in_exec is None, res.error_in_exec
+    assert marker.read_text().strip() == "hi"
+    assert ip.user_ns["files"] == ["ran.txt"] and ip.user_ns["y"].shape == (10,)
+    assert "Wall time" in cap.stdout  # %time ran inside the traced cell
+    assert isinstance(ip.user_ns["tr"], MemTrace) and ip.user_ns["tr"].retained_bytes >= 4000
+
+
+def test_a_failing_cell_shows_the_report_then_reraises(ip):
+    ip.run_cell(SETUP)
+    with capture_output() as cap:
+        res = ip.run_cell("%%memtrace --device cpu\nkept = torch.ones(1_000_000)\n1 / 0\n")
+    assert isinstance(res.error_in_exec, ZeroDivisionError)  # the user's own error, unchanged
+    reports = [o for o in cap.outputs if "memtrace" in str(o.data.get("text/plain", ""))]
+    assert len(reports) == 1 and "text/html" in reports[0].data
+    assert not _profiler_active()
+
+
+def test_line_magic_name_gives_the_help(ip):
+    from IPython.core.error import UsageError
+
+    with capture_output() as cap:
+        ip.run_cell("%memtrace?")
+    help_text = cap.stdout + "".join(str(o.data.get("text/plain", "")) for o in cap.outputs)
+    assert "Record what the cell allocates" in help_text
+    with pytest.raises(UsageError, match="cell magic"):
+        ip.run_line_magic("memtrace", "")
+
+
+def test_sites_name_cells_as_the_user_knows_them(ip):
+    ip.run_cell("import torch\ndef make():\n    return torch.ones(250_000)\n", store_history=True)
+    def_cell = ip.execution_count - 1
+    with capture_output():
+        res = ip.run_cell("%%memtrace --device cpu -o named\nkept = make()\nsmall = torch.ones(1000)\n",
+                          store_history=True)
+    assert res.error_in_exec is None
+    sites = [s.site for s in ip.user_ns["named"].retained_sites]
+    # a function defined in an earlier cell: that cell's number, the line in it and its source text
+    assert sites[0] == f"In [{def_cell}], line 3 in make: return torch.ones(250_000)"
+    # the traced cell itself: the number its prompt shows (lines counted in the body, as IPython's traceback does)
+    assert f"In [{def_cell + 1}], line 2: small = torch.ones(1000)" in sites
+    # never a temporary file name of the kernel, never nbdebug's own frames
+    assert not any("ipython-input" in s or "ipykernel" in s or "nbdebug" in s for s in sites)
+    html = ip.display_formatter.format(ip.user_ns["named"])[0]["text/html"]
+    assert f"In [{def_cell}], line 3 in make" in html
+
+
+def test_nbdebug_frames_are_never_a_site():
+    import os
+
+    import nbdebug
+    from nbdebug.core.memory._sites import pick_site
+
+    own = (os.path.join(os.path.dirname(nbdebug.__file__), "ipython", "_cell.py"), 70, "run_body")
+    user = ("/home/me/train.py", 12, "step")
+    assert pick_site([("??", 0, "c10::alloc"), own, user]) == user
+    assert pick_site([own]) != own

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from nbdebug.ipython._state import ExtensionState, Feature
@@ -29,8 +29,8 @@ class MemoryMagics(Magics):
     @argument("--no-stacks", action="store_true", help="CUDA: do not record Python stacks (faster, no sites)")
     @argument("--categories", action="store_true",
               help="CPU: label memory as parameter/activation/gradient/optimizer state/temporary")
-    @cell_magic
-    def memtrace(self, line: str, cell: str) -> Any:
+    @line_cell_magic
+    def memtrace(self, line: str, cell: str | None = None) -> Any:
         """Record what the cell allocates: the peak, what is still alive after it, and where it came from.
 
         Usage::
@@ -41,11 +41,16 @@ class MemoryMagics(Magics):
 
         Shows a compact report (peak above the start, retained bytes, top sites, a small timeline) and returns a
         ``MemTrace``: ``.peak_bytes``, ``.retained_bytes``, ``.delta_bytes``, ``.top_sites``,
-        ``.retained_sites``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the cell
-        ("retained") points at the line that allocated it: the classic leaks are ``losses.append(loss)`` instead
-        of ``loss.item()`` and inference without ``torch.no_grad()``.  Recording always stops at the end of the
+        ``.retained_sites``, ``.findings``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the
+        cell ("retained") points at the line that allocated it, named like the prompt (``In [12], line 3``), and
+        is flagged as a ``memory_retained`` finding with its fixes: the classic leaks are ``losses.append(loss)``
+        instead of ``loss.item()`` and inference without ``torch.no_grad()``.  ``!cmd`` and ``%magic`` lines work
+        inside the cell.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
         """
+        if cell is None:  # registered for lines too, so that %memtrace? shows this help
+            raise UsageError("%memtrace is a cell magic: put %%memtrace [options] on the first line of the cell "
+                             "(%memtrace? for the options)")
         args = parse_argstring(self.memtrace, line)
         device: Any = args.device
         if device is not None and device.isdigit():
@@ -63,7 +68,7 @@ class MemoryMagics(Magics):
             raise UsageError(f"%%memtrace: {e}") from e
 
         def report(error: BaseException | None) -> Any:
-            result = recorder.finish()
+            result = recorder.finish(cells=cell_names(self.shell))
             if error is not None:
                 from nbdebug.core.memory._oom import is_cuda_oom
 
@@ -77,6 +82,22 @@ class MemoryMagics(Magics):
         # recording started above (its errors are usage errors); the context only stops it
         return run_body(self.shell, cell, magic="memtrace", context=_Stopping(recorder), report=report,
                         output=args.output)
+
+
+def cell_names(shell: Any) -> dict[str, str]:
+    """The file names IPython compiled cells under -> ``In [N]`` (as the prompt and tracebacks name them)."""
+    compiled = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    # IPython counts the running cell before running it, so a body compiled under shell.execution_count is filed
+    # under the next number: name it after the cell that is running (the one the prompt shows)
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    current = getattr(running, "execution_count", None)
+    names = {}
+    for name, count in compiled.items():
+        if isinstance(count, int):
+            if isinstance(current, int) and count > current:
+                count = current
+            names[str(name)] = f"In [{count}]"
+    return names
 
 
 class _Stopping:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from nbdebug.core.memory._results import (
+    Annotations,
     Fragmentation,
     MemoryPeak,
     MemoryTimeline,
     NeverFreed,
+    SiteBytes,
     SnapshotDiff,
     SnapshotSummary,
     TopSites,
@@ -18,11 +19,14 @@ from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
 from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, table
 from nbdebug.render._registry import renders
+from nbdebug.render.findings import findings_html, findings_text
+from nbdebug.render.memory_plot import svg_sparkline
 
 __all__ = [
-    "summary_text", "summary_html", "snapshot_text", "timeline_text", "peak_text", "peak_html", "sites_text",
-    "fragmentation_text", "fragmentation_html", "never_freed_text", "diff_text", "memtrace_text", "memtrace_html",
-    "sites_table_text", "sparkline",
+    "summary_text", "summary_html", "snapshot_text", "timeline_text", "timeline_html", "peak_text", "peak_html",
+    "sites_text", "sites_html", "fragmentation_text", "fragmentation_html", "never_freed_text", "never_freed_html",
+    "diff_text", "diff_html", "annotations_text", "annotations_html", "memtrace_text", "memtrace_html",
+    "sites_table_text", "sites_table_html", "sparkline",
 ]
 
 
@@ -37,13 +41,25 @@ def _when(time_us: float | None, index: int) -> str:
     return f"event {index} ({stamp:%Y-%m-%d %H:%M:%S.%f} UTC)"
 
 
-def sites_table_text(sites: Sequence[Any], *, limit: int = 10, indent: str = "  ") -> str:
+def sites_table_text(sites: Sequence[SiteBytes], *, limit: int = 10, indent: str = "  ") -> str:
     """Aligned ``bytes  count  site`` lines."""
     lines = [f"{indent}{fmt_bytes(s.bytes):>11}  {s.count:>7}x  {s.site}" for s in list(sites)[:limit]]
     if len(sites) > limit:
         rest = sum(s.bytes for s in list(sites)[limit:])
         lines.append(f"{indent}{fmt_bytes(rest):>11}  {'':>8}  ({len(sites) - limit} more sites)")
     return "\n".join(lines) if lines else f"{indent}(none)"
+
+
+def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str = "blocks") -> str:
+    """An HTML table of ``site, bytes, count``; the sites past ``limit`` summed in one last row."""
+    shown = list(sites)
+    rows: list[tuple[object, ...]] = [(s.site, fmt_bytes(s.bytes), s.count) for s in shown[:limit]]
+    if len(shown) > limit:
+        rest = shown[limit:]
+        rows.append((f"({len(rest)} more sites)", fmt_bytes(sum(s.bytes for s in rest)), sum(s.count for s in rest)))
+    if not rows:
+        return '<div class="nbd-muted">(none)</div>'
+    return table(["site", "bytes", count], rows, numeric=(1, 2))
 
 
 def sparkline(values: Sequence[float], width: int = 48) -> str:
@@ -62,7 +78,7 @@ def sparkline(values: Sequence[float], width: int = 48) -> str:
 
 
 @renders(SnapshotSummary, "text")
-def summary_text(s: Any) -> str:
+def summary_text(s: SnapshotSummary) -> str:
     """Plain-text summary of a ``SnapshotSummary``."""
     lines = [
         f"Memory snapshot {s.source}",
@@ -81,19 +97,23 @@ def summary_text(s: Any) -> str:
 
 
 @renders(SnapshotSummary, "html")
-def summary_html(s: Any) -> str:
+def summary_html(s: SnapshotSummary) -> str:
     """HTML panel of a ``SnapshotSummary``."""
     facts = [("devices", ", ".join(map(str, s.devices))), ("device shown", s.device), ("trace events", s.events),
              ("peak allocated", f"{fmt_bytes(s.peak_allocated_bytes)} at {_when(s.peak_time_us, s.peak_event_index)}"),
              ("final allocated", fmt_bytes(s.final_allocated_bytes)),
              ("peak reserved", fmt_bytes(s.peak_reserved_bytes)), ("segments", s.segments)]
-    body = kv_table(facts) + "<h4>Top allocation sites</h4>" + table(
-        ["site", "bytes", "count"], [(x.site, fmt_bytes(x.bytes), x.count) for x in s.top_sites], numeric=(1, 2))
+    for o in s.ooms:
+        free = fmt_bytes(o["device_free_bytes"]) if o["device_free_bytes"] is not None else "?"
+        facts.append((f"OOM on device {o['device']}", f"requested {fmt_bytes(o['requested_bytes'])}, CUDA had {free} "
+                                                       "free"))
+    body = kv_table(facts) + "<h4>Top allocation sites</h4>" + sites_table_html(s.top_sites, count="count")
+    body += "".join(f'<div class="nbd-muted">note: {esc(n)}</div>' for n in s.notes)
     return panel(f"Memory snapshot {s.source}", body)
 
 
 @renders(MemorySnapshot, "text")
-def snapshot_text(snap: Any) -> str:
+def snapshot_text(snap: MemorySnapshot) -> str:
     """The terminal view of a ``MemorySnapshot``: summary, a sparkline timeline, fragmentation."""
     s = snap.summary()
     parts = [summary_text(s)]
@@ -113,15 +133,32 @@ def snapshot_text(snap: Any) -> str:
 
 
 @renders(MemoryTimeline, "text")
-def timeline_text(t: Any) -> str:
+def timeline_text(t: MemoryTimeline) -> str:
     """Plain text of a ``MemoryTimeline``."""
     peak = int(t.allocated.max()) if t.allocated.size else 0
     return (f"Allocated memory on device {t.device} ({t.x.size} points, x in {t.x_unit}): peak {fmt_bytes(peak)}\n"
             f"  {sparkline(t.allocated.tolist(), 60)}")
 
 
+@renders(MemoryTimeline, "html")
+def timeline_html(t: MemoryTimeline) -> str:
+    """HTML of a ``MemoryTimeline``: the peak, the final level and a small chart of allocated memory."""
+    peak = int(t.allocated.max()) if t.allocated.size else 0
+    final = int(t.allocated[-1]) if t.allocated.size else 0
+    reserved = int(t.reserved.max()) if t.reserved.size else 0
+    values = t.allocated.tolist()
+    if len(values) > 400:  # the chart keeps each slice's highest point
+        step = len(values) / 400
+        values = [max(values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)]) for i in range(400)]
+    body = (kv_table([("points", t.x.size), ("x", "time (us)" if t.x_unit == "us" else "event index"),
+                      ("peak allocated", fmt_bytes(peak)), ("final allocated", fmt_bytes(final)),
+                      ("peak reserved", fmt_bytes(reserved))])
+            + svg_sparkline(values, width=600, height=80))
+    return panel(f"Allocated memory on device {t.device}: peak {fmt_bytes(peak)}", body)
+
+
 @renders(MemoryPeak, "text")
-def peak_text(p: Any) -> str:
+def peak_text(p: MemoryPeak) -> str:
     """Plain text of a ``MemoryPeak`` (also used for ``alive_at``)."""
     lines = [f"{fmt_bytes(p.bytes)} allocated on device {p.device} at {_when(p.time_us, p.event_index)}",
              "  alive, by site:", sites_table_text(p.by_site, indent="    ")]
@@ -131,10 +168,9 @@ def peak_text(p: Any) -> str:
 
 
 @renders(MemoryPeak, "html")
-def peak_html(p: Any) -> str:
+def peak_html(p: MemoryPeak) -> str:
     """HTML of a ``MemoryPeak``."""
-    body = table(["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in p.by_site[:20]],
-                 numeric=(1, 2))
+    body = sites_table_html(p.by_site)
     if p.blocks:
         body += "<h4>Largest live blocks</h4>" + table(
             ["bytes", "site", "since", "stack"],
@@ -143,13 +179,20 @@ def peak_html(p: Any) -> str:
 
 
 @renders(TopSites, "text")
-def sites_text(t: Any) -> str:
+def sites_text(t: TopSites) -> str:
     """Plain text of ``TopSites``."""
     return f"Top allocation sites on device {t.device}:\n" + sites_table_text(t.sites, limit=len(t.sites))
 
 
+@renders(TopSites, "html")
+def sites_html(t: TopSites) -> str:
+    """HTML of ``TopSites``."""
+    return panel(f"Top allocation sites on device {t.device}",
+                 sites_table_html(t.sites, limit=max(len(t.sites), 1), count="allocations"))
+
+
 @renders(Fragmentation, "text")
-def fragmentation_text(f: Any) -> str:
+def fragmentation_text(f: Fragmentation) -> str:
     """Plain text of ``Fragmentation``."""
     lines = [f"Device {f.device}: reserved {fmt_bytes(f.reserved_bytes)}, allocated {fmt_bytes(f.allocated_bytes)}, "
              f"reserved but free {fmt_bytes(f.free_bytes)} (fragmentation {f.fragmentation:.0%})",
@@ -157,30 +200,46 @@ def fragmentation_text(f: Any) -> str:
     for o in f.ooms:
         lines.append(f"  OOM: requested {fmt_bytes(o.requested_bytes)} vs largest free block "
                      f"{fmt_bytes(o.largest_free_block)}; CUDA free {fmt_bytes(o.device_free_bytes)}")
+    if f.findings:
+        lines.append(findings_text(f.findings))
     return "\n".join(lines)
 
 
 @renders(Fragmentation, "html")
-def fragmentation_html(f: Any) -> str:
+def fragmentation_html(f: Fragmentation) -> str:
     """HTML of ``Fragmentation``."""
     body = kv_table([("reserved", fmt_bytes(f.reserved_bytes)), ("allocated", fmt_bytes(f.allocated_bytes)),
                      ("reserved but free", fmt_bytes(f.free_bytes)),
                      ("largest free block", fmt_bytes(f.largest_free_block))])
+    body += "".join(f'<div class="nbd-first">OOM: requested {esc(fmt_bytes(o.requested_bytes))}, largest free block '
+                    f"then {esc(fmt_bytes(o.largest_free_block))}, reserved but free "
+                    f"{esc(fmt_bytes(o.cached_free_bytes))}, at {esc(o.site)}</div>" for o in f.ooms)
+    if f.findings:
+        body += findings_html(f.findings)
     body += table(["segment", "size", "allocated", "free", "largest free", "blocks"],
                   [(hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
                     fmt_bytes(s.largest_free_block), s.blocks) for s in f.segments[:50]], numeric=(1, 2, 3, 4, 5))
-    return panel(f"Fragmentation on device {f.device}", body)
+    return panel(f"Fragmentation on device {f.device}", body, kind="error" if f.findings else "info")
 
 
 @renders(NeverFreed, "text")
-def never_freed_text(n: Any) -> str:
+def never_freed_text(n: NeverFreed) -> str:
     """Plain text of ``NeverFreed``."""
     return (f"{n.count} allocations ({fmt_bytes(n.bytes)}) made between {n.start:g} and {n.end:g} {n.x_unit} "
             f"were never freed:\n" + sites_table_text(n.by_site))
 
 
+@renders(NeverFreed, "html")
+def never_freed_html(n: NeverFreed) -> str:
+    """HTML of ``NeverFreed``."""
+    body = (f'<div>{n.count} allocations made between {n.start:g} and {n.end:g} {esc(n.x_unit)} were still alive '
+            "at the end of the trace, by site:</div>" + sites_table_html(n.by_site))
+    return panel(f"Never freed on device {n.device}: {fmt_bytes(n.bytes)}", body,
+                 kind="warning" if n.bytes else "ok")
+
+
 @renders(SnapshotDiff, "text")
-def diff_text(d: Any) -> str:
+def diff_text(d: SnapshotDiff) -> str:
     """Plain text of ``SnapshotDiff``."""
     lines = [f"{d.before} -> {d.after}: {fmt_bytes(d.before_bytes)} -> {fmt_bytes(d.after_bytes)} alive"]
     for r in d.rows[:15]:
@@ -188,8 +247,44 @@ def diff_text(d: Any) -> str:
     return "\n".join(lines)
 
 
+@renders(SnapshotDiff, "html")
+def diff_html(d: SnapshotDiff) -> str:
+    """HTML of ``SnapshotDiff``: bytes alive at the end of each snapshot, by site, largest change first."""
+    rows = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
+             ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in d.rows[:30]]
+    body = kv_table([("before", f"{d.before}: {fmt_bytes(d.before_bytes)} alive"),
+                     ("after", f"{d.after}: {fmt_bytes(d.after_bytes)} alive")])
+    body += table(["site", "before", "after", "change"], rows, numeric=(1, 2, 3))
+    if len(d.rows) > 30:
+        body += f'<div class="nbd-muted">{len(d.rows) - 30} more sites</div>'
+    delta = d.after_bytes - d.before_bytes
+    return panel(f"Snapshot diff: {('+' if delta > 0 else '')}{fmt_bytes(delta)} alive", body)
+
+
+@renders(Annotations, "text")
+def annotations_text(a: Annotations) -> str:
+    """Plain text of ``Annotations``."""
+    lines = [f"{len(a.rows)} markers"]
+    lines += [f"  device {r.device}  {r.stage:<5}  {r.name}" + (f"  (event {r.event_index})" if r.event_index >= 0
+                                                                 else "") for r in a.rows[:50]]
+    if len(a.rows) > 50:
+        lines.append(f"  ({len(a.rows) - 50} more)")
+    return "\n".join(lines)
+
+
+@renders(Annotations, "html")
+def annotations_html(a: Annotations) -> str:
+    """HTML of ``Annotations``."""
+    rows = [(r.name, r.stage, r.device, "" if r.event_index < 0 else r.event_index) for r in a.rows[:200]]
+    body = table(["marker", "stage", "device", "first event"], rows, numeric=(2, 3)) if rows else (
+        '<div class="nbd-muted">no markers (record_function regions appear here, torch 2.5 and later)</div>')
+    if len(a.rows) > 200:
+        body += f'<div class="nbd-muted">{len(a.rows) - 200} more markers</div>'
+    return panel(f"Snapshot markers: {len(a.rows)}", body)
+
+
 @renders(MemTrace, "text")
-def memtrace_text(t: Any) -> str:
+def memtrace_text(t: MemTrace) -> str:
     """The compact report of a ``MemTrace``."""
     lines = [f"memtrace on {t.device_kind}: peak {fmt_bytes(t.peak_bytes)} above the start, retained "
              f"{fmt_bytes(t.retained_bytes)}, delta {fmt_bytes(t.delta_bytes)}"]
@@ -200,24 +295,22 @@ def memtrace_text(t: Any) -> str:
         lines.append(sites_table_text(t.retained_sites, limit=5, indent="    "))
     lines.append("  top sites at the peak:")
     lines.append(sites_table_text(t.top_sites, limit=5, indent="    "))
+    if t.findings:
+        lines.append(findings_text(t.findings))
     return "\n".join(lines)
 
 
 @renders(MemTrace, "html")
-def memtrace_html(t: Any) -> str:
+def memtrace_html(t: MemTrace) -> str:
     """The compact inline report of a ``MemTrace``: numbers, a small timeline, the sites."""
-    from nbdebug.render.memory_plot import svg_sparkline
-
     facts = kv_table([("peak (above the start)", fmt_bytes(t.peak_bytes)),
                       ("retained after the cell", fmt_bytes(t.retained_bytes)),
-                      ("delta", fmt_bytes(t.delta_bytes)), ("events", t.events)])
-    body = f'<div style="display:flex;gap:16px;align-items:center">{facts}{svg_sparkline(t.timeline)}</div>'
+                      ("delta", fmt_bytes(t.delta_bytes)), ("events", t.events), ("recorded on", t.device_kind)])
+    body = f'<div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">{facts}{svg_sparkline(t.timeline)}</div>'
+    if t.findings:
+        body += findings_html(t.findings)
     if t.retained_sites:
-        body += "<h4>Retained after the cell, by site</h4>" + table(
-            ["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in t.retained_sites[:8]],
-            numeric=(1, 2))
-    body += "<h4>Alive at the peak, by site</h4>" + table(
-        ["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in t.top_sites[:8]], numeric=(1, 2))
-    kind = "warning" if t.retained_bytes > 0 else "ok"
-    return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body,
-                 kind=kind) + f"<!-- {esc(t.device_kind)} -->"
+        body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8)
+    body += "<h4>Alive at the peak, by site</h4>" + sites_table_html(t.top_sites, limit=8)
+    kind = "warning" if t.findings else "ok"
+    return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body, kind=kind)

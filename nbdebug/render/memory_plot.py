@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nbdebug.render._html import esc, fmt_bytes
+from nbdebug._units import fmt_bytes
+from nbdebug.core.memory._snapshot import MemorySnapshot
+from nbdebug.render._html import esc
 
 __all__ = ["plot_snapshot", "svg_sparkline", "PALETTE"]
 
@@ -24,10 +26,10 @@ def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> 
                    for i, v in enumerate(vals))
     return (f'<svg width="{width}" height="{height}" role="img" aria-label="allocated memory over the cell">'
             f'<title>{esc("peak " + fmt_bytes(hi))}</title>'
-            f'<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{pts}"/></svg>')
+            f'<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" points="{pts}"/></svg>')
 
 
-def plot_snapshot(snap: Any, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
+def plot_snapshot(snap: MemorySnapshot, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
     """Stacked allocated memory by top sites (+ other), reserved memory as a line; returns the Figure."""
     from matplotlib.figure import Figure
 

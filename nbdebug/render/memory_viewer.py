@@ -1,5 +1,8 @@
 """The offline memory viewer: one self-contained HTML fragment/file (inline CSS, SVG and JS; no CDN, no fetch).
 
+The script and the stylesheet are package data (``static/viewer.js``, ``static/viewer.css``), inlined into both the
+notebook output and the exported file; colours follow JupyterLab's theme variables.
+
 It stays responsive for a trace of millions of events because the browser never sees the events: Python sends a
 downsampled envelope of the stacked timeline (each time slice keeps its highest point, with exact bytes per band),
 the largest allocations as lifetime intervals (for "what was alive at this moment"), and exact tables.
@@ -7,24 +10,27 @@ the largest allocations as lifetime intervals (for "what was alive at this momen
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from importlib.resources import files
 from typing import Any
 
 import numpy as np
 
+from nbdebug.core.memory._results import Fragmentation
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc, fmt_bytes, table
 from nbdebug.render._registry import renders
-from nbdebug.render.memory_plot import PALETTE
+from nbdebug.render.memory_plot import PALETTE, svg_sparkline
 
-__all__ = ["viewer_html", "viewer_document", "viewer_data"]
+__all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js"]
 
 MAX_INTERVALS = 20_000
 MAX_STACK_FRAMES = 24
 
 
-def viewer_data(snap: Any, device: int | None = None, *, top: int = 8, buckets: int = 1200) -> dict[str, Any]:
+def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8, buckets: int = 1200) -> dict[str, Any]:
     """The JSON the viewer's script draws from (also useful for tests)."""
     from nbdebug.core.memory._bands import compute_bands
     from nbdebug.core.memory._model import ALLOC
@@ -76,134 +82,24 @@ def viewer_data(snap: Any, device: int | None = None, *, top: int = 8, buckets: 
     }
 
 
-_CSS = """
-.nbd-mem{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:13px;color:#1f2328;
- border:1px solid #d0d7de;border-left:4px solid #0969da;border-radius:6px;padding:8px 12px;max-width:1200px;
- background:#fff}
-.nbd-mem h3{margin:2px 0 6px 0;font-size:15px}.nbd-mem h4{margin:10px 0 4px 0;font-size:13px}
-.nbd-mem table{border-collapse:collapse;margin:4px 0}
-.nbd-mem.nbd-mem td,.nbd-mem.nbd-mem th{border-bottom:1px solid #eaeef2;padding:2px 8px;text-align:left;vertical-align:top}
-.nbd-mem.nbd-mem th{background:#f6f8fa;font-weight:600}.nbd-mem.nbd-mem td.num{text-align:right;font-variant-numeric:tabular-nums}
-.nbd-mem .chart{width:100%;height:320px;border:1px solid #eaeef2;cursor:crosshair;display:block}
-.nbd-mem .legend span{display:inline-block;margin:2px 10px 2px 0;font-size:12px}
-.nbd-mem .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.nbd-mem .controls{margin:6px 0;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
-.nbd-mem .controls input[type=range]{width:260px}
-.nbd-mem pre{background:#f6f8fa;padding:6px 8px;border-radius:4px;white-space:pre-wrap;font-size:12px;margin:4px 0}
-.nbd-mem .muted{color:#656d76}.nbd-mem tr.blk{cursor:pointer}.nbd-mem tr.blk:hover{background:#ddf4ff}
-.nbd-mem .scroll{max-height:340px;overflow:auto}
-.nbd-mem .cols{display:flex;gap:18px;flex-wrap:wrap}.nbd-mem .cols>div{flex:1 1 480px;min-width:0}
-"""
-
-_JS = r"""
-(function(){
-const root = document.getElementById(ROOT_ID);
-if (!root || root.dataset.ready) return;
-root.dataset.ready = '1';
-const D = JSON.parse(root.querySelector('script.nbd-mem-data').textContent);
-const svg = root.querySelector('svg.chart');
-const W = 1000, H = 320, L = 78, R = 12, T = 10, B = 34;
-svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
-svg.setAttribute('preserveAspectRatio', 'none');
-const N = D.x.length;
-let lo = 0, hi = Math.max(N - 1, 0), sel = -1;
-const q = s => root.querySelector(s);
-function fmt(b){ const u=['B','KiB','MiB','GiB','TiB']; let v=Math.abs(b), i=0;
-  while (v >= 1024 && i < 4){ v /= 1024; i++; } return (b<0?'-':'') + (i ? v.toFixed(2) : v.toFixed(0)) + ' ' + u[i]; }
-function esc(s){ return String(s).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c])); }
-function when(j){ if (D.x_unit === 'us') return ((D.x[j] - D.x[0]) / 1e6).toFixed(4) + ' s';
-  return D.index[j] < 0 ? 'before the first event' : 'event ' + D.index[j]; }
-function draw(){
-  if (!N){ svg.innerHTML = '<text x="20" y="40">no trace events: the snapshot holds the final state only</text>'; return; }
-  const x0 = D.x[lo], x1 = D.x[hi];
-  let ymax = 1; for (let i = lo; i <= hi; i++) ymax = Math.max(ymax, D.total[i]);
-  const sx = v => L + (W - L - R) * (x1 === x0 ? 0.5 : (v - x0) / (x1 - x0));
-  const sy = v => H - B - (H - B - T) * (v / ymax);
-  const parts = [];
-  let base = new Float64Array(hi - lo + 1);
-  for (let k = 0; k < D.names.length; k++){
-    const top = new Float64Array(hi - lo + 1), up = [], dn = [];
-    for (let j = 0; j <= hi - lo; j++){
-      top[j] = base[j] + D.values[k][lo + j];
-      const xa = sx(D.x[lo + j]), xb = sx(D.x[Math.min(lo + j + 1, hi)]);
-      up.push(xa.toFixed(1) + ',' + sy(top[j]).toFixed(1), xb.toFixed(1) + ',' + sy(top[j]).toFixed(1));
-      dn.push(xb.toFixed(1) + ',' + sy(base[j]).toFixed(1), xa.toFixed(1) + ',' + sy(base[j]).toFixed(1));
-    }
-    parts.push('<polygon class="band" data-band="' + k + '" fill="' + D.colors[k] + '" points="' + up.join(' ') + ' ' +
-               dn.reverse().join(' ') + '"><title>' + esc(D.names[k]) + '</title></polygon>');
-    base = top;
-  }
-  const fl = [];
-  for (let j = lo; j <= hi; j++) fl.push(sx(D.x[j]).toFixed(1) + ',' + sy(D.floor[j]).toFixed(1));
-  parts.push('<polyline fill="none" stroke="#333" stroke-dasharray="2,2" stroke-width="0.7" points="' + fl.join(' ') +
-             '"><title>lowest allocated within each time slice</title></polyline>');
-  for (let t = 0; t <= 4; t++){
-    const v = ymax * t / 4, y = sy(v);
-    parts.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + y + '" y2="' + y + '" stroke="#eee"/>' +
-               '<text x="' + (L - 6) + '" y="' + (y + 4) + '" text-anchor="end" font-size="11">' + fmt(v) + '</text>');
-    const xv = lo + Math.round((hi - lo) * t / 4);
-    parts.push('<text x="' + sx(D.x[xv]) + '" y="' + (H - 12) + '" text-anchor="middle" font-size="11">' + esc(when(xv)) + '</text>');
-  }
-  for (const [t, name] of D.markers){ if (t < x0 || t > x1) continue;
-    parts.push('<line class="marker" x1="' + sx(t) + '" x2="' + sx(t) + '" y1="' + T + '" y2="' + (H - B) +
-               '" stroke="#8250df" stroke-width="0.6"><title>' + esc(name) + '</title></line>'); }
-  if (sel >= lo && sel <= hi){ const xs = sx(D.x[sel]);
-    parts.push('<line class="moment" x1="' + xs + '" x2="' + xs + '" y1="' + T + '" y2="' + (H - B) + '" stroke="#cf222e" stroke-width="1.5"/>'); }
-  svg.innerHTML = parts.join('');
-  q('.range-label').textContent = when(lo) + ' \u2192 ' + when(hi) + '  (' + (hi - lo + 1) + ' of ' + N + ' points)';
-}
-function legend(){
-  q('.legend').innerHTML = D.names.map((n, k) => '<span><i style="background:' + D.colors[k] + '"></i>' + esc(n) + '</span>').join('');
-}
-function select(j){
-  sel = j; draw();
-  const p = D.index[j];
-  const alive = [];
-  for (let i = 0; i < D.iv_size.length; i++) if (D.iv_start[i] <= p && p < D.iv_end[i]) alive.push(i);
-  alive.sort((a, b) => D.iv_size[b] - D.iv_size[a]);
-  let listed = 0; const bySite = new Map();
-  for (const i of alive){ listed += D.iv_size[i]; const s = D.stack_site[D.iv_stack[i]];
-    const e = bySite.get(s) || [0, 0]; e[0] += D.iv_size[i]; e[1] += 1; bySite.set(s, e); }
-  const total = D.total[j];
-  q('.moment-summary').innerHTML = '<b>' + esc(when(j)) + '</b>: ' + fmt(total) + ' allocated' +
-    (j === D.peak_point ? ' (the peak)' : '') + '; ' + alive.length + ' blocks listed (' + fmt(listed) + ')' +
-    (total > listed ? '; ' + fmt(total - listed) + ' in smaller blocks not embedded' : '');
-  const sites = [...bySite.entries()].sort((a, b) => b[1][0] - a[1][0]).slice(0, 15);
-  q('table.alive-sites tbody').innerHTML = sites.map(([s, e]) => '<tr><td>' + esc(D.sites[s]) + '</td><td class="num">' +
-    fmt(e[0]) + '</td><td class="num">' + e[1] + '</td></tr>').join('');
-  q('table.alive-blocks tbody').innerHTML = alive.slice(0, 60).map(i => '<tr class="blk" data-i="' + i + '"><td class="num">' +
-    fmt(D.iv_size[i]) + '</td><td>' + esc(D.sites[D.stack_site[D.iv_stack[i]]]) + '</td><td>' +
-    (D.iv_start[i] < 0 ? 'before the trace' : (D.x_unit === 'us' && D.iv_t[i] !== null ?
-      ((D.iv_t[i] - D.x[0]) / 1e6).toFixed(4) + ' s' : 'event ' + D.iv_start[i])) + '</td></tr>').join('');
-  if (alive.length) showStack(alive[0]); else q('pre.stack').textContent = '';
-}
-function showStack(i){
-  const frames = D.stacks[D.iv_stack[i]].map(f => D.frames[f]);
-  q('pre.stack').textContent = fmt(D.iv_size[i]) + ' allocated at\n  ' + (frames.length ? frames.join('\n  ') : '(no stack recorded)');
-}
-q('table.alive-blocks').addEventListener('click', e => { const tr = e.target.closest('tr.blk'); if (tr) showStack(+tr.dataset.i); });
-svg.addEventListener('click', e => {
-  if (!N) return;
-  const r = svg.getBoundingClientRect(), vx = (e.clientX - r.left) / r.width * W;
-  const x0 = D.x[lo], x1 = D.x[hi], v = x0 + (vx - L) / (W - L - R) * (x1 - x0);
-  let a = lo, b = hi;
-  while (b - a > 1){ const m = (a + b) >> 1; if (D.x[m] <= v) a = m; else b = m; }
-  select(Math.abs(D.x[b] - v) < Math.abs(D.x[a] - v) ? b : a);
-});
-const rlo = q('input.lo'), rhi = q('input.hi');
-rlo.max = rhi.max = String(Math.max(N - 1, 0)); rlo.value = '0'; rhi.value = String(Math.max(N - 1, 0));
-function onRange(){ let a = +rlo.value, b = +rhi.value; if (a > b) [a, b] = [b, a]; if (b === a) b = Math.min(a + 1, N - 1);
-  lo = a; hi = b; draw(); }
-rlo.addEventListener('input', onRange); rhi.addEventListener('input', onRange);
-q('button.reset').addEventListener('click', () => { rlo.value = '0'; rhi.value = String(N - 1); onRange(); });
-q('button.peak').addEventListener('click', () => select(D.peak_point));
-legend(); draw();
-if (N) select(D.peak_point);
-})();
-"""
+@functools.cache
+def viewer_css() -> str:
+    """The viewer's stylesheet (package data ``static/viewer.css``)."""
+    return files("nbdebug.render").joinpath("static/viewer.css").read_text(encoding="utf-8")
 
 
-def _segments_svg(frag: Any, limit: int = 60) -> str:
+@functools.cache
+def viewer_js() -> str:
+    """The viewer's script (package data ``static/viewer.js``); ``ROOT_ID`` stands for the panel's id."""
+    return files("nbdebug.render").joinpath("static/viewer.js").read_text(encoding="utf-8")
+
+
+def _script(root: str) -> str:
+    # the id is JSON (a quoted string); nothing in the file can close the script element
+    return f"<script>{viewer_js().replace('ROOT_ID', json.dumps(root))}</script>"
+
+
+def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
     rows = frag.segments[:limit]
     if not rows:
         return '<p class="muted">no segments</p>'
@@ -217,9 +113,9 @@ def _segments_svg(frag: Any, limit: int = 60) -> str:
         lw = w * r.largest_free_block / r.total_bytes if r.total_bytes else 0
         tip = esc(f"{hex(r.address)}: {fmt_bytes(r.total_bytes)} reserved, {fmt_bytes(r.allocated_bytes)} allocated, "
                   f"largest free block {fmt_bytes(r.largest_free_block)}, {r.blocks} blocks")
-        parts.append(f'<g><title>{tip}</title><rect x="0" y="{y}" width="{w:.1f}" height="{h}" fill="#eaeef2"/>'
-                     f'<rect x="0" y="{y}" width="{aw:.1f}" height="{h}" fill="#0969da"/>'
-                     f'<rect x="{w - lw:.1f}" y="{y + h - 3}" width="{lw:.1f}" height="3" fill="#1a7f37"/></g>')
+        parts.append(f'<g><title>{tip}</title><rect class="seg" x="0" y="{y}" width="{w:.1f}" height="{h}"/>'
+                     f'<rect class="seg-allocated" x="0" y="{y}" width="{aw:.1f}" height="{h}"/>'
+                     f'<rect class="seg-largest" x="{w - lw:.1f}" y="{y + h - 3}" width="{lw:.1f}" height="3"/></g>')
     total_h = len(rows) * (h + 3)
     return (f'<svg class="segments" width="100%" viewBox="0 0 {width} {total_h}" height="{min(total_h, 400)}" '
             f'preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>'
@@ -231,7 +127,7 @@ MAX_DEVICES = 8
 
 
 @renders(MemorySnapshot, "html")
-def viewer_html(snap: Any, device: int | None = None) -> str:
+def viewer_html(snap: MemorySnapshot, device: int | None = None) -> str:
     """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched.
 
     With several devices and no ``device``, one panel per device (the OOM's or the busiest first) and a selector.
@@ -243,18 +139,14 @@ def viewer_html(snap: Any, device: int | None = None) -> str:
     order = [first] + [d for d in devices if d != first][:MAX_DEVICES - 1]
     wrapper = "nbdmemsel-" + uuid.uuid4().hex[:10]
     options = "".join(f'<option value="{d}">device {d}</option>' for d in order)
-    panels = "".join(_device_panel(snap, d, hidden=i > 0) for i, d in enumerate(order))
-    script = ("(function(){const w=document.getElementById(" + json.dumps(wrapper) + ");"
-              "const sel=w.querySelector('select.nbd-device');sel.addEventListener('change',()=>{"
-              "for(const p of w.querySelectorAll(':scope > .nbd-mem')){"
-              "p.style.display=p.dataset.device===sel.value?'':'none';}});})();")
+    panels = "".join(_device_panel(snap, d, hidden=i > 0, in_multi=True) for i, d in enumerate(order))
     more = f" (first {MAX_DEVICES} shown)" if len(devices) > MAX_DEVICES else ""
-    return (f'<div class="nbd-mem-multi" id="{wrapper}"><label style="font:13px system-ui,sans-serif">'
+    return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label>'
             f'{len(devices)} devices{more}: <select class="nbd-device" aria-label="device">{options}</select></label>'
-            f"{panels}<script>{script}</script></div>")
+            f"{panels}{_script(wrapper)}</div>")
 
 
-def _device_panel(snap: Any, device: int | None, *, hidden: bool = False) -> str:
+def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = False, in_multi: bool = False) -> str:
     """One device's viewer."""
     data = viewer_data(snap, device)
     summary = snap.summary(data["device"])
@@ -267,7 +159,7 @@ def _device_panel(snap: Any, device: int | None, *, hidden: bool = False) -> str
             f"{fmt_bytes(summary.final_allocated_bytes)}, peak reserved {fmt_bytes(summary.peak_reserved_bytes)}, "
             f"{data['events']} events</div>")
     for o in frag.ooms:
-        head += (f'<div style="color:#cf222e">OOM: requested {fmt_bytes(o.requested_bytes)}, largest free block then '
+        head += (f'<div class="oom">OOM: requested {fmt_bytes(o.requested_bytes)}, largest free block then '
                  f"{fmt_bytes(o.largest_free_block)}, reserved-but-free {fmt_bytes(o.cached_free_bytes)}</div>")
     controls = ('<div class="controls">range <input class="lo" type="range" min="0" step="1" aria-label="range start">'
                 '<input class="hi" type="range" min="0" step="1" aria-label="range end">'
@@ -287,19 +179,36 @@ def _device_panel(snap: Any, device: int | None, *, hidden: bool = False) -> str
                  f"reserved but free {fmt_bytes(frag.free_bytes)}, largest free block "
                  f"{fmt_bytes(frag.largest_free_block)} ({len(frag.segments)} segments, end of trace)</div>")
     style = ' style="display:none"' if hidden else ""
-    return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}><style>{_CSS}</style>{head}'
+    css = "" if in_multi else f"<style>{viewer_css()}</style>"
+    return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}>{css}{head}'
             f'{controls}'
+            f"{_static_hint(data)}"
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'
             f'<div class="legend"></div>{moment}<div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
             f'<div><h4>Segments and fragmentation</h4>{frag_line}{_segments_svg(frag)}<div class="scroll">{segs}</div>'
             '</div></div>'
             f'<script type="application/json" class="nbd-mem-data">{payload}</script>'
-            f'<script>{_JS.replace("ROOT_ID", json.dumps(root))}</script></div>')
+            f"{_script(root)}</div>")
 
 
-def viewer_document(snap: Any, device: int | None = None) -> str:
+def _static_hint(data: dict[str, Any]) -> str:
+    """The fallback for renderers that run no script: a static outline and how to get the interactive viewer.
+
+    A saved or untrusted notebook, or GitHub, shows this; the viewer's script removes it.
+    """
+    total = data["total"]
+    step = max(1, len(total) // 300)
+    outline = [max(total[i:i + step]) for i in range(0, len(total), step)]
+    return (f'<div class="nbd-mem-static">{svg_sparkline(outline, width=600, height=60)}'
+            '<div class="muted">Static outline of the allocated memory. For the interactive viewer, run the cell in a '
+            "trusted notebook, or write it to a file with snap.to_html('memory.html') and open that in a browser."
+            "</div></div>")
+
+
+def viewer_document(snap: MemorySnapshot, device: int | None = None) -> str:
     """The viewer as a complete, self-contained HTML file."""
     body = viewer_html(snap, device)
-    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
-            f'content="width=device-width, initial-scale=1"><title>Memory: {esc(snap.source)}</title></head>'
-            f'<body style="margin:16px">{body}</body></html>')
+    return ('<!DOCTYPE html><html lang="en" class="nbd-standalone"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            '<meta name="color-scheme" content="light dark">'
+            f'<title>Memory: {esc(snap.source)}</title></head><body>{body}</body></html>')

@@ -17,6 +17,7 @@ def _check_viewer(page, root: str, bands: int) -> None:
     page.wait_for_selector(f"{root} svg.chart polygon.band", timeout=60_000)
     assert page.locator(f"{root} svg.chart polygon.band").count() == bands
     assert page.locator(f"{root} svg.chart").is_visible()
+    assert page.locator(f"{root} .nbd-mem-static").count() == 0  # the live script replaced the static outline
     # the peak is selected on load: the alive tables are filled and the sites table is visible
     assert page.locator(f"{root} table.alive-blocks tbody tr").count() > 0
     assert "(the peak)" in page.locator(f"{root} .moment-summary").inner_text()
@@ -81,3 +82,24 @@ def test_device_selector_for_several_devices(page, snapshots_dir, tmp_path):
     page.select_option("select.nbd-device", "2")
     assert page.locator('.nbd-mem[data-device="2"]').is_visible() and not first.is_visible()
     _check_viewer(page, '.nbd-mem[data-device="2"]', len(compute_bands(snap, 2).names))
+
+
+def _luminance(rgb: str) -> float:
+    r, g, b = (int(v) for v in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_exported_file_follows_the_colour_scheme(page, snapshots_dir, tmp_path, scheme):
+    out = tmp_path / "viewer.html"
+    load_snapshot(snapshots_dir / FILE).to_html(out)
+    page.emulate_media(color_scheme=scheme)
+    page.goto(out.as_uri())
+    panel = page.locator(".nbd-mem")
+    background = _luminance(panel.evaluate("el => getComputedStyle(el).backgroundColor"))
+    text = _luminance(panel.evaluate("el => getComputedStyle(el).color"))
+    axis = _luminance(page.locator(".nbd-mem svg.chart text").first.evaluate("el => getComputedStyle(el).fill"))
+    if scheme == "dark":
+        assert background < 0.2 and text > 0.7 and axis > 0.7
+    else:
+        assert background > 0.9 and text < 0.3 and axis < 0.3

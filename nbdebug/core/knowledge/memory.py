@@ -1,10 +1,84 @@
-"""Memory findings."""
+"""Memory findings: what a snapshot or a traced cell says about where the memory went.
+
+These entries have no message patterns (the explainer's ``cuda_oom`` entry recognises the error itself); the
+memory analyses build findings of these kinds from numbers: the OOM section under a CUDA out-of-memory error
+(``nbdebug.core.memory._oom``) and ``MemTrace.findings`` (memory a cell kept alive).
+"""
 
 from __future__ import annotations
 
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
 
 __all__ = ["ENTRIES", "THRESHOLDS"]
 
-ENTRIES: tuple[Entry, ...] = ()
-THRESHOLDS: tuple[Threshold, ...] = ()
+_ALLOC_CONF = "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+_MEMORY_DOCS = "https://docs.pytorch.org/docs/stable/torch_cuda_memory.html"
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="memory_fragmentation",
+        title="Fragmented GPU memory: enough is free, but not in one block",
+        severity=Severity.ERROR,
+        summary=("The caching allocator holds enough reserved-but-free memory for the request, but no single free "
+                 "block is large enough."),
+        fixes=(
+            Fix("Let the allocator grow segments instead of cutting new ones (set before CUDA is initialised)",
+                'import os\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"'),
+            Fix("Return the cached blocks to CUDA before the large allocation", "torch.cuda.empty_cache()"),
+        ),
+        sources=(_ALLOC_CONF,),
+        contexts=(),
+    ),
+    Entry(
+        slug="memory_exhausted",
+        title="The GPU's memory is genuinely in use",
+        severity=Severity.ERROR,
+        summary="The request is larger than all the memory the allocator has free: the tensors alive fill the GPU.",
+        fixes=(
+            Fix("Make the step smaller: a smaller batch, or gradient accumulation over micro-batches"),
+            Fix("Keep fewer activations: activation checkpointing",
+                "from torch.utils.checkpoint import checkpoint\ny = checkpoint(block, x, use_reentrant=False)"),
+            Fix("Use less memory per number: mixed precision",
+                "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"),
+        ),
+        sources=(_MEMORY_DOCS,),
+        contexts=(),
+    ),
+    Entry(
+        slug="failed_cell_holds_memory",
+        title="The failed cell's tensors are still alive",
+        severity=Severity.INFO,
+        summary=("The stored traceback (sys.last_traceback, and IPython's record of the last error) keeps every "
+                 "frame of the failed cell, with its local tensors, in memory."),
+        fixes=(
+            Fix("Drop those references and return the memory before retrying",
+                "nbdebug.core.memory.release_failed_cell()"),
+        ),
+        contexts=(),
+    ),
+    Entry(
+        slug="memory_retained",
+        title="Memory allocated by the cell is still alive after it",
+        severity=Severity.WARNING,
+        summary=("Memory allocated during the cell was not freed by its end: a result kept on purpose, or a leak "
+                 "that grows every time the cell runs."),
+        fixes=(
+            Fix("Keep numbers, not graphs: store loss.item() instead of the loss tensor", "losses.append(loss.item())"),
+            Fix("Run inference without building a graph", "with torch.no_grad():\n    out = model(x)"),
+            Fix("Delete what you no longer need", "del activations"),
+        ),
+        sources=(_MEMORY_DOCS,),
+        contexts=(),
+    ),
+)
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="memory_retained_min_bytes",
+        value=1024**2,
+        why=("Below 1 MiB, memory a cell keeps is usually a scalar result or the allocator's rounding, not worth a "
+             "warning."),
+        source="nbdebug's choice (small enough to catch a kept loss graph of a toy model)",
+    ),
+)

@@ -96,7 +96,7 @@ def compute_bands(snap: object, device: int | None = None, *, top: int = 8, buck
     from nbdebug.core.memory._sites import format_frame
     from nbdebug.core.memory._snapshot import BEFORE_TRACE
 
-    names = tuple(format_frame(m.sites[s]) if s < len(m.sites) else
+    names = tuple(format_frame(m.sites[s], cells=getattr(snap, "cells", None)) if s < len(m.sites) else
                   ("<no stack recorded>" if s == len(m.sites) else BEFORE_TRACE) for s in ids) + ("other",)
     return Bands(device=st.device, x_unit="us" if st.x_is_time else "event", x=x_all[pts], index=pts - 1,
                  total=total[pts], floor=floor, names=names, site_ids=tuple(ids), values=values)

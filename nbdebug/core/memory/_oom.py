@@ -14,11 +14,16 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["is_cuda_oom", "parse_oom_request", "oom_section", "enrich_oom", "release_failed_cell", "RELEASE_NOTE"]
+from nbdebug._units import fmt_bytes, parse_bytes
+from nbdebug.core._findings import Finding
+from nbdebug.core.fixes._diagnosis import Section
 
-_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
-_REQUEST = re.compile(r"Tried to allocate (\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)")
-_GPU = re.compile(r"GPU (\d+)")
+__all__ = ["is_cuda_oom", "parse_oom_request", "oom_findings", "oom_section", "enrich_oom", "release_failed_cell",
+           "RELEASE_NOTE"]
+
+_REQUEST = re.compile(r"Tried to allocate ([0-9][0-9.,]{0,40} ?(?:[KMGTP]i?B|bytes?|B))\b")
+_GPU = re.compile(r"GPU ([0-9]{1,4})")
+TITLE = "Memory at the OOM (nbdebug oom capture)"
 RELEASE_NOTE = (
     "The failed cell's tensors are still alive: the stored traceback (sys.last_traceback, and IPython's record of "
     "the last error) keeps every frame of the failed cell, with its local tensors, in memory. Run "
@@ -39,15 +44,48 @@ def parse_oom_request(text: str) -> tuple[int | None, int | None]:
     """(requested bytes, GPU index) from a CUDA OOM message, None where absent."""
     m = _REQUEST.search(text)
     g = _GPU.search(text)
-    req = int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+    req = None
+    if m:
+        try:
+            req = parse_bytes(m.group(1))
+        except ValueError:
+            req = None
     return req, int(g.group(1)) if g else None
 
 
-def oom_section(snapshot: Any, message: str = "", *, limit: int = 8) -> Any:
-    """A diagnosis ``Section`` built from the snapshot of the moment of an OOM."""
-    from nbdebug.core.fixes import Section
-    from nbdebug.render._html import esc, fmt_bytes, kv_table, table
-    from nbdebug.render.memory import sites_table_text
+def oom_findings(requested: int | None, largest_free_block: int, cached_free_bytes: int, *,
+                 device: int | None = None) -> tuple[Finding, ...]:
+    """What the request against the free memory says: fragmentation, or memory genuinely in use (or nothing).
+
+    Fragmentation: the request is no larger than the reserved-but-free memory, yet larger than every free block.
+    In use: the request is larger than the largest free block and than all the reserved-but-free memory.
+    """
+    from nbdebug.core.knowledge import finding
+
+    if requested is None or requested <= largest_free_block:
+        return ()
+    where = (f"cuda:{device}",) if device is not None else ()
+    evidence = {"requested_bytes": requested, "largest_free_block": largest_free_block,
+                "cached_free_bytes": cached_free_bytes}
+    if requested <= cached_free_bytes:
+        return (finding("memory_fragmentation",
+                        f"{fmt_bytes(cached_free_bytes)} is reserved but free, yet no free block holds "
+                        f"{fmt_bytes(requested)} (the largest is {fmt_bytes(largest_free_block)}).",
+                        where, evidence=evidence),)
+    return (finding("memory_exhausted",
+                    f"The request ({fmt_bytes(requested)}) is larger than the largest free block "
+                    f"({fmt_bytes(largest_free_block)}) and than all reserved-but-free memory "
+                    f"({fmt_bytes(cached_free_bytes)}): the memory is genuinely in use.", where, evidence=evidence),)
+
+
+def oom_section(snapshot: Any, message: str = "", *, limit: int = 8) -> Section:
+    """A diagnosis ``Section`` (data only) built from the snapshot of the moment of an OOM.
+
+    ``facts``: the failing request, alive, reserved-but-free, the largest free block (and CUDA's free memory);
+    ``text``: the verdict (fragmentation or memory in use); the table: what was alive, by site; ``fixes``: the
+    verdict's fixes and how to release the failed cell's tensors.
+    """
+    from nbdebug.core.knowledge import entry
 
     requested, gpu = parse_oom_request(message)
     oom_events = [o for o in snapshot.model.ooms if gpu is None or o.device == gpu]
@@ -69,42 +107,31 @@ def oom_section(snapshot: Any, message: str = "", *, limit: int = 8) -> Any:
         facts.insert(0, ("failing request", fmt_bytes(requested)))
     if cuda_free is not None:
         facts.append(("free on the GPU (CUDA)", fmt_bytes(cuda_free)))
-    verdict = ""
-    if requested is not None:
-        if requested <= cached_free and requested > largest:
-            verdict = (f"Fragmentation: {fmt_bytes(cached_free)} is reserved but free, yet no free block holds "
-                       f"{fmt_bytes(requested)}. Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
-        elif requested > largest:
-            verdict = (f"The request ({fmt_bytes(requested)}) is larger than the largest free block "
-                       f"({fmt_bytes(largest)}): the memory is genuinely in use; see what is alive below.")
-    text_lines = [f"{k}: {v}" for k, v in facts]
-    if verdict:
-        text_lines.append(verdict)
-    text_lines.append(f"alive on device {device} when the allocation failed, by site:")
-    text_lines.append(sites_table_text(alive.by_site, limit=limit, indent="  "))
-    text_lines.append(RELEASE_NOTE)
-    html = kv_table(facts)
-    if verdict:
-        html += f'<div class="nbd-first">{esc(verdict)}</div>'
-    html += "<h4>Alive when the allocation failed, by site</h4>" + table(
-        ["site", "bytes", "blocks"], [(s.site, fmt_bytes(s.bytes), s.count) for s in alive.by_site[:limit]],
-        numeric=(1, 2))
-    html += f'<p class="nbd-muted">{esc(RELEASE_NOTE)}</p>'
-    return Section(title="Memory at the OOM (nbdebug oom capture)", text="\n".join(text_lines), html=html)
+    verdicts = oom_findings(requested, largest, cached_free, device=device)
+    text = " ".join(f"{f.title}: {f.message}" for f in verdicts)
+    text = (text + " " if text else "") + f"Alive on device {device} when the allocation failed, by site:"
+    sites = alive.by_site
+    rows = [(s.site, fmt_bytes(s.bytes), s.count) for s in sites[:limit]]
+    if len(sites) > limit:
+        rows.append((f"({len(sites) - limit} more sites)", fmt_bytes(sum(s.bytes for s in sites[limit:])),
+                     sum(s.count for s in sites[limit:])))
+    fixes = tuple(fix for f in verdicts for fix in f.fixes) + entry("failed_cell_holds_memory").fixes
+    return Section(title=TITLE, text=text, facts=tuple(facts), header=("site", "bytes", "blocks"), rows=tuple(rows),
+                   fixes=fixes, notes=(RELEASE_NOTE,))
 
 
 def enrich_oom(exc: BaseException, diagnosis: Any, snapshot: Any | None) -> Any:
     """Add the OOM section (or, without a snapshot, only the release note) to a CUDA OOM diagnosis."""
-    from nbdebug.core.fixes import Section
-
     if not is_cuda_oom(exc, diagnosis):
         return diagnosis
     if snapshot is not None:
         section = oom_section(snapshot, str(exc))
     else:
-        section = Section(title="Memory at the OOM (nbdebug oom capture)",
-                          text="No snapshot was recorded (switch on %nbdebug oom on before the failing cell). "
-                               + RELEASE_NOTE)
+        from nbdebug.core.knowledge import entry
+
+        section = Section(title=TITLE, text="No snapshot was recorded (switch on %nbdebug oom on before the failing "
+                                            "cell).", fixes=entry("failed_cell_holds_memory").fixes,
+                          notes=(RELEASE_NOTE,))
     return dataclasses.replace(diagnosis, sections=tuple(diagnosis.sections) + (section,))
 
 

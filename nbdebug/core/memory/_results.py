@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug._units import fmt_bytes
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 
 __all__ = [
@@ -86,8 +88,6 @@ class SnapshotSummary(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return (f"device {self.device}, {self.events} events, peak {fmt_bytes(self.peak_allocated_bytes)}, "
                 f"reserved {fmt_bytes(self.peak_reserved_bytes)}")
 
@@ -138,8 +138,6 @@ class MemoryPeak(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return f"device {self.device}: {fmt_bytes(self.bytes)} at event {self.event_index}"
 
     def _records(self) -> list[dict[str, Any]]:
@@ -204,13 +202,20 @@ class Fragmentation(Result):
 
 
     @property
+    def findings(self) -> tuple[Finding, ...]:
+        """Each OOM's verdict: fragmentation (enough free, not in one block) or memory genuinely in use."""
+        from nbdebug.core.memory._oom import oom_findings
+
+        return tuple(f for o in self.ooms
+                     for f in oom_findings(o.requested_bytes, o.largest_free_block, o.cached_free_bytes,
+                                           device=self.device))
+
+    @property
     def fragmentation(self) -> float:
         """``1 - largest free block / free bytes`` (0: one free block; near 1: free memory in crumbs)."""
         return 0.0 if self.free_bytes <= 0 else 1.0 - self.largest_free_block / self.free_bytes
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return (f"device {self.device}: {fmt_bytes(self.free_bytes)} reserved but free, largest block "
                 f"{fmt_bytes(self.largest_free_block)}")
 

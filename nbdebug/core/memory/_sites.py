@@ -8,9 +8,10 @@ backslashes, so both separators are accepted.
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path"]
 
@@ -23,7 +24,8 @@ _INTERNAL = re.compile(r"(^|[/\\])(torch|torchvision|torchaudio|functorch|triton
 # stacks with no Python frame at all (C++ only): backward runs on autograd's own threads
 BACKWARD_SITE: Frame = ("", 0, "<backward pass (autograd thread, no Python frame)>")
 NATIVE_SITE: Frame = ("", 0, "<C++ only, no Python frame>")
-_NBDEBUG_DIR = os.path.dirname(os.path.abspath(__file__))
+# nbdebug's own frames (the magic running the cell, the tracer) are never a site
+_NBDEBUG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
 def _is_python(filename: str, line: int) -> bool:
@@ -67,11 +69,19 @@ def short_path(filename: str, parts: int = 2) -> str:
     return "/".join(p for p in pieces[-parts:] if p) or filename
 
 
-def format_frame(frame: Frame | None, *, short: bool = True) -> str:
-    """``model.py:54 forward`` (or the full path when ``short`` is false)."""
+def format_frame(frame: Frame | None, *, short: bool = True, cells: Mapping[str, str] | None = None) -> str:
+    """``model.py:54 forward`` (or the full path when ``short`` is false).
+
+    ``cells`` maps the file names of notebook cells to the names the user knows them by (``In [12]``): such a
+    frame reads ``In [12], line 10: out = model(xb)`` (with ``in forward`` when it is inside a function).
+    """
     if frame is None:
         return "<no stack recorded>"
     filename, line, name = frame
+    if cells and filename in cells:
+        where = f"{cells[filename]}, line {line}" + (f" in {name}" if name and name != "<module>" else "")
+        source = linecache.getline(filename, line).strip() if line > 0 else ""
+        return f"{where}: {source[:80]}" if source else where
     if not _is_python(filename, line):
         return name or filename or "??"
     shown = short_path(filename) if short else filename

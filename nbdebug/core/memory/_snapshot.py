@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core._result import Result
+from nbdebug.core._result import Result, display_registry
 from nbdebug.core.memory._device import DeviceState, device_state
 from nbdebug.core.memory._model import ACTIONS, ALLOC, Model, build_model
 from nbdebug.core.memory._results import (
@@ -90,6 +90,8 @@ class MemorySnapshot(Result):
         self.source = source
         self._states: dict[int, DeviceState] = {}
         self._default: int | None = None
+        # notebook cells' file names -> the names the user knows (``In [12]``), for site labels
+        self.cells: dict[str, str] = {}
 
     # --- basics -----------------------------------------------------------------------------------------------
     @property
@@ -136,14 +138,14 @@ class MemorySnapshot(Result):
         """``file.py:LINE function`` of the first user frame of a stack id."""
         if stack < 0:
             return BEFORE_TRACE if stack == _BEFORE else _NO_STACK
-        return format_frame(self.model.sites[int(self.model.stack_site[stack])])
+        return format_frame(self.model.sites[int(self.model.stack_site[stack])], cells=self.cells)
 
     def stack_text(self, stack: int, limit: int = 40) -> tuple[str, ...]:
         """The frames of a stack id, innermost first (C++ frames without a file are dropped)."""
         if stack < 0:
             return ()
         frames = [self.model.frames[f] for f in self.model.stacks[stack]]
-        shown = [format_frame(f, short=False) for f in frames if f[0] not in ("??", "") or f[1]]
+        shown = [format_frame(f, short=False, cells=self.cells) for f in frames if f[0] not in ("??", "") or f[1]]
         return tuple(shown[:limit])
 
     def _category(self, global_index: int) -> str:
@@ -164,7 +166,7 @@ class MemorySnapshot(Result):
         for k in order[:limit] if limit else order:
             sid = int(keys[k])
             frame = self.model.sites[sid] if sid >= 0 else None
-            rows.append(SiteBytes(site=format_frame(frame) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
+            rows.append(SiteBytes(site=format_frame(frame, cells=self.cells) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
                                   filename=frame[0] if frame else "", line=frame[1] if frame else 0,
                                   function=frame[2] if frame else ""))
         return tuple(rows)
@@ -357,11 +359,9 @@ class MemorySnapshot(Result):
 
     # --- data and display -------------------------------------------------------------------------------------
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
-        s = self.summary()
-        return (f"{self.source}, {self.events} events, devices {list(self.devices)}, peak "
-                f"{fmt_bytes(s.peak_allocated_bytes)} on device {s.device}")
+        # one cheap line: only counts already in the model (the summary replays the whole trace)
+        return (f"{self.source}, {self.events} events, {len(self.model.segments)} segments, "
+                f"devices {list(self.devices)}")
 
     def to_dict(self) -> dict[str, Any]:
         """The summary of the default device as a JSON-ready dict."""
@@ -386,9 +386,8 @@ class MemorySnapshot(Result):
 
     def to_html(self, path: str | os.PathLike[str] | None = None, *, device: int | None = None) -> str:
         """Write (and return) the self-contained offline viewer: one HTML file, no network, no CDN."""
-        from nbdebug.render.memory_viewer import viewer_document
-
-        doc = viewer_document(self, device=device)
+        # display lives in nbdebug.render, reached through the registry (core never imports render)
+        doc = display_registry().memory_viewer.viewer_document(self, device=device)
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(doc)
@@ -396,9 +395,7 @@ class MemorySnapshot(Result):
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""
-        from nbdebug.render.memory_plot import plot_snapshot
-
-        return plot_snapshot(self, ax=ax, device=device, top=top)
+        return display_registry().memory_plot.plot_snapshot(self, ax=ax, device=device, top=top)
 
     def site_series(self, sites: Iterable[int], device: int | None = None) -> dict[int, np.ndarray]:
         """Allocated bytes after each event, per site id (-1: alive before the trace), for stacked plots."""

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nbdebug._units import fmt_bytes
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 from nbdebug.core.memory._model import ALLOC
 from nbdebug.core.memory._results import SiteBytes
@@ -71,8 +74,6 @@ class MemTrace(Result):
 
 
     def _summary_line(self) -> str:
-        from nbdebug.render._html import fmt_bytes
-
         return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
 
     def to_dict(self) -> dict[str, Any]:  # noqa: D102
@@ -85,6 +86,20 @@ class MemTrace(Result):
     def _records(self) -> list[dict[str, Any]]:
         rows = [{"kind": "retained", **vars(s)} for s in self.retained_sites]
         return rows + [{"kind": "at_peak", **vars(s)} for s in self.top_sites]
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """A ``memory_retained`` warning when the block kept at least ``memory_retained_min_bytes`` alive."""
+        from nbdebug.core.knowledge import finding, threshold
+
+        if self.retained_bytes < threshold("memory_retained_min_bytes"):
+            return ()
+        top = self.retained_sites[0] if self.retained_sites else None
+        where = (top.site,) if top is not None else ()
+        share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
+        return (finding("memory_retained", f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive "
+                                           f"after it{share}.", where,
+                        evidence={"retained_bytes": self.retained_bytes, "device": self.device_kind}),)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
@@ -311,8 +326,11 @@ class MemTraceRecorder:
                 else:
                     torch.cuda.memory._record_memory_history(enabled=None)
 
-    def finish(self) -> MemTrace:
-        """Convert the recording into a ``MemTrace``."""
+    def finish(self, *, cells: Mapping[str, str] | None = None) -> MemTrace:
+        """Convert the recording into a ``MemTrace``.
+
+        ``cells`` maps notebook cells' file names to the names the user knows (``In [12]``), for the sites.
+        """
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
             prof = self._finished_prof
@@ -321,6 +339,7 @@ class MemTraceRecorder:
             keys: list[tuple[int, int]] = []
             raw = profile_to_snapshot_dict(prof, keys)
             snap = load_snapshot(raw, name="memtrace (cpu)")
+            snap.cells = dict(cells or {})
             result = _build(snap, "cpu", seconds, prof, raw, keys)
             if self.categories:
                 result.by_category()
@@ -330,6 +349,7 @@ class MemTraceRecorder:
             dev = int(self._kind.split(":")[1])
             snap = load_snapshot(self._raw, name=f"memtrace ({self._kind})")
             snap._default = dev
+            snap.cells = dict(cells or {})
             result = _build(snap, self._kind, seconds, raw=self._raw)
         self.result = result
         if self.save_path:
