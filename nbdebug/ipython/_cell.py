@@ -28,7 +28,9 @@ __all__ = ["run_body", "compile_body"]
 def compile_body(shell: Any, cell: str) -> Any:
     """The cell body, transformed like any cell and compiled under its own history entry."""
     source = shell.transform_cell(cell)
-    filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+    # the running cell's number: IPython 9 has already advanced execution_count while the cell runs
+    running = getattr(getattr(shell.displayhook, "exec_result", None), "execution_count", None)
+    filename = shell.compile.cache(source, running or shell.execution_count, raw_code=cell)
     return shell.compile(source, filename, "exec")
 
 

@@ -19,6 +19,7 @@ MODULES = (
     "nbdebug.render.status",
     "nbdebug.render.memory",
     "nbdebug.render.memory_viewer",
+    "nbdebug.render.memory_plot",
     "nbdebug.render.training",
     "nbdebug.render.xla",
     "nbdebug.render.compile",

@@ -8,6 +8,7 @@ from typing import Any
 from nbdebug._units import fmt_bytes
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc
+from nbdebug.render._registry import renders
 
 __all__ = ["plot_snapshot", "svg_sparkline", "PALETTE"]
 
@@ -29,6 +30,7 @@ def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> 
             f'<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" points="{pts}"/></svg>')
 
 
+@renders(MemorySnapshot, "figure")
 def plot_snapshot(snap: MemorySnapshot, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
     """Stacked allocated memory by top sites (+ other), reserved memory as a line; returns the Figure."""
     from matplotlib.figure import Figure

@@ -395,7 +395,7 @@ class MemorySnapshot(Result):
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""
-        return display_registry().memory_plot.plot_snapshot(self, ax=ax, device=device, top=top)
+        return self._figure(ax=ax, device=device, top=top)
 
     def site_series(self, sites: Iterable[int], device: int | None = None) -> dict[int, np.ndarray]:
         """Allocated bytes after each event, per site id (-1: alive before the trace), for stacked plots."""
