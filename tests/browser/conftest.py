@@ -62,6 +62,10 @@ def lab(tmp_path_factory):
     settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    # render every cell (no windowing): checks and screenshots see cells that are off screen too
+    tracker = root / ".settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     log = open(root / "lab.log", "w")  # noqa: SIM115 - closed in teardown
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(

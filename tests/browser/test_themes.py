@@ -133,7 +133,13 @@ def test_every_panel_is_readable(lab, page, theme):
     assert len(found) > 100, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]
     DOCS.mkdir(exist_ok=True)
-    page.locator(".jp-OutputArea-output .nbdebug").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(DOCS / f"theme_{theme.split()[-1].lower()}.png"), full_page=False)
+    name = theme.split()[-1].lower()
+    # the doctor's panel and the error panel, as a user scrolls to them
+    page.locator("details.nbdebug", has_text="doctor").first.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(DOCS / f"theme_{name}.png"), full_page=False)
+    page.locator("details.nbd-diagnosis").last.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(DOCS / f"theme_{name}_error.png"), full_page=False)
     report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:40])
     assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"
