@@ -23,6 +23,24 @@ def _parse_env(items: list[str] | None) -> dict[str, str]:
     return env
 
 
+def _refuse_ipython_syntax(shell: Any, cell: str) -> None:
+    """The ranks run plain Python: a ``!cmd`` or ``%magic`` line would be a SyntaxError on every rank."""
+    if shell is None:
+        return
+    try:
+        transformed = shell.transform_cell(cell)
+    except Exception:  # a cell IPython cannot transform: the ranks will report its SyntaxError
+        return
+    if transformed.strip() == cell.strip():
+        return
+    line = next((ln.strip() for ln in cell.splitlines() if ln.strip().startswith(("!", "%"))), "")
+    shown = f" ({line!r})" if line else ""
+    raise UsageError(
+        f"%%torchrun: the cell uses IPython syntax{shown}, but every rank runs it as plain Python; use "
+        "subprocess.run([...]) or os.system(...) for shell commands, or run the line in a cell of its own"
+    )
+
+
 @magics_class
 class DistMagics(Magics):
     """The ``%%torchrun`` cell magic."""
@@ -91,6 +109,7 @@ class DistMagics(Magics):
         env = _parse_env(args.env)
         if not cell.strip():
             raise UsageError("%%torchrun: the cell is empty; write the code every rank should run below the magic")
+        _refuse_ipython_syntax(self.shell, cell)
         from nbdebug.core.dist import run
         from nbdebug.errors import DistUsageError
 
