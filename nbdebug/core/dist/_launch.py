@@ -1,6 +1,6 @@
 """Run code on N local ranks, stream their output, watch for hangs, explain failures, leave no process behind.
 
-Design (see shared/notes/distributed.md for the measurements behind each choice):
+Design (each choice was measured on torch 2.9 and 2.13; benchmarks/bench_dist.py repeats the timings):
 
 - The launcher hosts the rendezvous ``TCPStore`` itself on port 0 (the OS picks a free port atomically) and the
   ranks join it as clients with torchelastic's ``TORCHELASTIC_USE_AGENT_STORE=True``: no rank ever binds a port,
