@@ -181,6 +181,11 @@ def test_compare_fingerprints(rank1, kind, first):
     if not report.ok:
         assert report.differing_ranks == (1,)
         assert first in str(report)
+        (f,) = report.findings
+        assert f.fixes and f.message == report.explanation and "rank 1" in f.where and first in f.where
+        assert f"fix: {f.fixes[0].title}" in str(report) and 'class="nbd-findings"' in report._repr_html_()
+    else:
+        assert report.findings == ()
 
 
 def test_compare_batches():
@@ -189,6 +194,10 @@ def test_compare_batches():
     assert compare_batches([[0, 2, 4], [1, 3, 5]], 0, None).ok
     assert compare_batches([[0, 2, 4], [1, 3, 5]], 1, [0, 2, 4]).kind == "same_every_epoch"
     assert compare_batches([[6, 2, 0], [1, 3, 5]], 1, [0, 2, 4]).ok
+    assert [f.kind for f in compare_batches([[0, 1, 2], [0, 1, 2]], 0, None).findings] == ["same_batches"]
+    assert [f.kind for f in compare_batches([[0, 1, 2], [2, 3, 4]], 0, None).findings] == ["shards_overlap"]
+    assert "set_epoch" in compare_batches([[0, 2, 4], [1, 3, 5]], 1, [0, 2, 4]).findings[0].fixes[0].code
+    assert compare_batches([[0, 2, 4], [1, 3, 5]], 0, None).findings == ()
 
 
 def test_step_report_names_straggler_and_loss_outlier():

@@ -230,7 +230,9 @@ def test_unsynced_seeds_caught_by_check_consistency():
         assert rank.stdout.splitlines() == ["unsynced_init 0.weight", "ok"]
     bad = [c for c in r.checks if not c.ok]
     assert len(bad) == 1 and bad[0].kind == "check_consistency" and "0.weight" in bad[0].summary
-    assert "check(s) found a problem" in str(r)
+    assert bad[0].result == "unsynced_init"
+    assert [f.kind for f in r.findings] == ["unsynced_init"] and "torch.manual_seed(0)" in r.findings[0].fixes[0].code
+    assert "check(s) found a problem" in str(r) and "unsynced_init" in r._repr_html_()
 
 
 def test_nccl_without_enough_gpus_is_refused_up_front():

@@ -211,6 +211,8 @@ def dist_run_html(d: DistRun) -> str:
 @renders(DataOrderReport, "text")
 def check_text(c: ConsistencyReport | DataOrderReport) -> str:
     """A cross-rank check result."""
+    if c.findings:
+        return f"{c.kind}: PROBLEM\n\n{findings_text(c.findings)}"
     out = [f"{c.kind}: {'OK' if c.ok else 'PROBLEM'} - {c.summary}"]
     if c.details:
         out += ["", c.details]
@@ -221,7 +223,10 @@ def check_text(c: ConsistencyReport | DataOrderReport) -> str:
 @renders(DataOrderReport, "html")
 def check_html(c: ConsistencyReport | DataOrderReport) -> str:
     """A cross-rank check as a panel."""
-    body = f"<div>{esc(c.summary)}</div>" + (code_block(c.details) if c.details else "")
+    if c.findings:  # the details are the findings' evidence
+        body = findings_html(c.findings)
+    else:
+        body = f"<div>{esc(c.summary)}</div>" + (code_block(c.details) if c.details else "")
     return panel(f"{c.kind}: {'OK' if c.ok else 'PROBLEM'}", body, kind="ok" if c.ok else "warning")
 
 

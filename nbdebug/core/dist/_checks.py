@@ -6,6 +6,7 @@ object on every rank, and reports it to the launcher so that the ``DistRun`` lis
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import statistics
@@ -21,7 +22,7 @@ from nbdebug.errors import DistUsageError
 
 __all__ = [
     "ConsistencyReport", "check_consistency", "DataOrderReport", "check_data_order", "log_step", "StepReport",
-    "step_report",
+    "step_report", "check_finding", "CHECK_KINDS",
 ]
 
 def _dist() -> Any:
@@ -35,10 +36,26 @@ def _dist() -> Any:
     return dist
 
 
-def _report(kind: str, ok: bool, summary: str, details: str = "") -> None:
+# what each check's result kind is, as a knowledge entry (the kind of its Finding)
+CHECK_KINDS: Mapping[str, str] = {
+    "structure": "model_structure_differs", "unsynced_init": "unsynced_init", "diverged": "params_diverged",
+    "buffers": "buffers_differ", "same_batches": "same_batches", "overlap": "shards_overlap",
+    "same_every_epoch": "same_every_epoch",
+}
+
+
+def check_finding(result: str, summary: str, details: str = "") -> Finding | None:
+    """The ``Finding`` of a failed check (``result`` is the report's ``kind``); None for ``ok``."""
+    slug = CHECK_KINDS.get(result)
+    if slug is None:
+        return None
+    return finding(slug, summary, evidence={"details": details} if details else None)
+
+
+def _report(kind: str, result: str, ok: bool, summary: str, details: str = "") -> None:
     from nbdebug.core.dist import _bootstrap
 
-    _bootstrap.send("check", kind=kind, ok=ok, summary=summary, details=details)
+    _bootstrap.send("check", kind=kind, result=result, ok=ok, summary=summary, details=details)
 
 
 # -- weights and buffers ---------------------------------------------------------------------------------------
@@ -74,6 +91,14 @@ class ConsistencyReport(Result):
     explanation: str
     max_sum_gap: float = 0.0
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The problem as a ``Finding`` (empty when every rank agrees)."""
+        f = check_finding(self.kind, self.explanation, self.details)
+        if f is None:
+            return ()
+        where = self.differing[:20] + tuple(f"rank {r}" for r in self.differing_ranks)
+        return (dataclasses.replace(f, where=where),)
 
     @property
     def summary(self) -> str:
@@ -188,7 +213,7 @@ def check_consistency(model: Any, *, group: Any = None, buffers: bool = True) ->
     gathered: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, fps, group=group)
     report = compare_fingerprints(gathered)
-    _report("check_consistency", report.ok, report.explanation, report.details)
+    _report("check_consistency", report.kind, report.ok, report.explanation, report.details)
     return report
 
 
@@ -206,6 +231,11 @@ class DataOrderReport(Result):
     explanation: str
     details: str = ""
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The problem as a ``Finding`` (empty when the batches are fine)."""
+        f = check_finding(self.kind, self.explanation, self.details)
+        return () if f is None else (f,)
 
     @property
     def summary(self) -> str:
@@ -283,7 +313,7 @@ def check_data_order(sample_ids: Iterable[int] | Any, *, epoch: int = 0, group: 
     previous = _FIRST_BATCHES.get(0)
     _FIRST_BATCHES.setdefault(epoch, ids)
     report = compare_batches(gathered, epoch, previous)
-    _report("check_data_order", report.ok, report.explanation, report.details)
+    _report("check_data_order", report.kind, report.ok, report.explanation, report.details)
     return report
 
 

@@ -35,6 +35,7 @@ from enum import Enum
 from typing import IO, Any
 
 from nbdebug.core._findings import Finding, Fix, sort_findings
+from nbdebug.core.dist._checks import check_finding
 from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning, signal_name
 from nbdebug.core.dist._hang import (
     analyze_hang,
@@ -400,13 +401,18 @@ class _Session:
                     continue
                 seen.add(key)
                 checks.append(CheckRecord(kind=str(c.get("kind")), ok=bool(c.get("ok")),
-                                          summary=str(c.get("summary", "")), details=str(c.get("details", ""))))
+                                          summary=str(c.get("summary", "")), details=str(c.get("details", "")),
+                                          result=str(c.get("result", ""))))
         steps = tuple(
             {"rank": r.rank, "step": s.get("step"), "seconds": s.get("seconds"), "loss": s.get("loss"),
              "arrivals": tuple(tuple(a) for a in s.get("arrivals") or ())}
             for r in self.ranks for s in r.steps
         )
         findings = _name_errors(results) if self.spec.get("mode") == "cell" else []
+        for check in checks:
+            f = None if check.ok else check_finding(check.result, check.summary, check.details)
+            if f is not None:
+                findings.append(f)
         return DistRun(
             ok=ok, nprocs=self.nprocs, backend=str(self.spec["backend"]), ranks=tuple(results),
             primary_rank=primary, primary_reason=reason, hang=self.hang, seconds=time.time() - self.t0,

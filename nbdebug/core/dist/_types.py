@@ -137,12 +137,17 @@ class Hang(Result):
 
 @dataclass(frozen=True)
 class CheckRecord:
-    """A cross-rank check run inside the ranks (``check_consistency``, ``check_data_order``, ...)."""
+    """A cross-rank check run inside the ranks (``check_consistency``, ``check_data_order``, ...).
+
+    ``kind`` names the check; ``result`` is what it found (``ok``, ``unsynced_init``, ``same_batches``, ...); a
+    failed check is also one of the run's ``findings``.
+    """
 
     kind: str
     ok: bool
     summary: str
     details: str = ""
+    result: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -178,8 +183,8 @@ class DistRun(Result):
     run_dir : str
         Folder with each rank's error file and dumps (deleted unless ``keep_files``).
     findings : tuple of Finding
-        What the run as a whole shows (e.g. every rank failed with ``NameError``: a name not shipped with
-        ``--use``), worst first.
+        What the run shows beyond each rank's error, worst first: every failed check, and e.g. every rank
+        failing with ``NameError`` (a name not shipped with ``--use``).
     diagnosis : Diagnosis or None
         The explainer's diagnosis of the primary rank's error, when it recognised it.
     """

@@ -474,6 +474,67 @@ ENTRIES: tuple[Entry, ...] = (
         fixes=(Fix("Ship the names from the notebook to the ranks", "%%torchrun -n 2 --use NAME"),),
         sources=("https://docs.python.org/3/library/exceptions.html#NameError",),
     ),
+    # the cross-rank checks run inside the ranks (check_consistency, check_data_order)
+    Entry(
+        slug="model_structure_differs",
+        title="Ranks built different models",
+        contexts=(),
+        fixes=(Fix("Build the same model on every rank: no rank-dependent layers, sizes or dtypes"),),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="unsynced_init",
+        title="Ranks started from different weights",
+        contexts=(),
+        fixes=(Fix("Seed identically on every rank before building the model", "torch.manual_seed(0)"),
+               Fix("Or broadcast rank 0's weights (DDP does it when it wraps the model)",
+                   "for p in model.parameters():\n    dist.broadcast(p.data, src=0)")),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="params_diverged",
+        title="Parameters diverged across ranks",
+        contexts=(),
+        fixes=(Fix("Average every gradient: wrap the model in DDP, and update on every rank every step",
+                   "model = torch.nn.parallel.DistributedDataParallel(model)"),),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="buffers_differ",
+        title="Buffers differ across ranks",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Synchronise BatchNorm statistics",
+                   "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)"),
+               Fix("Or broadcast the buffers before saving or evaluating",
+                   "for b in model.buffers():\n    dist.broadcast(b, src=0)")),
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html",),
+    ),
+    Entry(
+        slug="same_batches",
+        title="Every rank trains on the same batches",
+        contexts=(),
+        fixes=(Fix("Give each rank its shard with a DistributedSampler (and no shuffle=True on the loader)",
+                   "loader = DataLoader(ds, sampler=DistributedSampler(ds), batch_size=32)"),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    Entry(
+        slug="shards_overlap",
+        title="The ranks' data shards overlap",
+        contexts=(),
+        fixes=(Fix("Build the sampler with the process group's world size and rank",
+                   "DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank())"),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    Entry(
+        slug="same_every_epoch",
+        title="Every epoch sees the data in the same order",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Call set_epoch at the start of every epoch", "for epoch in range(epochs):\n    "
+                   "sampler.set_epoch(epoch)\n    for batch in loader: ..."),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
 )
 
 THRESHOLDS: tuple[Threshold, ...] = (
