@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from nbdebug.core import knowledge
 from nbdebug.core.dist._checks import compare_batches, compare_fingerprints, step_report
-from nbdebug.core.dist._failures import PATTERNS, classify, explain_detail_mismatch, signal_name
+from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning, signal_name
 from nbdebug.core.dist._hang import analyze_hang, collective_of, parse_faulthandler, parse_pyspy, user_frame
 from nbdebug.core.dist._ship import ship
-from nbdebug.errors import DistError
+from nbdebug.errors import DistUsageError
 
 DATA = Path(__file__).parent / "data" / "dist"
 
@@ -34,7 +35,11 @@ ERRORS = [
      "from rank 0. Please check rank 0 logs for faulty rank.", "victim", "check_rank0", None),
     ("[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
      "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) ran "
-     "for 600020 milliseconds before timing out.", "victim", "nccl_watchdog", None),
+     "for 600020 milliseconds before timing out.", "victim", "nccl_timeout", None),
+    ("RuntimeError: NCCL communicator was aborted on rank 1.", "victim", "nccl_error", None),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there "
+     "was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a network error or a "
+     "remote process exiting prematurely.", "victim", "nccl_error", None),
     ("torch.distributed.DistStoreError: wait timeout after 10000ms, keys: /default_pg/0//cpu//0", "victim",
      "store_timeout", None),
     ("gloo::EnforceNotMet ... op.preamble.length <= op.nbytes. 20 vs 12. Received data size doesn't match expected "
@@ -56,17 +61,20 @@ ERRORS = [
 
 @pytest.mark.parametrize("text,kind,name,culprit", ERRORS, ids=[e[2] or "plain" for e in ERRORS])
 def test_classify_real_errors(text, kind, name, culprit):
-    got_kind, pattern, got_culprit = classify(text)
+    got_kind, entry, got_culprit = classify(text)
     assert got_kind == kind
-    assert (pattern.name if pattern else None) == name
+    assert (entry.slug if entry else None) == name
     assert got_culprit == culprit
+    if entry is not None:
+        assert meaning(entry) and "[[" not in meaning(entry) and not meaning(entry).endswith(".")
 
 
-def test_every_pattern_has_a_source_and_a_test():
+def test_every_rank_failure_entry_has_a_source_and_a_test():
     names = {e[2] for e in ERRORS}
-    for p in PATTERNS:
-        assert p.source and p.meaning
-        assert p.name in names or p.name in ("nccl_remote", "cuda_oom"), f"pattern {p.name} has no real example"
+    for e in knowledge.entries("rank_failure"):
+        assert e.role in ("cause", "victim") and e.sources and e.fixes
+        assert all(s.startswith("https://") for s in e.sources), e.slug
+        assert e.slug in names, f"entry {e.slug} has no real example"
 
 
 def test_signal_name():
@@ -173,6 +181,11 @@ def test_compare_fingerprints(rank1, kind, first):
     if not report.ok:
         assert report.differing_ranks == (1,)
         assert first in str(report)
+        (f,) = report.findings
+        assert f.fixes and f.message == report.explanation and "rank 1" in f.where and first in f.where
+        assert f"fix: {f.fixes[0].title}" in str(report) and 'class="nbd-findings"' in report._repr_html_()
+    else:
+        assert report.findings == ()
 
 
 def test_compare_batches():
@@ -181,6 +194,10 @@ def test_compare_batches():
     assert compare_batches([[0, 2, 4], [1, 3, 5]], 0, None).ok
     assert compare_batches([[0, 2, 4], [1, 3, 5]], 1, [0, 2, 4]).kind == "same_every_epoch"
     assert compare_batches([[6, 2, 0], [1, 3, 5]], 1, [0, 2, 4]).ok
+    assert [f.kind for f in compare_batches([[0, 1, 2], [0, 1, 2]], 0, None).findings] == ["same_batches"]
+    assert [f.kind for f in compare_batches([[0, 1, 2], [2, 3, 4]], 0, None).findings] == ["shards_overlap"]
+    assert "set_epoch" in compare_batches([[0, 2, 4], [1, 3, 5]], 1, [0, 2, 4]).findings[0].fixes[0].code
+    assert compare_batches([[0, 2, 4], [1, 3, 5]], 0, None).findings == ()
 
 
 def test_step_report_names_straggler_and_loss_outlier():
@@ -194,15 +211,26 @@ def test_step_report_names_straggler_and_loss_outlier():
                          "arrivals": [(step + 1, base + late)]})
     rep = step_report(recs, 3)
     assert rep.slowest_rank == 2
-    assert any("rank 2 is a straggler" in f for f in rep.findings)
-    assert any("rank 1's loss" in f for f in rep.findings)
+    kinds = {f.kind: f for f in rep.findings}
+    assert "rank 2 is a straggler" in kinds["straggler"].message and kinds["straggler"].where == ("rank 2",)
+    assert "rank 1's loss" in kinds["loss_outlier"].message and kinds["loss_outlier"].evidence["loss"] == 50.0
+    assert kinds["straggler"].fixes and kinds["straggler"].title
     assert not rep.ok and "straggler" in str(rep)
+    assert "rank 2 is a straggler" in rep._repr_mimebundle_()["text/html"]
 
 
 def test_step_report_identical_losses_flag_missing_sampler():
     recs = [{"rank": r, "step": s, "seconds": 0.1, "loss": 2.5 - s * 0.1} for s in range(3) for r in range(2)]
     rep = step_report(recs, 2)
-    assert any("identical on every rank" in f for f in rep.findings)
+    assert [f.kind for f in rep.findings] == ["identical_losses"]
+    assert "identical on every rank" in rep.findings[0].message and "DistributedSampler" in rep.findings[0].fixes[0].code
+
+
+def test_step_report_thresholds_come_from_the_knowledge():
+    from nbdebug.core.knowledge import thresholds
+
+    assert {"straggler_lateness", "straggler_min_ms", "straggler_step_ratio", "loss_outlier_ratio",
+            "identical_loss_steps"} <= set(thresholds("dist"))
 
 
 # -- shipping ---------------------------------------------------------------------------------------------------
@@ -256,7 +284,7 @@ def test_ship_notes_unshipped_globals():
     (threading.Lock(), "cannot be pickled"),
 ])
 def test_ship_refuses_with_reason(value, match):
-    with pytest.raises(DistError, match=match):
+    with pytest.raises(DistUsageError, match=match):
         ship(["thing"], {"thing": value})
 
 
@@ -269,9 +297,9 @@ def test_ship_refuses_closure_and_unknown_name():
 
         return inner
 
-    with pytest.raises(DistError, match="closure over k"):
+    with pytest.raises(DistUsageError, match="closure over k"):
         ship(["inner"], {"inner": outer()})
-    with pytest.raises(DistError, match="no variable 'nope'"):
+    with pytest.raises(DistUsageError, match="no variable 'nope'"):
         ship(["nope"], {})
 
 
@@ -284,7 +312,7 @@ def test_ship_refuses_cuda_tensor_like():
         device = _Dev()
 
     FakeCudaTensor.__module__ = "torch.fake"
-    with pytest.raises(DistError, match="CUDA tensors cannot be shipped"):
+    with pytest.raises(DistUsageError, match="CUDA tensors cannot be shipped"):
         ship(["t"], {"t": FakeCudaTensor()})
 
 
@@ -345,7 +373,7 @@ def test_nccl_log_of_a_run():
     run = _synthetic_run()
     log = (DATA / "no_route_to_host.log").read_text()
     run = dc.replace(run, ranks=(dc.replace(run.ranks[0], stderr=log), run.ranks[1]))
-    assert run.nccl_log().problems[0].name == "no_route_to_host"
+    assert run.nccl_log().problems[0].kind == "no_route_to_host"
 
 
 def test_dist_enricher_adds_a_section_for_distributed_errors():
@@ -357,4 +385,115 @@ def test_dist_enricher_adds_a_section_for_distributed_errors():
                        "[127.0.0.1]:32164")
     enriched = dist_enricher(exc, base)
     assert enriched.sections and "victim" in enriched.sections[0].text
+    assert enriched.sections[0].title == "Distributed" and enriched.sections[0].fixes
     assert dist_enricher(ValueError("plain"), base) is base
+
+
+@pytest.mark.parametrize("exc", [
+    BrokenPipeError(32, "Broken pipe"),
+    OSError(98, "Address already in use"),
+    ConnectionResetError("Connection reset by peer"),
+], ids=["broken_pipe", "address_in_use", "reset"])
+def test_dist_enricher_leaves_single_process_errors_alone(exc):
+    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.ipython._dist import dist_enricher
+
+    base = Diagnosis(category="unknown", title="?", summary="?")
+    assert dist_enricher(exc, base) is base
+
+
+def test_dist_enricher_survives_an_exception_whose_str_raises():
+    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.ipython._dist import dist_enricher
+
+    class Weird(RuntimeError):
+        def __str__(self):
+            raise ValueError("no str for you")
+
+    base = Diagnosis(category="unknown", title="?", summary="?")
+    assert dist_enricher(Weird(), base) is base
+    Weird.__module__ = "torch.distributed"
+    assert dist_enricher(Weird(), base) is base  # distributed by type, but nothing known in its text
+
+
+def test_dist_enricher_does_not_repeat_the_fixes_of_the_diagnosis():
+    from nbdebug.core.fixes import explain
+    from nbdebug.ipython._dist import dist_enricher
+
+    exc = RuntimeError("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, "
+                       "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.")
+    diagnosis = explain(exc)
+    assert diagnosis.category == "nccl_timeout"
+    section = dist_enricher(exc, diagnosis).sections[-1]
+    assert "victim" in section.text and not section.fixes
+
+
+def test_render_titles_are_cut_at_words_and_never_empty():
+    import dataclasses as dc
+
+    from nbdebug.render.dist import clip
+
+    fp = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+          "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[10], TensorDtypes=Float)")
+    cut = clip(fp, 120)
+    assert cut.endswith(" …") and len(cut) <= 122
+    assert fp.startswith(cut[:-2]) and fp[len(cut) - 2] in " ,;:)"
+    assert clip("short", 120) == "short"
+    run = _synthetic_run()
+    run = dc.replace(run, ranks=(run.ranks[0], dc.replace(run.ranks[1], error=fp)))
+    assert "CollectiveFingerPrint(Sequen<" not in run._repr_html_()
+    silent = dc.replace(run, ranks=(run.ranks[0], dc.replace(run.ranks[1], error="", exitcode=-9)))
+    html = silent._repr_html_()
+    assert "FAILED — rank 1: exit code -9" in html
+    assert "FAILED — rank 1: <" not in html
+
+
+def test_rank_and_hang_have_their_own_panels():
+    run = _synthetic_run()
+    html = run.ranks[1]._repr_html_()
+    assert 'class="nbdebug error' in html and "rank 1: cause — ValueError: bad &lt;script&gt;" in html
+    assert "<pre>" not in html.split("</summary>")[0]
+    hang = analyze_hang(5.0, {0: parse_pyspy((DATA / "pyspy_rank0.txt").read_text()),
+                              1: parse_pyspy((DATA / "pyspy_rank1.txt").read_text())},
+                        {0: "stack 0", 1: "stack 1"}, {})
+    html = hang._repr_html_()
+    assert "HANG in" in html and hang.explanation[:40].replace("'", "&#x27;") in html
+    assert "<h4>Ranks grouped by stack" in html
+
+
+def test_a_cell_whose_ranks_all_fail_with_name_error_says_to_use_use():
+    from nbdebug.core.dist._launch import _name_errors
+    from nbdebug.core.dist._types import RankResult
+
+    ranks = [RankResult(rank=r, pid=r, exitcode=1, error="NameError: name 'model' is not defined", error_kind="cause")
+             for r in range(2)]
+    (f,) = _name_errors(ranks)
+    assert f.kind == "name_not_shipped" and f.where == ("model",)
+    assert "fresh Python process" in f.message and "--use model" in f.fixes[0].code
+    mixed = [ranks[0], RankResult(rank=1, pid=1, exitcode=1, error="ValueError: x", error_kind="cause")]
+    assert _name_errors(mixed) == []
+
+
+def test_the_report_carries_the_explainers_diagnosis_of_the_primary_error():
+    from nbdebug.core.dist._launch import _diagnose
+    from nbdebug.core.dist._types import RankResult
+
+    r = RankResult(rank=1, pid=1, exitcode=1, error="RuntimeError: mat1 and mat2 shapes cannot be multiplied "
+                   "(4x3 and 5x2)", traceback="Traceback (most recent call last):\n  File \"<cell>\", line 3, "
+                   "in <module>\nRuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x2)")
+    d = _diagnose(r)
+    assert d is not None and d.known
+    assert _diagnose(RankResult(rank=0, pid=0, exitcode=1, error="Zorg: qux")) is None
+    import dataclasses as dc
+
+    run = dc.replace(_synthetic_run(), diagnosis=d)
+    assert d.title in run._repr_html_() and d.title in str(run)
+
+
+def test_facade_is_exactly_core_dist():
+    import nbdebug.core.dist as core
+    import nbdebug.dist as facade
+
+    assert facade.__all__ == core.__all__
+    assert all(getattr(facade, n) is getattr(core, n) for n in core.__all__)
+    assert "Parameters" in core.run.__doc__ and "Parameters" in core.run_script.__doc__

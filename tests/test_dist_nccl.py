@@ -9,23 +9,27 @@ from pathlib import Path
 
 import pytest
 
-from nbdebug.core.dist._nccl import NCCL_PATTERNS, parse_nccl_log
+from nbdebug.core import knowledge
+from nbdebug.core._findings import Finding, Severity
+from nbdebug.core.dist._nccl import parse_nccl_log
 from nbdebug.errors import ReportParseError
 from tests.conftest import REPO
 
 DATA = Path(__file__).parent / "data" / "dist"
 
-# file -> (version, interfaces that must be found, transports, problem names in order of severity, ok)
+# file -> (version, interfaces that must be found, transports, problem kinds (errors first, then in log order), ok)
+# "nccl_error" is a failing NCCL WARN line that no more specific entry knows (a proxy that failed to connect,
+# a socket recv that failed, ncclInternalError)
 CASES = {
     "loopback_2gpu_shm.log": ("", ["lo:127.0.0.1"], ["SHM"], ["no_ibverbs"], True),
     "no_route_to_host.log": ("", [], [], ["no_route_to_host"], False),
-    "socket_ifname_not_found.log": ("", [], [], ["bad_socket_ifname", "internal_error"], False),
-    "connection_closed_by_peer.log": ("", [], ["SHM"], ["connection_abort", "peer_closed"], False),
-    "watchdog_timeout.log": ("", [], [], ["watchdog_timeout"], False),
+    "socket_ifname_not_found.log": ("", [], [], ["nccl_error", "bad_socket_ifname"], False),
+    "connection_closed_by_peer.log": ("", [], ["SHM"], ["connection_abort", "nccl_error", "peer_closed"], False),
+    "watchdog_timeout.log": ("", [], [], ["nccl_timeout"], False),
     "multinode_socket_no_ib.log": ("2.4.7+cuda9.2", ["ens3:172.31.10.182", "ens3:172.31.3.113"], [], ["no_ib"], True),
     "veth_connect_timeout.log": ("", ["eno1:172.18.40.41"], ["NET/Socket"],
                                  ["connect_timeout", "virtual_interface", "link_local_ipv6", "no_ib"], False),
-    "p2p_ipc_and_socket.log": ("", [], ["P2P/IPC", "NET/Socket"], ["peer_closed"], False),
+    "p2p_ipc_and_socket.log": ("", [], ["P2P/IPC", "NET/Socket"], ["nccl_error", "peer_closed"], False),
     "ib_roce_init.log": ("", ["bond0:10.82.177.33"], [], [], True),
     "ipv4_ib_sideband.log": ("2.3.7+cuda9.0", ["ib0:12.12.12.102"], [], [], True),
 }
@@ -46,10 +50,12 @@ def test_parse_real_log(name):
     for iface in interfaces:
         assert iface in log.interfaces
     assert list(log.transports) == transports
-    assert [p.name for p in log.problems] == problems
+    assert [p.kind for p in log.problems] == problems
     assert log.ok is ok
     for p in log.problems:
-        assert p.line and p.fix and p.source
+        assert isinstance(p, Finding) and isinstance(p.severity, Severity)
+        assert p.evidence["line"] and p.evidence["count"] >= 1 and p.fix and p.title and p.message
+        assert knowledge.entry(p.kind).sources
     bundle = log._repr_mimebundle_()
     assert "text/html" in bundle and "<script" not in bundle["text/html"]
     assert log.to_pandas().shape[0] == len(problems)
@@ -73,13 +79,37 @@ def test_ranks_out_of_step():
                                                                "[Rank 2] Watchdog caught collective operation "
                                                                "timeout: WorkNCCL(SeqNum=805")
     log = parse_nccl_log(text)
-    out_of_step = [p for p in log.problems if p.name == "ranks_out_of_step"]
-    assert out_of_step and "[2]" in out_of_step[0].title
+    out_of_step = [p for p in log.problems if p.kind == "ranks_out_of_step"]
+    assert out_of_step and "[2]" in out_of_step[0].message and out_of_step[0].where == ("rank 2",)
+    assert out_of_step[0].evidence["seqs"] == [805, 808]
 
 
-def test_every_pattern_is_sourced():
-    for p in NCCL_PATTERNS:
-        assert p.source and p.fix and p.title
+def test_every_nccl_entry_is_sourced_with_a_url_and_has_a_fix():
+    nccl = [e for e in knowledge.entries(domain="dist") if "nccl_log" in e.contexts]
+    assert {"nccl_timeout", "nccl_error", "peer_closed", "no_route_to_host", "ranks_out_of_step"} <= {e.slug for e in nccl}
+    for e in nccl:
+        assert e.fixes and e.title and e.sources
+        assert all(s.startswith("https://") for s in e.sources), e.slug
+
+
+def test_one_line_is_told_by_the_most_specific_entry():
+    line = "host:1:2 [0] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<1> failed : No route to host"
+    assert [p.kind for p in parse_nccl_log(line).problems] == ["no_route_to_host"]
+    line = "host:1:2 [0] proxy.cc:1519 NCCL WARN [Proxy Service 0] Failed to execute operation Connect"
+    assert [p.kind for p in parse_nccl_log(line).problems] == ["nccl_error"]
+
+
+def test_the_watchdog_message_is_one_entry_for_all_three_readers():
+    from nbdebug.core.dist._failures import classify
+    from nbdebug.core.fixes import explain
+
+    text = ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.")
+    holders = [e.slug for e in knowledge.entries() if any("Watchdog caught" in p for p in e.patterns)]
+    assert holders == ["nccl_timeout"]
+    assert classify(text)[1].slug == "nccl_timeout"
+    assert parse_nccl_log(text).problems[0].kind == "nccl_timeout"
+    assert explain(text).category == "nccl_timeout"
 
 
 @pytest.mark.parametrize("bad", ["", "just some text\nwithout the library name", 42])
@@ -95,4 +125,5 @@ def test_cli_nccl_log():
     )
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["problems"][0]["name"] == "no_route_to_host"
+    assert data["problems"][0]["kind"] == "no_route_to_host"
+    assert data["problems"][0]["severity"] == "error" and data["problems"][0]["fixes"]

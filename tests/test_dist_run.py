@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from nbdebug import dist
-from nbdebug.errors import DistError
+from nbdebug.errors import DistUsageError
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -230,17 +230,26 @@ def test_unsynced_seeds_caught_by_check_consistency():
         assert rank.stdout.splitlines() == ["unsynced_init 0.weight", "ok"]
     bad = [c for c in r.checks if not c.ok]
     assert len(bad) == 1 and bad[0].kind == "check_consistency" and "0.weight" in bad[0].summary
-    assert "check(s) found a problem" in str(r)
+    assert bad[0].result == "unsynced_init"
+    assert [f.kind for f in r.findings] == ["unsynced_init"] and "torch.manual_seed(0)" in r.findings[0].fixes[0].code
+    assert "check(s) found a problem" in str(r) and "unsynced_init" in r._repr_html_()
 
 
 def test_nccl_without_enough_gpus_is_refused_up_front():
     import torch
 
     n = torch.cuda.device_count() + 1
-    with pytest.raises(DistError, match="one GPU per rank"):
+    with pytest.raises(DistUsageError, match="one GPU per rank"):
         dist.run("pass", n, backend="nccl", echo=False)
-    with pytest.raises(DistError, match="expected one of: gloo, nccl"):
+    with pytest.raises(DistUsageError, match="expected one of: gloo, nccl"):
         dist.run("pass", 1, backend="mpi", echo=False)
+
+
+@pytest.mark.parametrize("nprocs,timeout,match", [(0, 10, "nprocs=0"), (True, 10, "nprocs=True"),
+                                                  (2, -1, "timeout=-1"), (2, "5", "timeout='5'")])
+def test_bad_sizes_are_usage_errors_before_anything_starts(nprocs, timeout, match):
+    with pytest.raises(DistUsageError, match=match):
+        dist.run("pass", nprocs, timeout=timeout, echo=False)
 
 
 def test_port_already_taken_is_never_a_failure():
@@ -319,6 +328,22 @@ def test_magic_through_the_shell(ip):
         ip.run_cell_magic("torchrun", "-n 2 --use f", "pass")
     with pytest.raises(UsageError, match="gloo or nccl"):
         ip.run_cell_magic("torchrun", "-n 2 --backend mpi", "pass")
+    with pytest.raises(UsageError, match="IPython syntax .*'!echo hi'"):
+        ip.run_cell_magic("torchrun", "-n 2", "import os\n!echo hi\n")
+
+
+def test_magic_returns_the_report_of_a_failed_run_and_names_unshipped_names(ip):
+    ip.run_cell("threshold = 3")
+    result = ip.run_cell_magic("torchrun", "-n 2 --timeout 30 -q -o failed", "print(threshold)\n")
+    assert ip.user_ns["failed"] is result  # bound and returned, not raised: the errors were in the ranks
+    assert not result.ok and all(r.error_kind == "cause" for r in result.ranks)
+    (finding,) = result.findings
+    assert finding.kind == "name_not_shipped" and finding.where == ("threshold",)
+    assert "--use threshold" in finding.fixes[0].code
+    bundle, _ = ip.display_formatter.format(result)
+    html = bundle["text/html"]
+    assert "FAILED — rank" in html and "NameError: name" in html and "--use threshold" in html
+    assert "fresh Python process" in str(result)
 
 
 def test_ranks_end_when_the_launcher_dies():

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from nbdebug.cli._io import read_text
-from nbdebug.errors import NbdebugError
+from nbdebug.errors import DistUsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,18 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the script on N ranks (or read an NCCL log) and print the report; exit 1 when the run failed."""
     if args.nccl_log:
-        from nbdebug.core.dist._nccl import parse_nccl_log
+        from nbdebug.core.dist import parse_nccl_log
 
         log = parse_nccl_log(read_text(args.nccl_log, "an NCCL_DEBUG=INFO log"))
         print(json.dumps(log.to_dict(), indent=2) if args.json else str(log))
         return 0 if log.ok else 1
     if not args.script:
-        raise NbdebugError("no script given; usage: python -m nbdebug torchrun -n 2 train.py [args...]")
+        raise DistUsageError("no script given; usage: python -m nbdebug torchrun -n 2 train.py [args...]")
     env = {}
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep:
-            raise NbdebugError(f"--env {item!r}: expected KEY=VALUE")
+            raise DistUsageError(f"--env {item!r}: expected KEY=VALUE")
         env[key] = value
     from nbdebug.core.dist import run_script
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -20,6 +21,24 @@ def _parse_env(items: list[str] | None) -> dict[str, str]:
             raise UsageError(f"%%torchrun --env {item!r}: expected KEY=VALUE, e.g. --env NCCL_DEBUG=INFO")
         env[key] = value
     return env
+
+
+def _refuse_ipython_syntax(shell: Any, cell: str) -> None:
+    """The ranks run plain Python: a ``!cmd`` or ``%magic`` line would be a SyntaxError on every rank."""
+    if shell is None:
+        return
+    try:
+        transformed = shell.transform_cell(cell)
+    except Exception:  # a cell IPython cannot transform: the ranks will report its SyntaxError
+        return
+    if transformed.strip() == cell.strip():
+        return
+    line = next((ln.strip() for ln in cell.splitlines() if ln.strip().startswith(("!", "%"))), "")
+    shown = f" ({line!r})" if line else ""
+    raise UsageError(
+        f"%%torchrun: the cell uses IPython syntax{shown}, but every rank runs it as plain Python; use "
+        "subprocess.run([...]) or os.system(...) for shell commands, or run the line in a cell of its own"
+    )
 
 
 @magics_class
@@ -67,6 +86,13 @@ class DistMagics(Magics):
 
         Inside the cell, ``nbdebug.dist.check_consistency(model)``, ``check_data_order(batch_ids)`` and
         ``log_step(loss)`` compare the ranks; their results are listed in the returned ``DistRun``.
+
+        What the cell does, whatever happened in the ranks: the body never runs in the kernel, so there is no
+        exception of the user's to re-raise here.  The ``DistRun`` is always built, bound to ``-o NAME`` and
+        returned, and IPython shows it as the cell's output: a failed run or a hang is a report (``.ok`` is
+        False), not an exception in the kernel.  A trailing ``;`` hides it like any output; ``-o`` keeps it.
+        Only problems of the magic itself raise: bad options, names ``--use`` cannot ship or an impossible
+        request (``UsageError``, one line), and a run that could not be started or collected (``DistRunError``).
         """
         try:
             args = parse_argstring(self.torchrun, line)
@@ -83,8 +109,9 @@ class DistMagics(Magics):
         env = _parse_env(args.env)
         if not cell.strip():
             raise UsageError("%%torchrun: the cell is empty; write the code every rank should run below the magic")
+        _refuse_ipython_syntax(self.shell, cell)
         from nbdebug.core.dist import run
-        from nbdebug.errors import DistError
+        from nbdebug.errors import DistUsageError
 
         user_ns = self.shell.user_ns if self.shell is not None else {}
 
@@ -94,29 +121,64 @@ class DistMagics(Magics):
                 namespace=user_ns, echo=not args.quiet, flight_recorder=not args.no_fr,
                 detail=args.detail, keep_files=args.keep_files,
             )
-        except DistError as e:
-            if "--use" in str(e):
-                raise UsageError(f"%%torchrun: {e}") from e
-            raise
+        except DistUsageError as e:
+            raise UsageError(f"%%torchrun: {e}") from e
         if args.output:
             user_ns[args.output] = result
         return result
 
 
-def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
-    """Add a 'distributed' section to the diagnosis of an error that comes from torch.distributed / NCCL."""
-    text = f"{type(exc).__name__}: {exc}"
-    from nbdebug.core.dist._failures import classify, explain_detail_mismatch
+_DIST_TEXT = re.compile(r"torch\.distributed|ProcessGroup|c10d|gloo|NCCL|WorkNCCL|monitoredBarrier|TCPStore|"
+                        r"rendezvous|MASTER_(?:ADDR|PORT)|init_process_group")
 
-    kind, pattern, culprit = classify(text)
+
+_DIST_TYPES = frozenset({"DistError", "DistBackendError", "DistStoreError", "DistNetworkError", "DistQueueEmptyError",
+                         "ChildFailedError"})
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"``, even for an exception whose ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception as e:  # the user's exception must not break the panel that explains it
+        message = f"<message could not be shown: {type(e).__name__}>"
+    return f"{type(exc).__name__}: {message}"
+
+
+def _is_distributed(exc: BaseException, text: str) -> bool:
+    """The error comes from torch.distributed (its type, a frame in it, or a message only it prints)."""
+    if type(exc).__module__.startswith("torch.distributed") or type(exc).__name__ in _DIST_TYPES:
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if "torch/distributed/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return bool(_DIST_TEXT.search(text))
+
+
+def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
+    """Add a 'Distributed' section to the diagnosis of an error that comes from torch.distributed / NCCL.
+
+    A single-process error (a plain ``BrokenPipeError``, a web server's ``Address already in use``) is left alone.
+    """
+    text = _describe(exc)
+    if not _is_distributed(exc, text):
+        return diagnosis
+    from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning
+
+    role, entry, culprit = classify(text)
     lines = []
-    if pattern is not None:
-        lines.append(f"{pattern.meaning}.")
-        if kind == "victim":
+    fixes: list[Any] = []
+    if entry is not None:
+        lines.append(f"{meaning(entry)}.")
+        if role == "victim":
             lines.append("This process is probably a victim: another rank failed or stalled first. Run the code with "
                          "%%torchrun (or python -m nbdebug torchrun) to see which rank and where.")
         if culprit is not None:
             lines.append(f"The message names rank {culprit}.")
+        if getattr(diagnosis, "category", None) != entry.slug:  # the diagnosis lists this entry's fixes already
+            fixes += entry.fixes
     detail = explain_detail_mismatch(text)
     if detail:
         lines.append(detail)
@@ -124,12 +186,13 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
         from nbdebug.core.dist._nccl import parse_nccl_log
 
         log = parse_nccl_log(text)
-        lines += [f"{p.title}: {p.fix}" for p in log.problems if p.severity == "error"]
+        lines += [f"{p.title}: {p.message}" for p in log.problems if p.severity.value == "error"]
     if not lines:
         return diagnosis
     from nbdebug.core.fixes import Section
 
-    section = Section(title="Distributed", text="\n".join(lines))
+    unique = tuple(dict.fromkeys(fixes))
+    section = Section(title="Distributed", text="\n".join(lines), fixes=unique)
     try:
         return dataclasses.replace(diagnosis, sections=(*diagnosis.sections, section))
     except (TypeError, AttributeError):  # a diagnosis type without sections: leave it alone

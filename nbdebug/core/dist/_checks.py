@@ -6,6 +6,7 @@ object on every rank, and reports it to the launcher so that the ``DistRun`` lis
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import statistics
@@ -14,42 +15,47 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug.core._findings import Finding, sort_findings
 from nbdebug.core._result import Result
-from nbdebug.errors import DistError
+from nbdebug.core.knowledge import finding, threshold
+from nbdebug.errors import DistUsageError
 
 __all__ = [
     "ConsistencyReport", "check_consistency", "DataOrderReport", "check_data_order", "log_step", "StepReport",
-    "step_report", "THRESHOLDS",
+    "step_report", "check_finding", "CHECK_KINDS",
 ]
-
-# thresholds of the step report, with why
-THRESHOLDS: Mapping[str, tuple[float, str]] = {
-    "straggler_lateness": (0.10, "a rank that reaches the collectives later than the first rank by more than 10% of "
-                                 "the median step time is a straggler (everyone else waits for it)"),
-    "straggler_min_ms": (5.0, "and by more than 5 ms: below that, arrival order is scheduling noise"),
-    "straggler_step_ratio": (1.25, "without Flight Recorder times: a rank whose median step is 25% slower than "
-                                   "the median rank"),
-    "loss_outlier_ratio": (3.0, "a rank whose loss is 3x away from the median loss at the same step"),
-    "identical_loss_steps": (2.0, "losses bit-identical on every rank for 2+ steps: every rank trains on the same "
-                                  "batches (no DistributedSampler)"),
-}
-
 
 def _dist() -> Any:
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
-        raise DistError(
+        raise DistUsageError(
             "this check runs inside the ranks, after init_process_group: call it in a %%torchrun cell or in code "
             "started by nbdebug.dist.run (the process group is not initialised here)"
         )
     return dist
 
 
-def _report(kind: str, ok: bool, summary: str, details: str = "") -> None:
+# what each check's result kind is, as a knowledge entry (the kind of its Finding)
+CHECK_KINDS: Mapping[str, str] = {
+    "structure": "model_structure_differs", "unsynced_init": "unsynced_init", "diverged": "params_diverged",
+    "buffers": "buffers_differ", "same_batches": "same_batches", "overlap": "shards_overlap",
+    "same_every_epoch": "same_every_epoch",
+}
+
+
+def check_finding(result: str, summary: str, details: str = "") -> Finding | None:
+    """The ``Finding`` of a failed check (``result`` is the report's ``kind``); None for ``ok``."""
+    slug = CHECK_KINDS.get(result)
+    if slug is None:
+        return None
+    return finding(slug, summary, evidence={"details": details} if details else None)
+
+
+def _report(kind: str, result: str, ok: bool, summary: str, details: str = "") -> None:
     from nbdebug.core.dist import _bootstrap
 
-    _bootstrap.send("check", kind=kind, ok=ok, summary=summary, details=details)
+    _bootstrap.send("check", kind=kind, result=result, ok=ok, summary=summary, details=details)
 
 
 # -- weights and buffers ---------------------------------------------------------------------------------------
@@ -85,6 +91,14 @@ class ConsistencyReport(Result):
     explanation: str
     max_sum_gap: float = 0.0
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The problem as a ``Finding`` (empty when every rank agrees)."""
+        f = check_finding(self.kind, self.explanation, self.details)
+        if f is None:
+            return ()
+        where = self.differing[:20] + tuple(f"rank {r}" for r in self.differing_ranks)
+        return (dataclasses.replace(f, where=where),)
 
     @property
     def summary(self) -> str:
@@ -199,7 +213,7 @@ def check_consistency(model: Any, *, group: Any = None, buffers: bool = True) ->
     gathered: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, fps, group=group)
     report = compare_fingerprints(gathered)
-    _report("check_consistency", report.ok, report.explanation, report.details)
+    _report("check_consistency", report.kind, report.ok, report.explanation, report.details)
     return report
 
 
@@ -217,6 +231,11 @@ class DataOrderReport(Result):
     explanation: str
     details: str = ""
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The problem as a ``Finding`` (empty when the batches are fine)."""
+        f = check_finding(self.kind, self.explanation, self.details)
+        return () if f is None else (f,)
 
     @property
     def summary(self) -> str:
@@ -236,7 +255,7 @@ def _ids(sample_ids: Any) -> tuple[int, ...]:
     try:
         return tuple(int(i) for i in sample_ids)
     except (TypeError, ValueError) as e:
-        raise DistError(f"check_data_order: expected the first batch's sample ids (ints), got {sample_ids!r}") from e
+        raise DistUsageError(f"check_data_order: expected the first batch's sample ids (ints), got {sample_ids!r}") from e
 
 
 def compare_batches(batches: Sequence[Sequence[int]], epoch: int, previous: Sequence[int] | None) -> DataOrderReport:
@@ -294,7 +313,7 @@ def check_data_order(sample_ids: Iterable[int] | Any, *, epoch: int = 0, group: 
     previous = _FIRST_BATCHES.get(0)
     _FIRST_BATCHES.setdefault(epoch, ids)
     report = compare_batches(gathered, epoch, previous)
-    _report("check_data_order", report.ok, report.explanation, report.details)
+    _report("check_data_order", report.kind, report.ok, report.explanation, report.details)
     return report
 
 
@@ -347,7 +366,11 @@ def log_step(loss: float | Any = None, *, step: int | None = None, arrivals_ever
 
 @dataclass(frozen=True, repr=False)
 class StepReport(Result):
-    """Stragglers and loss dispersion across ranks, from ``log_step`` records."""
+    """Stragglers and loss dispersion across ranks, from ``log_step`` records.
+
+    ``findings`` are ``Finding`` objects (kinds ``straggler``, ``loss_not_finite``, ``loss_outlier``,
+    ``identical_losses``), worst first; the thresholds are in ``nbdebug.core.knowledge.thresholds("dist")``.
+    """
 
     steps: int
     per_rank: tuple[Mapping[str, Any], ...]
@@ -355,8 +378,7 @@ class StepReport(Result):
     slowdown: float
     loss_spread: float
     loss_rel_spread: float
-    findings: tuple[str, ...] = field(default_factory=tuple)
-
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
 
     @property
     def ok(self) -> bool:
@@ -375,7 +397,7 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
     by_rank: dict[int, list[Mapping[str, Any]]] = {r: [] for r in range(nranks)}
     for rec in records:
         by_rank.setdefault(int(rec["rank"]), []).append(rec)
-    findings: list[str] = []
+    findings: list[Finding] = []
     per_rank: list[dict[str, Any]] = []
     medians: dict[int, float] = {}
     for r, recs in sorted(by_rank.items()):
@@ -408,15 +430,19 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
         slowest = int(worst["rank"])
         late_s = float(worst["lateness_ms"]) / 1e3
         slowdown = 1.0 + late_s / typical
-        if late_s > THRESHOLDS["straggler_lateness"][0] * typical and late_s > THRESHOLDS["straggler_min_ms"][0] / 1e3:
-            findings.append(f"rank {slowest} is a straggler: it reaches the collectives {late_s * 1e3:.1f} ms after "
-                            f"the first rank on average ({late_s / typical:.0%} of a {typical * 1e3:.1f} ms step); "
-                            "the other ranks wait for it")
+        if late_s > threshold("straggler_lateness") * typical and late_s > threshold("straggler_min_ms") / 1e3:
+            findings.append(finding(
+                "straggler", f"rank {slowest} is a straggler: it reaches the collectives {late_s * 1e3:.1f} ms after "
+                f"the first rank on average ({late_s / typical:.0%} of a {typical * 1e3:.1f} ms step); the other "
+                "ranks wait for it", where=(f"rank {slowest}",),
+                evidence={"lateness_ms": round(late_s * 1e3, 2), "median_step_ms": round(typical * 1e3, 2)}))
     elif len(finite) > 1 and typical > 0:
         slowest = max(medians, key=lambda r: medians[r] if math.isfinite(medians[r]) else -1.0)
         slowdown = medians[slowest] / typical
-        if slowdown > THRESHOLDS["straggler_step_ratio"][0]:
-            findings.append(f"rank {slowest}'s median step takes {slowdown:.2f}x the median rank's")
+        if slowdown > threshold("straggler_step_ratio"):
+            findings.append(finding(
+                "straggler", f"rank {slowest}'s median step takes {slowdown:.2f}x the median rank's",
+                where=(f"rank {slowest}",), evidence={"slowdown": round(slowdown, 3)}))
     # losses at the last step every rank reported
     loss_at: dict[int, dict[int, float]] = {}
     for rec in records:
@@ -429,21 +455,25 @@ def step_report(records: Iterable[Mapping[str, Any]], nranks: int) -> StepReport
         vals = list(last.values())
         bad = [r for r, v in last.items() if not math.isfinite(v)]
         if bad:
-            findings.append(f"non-finite loss on rank(s) {bad} at step {common[-1]}")
+            findings.append(finding("loss_not_finite", f"non-finite loss on rank(s) {bad} at step {common[-1]}",
+                                    where=tuple(f"rank {r}" for r in bad), evidence={"step": common[-1]}))
         fin = [v for v in vals if math.isfinite(v)]
         if fin:
             spread = max(fin) - min(fin)
             med = statistics.median(fin)
             rel = spread / abs(med) if med else 0.0
-            ratio = THRESHOLDS["loss_outlier_ratio"][0]
+            ratio = threshold("loss_outlier_ratio")
             for r, v in sorted(last.items()):
                 if math.isfinite(v) and med and (abs(v) > ratio * abs(med) or abs(v) * ratio < abs(med)):
-                    findings.append(f"rank {r}'s loss {v:.4g} is far from the median {med:.4g} at step {common[-1]}")
+                    findings.append(finding(
+                        "loss_outlier", f"rank {r}'s loss {v:.4g} is far from the median {med:.4g} at step {common[-1]}",
+                        where=(f"rank {r}",), evidence={"loss": v, "median": med, "step": common[-1]}))
         identical = [s for s in common if nranks > 1 and len(set(loss_at[s].values())) == 1]
-        if len(identical) >= THRESHOLDS["identical_loss_steps"][0]:
-            findings.append(f"losses are identical on every rank at {len(identical)} steps: every rank trains on the "
-                            "same batches (no DistributedSampler?), unless the loss was all-reduced before log_step (log the "
-                            "local loss)")
+        if len(identical) >= threshold("identical_loss_steps"):
+            findings.append(finding(
+                "identical_losses", f"losses are identical on every rank at {len(identical)} steps: every rank trains "
+                "on the same batches (no DistributedSampler?), unless the loss was all-reduced before log_step (log "
+                "the local loss)", evidence={"steps": len(identical)}))
     return StepReport(steps=max((len(v) for v in by_rank.values()), default=0), per_rank=tuple(per_rank),
                       slowest_rank=slowest, slowdown=slowdown, loss_spread=spread, loss_rel_spread=rel,
-                      findings=tuple(findings))
+                      findings=sort_findings(findings))

@@ -2,109 +2,50 @@
 
 torchrun's "Root Cause (first observed failure)" is the first process to *exit*, which is usually a victim: a
 rank whose peer died sees ``Connection closed by peer`` and exits at about the same second as the culprit.  Here
-every rank's error is classified with the table below (messages taken from real runs, see the sources); the
-primary failure is the earliest *cause*, ordered by the sub-second time the rank reported when its exception
-was raised (torch's error-file timestamp has one-second resolution only).
+every rank's error is classified with the knowledge entries read by ``rank_failure`` (``core/knowledge/dist.py``,
+messages taken from real runs, see their sources); the primary failure is the earliest *cause*, ordered by the
+sub-second time the rank reported when its exception was raised (torch's error-file timestamp has one-second resolution only).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass
+from functools import cache
 
-__all__ = ["ErrorPattern", "PATTERNS", "classify", "signal_name", "explain_detail_mismatch"]
+from nbdebug.core.knowledge import Entry, entries
+
+__all__ = ["classify", "meaning", "signal_name", "explain_detail_mismatch"]
 
 
-@dataclass(frozen=True)
-class ErrorPattern:
-    """One known error text.
+@cache
+def _compiled() -> tuple[tuple[Entry, tuple[re.Pattern[str], ...]], ...]:
+    # causes first: their messages are specific, while a victim's (an NCCL error) can be as broad as DistBackendError
+    chosen = sorted(entries("rank_failure"), key=lambda e: e.role != "cause")
+    return tuple((e, tuple(re.compile(p) for p in e.patterns)) for e in chosen)
 
-    ``kind`` is ``"victim"`` (a consequence of another rank failing or stalling) or ``"cause"``.  A victim
-    pattern may name the culprit rank in a ``culprit`` group.
+
+def classify(text: str) -> tuple[str, Entry | None, int | None]:
+    """Return ``(role, entry, culprit_rank)`` for a rank's error text; an unknown error is a ``"cause"``.
+
+    ``role`` is ``"cause"`` or ``"victim"`` (the rank failed because another one failed or stalled); ``entry`` is
+    the knowledge entry (``nbdebug.core.knowledge``, context ``rank_failure``) whose pattern matched; a victim's
+    message may name the culprit rank (``monitoredBarrier``).
     """
-
-    name: str
-    regex: str
-    kind: str
-    meaning: str
-    source: str
-
-
-PATTERNS: tuple[ErrorPattern, ...] = (
-    ErrorPattern(
-        "peer_closed", r"Connection closed by peer", "victim",
-        "another rank's process ended while this rank was talking to it (gloo)",
-        "gloo transport/tcp/pair.cc; shared/notes/distributed.md §1.4 (torch 2.9.1 and 2.13 runs)",
-    ),
-    ErrorPattern(
-        "peer_reset", r"Connection reset by peer|Broken pipe", "victim",
-        "the connection to another rank was dropped (that rank crashed or was killed)",
-        "shared/notes/distributed.md §0.4 (gloo SIGABRT on the peer)",
-    ),
-    ErrorPattern(
-        "gloo_timeout", r"Timed out waiting \d+ ?ms for (recv|send) operation", "victim",
-        "this rank waited in a collective that another rank never joined, until the process-group timeout",
-        "gloo transport/tcp/unbound_buffer.cc:78/129; shared/notes/distributed.md §0.1",
-    ),
-    ErrorPattern(
-        "monitored_barrier", r"Ranks? (?P<culprit>\d+)(?:, \d+)* failed to pass monitoredBarrier", "victim",
-        "rank 0's monitored barrier timed out and names the rank(s) that never arrived",
-        "ProcessGroupGloo.cpp:2661; shared/notes/distributed.md §1.3",
-    ),
-    ErrorPattern(
-        "check_rank0", r"Please check rank \d+ logs for faulty rank", "victim",
-        "this rank reached the barrier but rank 0 reported an error; the faulty rank is named in rank 0's error",
-        "shared/notes/distributed.md §1.3",
-    ),
-    ErrorPattern(
-        "nccl_watchdog", r"Watchdog caught collective operation timeout|NCCL communicator was aborted", "victim",
-        "NCCL's watchdog gave up on a collective that another rank never joined",
-        "pytorch/pytorch#152623 log; gpu-tpu-common-errors.md 'NCCL Timeout'",
-    ),
-    ErrorPattern(
-        "nccl_remote", r"remote process exit|ncclRemoteError", "victim",
-        "NCCL lost a peer: another rank exited or the network failed",
-        "NCCL ncclRemoteError text (nccl.h)",
-    ),
-    ErrorPattern(
-        "store_timeout", r"DistStoreError|Socket Timeout|wait timeout after \d+ms", "victim",
-        "waiting for other ranks at the rendezvous store timed out (a rank never started or crashed early)",
-        "shared/notes/distributed.md §0.8",
-    ),
-    ErrorPattern(
-        "collective_mismatch", r"Detected mismatch between collectives on ranks", "cause",
-        "TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks calling different collectives (op, shape or dtype)",
-        "shared/notes/distributed.md §1.2",
-    ),
-    ErrorPattern(
-        "gloo_size_mismatch", r"Received data size doesn't match expected size|op\.preamble\.length <= op\.nbytes",
-        "cause", "ranks passed tensors of different sizes to the same collective (gloo aborted the process)",
-        "gloo EnforceNotMet text; shared/notes/distributed.md §0.4",
-    ),
-    ErrorPattern(
-        "address_in_use", r"Address already in use|EADDRINUSE", "cause",
-        "a port was already taken, usually by a stale run",
-        "gpu-tpu-common-errors.md 'Address Already in Use'",
-    ),
-    ErrorPattern(
-        "cuda_oom", r"CUDA out of memory|OutOfMemoryError", "cause",
-        "this rank ran out of GPU memory",
-        "gpu-tpu-common-errors.md",
-    ),
-)
-
-_COMPILED = tuple((p, re.compile(p.regex)) for p in PATTERNS)
-
-
-def classify(text: str) -> tuple[str, ErrorPattern | None, int | None]:
-    """Return ``(kind, pattern, culprit_rank)`` for an error text; unknown errors are causes."""
-    for pattern, rx in _COMPILED:
-        m = rx.search(text)
-        if m:
-            culprit = m.groupdict().get("culprit")
-            return pattern.kind, pattern, int(culprit) if culprit is not None else None
+    for e, rxs in _compiled():
+        for rx in rxs:
+            m = rx.search(text)
+            if m:
+                culprit = m.groupdict().get("culprit")
+                return e.role, e, int(culprit) if culprit is not None else None
     return "cause", None, None
+
+
+def meaning(entry: Entry) -> str:
+    """What an entry's message means, in one sentence without the explainer's fact slots (``[[ ... {x}]]``)."""
+    text = re.sub(r"\[\[.*?\]\]", "", entry.summary)
+    first = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    return first.rstrip(".") or entry.title
 
 
 def signal_name(exitcode: int | None) -> str:

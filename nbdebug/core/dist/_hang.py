@@ -133,16 +133,15 @@ def analyze_hang(
         coll = collective_of(fs)
         uf = user_frame(fs)
         info[rank] = (coll, uf)
-        by_key.setdefault((coll, _where(uf)), []).append(rank)
+        by_key.setdefault((coll, rename(_where(uf))), []).append(rank)  # one group per place the user sees
     groups = tuple(
         StackGroup(
-            ranks=tuple(ranks), collective=key[0], location=rename(key[1]),
+            ranks=tuple(ranks), collective=key[0], location=key[1],
             code=str((info[ranks[0]][1] or {}).get("code", "")), stack=rename(stacks.get(ranks[0], "")),
         )
         for key, ranks in sorted(by_key.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     )
     waiting_groups = [g for g in groups if g.collective]
-    nranks = len(frames) + len(exited)
     missing_where: dict[int, str] = {}
     collective = location = ""
     waiting: tuple[int, ...] = ()
@@ -154,8 +153,6 @@ def analyze_hang(
             if g is main:
                 continue
             for r in g.ranks:
-                if g.collective and g.collective == main.collective and g.location == main.location:
-                    continue
                 where = f"{g.location}" + (f"  `{g.code}`" if g.code else "")
                 if g.collective:
                     where = f"waiting in {g.collective} at {where}"
@@ -191,8 +188,6 @@ def analyze_hang(
             "This is a hang in ordinary code (a lock, input(), a data loader worker, a sleep), not a "
             "collective mismatch."
         )
-    if len(frames) + len(exited) != nranks:  # pragma: no cover  (defensive)
-        raise AssertionError("rank bookkeeping")
     fr_summary = {
         r: tuple({"seq": e.get("collective_seq_id"), "op": e.get("profiling_name"), "sizes": e.get("input_sizes")}
                  for e in entries[-5:])

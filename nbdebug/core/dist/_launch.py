@@ -1,6 +1,6 @@
 """Run code on N local ranks, stream their output, watch for hangs, explain failures, leave no process behind.
 
-Design (see shared/notes/distributed.md for the measurements behind each choice):
+Design (each choice was measured on torch 2.9 and 2.13; benchmarks/bench_dist.py repeats the timings):
 
 - The launcher hosts the rendezvous ``TCPStore`` itself on port 0 (the OS picks a free port atomically) and the
   ranks join it as clients with torchelastic's ``TORCHELASTIC_USE_AGENT_STORE=True``: no rank ever binds a port,
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -28,12 +29,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
-from nbdebug.core.dist._failures import classify, explain_detail_mismatch, signal_name
+from nbdebug.core._findings import Finding, Fix, sort_findings
+from nbdebug.core.dist._checks import check_finding
+from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning, signal_name
 from nbdebug.core.dist._hang import (
     analyze_hang,
     collective_of,
@@ -42,7 +45,9 @@ from nbdebug.core.dist._hang import (
     parse_traceback,
 )
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
-from nbdebug.errors import DistError
+from nbdebug.core.fixes import Diagnosis, explain
+from nbdebug.core.knowledge import finding
+from nbdebug.errors import DistRunError, DistUsageError
 
 __all__ = ["Backend", "run", "run_script", "Echo"]
 
@@ -60,7 +65,7 @@ class Backend(str, Enum):
         try:
             return cls(str(getattr(value, "value", value)).lower())
         except ValueError as e:
-            raise DistError(f"backend {value!r} is not supported; expected one of: gloo, nccl") from e
+            raise DistUsageError(f"backend {value!r} is not supported; expected one of: gloo, nccl") from e
 
 
 def default_echo(rank: int, stream: str, line: str) -> None:
@@ -108,7 +113,7 @@ def _make_store(requested_port: int | None, notes: list[str]) -> Any:
             return store
         except Exception as e:  # pragma: no cover  (port 0 is assigned by the OS; retried only for safety)
             last = e
-    raise DistError(f"could not start the rendezvous store on 127.0.0.1 (tried 5 free ports): {last}") from last
+    raise DistRunError(f"could not start the rendezvous store on 127.0.0.1 (tried 5 free ports): {last}") from last
 
 
 @dataclass
@@ -396,16 +401,24 @@ class _Session:
                     continue
                 seen.add(key)
                 checks.append(CheckRecord(kind=str(c.get("kind")), ok=bool(c.get("ok")),
-                                          summary=str(c.get("summary", "")), details=str(c.get("details", ""))))
+                                          summary=str(c.get("summary", "")), details=str(c.get("details", "")),
+                                          result=str(c.get("result", ""))))
         steps = tuple(
             {"rank": r.rank, "step": s.get("step"), "seconds": s.get("seconds"), "loss": s.get("loss"),
              "arrivals": tuple(tuple(a) for a in s.get("arrivals") or ())}
             for r in self.ranks for s in r.steps
         )
+        findings = _name_errors(results) if self.spec.get("mode") == "cell" else []
+        for check in checks:
+            f = None if check.ok else check_finding(check.result, check.summary, check.details)
+            if f is not None:
+                findings.append(f)
         return DistRun(
             ok=ok, nprocs=self.nprocs, backend=str(self.spec["backend"]), ranks=tuple(results),
             primary_rank=primary, primary_reason=reason, hang=self.hang, seconds=time.time() - self.t0,
             port=store_port, notes=tuple(self.notes), checks=tuple(checks), steps=steps, run_dir=self.run_dir,
+            findings=sort_findings(findings),
+            diagnosis=_diagnose(results[primary]) if primary is not None else None,
         )
 
     def _rank_result(self, r: _Rank) -> RankResult:
@@ -437,35 +450,68 @@ class _Session:
             error = f"{sig or f'exit code {code}'}" + (f": {line[:300]}" if line else "")
             when = r.exit_time
         if r.killed:
-            kind, meaning = "killed", "ended by nbdebug (hang watchdog or interrupt); see the hang report"
+            kind, what = "killed", "ended by nbdebug (hang watchdog or interrupt); see the hang report"
             if not error:
                 error = "killed by nbdebug after the hang watchdog fired" if not self.interrupted else \
                     "killed by nbdebug after an interrupt"
         elif error:
-            kind, pattern, _ = classify(error + "\n" + stderr[-4000:])
-            meaning = pattern.meaning if pattern else ""
-            if pattern is not None and pattern.name == "collective_mismatch":
-                meaning = explain_detail_mismatch(error) or meaning
+            kind, entry, _ = classify(error + "\n" + stderr[-4000:])
+            what = meaning(entry) if entry else ""
+            if entry is not None and entry.slug == "collective_mismatch":
+                what = explain_detail_mismatch(error) or what
         else:
-            kind, meaning = "", ""
+            kind, what = "", ""
         return RankResult(
             rank=r.rank, pid=r.proc.pid, exitcode=code, stdout="\n".join(r.stdout), stderr=self._rename(stderr),
             traceback=self._rename(tb), error=self._rename(error), error_time=when, error_kind=kind,
-            error_meaning=meaning, error_file=error_file,
+            error_meaning=what, error_file=error_file,
             ended_at=r.finished_t if r.finished_t is not None else r.exit_time,
         )
+
+
+_NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
+
+
+def _name_errors(ranks: Sequence[RankResult]) -> list[Finding]:
+    """Every rank failed with ``NameError``: the ranks are fresh processes, without the notebook's names."""
+    names: dict[str, None] = {}
+    for r in ranks:
+        m = _NAME_ERROR.search(r.error)
+        if m is None:
+            return []
+        names.setdefault(m.group(1))
+    if not names:
+        return []
+    listed = ",".join(names)
+    return [finding(
+        "name_not_shipped",
+        f"every rank failed with NameError ({', '.join(repr(n) for n in names)} is not defined there): each rank is "
+        "a fresh Python process that does not have the notebook's variables, functions or imports",
+        where=tuple(names),
+        fixes=[Fix("Ship the names from the notebook to the ranks", f"%%torchrun -n {len(ranks)} --use {listed}"),
+               Fix("From Python, pass them with use=", f"nbdebug.dist.run(source, {len(ranks)}, use={list(names)!r})"),
+               Fix("Or import / define them inside the cell itself")],
+        evidence={"ranks": len(ranks)},
+    )]
+
+
+def _diagnose(rank: RankResult) -> Diagnosis | None:
+    """The explainer's diagnosis of a rank's error (its traceback when there is one), None when unrecognised."""
+    if not rank.error:
+        return None
+    try:
+        diagnosis = explain(rank.traceback if rank.error in rank.traceback else f"{rank.traceback}\n{rank.error}")
+    except Exception:  # the explainer must never cost the user the run's report
+        return None
+    return diagnosis if diagnosis.known else None
 
 
 def _crash_summary(stderr: list[str]) -> tuple[str, str]:
     """For a rank killed by a signal: its most telling stderr line, and its main thread's stack when Python's
     fatal-error handler printed one (``Fatal Python error: Aborted`` followed by per-thread stacks)."""
-    import re
-
-    from nbdebug.core.dist._failures import PATTERNS
-
     telling = ""
     for ln in stderr:
-        if any(re.search(p.regex, ln) for p in PATTERNS):
+        if classify(ln)[1] is not None:
             telling = ln.strip()
             break
     if not telling:
@@ -500,8 +546,8 @@ def _pick_primary(ranks: list[RankResult], hang: Hang | None, t0: float) -> tupl
         if len(causes) > 1:
             also = "; also failed: " + ", ".join(f"rank {c.rank} ({c.error[:80]})" for c in causes[1:])
         error = p.error if len(p.error) <= 300 else p.error[:300] + " ..."
-        meaning = f" ({p.error_meaning})" if p.error_meaning else ""
-        return p.rank, f"rank {p.rank} failed first{at}: {error}{meaning}{also}{after}"
+        why = f" ({p.error_meaning})" if p.error_meaning else ""
+        return p.rank, f"rank {p.rank} failed first{at}: {error}{why}{also}{after}"
     if hang is not None and hang.missing_ranks:
         m = hang.missing_ranks[0]
         return m, f"rank {m} never reached {hang.collective or 'the collective'} ({hang.missing_where.get(m, '')})"
@@ -560,16 +606,12 @@ def _launch(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str,
 
 def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str, str] | None,
                echo: Echo | None, flight_recorder: bool, detail: bool, run_dir: str, notes: list[str]) -> DistRun:
-    if not isinstance(nprocs, int) or nprocs < 1:
-        raise DistError(f"nprocs={nprocs!r}: expected a positive number of ranks, e.g. 2")
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise DistError(f"timeout={timeout!r}: expected a positive number of seconds, e.g. 30")
     if spec["backend"] == "nccl":
         import torch
 
         gpus = torch.cuda.device_count()  # NVML-based: does not initialise CUDA in this process
         if gpus < nprocs:
-            raise DistError(
+            raise DistUsageError(
                 f"backend='nccl' with {nprocs} ranks needs one GPU per rank, but {gpus} GPU(s) are visible here; "
                 "use fewer ranks, or backend='gloo' to run on CPU"
             )
@@ -578,7 +620,7 @@ def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[s
         try:
             requested = int(env["MASTER_PORT"])
         except ValueError as e:
-            raise DistError(f"MASTER_PORT={env['MASTER_PORT']!r}: expected a port number") from e
+            raise DistUsageError(f"MASTER_PORT={env['MASTER_PORT']!r}: expected a port number") from e
     store = _make_store(requested, notes)
     spec.setdefault("pg_timeout", max(3.0 * timeout, timeout + 30.0))
     with open(os.path.join(run_dir, "spec.json"), "w", encoding="utf-8") as fh:
@@ -586,7 +628,10 @@ def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[s
     child_env = _prepare_env(env, nprocs, store.port, spec["backend"], flight_recorder, detail)
     session = _Session(spec, nprocs, float(timeout), child_env, echo, notes, run_dir, store.port)
     try:
-        session.start()
+        try:
+            session.start()
+        except OSError as e:
+            raise DistRunError(f"could not start the {nprocs} rank processes: {e}") from e
         session.loop()
     finally:
         session.close()
@@ -598,9 +643,54 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
         env: Mapping[str, str] | None = None, use: Iterable[str] | str | None = None,
         namespace: Mapping[str, Any] | None = None, echo: Echo | None | bool = True, flight_recorder: bool = True,
         detail: bool = False, keep_files: bool = False) -> DistRun:
-    """Run ``source`` on ``nprocs`` local ranks with the process group initialised; see ``nbdebug.dist.run``."""
+    """Run ``source`` on ``nprocs`` local ranks with the process group initialised.
+
+    Each rank is a fresh Python process with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+    MASTER_PORT (the launcher owns the rendezvous store, so the port can never be "already in use").  Output is
+    streamed live with ``[rank N]`` prefixes and kept.  No process survives the call: not after a failure, a
+    hang, or a KeyboardInterrupt.
+
+    Parameters
+    ----------
+    source : str
+        Python code run as ``__main__`` in every rank, after ``init_process_group(backend)``.
+    nprocs : int
+        Number of ranks.
+    timeout : float
+        Hang watchdog: when no rank makes progress (prints, moves to another Python line, exits) for this many
+        seconds, every rank's stack and Flight Recorder entries are taken and every rank is killed.  The process
+        group's own timeout is set longer (``max(3 * timeout, timeout + 30)``) so that the watchdog fires first.
+    backend : {"gloo", "nccl"}
+        Process-group backend; with ``nccl`` each rank calls ``torch.cuda.set_device(LOCAL_RANK)`` first.
+    env : mapping, optional
+        Extra environment variables for the ranks (``NCCL_DEBUG=INFO``, ...).  A ``MASTER_PORT`` here is tried
+        first; when taken, a free port is used and the run's ``notes`` say so.
+    use : iterable of str or str, optional
+        Names from the notebook to ship: functions and classes by source, modules as imports, other values
+        pickled.  Lambdas, closures, CUDA tensors, open files and other unpicklable values are refused with the
+        reason.
+    namespace : mapping, optional
+        Where to look the ``use`` names up (default: the caller's globals).
+    echo : bool or callable, optional
+        True prints each rank's lines as they arrive; a callable ``(rank, stream, line)`` receives them; False
+        keeps them quiet (still kept in the result).
+    flight_recorder : bool
+        Record collectives (``TORCH_FR_BUFFER_SIZE=200``) so that a hang report can show each rank's last ones.
+    detail : bool
+        Set ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: collective mismatches (op, shape, dtype) raise at once with a
+        message that the result explains; costs extra latency per collective.
+    keep_files : bool
+        Keep the run folder (torch error files, per-rank dumps); its path is ``DistRun.run_dir``.
+
+    Returns
+    -------
+    DistRun
+        ``ok``, ``ranks`` (exit code, output, traceback per rank), ``primary`` (the rank whose failure came first
+        and caused the rest), ``hang`` (what the watchdog found) and a text/HTML summary.
+    """
     from nbdebug.core.dist._ship import ship
 
+    _check_sizes(nprocs, timeout)
     be = Backend.parse(backend)
     if isinstance(use, str):
         use = [u for u in use.split(",") if u.strip()]
@@ -629,15 +719,43 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
 def run_script(path: str, nprocs: int, *, argv: Iterable[str] = (), timeout: float = 60.0,
                backend: str | Backend = "gloo", env: Mapping[str, str] | None = None, echo: Echo | None | bool = True,
                flight_recorder: bool = True, detail: bool = False, keep_files: bool = False) -> DistRun:
-    """Run a script on ``nprocs`` local ranks like ``torchrun --standalone``; the script initialises the group."""
+    """Run a script on ``nprocs`` local ranks, like ``torchrun --standalone --nproc-per-node N``.
+
+    The script initialises the process group itself (``init_process_group`` gets the launcher's timeout when it
+    does not pass one).  Everything else is as in ``run``.
+
+    Parameters
+    ----------
+    path : str
+        The script.
+    nprocs : int
+        Number of ranks.
+    argv : iterable of str
+        Arguments for the script (``sys.argv[1:]``).
+    timeout, backend, env, echo, flight_recorder, detail, keep_files
+        As in ``run``.
+
+    Returns
+    -------
+    DistRun
+        The outcome, as for ``run``.
+    """
     if not os.path.isfile(path):
-        raise DistError(f"script {path!r} does not exist; expected a Python file to run on every rank")
+        raise DistUsageError(f"script {path!r} does not exist; expected a Python file to run on every rank")
+    _check_sizes(nprocs, timeout)
     be = Backend.parse(backend)
     run_dir = tempfile.mkdtemp(prefix="nbdebug-dist-")
     spec = {"mode": "script", "backend": be.value, "source_path": os.path.abspath(path), "argv": list(argv),
             "cwd": os.getcwd()}
     return _launch(spec, nprocs, timeout, env, default_echo if echo is True else (echo or None), flight_recorder,
                    detail, keep_files, run_dir, [])
+
+
+def _check_sizes(nprocs: object, timeout: object) -> None:
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise DistUsageError(f"nprocs={nprocs!r}: expected a positive number of ranks, e.g. 2")
+    if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise DistUsageError(f"timeout={timeout!r}: expected a positive number of seconds, e.g. 30")
 
 
 def _caller_globals() -> Mapping[str, Any]:

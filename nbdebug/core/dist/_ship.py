@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.errors import DistError
+from nbdebug.errors import DistUsageError
 
 __all__ = ["Shipment", "ship"]
 
@@ -39,7 +39,7 @@ def _source_of(name: str, obj: Any) -> str:
     try:
         src = textwrap.dedent(inspect.getsource(obj))
     except (OSError, TypeError) as e:
-        raise DistError(
+        raise DistUsageError(
             f"--use {name}: cannot find the source of {type(obj).__name__} {name!r} ({e}); define it in a notebook "
             "cell or a .py file (source is what is shipped to the ranks)"
         ) from e
@@ -49,13 +49,13 @@ def _source_of(name: str, obj: Any) -> str:
 def _ship_callable(name: str, obj: Any, notes: list[str]) -> str:
     if isinstance(obj, types.FunctionType):
         if obj.__name__ == "<lambda>":
-            raise DistError(
+            raise DistUsageError(
                 f"--use {name}: {name!r} is a lambda; lambdas cannot be shipped to the ranks (their source is not a "
                 f"definition). Write it as `def {name}(...): ...` in a cell and pass --use {name}"
             )
         if obj.__closure__:
             free = ", ".join(obj.__code__.co_freevars)
-            raise DistError(
+            raise DistUsageError(
                 f"--use {name}: function {name!r} is a closure over {free}; the captured values cannot be shipped. "
                 "Define it at the top level of a cell and pass what it captured as arguments or with --use"
             )
@@ -85,9 +85,9 @@ def ship(names: Iterable[str], namespace: Mapping[str, Any]) -> Shipment:
     names = [n.strip() for n in names if n.strip()]
     for name in names:
         if not name.isidentifier():
-            raise DistError(f"--use {name!r}: expected a Python name from the notebook, e.g. --use model_fn,Config")
+            raise DistUsageError(f"--use {name!r}: expected a Python name from the notebook, e.g. --use model_fn,Config")
         if name not in namespace:
-            raise DistError(f"--use {name}: no variable {name!r} is defined in the notebook (run its cell first?)")
+            raise DistUsageError(f"--use {name}: no variable {name!r} is defined in the notebook (run its cell first?)")
         obj = namespace[name]
         if isinstance(obj, types.ModuleType):
             mod = obj.__name__
@@ -96,7 +96,7 @@ def ship(names: Iterable[str], namespace: Mapping[str, Any]) -> Shipment:
             lines.append(_ship_callable(name, obj, notes))
         else:
             if _is_cuda_tensor(obj):
-                raise DistError(
+                raise DistUsageError(
                     f"--use {name}: {name!r} is a tensor on {obj.device}; CUDA tensors cannot be shipped (each rank "
                     f"would map it onto the same GPU). Ship `{name}_cpu = {name}.cpu()` and move it in the rank"
                 )
@@ -109,7 +109,7 @@ def ship(names: Iterable[str], namespace: Mapping[str, Any]) -> Shipment:
             try:
                 pickle.dumps(obj)
             except Exception as e:
-                raise DistError(
+                raise DistUsageError(
                     f"--use {name}: {type(obj).__name__} value {name!r} cannot be pickled ({type(e).__name__}: {e}); "
                     "open files, sockets, locks, generators and CUDA state cannot cross to another process. "
                     "Create it inside the cell instead"

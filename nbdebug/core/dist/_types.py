@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
+from nbdebug.core.fixes import Diagnosis
+
+if TYPE_CHECKING:
+    from nbdebug.core.dist._checks import StepReport
+    from nbdebug.core.dist._nccl import NcclLog
 
 __all__ = ["RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
 
@@ -54,7 +60,6 @@ class RankResult(Result):
     error_meaning: str = ""
     error_file: str = ""
     ended_at: float | None = None
-
 
     @property
     def failed(self) -> bool:
@@ -119,7 +124,6 @@ class Hang(Result):
     method: str = ""
     explanation: str = ""
 
-
     def _summary_line(self) -> str:
         return f"missing ranks {list(self.missing_ranks)} in {self.collective or 'no collective'} at {self.location}"
 
@@ -133,12 +137,17 @@ class Hang(Result):
 
 @dataclass(frozen=True)
 class CheckRecord:
-    """A cross-rank check run inside the ranks (``check_consistency``, ``check_data_order``, ...)."""
+    """A cross-rank check run inside the ranks (``check_consistency``, ``check_data_order``, ...).
+
+    ``kind`` names the check; ``result`` is what it found (``ok``, ``unsynced_init``, ``same_batches``, ...); a
+    failed check is also one of the run's ``findings``.
+    """
 
     kind: str
     ok: bool
     summary: str
     details: str = ""
+    result: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -173,6 +182,11 @@ class DistRun(Result):
         ``{"rank", "step", "seconds", "loss"}`` records sent by ``nbdebug.dist.log_step`` in the ranks.
     run_dir : str
         Folder with each rank's error file and dumps (deleted unless ``keep_files``).
+    findings : tuple of Finding
+        What the run shows beyond each rank's error, worst first: every failed check, and e.g. every rank
+        failing with ``NameError`` (a name not shipped with ``--use``).
+    diagnosis : Diagnosis or None
+        The explainer's diagnosis of the primary rank's error, when it recognised it.
     """
 
     ok: bool
@@ -188,7 +202,8 @@ class DistRun(Result):
     checks: tuple[CheckRecord, ...] = ()
     steps: tuple[Mapping[str, Any], ...] = ()
     run_dir: str = ""
-
+    findings: tuple[Finding, ...] = ()
+    diagnosis: Diagnosis | None = None
 
     @property
     def primary(self) -> RankResult | None:
@@ -202,14 +217,14 @@ class DistRun(Result):
         """Rank -> everything it printed to stdout."""
         return {r.rank: r.stdout for r in self.ranks}
 
-    def nccl_log(self) -> Any:
+    def nccl_log(self) -> NcclLog | None:
         """``parse_nccl_log`` of everything the ranks printed (run with ``env={"NCCL_DEBUG": "INFO"}``), or None."""
         from nbdebug.core.dist._nccl import parse_nccl_log
 
         text = "\n".join(f"{r.stdout}\n{r.stderr}" for r in self.ranks)
         return parse_nccl_log(text) if "NCCL" in text else None
 
-    def step_report(self) -> Any:
+    def step_report(self) -> StepReport:
         """Straggler and loss-dispersion report from the ``log_step`` records (see ``StepReport``)."""
         from nbdebug.core.dist._checks import step_report
 
@@ -221,7 +236,9 @@ class DistRun(Result):
         if self.hang is not None:
             return f"HANG: missing ranks {list(self.hang.missing_ranks)} ({self.hang.collective or 'no collective'})"
         p = self.primary
-        return f"FAILED: rank {self.primary_rank}: {p.error if p else '?'}"
+        if p is None:
+            return "FAILED: no rank reported an error"
+        return f"FAILED: rank {p.rank}: {p.error or f'exit code {p.exitcode}'}"
 
     def _records(self) -> list[dict[str, Any]]:
         rows = []

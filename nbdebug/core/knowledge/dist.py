@@ -1,17 +1,25 @@
-"""Distributed runs: NCCL/gloo timeouts and errors, rendezvous, world size, launcher failures."""
+"""Distributed runs: NCCL/gloo timeouts and errors, rendezvous, world size, launcher failures.
+
+Three readers share these entries (``contexts``): the explainer (``explain``), the distributed runner telling the
+rank that caused a failure from its victims (``rank_failure``, with ``role``), and the reader of
+``NCCL_DEBUG=INFO`` logs (``nccl_log``).  A message pattern lives in one entry only, whichever readers use it.
+The entries without patterns are kinds of findings the NCCL-log reader builds from what it parsed (interfaces,
+SeqNums).  Messages are taken from real runs and public issues (``sources``; tests/data/dist holds the logs).
+"""
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
-from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_DIST, SEED_GPU
+from nbdebug.core._findings import Fix, Severity
+from nbdebug.core.knowledge._schema import Entry, Threshold
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "THRESHOLDS"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="nccl_timeout",
         title="NCCL collective timed out",
+        contexts=("explain", "rank_failure", "nccl_log"),
+        role="victim",
         summary=(
             "A collective operation did not complete in time[[: {op_type} (sequence number {seq_num})]][[ ran"
             " {ran_ms} ms against a timeout of {timeout_ms} ms]][[ on rank(s) {ranks}]]. The ranks were waiting for"
@@ -44,16 +52,21 @@ ENTRIES: tuple[Entry, ...] = (
                 "sampler = DistributedSampler(ds, drop_last=True)\nloader = DataLoader(ds, sampler=sampler, drop_last=True)"),
             Fix("Get a trace of which collective each rank is in",
                 "TORCH_DISTRIBUTED_DEBUG=DETAIL NCCL_DEBUG=INFO torchrun ..."),
+            Fix("Find the rank that never reached this collective: %%torchrun names it; in a log, a rank at a lower "
+                "SeqNum fell behind"),
             Fix("Give slow phases (e.g. rank-0 checkpointing) more time",
                 "dist.init_process_group('nccl', timeout=datetime.timedelta(minutes=60))"),
         ),
         first_step="Look for the first error in ALL ranks' logs (not this timeout): the rank that failed or "
         "diverged is the cause; the others only waited.",
-        sources=(SEED_DIST, SEED_GPU, "https://github.com/hiyouga/LlamaFactory/issues/7396"),
+        sources=("https://github.com/hiyouga/LlamaFactory/issues/7396",),
     ),
     Entry(
         slug="nccl_error",
         title="NCCL communication error",
+        # a rank's NCCL error is, on the ranks that see it, the consequence of a peer or link that failed
+        contexts=("explain", "rank_failure", "nccl_log"),
+        role="victim",
         summary="NCCL reported an error[[: {nccl_error}]][[ (NCCL {nccl_version})]].",
         keywords=("nccl",),
         patterns=(
@@ -89,11 +102,13 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with NCCL_DEBUG=INFO and read the first 'NCCL WARN' line; also check the other ranks' "
         "logs for an earlier failure.",
-        sources=(SEED_DIST, SEED_GPU, "https://github.com/pytorch/pytorch/issues/111187"),
+        sources=("https://github.com/pytorch/pytorch/issues/111187",),
     ),
     Entry(
         slug="address_in_use",
         title="Address already in use (rendezvous port taken)",
+        contexts=("explain", "rank_failure"),
+        role="cause",
         summary="The process could not listen on the rendezvous port[[ {port}]]: another process already uses it.",
         keywords=("address already in use", "eaddrinuse", "errno: 98", "errno 98", "failed to listen", "failed to bind",
                   "only one usage of each socket address"),
@@ -122,7 +137,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Run `lsof -i :<port>` (29500 by default) and stop the leftover process, or start with a "
         "different --master-port.",
-        sources=(SEED_DIST, SEED_GPU, "https://github.com/pytorch/pytorch/issues/85604"),
+        sources=("https://github.com/pytorch/pytorch/issues/85604",),
     ),
     Entry(
         slug="world_size_mismatch",
@@ -163,7 +178,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print RANK, LOCAL_RANK and WORLD_SIZE in every process: they must be unique and agree "
         "with the number of processes actually started.",
-        sources=(SEED_GPU, SEED_DIST, "https://github.com/tczhangzhi/pytorch-distributed/issues/18"),
+        sources=("https://github.com/tczhangzhi/pytorch-distributed/issues/18",),
     ),
     Entry(
         slug="child_failed",
@@ -203,6 +218,337 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Scroll up to the first traceback printed by a rank (or add @record to main): that error, "
         "not ChildFailedError, is what to fix.",
-        sources=(SEED_DIST, "https://github.com/Vision-CAIR/MiniGPT-4/issues/237"),
+        sources=("https://github.com/Vision-CAIR/MiniGPT-4/issues/237",),
     ),
+
+    # -- rank failures: a rank that failed because another one did (victim), or a failure of its own (cause) ------
+    Entry(
+        slug="peer_closed",
+        title="A peer closed its connection",
+        summary="Another rank's process ended while this rank was talking to it (it crashed or aborted).",
+        severity=Severity.ERROR,
+        patterns=(r"Connection closed by (?:remote )?peer",),
+        contexts=("rank_failure", "nccl_log"),
+        role="victim",
+        fixes=(Fix("Find the rank that failed first: its own error is the cause, this one only lost its peer"),),
+        sources=("https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",
+                 "https://github.com/NVIDIA/nccl/issues/1232"),
+    ),
+    Entry(
+        slug="peer_reset",
+        title="The connection to a peer was dropped",
+        summary="The connection to another rank was dropped (that rank crashed or was killed).",
+        patterns=(r"Connection reset by peer|Broken pipe",),
+        contexts=("rank_failure",),
+        role="victim",
+        fixes=(Fix("Find the rank that failed first: its own error is the cause"),),
+        sources=("https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",),
+    ),
+    Entry(
+        slug="gloo_timeout",
+        title="gloo collective timed out",
+        summary=("This rank waited in a collective that another rank never joined, until the process-group "
+                 "timeout."),
+        patterns=(r"Timed out waiting \d+ ?ms for (recv|send) operation",),
+        contexts=("rank_failure",),
+        role="victim",
+        fixes=(Fix("Find the rank that never reached this collective (%%torchrun names it): every rank must call "
+                   "the same collectives in the same order"),),
+        sources=("https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/unbound_buffer.cc",),
+    ),
+    Entry(
+        slug="monitored_barrier",
+        title="Ranks failed to reach monitored_barrier",
+        summary="Rank 0's monitored barrier timed out and names the rank(s) that never arrived.",
+        patterns=(r"Ranks? (?P<culprit>\d+)(?:, \d+)* failed to pass monitoredBarrier",),
+        contexts=("rank_failure",),
+        role="victim",
+        fixes=(Fix("Look at what the named rank did instead of reaching the barrier"),),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch.distributed.monitored_barrier",),
+    ),
+    Entry(
+        slug="check_rank0",
+        title="Rank 0 reported an error at the barrier",
+        summary=("This rank reached the barrier but rank 0 reported an error; the faulty rank is named in rank 0's "
+                 "error."),
+        patterns=(r"Please check rank \d+ logs for faulty rank",),
+        contexts=("rank_failure",),
+        role="victim",
+        fixes=(Fix("Read rank 0's error: it names the rank that never arrived"),),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch.distributed.monitored_barrier",),
+    ),
+    Entry(
+        slug="store_timeout",
+        title="Rendezvous store timed out",
+        summary=("Waiting for other ranks at the rendezvous store timed out (a rank never started or crashed "
+                 "early)."),
+        patterns=(r"DistStoreError|Socket Timeout|wait timeout after \d+ms",),
+        contexts=("rank_failure",),
+        role="victim",
+        fixes=(Fix("Find the rank that did not start or crashed before joining; check MASTER_ADDR/MASTER_PORT"),),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch.distributed.TCPStore",),
+    ),
+    Entry(
+        slug="collective_mismatch",
+        title="Ranks called different collectives",
+        summary=("TORCH_DISTRIBUTED_DEBUG=DETAIL found ranks calling different collectives (op, shape or "
+                 "dtype)."),
+        patterns=(r"Detected mismatch between collectives on ranks",),
+        contexts=("rank_failure",),
+        role="cause",
+        fixes=(Fix("Make every rank issue the same collectives, in the same order, with the same shapes and "
+                   "dtypes"),),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch-distributed-debug",),
+    ),
+    Entry(
+        slug="gloo_size_mismatch",
+        title="Ranks passed tensors of different sizes to a collective",
+        summary="Ranks passed tensors of different sizes to the same collective (gloo aborted the process).",
+        patterns=(r"Received data size doesn't match expected size|op\.preamble\.length <= op\.nbytes",),
+        contexts=("rank_failure",),
+        role="cause",
+        fixes=(Fix("Give the collective tensors of the same shape on every rank (pad, or all_gather the sizes "
+                   "first)"),
+               Fix("Catch it at once, with the shapes", "%%torchrun --detail   # TORCH_DISTRIBUTED_DEBUG=DETAIL")),
+        sources=("https://github.com/pytorch/gloo/blob/main/gloo/transport/tcp/pair.cc",),
+    ),
+    # -- NCCL_DEBUG=INFO logs -------------------------------------------------------------------------------------
+    Entry(
+        slug="no_route_to_host",
+        title="No route to host",
+        summary="A rank could not reach another host's address.",
+        patterns=(r"No route to host",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Check that NCCL_SOCKET_IFNAME names an interface every node shares (see the 'Bootstrap : "
+                   "Using' lines), that MASTER_ADDR is reachable from every node, and that no firewall blocks the "
+                   "ports", "export NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/sgl-project/sglang/issues/3820",),
+    ),
+    Entry(
+        slug="connect_timeout",
+        title="Connecting to a peer timed out",
+        summary="Connecting to a peer timed out (wrong interface, firewall, or the peer is not listening).",
+        patterns=(r"Connection timed out",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (not docker/veth/virbr); "
+                   "check firewalls between the nodes", "export NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/Oneflow-Inc/oneflow/issues/3586",),
+    ),
+    Entry(
+        slug="connection_refused",
+        title="A peer refused the connection",
+        summary="A peer refused the connection (it is not listening: crashed, not started, or a wrong address).",
+        patterns=(r"Connection refused",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Find the rank that did not start or crashed first; check MASTER_ADDR/MASTER_PORT"),),
+        sources=("https://github.com/NVIDIA/nccl/blob/master/src/misc/socket.cc",),
+    ),
+    Entry(
+        slug="connection_abort",
+        title="Connection aborted during setup",
+        summary="The connection to a peer was aborted during setup.",
+        patterns=(r"Software caused connection abort",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Usually the peer died first: find its error; otherwise check the network between the nodes"),),
+        sources=("https://github.com/NVIDIA/nccl-tests/issues/166",),
+    ),
+    Entry(
+        slug="bad_socket_ifname",
+        title="NCCL_SOCKET_IFNAME names no interface of this host",
+        summary="NCCL_SOCKET_IFNAME names an interface that does not exist on this host.",
+        patterns=(r"neither AF_INET\(2\) nor AF_INET6|no NCCL_SOCKET_IFNAME interface found",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Run `ip addr` on every node and set NCCL_SOCKET_IFNAME to an existing interface (a prefix like "
+                   "'en' matches all interfaces starting with it)", "ip addr\nexport NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/1837",),
+    ),
+    Entry(
+        slug="address_family",
+        title="IPv4/IPv6 mismatch between nodes",
+        summary="The nodes do not agree on IPv4 or IPv6 (address family not supported).",
+        patterns=(r"Address family not supported by protocol",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Use the same address family on every node", "export NCCL_SOCKET_FAMILY=AF_INET"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/210",),
+    ),
+    Entry(
+        slug="no_ib",
+        title="No InfiniBand device",
+        summary="No InfiniBand device: inter-node traffic goes over TCP sockets (much slower).",
+        severity=Severity.INFO,
+        patterns=(r"NET/IB : No device found",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Expected on Ethernet-only clusters; on IB clusters check the drivers and NCCL_IB_HCA"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/226",),
+    ),
+    Entry(
+        slug="no_ibverbs",
+        title="libibverbs is not installed",
+        summary="libibverbs is not installed: InfiniBand cannot be used.",
+        severity=Severity.INFO,
+        patterns=(r"Failed to open libibverbs",),
+        contexts=("nccl_log",),
+        fixes=(Fix("Harmless on a single node or Ethernet; install rdma-core for InfiniBand"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/1190",),
+    ),
+    # kinds the NCCL-log reader finds from what it parsed, not from one message
+    Entry(
+        slug="ranks_out_of_step",
+        title="Ranks time out at different collectives",
+        severity=Severity.ERROR,
+        contexts=("nccl_log",),
+        fixes=(Fix("The ranks at the lowest SeqNum fell behind or skipped collectives: look at what they did "
+                   "before it"),),
+        sources=("https://github.com/pytorch/pytorch/issues/152623",),
+    ),
+    Entry(
+        slug="virtual_interface",
+        title="NCCL may use a virtual network interface",
+        severity=Severity.WARNING,
+        contexts=("nccl_log",),
+        fixes=(Fix("Container/bridge interfaces are not reachable from other nodes: set NCCL_SOCKET_IFNAME to the "
+                   "physical interface", "export NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/Oneflow-Inc/oneflow/issues/3586",),
+    ),
+    Entry(
+        slug="link_local_ipv6",
+        title="An IPv6 link-local address is in use",
+        severity=Severity.WARNING,
+        contexts=("nccl_log",),
+        fixes=(Fix("Link-local addresses only work on one link: choose the family or the interface",
+                   "export NCCL_SOCKET_FAMILY=AF_INET   # or NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/529",),
+    ),
+    Entry(
+        slug="loopback_multinode",
+        title="NCCL uses loopback across several hosts",
+        severity=Severity.ERROR,
+        contexts=("nccl_log",),
+        fixes=(Fix("lo cannot reach other nodes: set NCCL_SOCKET_IFNAME to the inter-node interface",
+                   "export NCCL_SOCKET_IFNAME=eth0"),),
+        sources=("https://github.com/NVIDIA/nccl/issues/286",),
+    ),
+    # the step report of log_step records (nbdebug.dist.step_report)
+    Entry(
+        slug="straggler",
+        title="A rank is a straggler",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Look at what that rank does more of: data loading, logging or checkpointing on rank 0, a slower "
+                   "device"),
+               Fix("Compare each rank's step time with Flight Recorder on", "%%torchrun -n 2   # then run.step_report()")),
+        sources=("https://pytorch.org/docs/stable/torch_nccl_flight_recorder.html",),
+    ),
+    Entry(
+        slug="loss_not_finite",
+        title="Non-finite loss on some ranks",
+        contexts=(),
+        fixes=(Fix("Stop that rank at the first non-finite loss, with the step",
+                   "if not torch.isfinite(loss): raise FloatingPointError(f'step {step}: loss {loss}')"),),
+        sources=("https://pytorch.org/docs/stable/autograd.html#anomaly-detection",),
+    ),
+    Entry(
+        slug="loss_outlier",
+        title="One rank's loss is far from the others'",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Check that rank's data: a different shard, bad samples, a different augmentation seed"),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    Entry(
+        slug="identical_losses",
+        title="Every rank reports the same loss",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Give each rank its own shard of the data",
+                   "sampler = DistributedSampler(ds)\nloader = DataLoader(ds, sampler=sampler)\n"
+                   "for epoch in ...: sampler.set_epoch(epoch)"),
+               Fix("If the loss is all-reduced before log_step, log the local loss instead")),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    # %%torchrun: a cell that uses names of the notebook without shipping them
+    Entry(
+        slug="name_not_shipped",
+        title="A notebook name is not defined in the ranks",
+        contexts=(),
+        fixes=(Fix("Ship the names from the notebook to the ranks", "%%torchrun -n 2 --use NAME"),),
+        sources=("https://docs.python.org/3/library/exceptions.html#NameError",),
+    ),
+    # the cross-rank checks run inside the ranks (check_consistency, check_data_order)
+    Entry(
+        slug="model_structure_differs",
+        title="Ranks built different models",
+        contexts=(),
+        fixes=(Fix("Build the same model on every rank: no rank-dependent layers, sizes or dtypes"),),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="unsynced_init",
+        title="Ranks started from different weights",
+        contexts=(),
+        fixes=(Fix("Seed identically on every rank before building the model", "torch.manual_seed(0)"),
+               Fix("Or broadcast rank 0's weights (DDP does it when it wraps the model)",
+                   "for p in model.parameters():\n    dist.broadcast(p.data, src=0)")),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="params_diverged",
+        title="Parameters diverged across ranks",
+        contexts=(),
+        fixes=(Fix("Average every gradient: wrap the model in DDP, and update on every rank every step",
+                   "model = torch.nn.parallel.DistributedDataParallel(model)"),),
+        sources=("https://pytorch.org/docs/stable/notes/ddp.html",),
+    ),
+    Entry(
+        slug="buffers_differ",
+        title="Buffers differ across ranks",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Synchronise BatchNorm statistics",
+                   "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)"),
+               Fix("Or broadcast the buffers before saving or evaluating",
+                   "for b in model.buffers():\n    dist.broadcast(b, src=0)")),
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html",),
+    ),
+    Entry(
+        slug="same_batches",
+        title="Every rank trains on the same batches",
+        contexts=(),
+        fixes=(Fix("Give each rank its shard with a DistributedSampler (and no shuffle=True on the loader)",
+                   "loader = DataLoader(ds, sampler=DistributedSampler(ds), batch_size=32)"),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    Entry(
+        slug="shards_overlap",
+        title="The ranks' data shards overlap",
+        contexts=(),
+        fixes=(Fix("Build the sampler with the process group's world size and rank",
+                   "DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank())"),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+    Entry(
+        slug="same_every_epoch",
+        title="Every epoch sees the data in the same order",
+        severity=Severity.WARNING,
+        contexts=(),
+        fixes=(Fix("Call set_epoch at the start of every epoch", "for epoch in range(epochs):\n    "
+                   "sampler.set_epoch(epoch)\n    for batch in loader: ..."),),
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
+    ),
+)
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold("straggler_lateness", 0.10,
+              "a rank that reaches the collectives later than the first rank by more than 10% of the median step "
+              "time is a straggler (everyone else waits for it)", "nbdebug heuristic"),
+    Threshold("straggler_min_ms", 5.0, "and by more than 5 ms: below that, arrival order is scheduling noise",
+              "nbdebug measurement (gloo on one host)"),
+    Threshold("straggler_step_ratio", 1.25,
+              "without Flight Recorder times: a rank whose median step is 25% slower than the median rank",
+              "nbdebug heuristic"),
+    Threshold("loss_outlier_ratio", 3.0, "a rank whose loss is 3x away from the median loss at the same step",
+              "nbdebug heuristic"),
+    Threshold("identical_loss_steps", 2.0,
+              "losses bit-identical on every rank for 2+ steps: every rank trains on the same batches (no "
+              "DistributedSampler)", "nbdebug heuristic"),
 )
