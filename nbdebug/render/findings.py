@@ -50,7 +50,7 @@ def _row(f: Finding) -> str:
         f"<td><code>{esc(f.kind)}</code></td><td>{esc(f.message)}"
         + (f'<div class="nbd-muted">in: <code>{esc(where)}</code></div>' if where else "")
         + (f'<div class="nbd-muted">{evidence}</div>' if evidence else "")
-        + f'</td><td><ul style="margin:0;padding-left:16px">{fixes}</ul></td></tr>'
+        + f'</td><td><ul class="nbd-fixes">{fixes}</ul></td></tr>'
     )
 
 
