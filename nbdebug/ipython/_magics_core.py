@@ -44,15 +44,19 @@ class CoreMagics(Magics):
             if feature is None:
                 raise UsageError(f"%nbdebug: unknown feature {args.feature!r}; expected one of: {', '.join(features)}")
             word = (args.switch or "").lower()
-            if args.feature == "explain" and word == "all":
-                self.nbd_state.explainer.show_unknown = True  # type: ignore[attr-defined]
-                word = "on"
+            explainer: Explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
+            if args.feature == "explain" and word in ("all", *_SWITCH_WORDS):
+                explainer.show_unknown = word == "all"
+                word = "on" if word == "all" else word
             if word not in _SWITCH_WORDS:
-                raise UsageError(f"%nbdebug {args.feature}: expected 'on' or 'off', got {args.switch!r}")
+                expected = "'on', 'off' or 'all'" if args.feature == "explain" else "'on' or 'off'"
+                raise UsageError(f"%nbdebug {args.feature}: expected {expected}, got {args.switch!r}")
             feature.set(_SWITCH_WORDS[word])
         from nbdebug.core._status import collect_status
 
-        return collect_status(tuple((f.name, f.on, f.description) for f in features.values()))
+        explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
+        modes = {"explain": "all"} if explainer.show_unknown else {}
+        return collect_status(tuple((f.name, f.on, f.description) for f in features.values()), modes)
 
     @line_cell_magic
     def explain(self, line: str, cell: str | None = None) -> Any:

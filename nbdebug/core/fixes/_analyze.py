@@ -1,7 +1,7 @@
 """Per-category reasoning on the parsed facts: derived numbers, notes, and fixes that depend on them.
 
 Each analyser gets the facts (a dict it may extend) and the normalised text, and returns notes plus fixes to
-put first.  They stay small: the knowledge itself is in ``_table``; this is only arithmetic and choices that a
+put first.  They stay small: the knowledge itself is in ``nbdebug.core.knowledge``; this is only arithmetic and choices that a
 regular expression cannot make (e.g. "is the cached-but-unused memory larger than the request?").
 """
 
@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core.fixes._diagnosis import Fix
-from nbdebug.core.fixes._normalize import fmt_bytes
 
 __all__ = ["ANALYSERS"]
 

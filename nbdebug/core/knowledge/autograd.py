@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_RECIPES, SEED_TRAINING
 
 __all__ = ["ENTRIES"]
 
@@ -105,7 +104,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare the shapes in the message with the configured size of the layer that raised and "
         "with the output shape of the layer before it.",
-        sources=(SEED_RECIPES, SEED_TRAINING, "https://pytorch.org/docs/stable/notes/broadcasting.html"),
+        sources=("https://pytorch.org/docs/stable/notes/broadcasting.html",),
         extra={"shape_detail_default": "Two tensors had shapes that this operation cannot combine."},
     ),
     Entry(
@@ -124,7 +123,7 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("Or make the tensor contiguous first", "x = x.transpose(1, 2).contiguous().view(B, T, C)"),
         ),
         first_step="Replace the .view(...) in the failing line with .reshape(...).",
-        sources=(SEED_TRAINING, SEED_RECIPES),
+        sources=("https://pytorch.org/docs/stable/tensor_view.html",),
     ),
     Entry(
         slug="dtype_mismatch",
@@ -180,7 +179,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print the .dtype of each input of the failing operation and of the layer's weight; cast "
         "the odd one (features -> float32, class targets -> int64).",
-        sources=(SEED_RECIPES, "https://pytorch.org/docs/stable/tensor_attributes.html"),
+        sources=("https://pytorch.org/docs/stable/tensor_attributes.html",),
     ),
     Entry(
         slug="inplace_autograd",
@@ -212,7 +211,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Look for in-place operations on the tensor named in the message (its grad_fn tells which "
         "op produced it) and make them out-of-place.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
     Entry(
         slug="leaf_inplace",
@@ -236,7 +235,7 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("Initialise with the nn.init helpers", "nn.init.zeros_(layer.bias)"),
         ),
         first_step="Wrap the in-place update of the parameter in `with torch.no_grad():`.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
     Entry(
         slug="backward_twice",
@@ -259,7 +258,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Find the tensor carried from one iteration to the next (a hidden state, a running total) "
         "and .detach() it; add retain_graph=True only if two backward passes are intended.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/generated/torch.autograd.backward.html",),
     ),
     Entry(
         slug="no_grad_fn",
@@ -286,6 +285,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print loss.requires_grad and loss.grad_fn, then walk back to where they become False/None "
         "(a no_grad block, a detach, or frozen parameters).",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
 )

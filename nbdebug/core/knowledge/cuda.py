@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import SIZE, Entry
-from nbdebug.core.knowledge._sources import SEED_DIST, SEED_GPU, SEED_RECIPES, SEED_TRAINING, SEED_TROUBLE
 
 __all__ = ["ENTRIES"]
 
@@ -81,8 +80,7 @@ ENTRIES: tuple[Entry, ...] = (
         extra={"wrapped_lines": "yes"},  # the long OOM message is often wrapped by terminals and issue trackers
         first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
         "tensors kept alive across iterations (a memory snapshot shows who holds the memory).",
-        sources=(SEED_GPU, SEED_TROUBLE, SEED_RECIPES, "https://github.com/pytorch/pytorch/pull/13751",
-                 "https://github.com/pytorch/pytorch/issues/16417"),
+        sources=("https://github.com/pytorch/pytorch/pull/13751", "https://github.com/pytorch/pytorch/issues/16417"),
     ),
     Entry(
         slug="device_side_assert",
@@ -126,7 +124,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart the kernel, then run one batch on CPU (or with CUDA_LAUNCH_BLOCKING=1): the CPU "
         "error names the bad index or label directly.",
-        sources=(SEED_GPU, "https://github.com/milesial/Pytorch-UNet/issues/258"),
+        sources=("https://github.com/milesial/Pytorch-UNet/issues/258",),
     ),
     Entry(
         slug="illegal_memory_access",
@@ -162,7 +160,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart, then re-run with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults; if it is a "
         "custom extension, run it under compute-sanitizer.",
-        sources=(SEED_GPU, "https://github.com/zai-org/CodeGeeX/issues/160"),
+        sources=("https://github.com/zai-org/CodeGeeX/issues/160",),
     ),
     Entry(
         slug="cublas_error",
@@ -186,7 +184,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with CUDA_LAUNCH_BLOCKING=1 (or the batch on CPU): cuBLAS errors are often a "
         "different error reported late.",
-        sources=(SEED_GPU, "https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193"),
+        sources=("https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193",),
     ),
     Entry(
         slug="cudnn_error",
@@ -211,7 +209,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with a smaller batch and torch.backends.cudnn.benchmark = False; if it persists, "
         "check that the PyTorch build matches the installed driver.",
-        sources=(SEED_GPU, "https://github.com/yassouali/pytorch-segmentation/issues/77"),
+        sources=("https://github.com/yassouali/pytorch-segmentation/issues/77",),
     ),
     Entry(
         slug="invalid_device_ordinal",
@@ -240,7 +238,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print torch.cuda.device_count() and CUDA_VISIBLE_DEVICES next to the index you request; "
         "the index must be smaller than the count.",
-        sources=(SEED_DIST, "https://github.com/microsoft/SimXNS/issues/2"),
+        sources=("https://github.com/microsoft/SimXNS/issues/2",),
     ),
     Entry(
         slug="device_mismatch",
@@ -303,7 +301,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print the .device of the inputs and of next(model.parameters()) right before the failing "
         "line; move the odd one.",
-        sources=(SEED_GPU, "https://github.com/nunchux-ai/nunchaku/issues/805"),
+        sources=("https://github.com/nunchux-ai/nunchaku/issues/805",),
     ),
     Entry(
         slug="version_mismatch",
@@ -364,6 +362,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare torch.__version__, torch.version.cuda and torch.cuda.get_arch_list() with nvidia-smi's "
         "driver/CUDA version and GPU, then install the matching wheel.",
-        sources=(SEED_TRAINING, "https://github.com/pytorch/pytorch/issues/45028"),
+        sources=("https://github.com/pytorch/pytorch/issues/45028",),
     ),
 )
