@@ -226,8 +226,9 @@ class _Formatter(string.Formatter):
 
 
 _FORMATTER = _Formatter()
-_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
-_FIELD = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+# an optional segment never holds another "[[" (so a run of brackets is scanned once); a format spec no brace
+_OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.DOTALL)
+_FIELD = re.compile(r"\{(\w+)(?::[^{}]*)?\}")
 
 
 def _fill(template: str, values: Mapping[str, Any]) -> str:

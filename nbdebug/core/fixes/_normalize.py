@@ -25,7 +25,8 @@ _PREFIX_HINT = ("[", "E   ", "│", "┃", "|")
 _BOX = re.compile(r"[│┃╭╮╰╯─━❱╷╵┆]+")
 _BOX_HINT = ("│", "┃", "╭", "╰", "❱", "─", "━")
 _SPACES = re.compile(r"[ \t]{2,}")
-_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+# trailing blanks are tried only from the start of a run of blanks (linear on a long run)
+_EDGES = re.compile(r"^[ \t]+|(?<![ \t])[ \t]+$", re.MULTILINE)
 # A Python traceback frame, its source line (indented deeper than the frame) and an optional caret line.
 # Frames never hold the error message, and in long logs they are most of the text.
 _FRAME = re.compile(

@@ -99,11 +99,15 @@ ENTRIES: tuple[Entry, ...] = (
             # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)
             r"(?:cuda runtime error|CUDA error) ?\((?:59|710)\)",
             r"cudaErrorAssert",
-            r"\.cu:\d+: .*Assertion [`'].*[`'] failed",
+            # linear on any line: the text before "Assertion" cannot hold another ".cu:", and the assertion
+            # runs to the first closing quote (glibc quotes `like this', CUDA `like this`)
+            r"\.cu:\d+: (?:[^\n.]|\.(?!cu:))*?Assertion (?:`[^`'\n]*[`']|'[^'\n]*') failed",
         ),
         priority=95,
         facts=(
-            (r"(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:]+?)(?:\([^\n]*\))?(?: \[with[^\]]*\])?: "
+            # (?<![\w/]): a path is only tried from its first character, so a long run is scanned once
+            (r"(?<![\w/])(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:(\[]+?)"
+             r"(?:\((?:[^\n()]|\([^\n()]*\))*\))?(?: \[with[^\]\n]*\])?: "
              r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion [`'](?P<assertion>[^`'\n]+)[`'] failed",
              {"kernel_file": "basename", "kernel": "str", "assertion": "str"}),
         ),
@@ -345,7 +349,9 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         priority=92,
         facts=(
-            (r"(?P<gpu>[\w .-]+?) with CUDA capability (?P<arch>sm_\d+) is not compatible", {"gpu": "str", "arch": "str"}),
+            # the GPU's name is tried only from the start of a run of name characters: linear on long lines
+            (r"(?<![\w .-])(?P<gpu>[\w .-]+?) with CUDA capability (?P<arch>sm_\d+) is not compatible",
+             {"gpu": "str", "arch": "str"}),
             (r"The current PyTorch install supports CUDA capabilities (?P<supported>[\w ]+?)\.?(?:\n|$| If)", {"supported": "str"}),
             (r"found version (?P<driver_version>\d+)", {"driver_version": "int"}),
         ),
