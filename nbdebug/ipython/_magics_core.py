@@ -23,7 +23,7 @@ class CoreMagics(Magics):
 
     @magic_arguments()
     @argument("feature", nargs="?", help="feature to switch (see the list that %%nbdebug prints)")
-    @argument("switch", nargs="?", help="on or off")
+    @argument("switch", nargs="?", help="on or off (explain also takes all)")
     @line_magic
     def nbdebug(self, line: str) -> Any:
         """Show nbdebug's status, or switch one of its features on or off.
@@ -39,12 +39,12 @@ class CoreMagics(Magics):
         """
         args = parse_argstring(self.nbdebug, line)
         features = self.nbd_state.features
+        explainer: Explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
         if args.feature is not None:
             feature = features.get(args.feature)
             if feature is None:
                 raise UsageError(f"%nbdebug: unknown feature {args.feature!r}; expected one of: {', '.join(features)}")
             word = (args.switch or "").lower()
-            explainer: Explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
             if args.feature == "explain" and word in ("all", *_SWITCH_WORDS):
                 explainer.show_unknown = word == "all"
                 word = "on" if word == "all" else word
@@ -54,7 +54,6 @@ class CoreMagics(Magics):
             feature.set(_SWITCH_WORDS[word])
         from nbdebug.core._status import collect_status
 
-        explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
         modes = {"explain": "all"} if explainer.show_unknown else {}
         return collect_status(tuple((f.name, f.on, f.description) for f in features.values()), modes)
 
