@@ -75,7 +75,9 @@ class CoreMagics(Magics):
         text = (cell if cell is not None else line).strip()
         if text:
             return explain(text)
-        exc = getattr(sys, "last_value", None) or getattr(sys, "last_exc", None)
+        exc = getattr(sys, "last_value", None)
+        if exc is None:  # (not `or`: the user's exception decides its own truth value)
+            exc = getattr(sys, "last_exc", None)
         if exc is None:
             raise UsageError("%explain: no error has been raised yet; paste the error text after %explain or in %%explain")
         return diagnose_exception(self.nbd_state, exc)
