@@ -30,7 +30,7 @@ _EDGES = re.compile(r"^[ \t]+|(?<![ \t])[ \t]+$", re.MULTILINE)
 # A Python traceback frame, its source line (indented deeper than the frame) and an optional caret line.
 # Frames never hold the error message, and in long logs they are most of the text.
 _FRAME = re.compile(
-    r'^(?P<ind>[ \t]*)File "[^"\n]*", line \d+, in [^\n]*\n(?:(?P=ind)[ \t]+[^\n]*\n)?(?:[ \t]*[~^]+[ \t]*\n)?',
+    r'^(?P<ind>[ \t]*)File "[^"\n]*", line \d+, in [^\n]*\n(?:(?P=ind)[ \t][^\n]*\n)?(?:[ \t]*[~^]+[ \t]*\n)?',
     re.MULTILINE,
 )
 

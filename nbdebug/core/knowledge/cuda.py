@@ -342,7 +342,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
-            r"lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)\.so[\w.]*: cannot open shared object file",
+            r"(?<!\w)lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)"
+            r"\.so[\w.]*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
             r"Couldn't load custom C\+\+ ops",
             r"\bNumpy is not available\b",
