@@ -31,7 +31,7 @@ ENTRIES: tuple[Entry, ...] = (
             # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
             r"cuda runtime error ?\(2\)",
             r"cudaErrorMemoryAllocation",
-            r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
+            r"THCudaCheck FAIL [^\n]{0,500}?error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
         ),
         exception_types=("OutOfMemoryError",),
@@ -107,7 +107,7 @@ ENTRIES: tuple[Entry, ...] = (
         facts=(
             # (?<![\w/]): a path is only tried from its first character, so a long run is scanned once
             (r"(?<![\w/])(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:(\[]+?)"
-             r"(?:\((?:[^\n()]|\([^\n()]*\))*\))?(?: \[with[^\]\n]*\])?: "
+             r"(?:\((?:[^\n()]|\([^\n()]*\))*\))?(?: \[with[^\[\]\n]*\])?: "
              r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion [`'](?P<assertion>[^`'\n]+)[`'] failed",
              {"kernel_file": "basename", "kernel": "str", "assertion": "str"}),
         ),
@@ -337,13 +337,13 @@ ENTRIES: tuple[Entry, ...] = (
             r"Torch not compiled with CUDA enabled",
             r"compiled with different CUDA (?:major )?versions",
             r"operator torchvision::\w+ does not exist",
-            r"\.so[^\n]*: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
+            r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
             r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
             r"(?<!\w)lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)"
-            r"\.so[\w.]*: cannot open shared object file",
+            r"\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
             r"Couldn't load custom C\+\+ ops",
             r"\bNumpy is not available\b",

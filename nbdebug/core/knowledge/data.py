@@ -64,7 +64,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
             r"Loss became infinite or NaN",
-            r"to satisfy the constraint \w+\([^\n]*?\), but found invalid values",
+            r"to satisfy the constraint \w+\((?:[^\n()]|\([^\n()]*\))*\), but found invalid values",
             r"Minimum loss scale reached",
             r"NaN or Inf found in input tensor",
             r"reducing loss scale to (?:0(?:\.0)?\b|\d(?:\.\d+)?e-\d{2,})",
@@ -119,7 +119,7 @@ ENTRIES: tuple[Entry, ...] = (
         # message text: ``raise batch.exc_type(batch.exc_msg)`` / ``X: Traceback ... in _worker_loop``
         frames=(
             r"^[ \t]*raise batch\.exc_type\(batch\.exc_msg\)",
-            r"^[ \t]*File \"[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\][^\"\n]*\", line \d+, in _worker_loop\b",
+            r"^[ \t]*File \"(?=[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\])[^\"\n]*\", line \d+, in _worker_loop\b",
         ),
         priority=40,
         wrapper=True,
