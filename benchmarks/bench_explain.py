@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO))
 
 # the original corpus and both held-out rounds: texts the engine was not written alongside included
 CORPUS = sorted((REPO / "tests" / "data").glob("errors*/*.txt"))
+_MIX = "ab .:/_-()[]`'\n0"
 
 
 def _times(fn, items, repeat: int) -> list[float]:
@@ -32,7 +33,7 @@ def _times(fn, items, repeat: int) -> list[float]:
 def _report(label: str, ms: list[float]) -> None:
     ms = sorted(ms)
     p95 = ms[int(0.95 * (len(ms) - 1))]
-    print(f"{label:<38} n={len(ms):5d}  mean={statistics.fmean(ms):7.3f} ms  p95={p95:7.3f} ms  max={ms[-1]:7.3f} ms")
+    print(f"{label:<40} n={len(ms):5d}  mean={statistics.fmean(ms):7.3f} ms  p95={p95:7.3f} ms  max={ms[-1]:7.3f} ms")
 
 
 def main() -> int:
@@ -66,6 +67,17 @@ def main() -> int:
     print(f"ratio explain / floor (same run): {ratio:.0f}x")
     biggest = max(texts, key=len)
     _report(f"largest corpus text ({len(biggest)} chars)", _times(explain, [biggest], repeat=50))
+    # issue 15: one long line must not make a pattern backtrack quadratically (seconds before the fix)
+    hostile = {
+        "assert + 32k 0x run": "RuntimeError: CUDA error: device-side assert triggered\n0x" + "7f3a" * 8_000,
+        "32k words line + sm_90 warning": "word " * 6_400 + "\nUserWarning: NVIDIA H100 with CUDA capability "
+        "sm_90 is not compatible with the current PyTorch installation.",
+        "torch_xla. + 16k identifier": "torch_xla." + "a" * 16_000,  # linear once knowledge/xla.py is rewritten
+        "1 MB of '[rank0]: ' prefixes": "[rank0]: " * 111_111,
+        "1 MB mixed punctuation": "".join(_MIX[(i * 7919) % len(_MIX)] for i in range(1_000_000)),
+    }
+    for name, text in hostile.items():
+        _report(f"hostile: {name}", _times(explain, [text], repeat=3))
     return 0
 
 

@@ -8,14 +8,21 @@ were copied from the public threads named on each file's first line.
 from __future__ import annotations
 
 import collections
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from nbdebug._units import parse_bytes
 from nbdebug.core.fixes import Diagnosis, explain
-from nbdebug.core.fixes._normalize import normalize, parse_shape, to_bytes
-from nbdebug.core.fixes._table import SLUGS, TABLE
+from nbdebug.core.fixes._normalize import normalize, parse_shape
+from nbdebug.core.knowledge import entries
+from nbdebug.errors import InvalidArgumentError
+from nbdebug.render import diagnosis as render_diagnosis
+
+TABLE = entries("explain")
+SLUGS = tuple(e.slug for e in TABLE)
 
 CORPUS = Path(__file__).parent / "data" / "errors"
 FILES = sorted(CORPUS.glob("*.txt"))
@@ -225,13 +232,13 @@ def test_device_assert_wins_over_the_nccl_errors_it_causes():
 
 @pytest.mark.parametrize(("size", "expected"), [("20.00 MiB", 20 * MiB), ("1.95 GiB", round(1.95 * GiB)),
                                                 ("0 bytes", 0), ("512.00 KiB", 512 * KiB), ("1.5 GB", 1_500_000_000)])
-def test_to_bytes(size, expected):
-    assert to_bytes(size) == expected
+def test_sizes_in_messages_are_parsed(size, expected):
+    assert parse_bytes(size) == expected
 
 
-def test_to_bytes_rejects_garbage():
+def test_size_parser_rejects_garbage():
     with pytest.raises(ValueError, match="not a size"):
-        to_bytes("twenty")
+        parse_bytes("twenty")
 
 
 def test_parse_shape():
@@ -325,8 +332,10 @@ def test_unknown_reports_type_and_message():
 
 
 def test_bad_input_is_one_clear_error():
-    with pytest.raises(TypeError, match="takes an exception or a str, got int"):
+    with pytest.raises(InvalidArgumentError, match="takes an exception or a str, got int"):
         explain(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):  # still a TypeError for code that caught that
+        explain(None)  # type: ignore[arg-type]
 
 
 def test_result_contract():
@@ -344,7 +353,7 @@ def test_every_entry_is_complete():
     for entry in TABLE:
         assert entry.patterns and entry.keywords and entry.causes and entry.fixes and entry.first_step, entry.slug
         assert all(k == k.lower() for k in entry.keywords), entry.slug
-        assert any(s.startswith(("seed:", "http")) for s in entry.sources), entry.slug
+        assert entry.sources, entry.slug
 
 
 def test_oom_facts_survive_line_wrapping():
@@ -425,3 +434,26 @@ def test_never_raises_on_arbitrary_text():
         assert "[[" not in d.summary
 
     check()
+
+
+def test_reports_name_only_sources_a_user_can_open():
+    """No panel, text report or JSON names an internal note ("seed: ....md") or a file the user does not have."""
+    corpus = FILES + sorted((CORPUS.parent / "errors_heldout").glob("*.txt"))
+    for path in corpus:
+        d = explain(path.read_text(errors="replace"))
+        assert all(s.startswith(("https://", "http://")) for s in d.sources), (path.name, d.sources)
+        for shown in (str(d), json.dumps(d.to_dict()), render_diagnosis.diagnosis_html(d),
+                      d._repr_mimebundle_()["text/html"]):
+            low = shown.lower()
+            assert "seed" not in low and ".md" not in low, (path.name, [ln for ln in shown.splitlines()
+                                                                      if "seed" in ln.lower() or ".md" in ln.lower()])
+    for known in (explain(t) for t, _ in SEED_ERRORS):
+        assert known.sources and "seed" not in str(known).lower()
+
+
+def test_diagnosis_drops_sources_a_user_cannot_open():
+    d = Diagnosis(category="x", title="t", summary="s",
+                  sources=("seed: debugging-recipes.md", "shared/notes/a.md", "https://example.org/a", "https://example.org/a"))
+    assert d.sources == ("https://example.org/a",)
+    assert "Sources: https://example.org/a" in str(d)
+    assert 'href="https://example.org/a"' in render_diagnosis.diagnosis_html(d)

@@ -50,3 +50,32 @@ def test_missing_file_is_one_clear_error(tmp_path):
     assert proc.returncode == 1
     assert str(missing) in proc.stderr and "expected a text file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_long_log_is_read_from_its_end(tmp_path):
+    """A log far over explain()'s 1,000,000-character window: only its end is read, and its last error found."""
+    log = tmp_path / "job.log"
+    error = (CORPUS / "nccl_timeout__old_format_ofa.txt").read_text()
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write("RuntimeError: CUDA error: device-side assert triggered\n")  # far before the window
+        fh.write("step 12 loss 0.123 é\r\n" * 250_000)
+        fh.write(error)
+    assert log.stat().st_size > 5_000_000
+    proc = _run(str(log), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["category"] == "nccl_timeout"
+    proc = _run("--json", stdin=log.read_text(encoding="utf-8"))
+    assert json.loads(proc.stdout)["category"] == "nccl_timeout"
+
+
+def test_read_text_keeps_the_tail_and_translates_newlines(tmp_path, monkeypatch):
+    import io
+
+    from nbdebug.cli._io import read_text
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"first\r\nsecond\rthird\n")
+    assert read_text(str(path), "a text") == "first\nsecond\nthird\n"
+    assert read_text(str(path), "a text", tail_bytes=6) == "third\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"x" * 3_000_000 + b"END")))
+    assert read_text("-", "a text", tail_bytes=10) == "xxxxxxxEND"

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from nbdebug.core.fixes import explain
-from nbdebug.core.fixes._table import SLUGS
+from nbdebug.core.knowledge import entries
+
+SLUGS = tuple(e.slug for e in entries("explain"))
 
 DATA = Path(__file__).parent / "data"
 HELDOUT = DATA / "errors_heldout"

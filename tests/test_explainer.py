@@ -97,3 +97,77 @@ def test_explain_magic_with_no_error_yet_is_a_usage_error(shell, monkeypatch):
             shell.run_line_magic("explain", "")
     finally:
         shell.run_line_magic("unload_ext", "nbdebug")
+
+
+def test_status_names_the_explain_mode(ip):
+    from nbdebug.ipython._extension import get_state
+
+    try:
+        status = ip.run_line_magic("nbdebug", "explain all")
+        assert status.state("explain") == "all"
+        assert "explain    all" in str(status)
+        bundle, _ = ip.display_formatter.format(status)
+        assert "<td>all</td>" in bundle["text/html"].replace(" ", "")
+        assert "explain all" in repr(status)
+        back = ip.run_line_magic("nbdebug", "explain on")  # "on" leaves the "all" mode
+        assert back.state("explain") == "on" and not get_state(ip).explainer.show_unknown
+        assert ip.run_line_magic("nbdebug", "explain off").state("explain") == "off"
+    finally:
+        ip.run_line_magic("nbdebug", "explain on")
+        get_state(ip).explainer.show_unknown = False
+
+
+def test_bad_switch_word_is_a_usage_error(ip):
+    with pytest.raises(UsageError, match="expected 'on', 'off' or 'all'"):
+        ip.run_line_magic("nbdebug", "explain loud")
+
+
+def test_nbdebug_usage_errors_get_no_diagnosis_even_with_all(ip):
+    from nbdebug.ipython._extension import get_state
+
+    ip.run_line_magic("nbdebug", "explain all")
+    try:
+        with capture_output() as out:
+            result = ip.run_cell("%nbdebug nosuchfeature on")
+        assert isinstance(result.error_in_exec, UsageError)
+        assert "unknown feature" in out.stdout + out.stderr
+        assert _diagnoses(out) == []
+        assert "no known diagnosis" not in out.stdout + out.stderr
+    finally:
+        get_state(ip).explainer.show_unknown = False
+
+
+UNPRINTABLE = '''
+class Unprintable(Exception):
+    def __str__(self):
+        raise {inner}("from __str__")
+
+raise Unprintable("x")
+'''
+
+
+@pytest.mark.parametrize("inner", ["KeyboardInterrupt", "RuntimeError"])
+def test_exception_whose_str_raises_does_not_escape_run_cell(ip, inner):
+    from nbdebug.ipython._extension import get_state
+
+    ip.run_line_magic("nbdebug", "explain all")  # the unknown path formats the exception too
+    try:
+        with capture_output() as out:
+            result = ip.run_cell(UNPRINTABLE.format(inner=inner))
+        assert type(result.error_in_exec).__name__ == "Unprintable"
+        assert ip.run_cell("1 + 1").result == 2  # the session goes on
+        shown = _diagnoses(out)
+        assert len(shown) == 1 and "Unprintable" in shown[0].data["text/plain"]
+    finally:
+        get_state(ip).explainer.show_unknown = False
+
+
+def test_explain_survives_unprintable_exceptions_directly():
+    from nbdebug.core.fixes import explain
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise KeyboardInterrupt
+
+    d = explain(Unprintable())
+    assert d.exception_type.endswith("Unprintable") and not d.known

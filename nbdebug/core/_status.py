@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbdebug.core._result import Result
@@ -15,7 +16,11 @@ __all__ = ["Status", "collect_status"]
 
 @dataclass(frozen=True, repr=False)
 class Status(Result):
-    """Environment and feature status."""
+    """Environment and feature status.
+
+    ``features`` holds ``(name, on, description)``; ``modes`` names the state of a feature that has more than
+    on and off (``{"explain": "all"}``: unrecognised errors are reported too).
+    """
 
     version: str
     python: str
@@ -24,14 +29,22 @@ class Status(Result):
     cuda_devices: tuple[str, ...]
     torch_xla: str | None
     features: tuple[tuple[str, bool, str], ...]  # (name, on, description)
+    modes: Mapping[str, str] = field(default_factory=dict)
 
+    def state(self, name: str) -> str:
+        """``"on"``, ``"off"``, or the feature's mode when it is on in one (``"all"``)."""
+        for feature, on, _ in self.features:
+            if feature == name:
+                return self.modes.get(name, "on") if on else "off"
+        raise KeyError(f"no feature {name!r}; expected one of {', '.join(f for f, _, _ in self.features)}")
 
     def _summary_line(self) -> str:
-        on = ",".join(name for name, is_on, _ in self.features if is_on) or "none"
+        on = ",".join(name if name not in self.modes else f"{name} {self.modes[name]}"
+                      for name, is_on, _ in self.features if is_on) or "none"
         return f"nbdebug {self.version}, torch {self.torch or 'missing'}, on: {on}"
 
     def _records(self) -> list[dict[str, Any]]:
-        return [{"feature": n, "on": on, "description": d} for n, on, d in self.features]
+        return [{"feature": n, "on": on, "state": self.state(n), "description": d} for n, on, d in self.features]
 
 
 def _dist_version(name: str) -> str | None:
@@ -41,7 +54,7 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def collect_status(features: tuple[tuple[str, bool, str], ...] = ()) -> Status:
+def collect_status(features: tuple[tuple[str, bool, str], ...] = (), modes: Mapping[str, str] | None = None) -> Status:
     """Collect the status; imports torch (the user asked for its CUDA state), never torch_xla."""
     from nbdebug import __version__
 
@@ -64,4 +77,5 @@ def collect_status(features: tuple[tuple[str, bool, str], ...] = ()) -> Status:
         cuda_devices=devices,
         torch_xla=xla_version,
         features=features,
+        modes=dict(modes or {}),
     )

@@ -1,19 +1,31 @@
 """Show a diagnosis panel under the traceback of every cell that raised.
 
 It runs on IPython's ``post_run_cell`` event, after IPython has shown the traceback itself, so the original
-traceback is never touched.  If diagnosing fails, one line says so and nothing else changes.
+traceback is never touched.  If diagnosing fails, one line says so and nothing else changes: even an exception
+whose ``__str__`` raises (KeyboardInterrupt included) cannot make ``run_cell`` fail through the explainer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from nbdebug.ipython._state import ExtensionState
 
-# Errors that are the user stopping work, not a bug to explain.
-_SKIP = (KeyboardInterrupt, SystemExit)
+# Errors that are the user stopping work, or a magic's one-line usage message: nothing to explain.
+_SKIP = (KeyboardInterrupt, SystemExit, UsageError)
+
+
+def _safe_text(e: BaseException) -> str:
+    """``Type: message`` of an exception whose ``__str__`` may itself raise (even KeyboardInterrupt)."""
+    try:
+        return f"{type(e).__name__}: {e}"
+    except BaseException:  # the user's __str__ is user code: nothing it raises may escape run_cell
+        return f"{type(e).__name__}: <unprintable>"
 
 
 def module_roots(namespace: Mapping[str, Any]) -> dict[str, Any]:
@@ -31,7 +43,12 @@ def diagnose_exception(state: ExtensionState, exc: BaseException) -> Any:
 
     diagnosis = explain(exc, roots=module_roots(state.shell.user_ns))
     for enrich in state.enrichers:
-        diagnosis = enrich(exc, diagnosis) or diagnosis
+        try:
+            diagnosis = enrich(exc, diagnosis) or diagnosis
+        except BaseException as e:  # noqa: BLE001 - one section failing (e.g. on the user's __str__) keeps the rest
+            name = getattr(enrich, "__qualname__", type(enrich).__name__)
+            note = f"nbdebug: a section ({name}) could not be added: {_safe_text(e)}"
+            diagnosis = dataclasses.replace(diagnosis, notes=(*diagnosis.notes, note))
     return diagnosis
 
 
@@ -54,6 +71,6 @@ class Explainer:
             from IPython.display import display
 
             display(diagnosis)
-        except Exception as e:  # the user's error above must stay the only thing that matters
-            print(f"nbdebug: the diagnosis failed ({type(e).__name__}: {e}); the error above is unchanged.",
-                  file=sys.stderr)
+        except BaseException as e:  # noqa: BLE001 - the user's error above must stay the only thing that matters
+            # BaseException too: formatting the user's exception runs its __str__, which may raise anything
+            print(f"nbdebug: the diagnosis failed ({_safe_text(e)}); the error above is unchanged.", file=sys.stderr)

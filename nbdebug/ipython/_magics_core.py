@@ -23,7 +23,7 @@ class CoreMagics(Magics):
 
     @magic_arguments()
     @argument("feature", nargs="?", help="feature to switch (see the list that %%nbdebug prints)")
-    @argument("switch", nargs="?", help="on or off")
+    @argument("switch", nargs="?", help="on or off (explain also takes all)")
     @line_magic
     def nbdebug(self, line: str) -> Any:
         """Show nbdebug's status, or switch one of its features on or off.
@@ -39,20 +39,23 @@ class CoreMagics(Magics):
         """
         args = parse_argstring(self.nbdebug, line)
         features = self.nbd_state.features
+        explainer: Explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
         if args.feature is not None:
             feature = features.get(args.feature)
             if feature is None:
                 raise UsageError(f"%nbdebug: unknown feature {args.feature!r}; expected one of: {', '.join(features)}")
             word = (args.switch or "").lower()
-            if args.feature == "explain" and word == "all":
-                self.nbd_state.explainer.show_unknown = True  # type: ignore[attr-defined]
-                word = "on"
+            if args.feature == "explain" and word in ("all", *_SWITCH_WORDS):
+                explainer.show_unknown = word == "all"
+                word = "on" if word == "all" else word
             if word not in _SWITCH_WORDS:
-                raise UsageError(f"%nbdebug {args.feature}: expected 'on' or 'off', got {args.switch!r}")
+                expected = "'on', 'off' or 'all'" if args.feature == "explain" else "'on' or 'off'"
+                raise UsageError(f"%nbdebug {args.feature}: expected {expected}, got {args.switch!r}")
             feature.set(_SWITCH_WORDS[word])
         from nbdebug.core._status import collect_status
 
-        return collect_status(tuple((f.name, f.on, f.description) for f in features.values()))
+        modes = {"explain": "all"} if explainer.show_unknown else {}
+        return collect_status(tuple((f.name, f.on, f.description) for f in features.values()), modes)
 
     @line_cell_magic
     def explain(self, line: str, cell: str | None = None) -> Any:
@@ -72,7 +75,9 @@ class CoreMagics(Magics):
         text = (cell if cell is not None else line).strip()
         if text:
             return explain(text)
-        exc = getattr(sys, "last_value", None) or getattr(sys, "last_exc", None)
+        exc = getattr(sys, "last_value", None)
+        if exc is None:  # (not `or`: the user's exception decides its own truth value)
+            exc = getattr(sys, "last_exc", None)
         if exc is None:
             raise UsageError("%explain: no error has been raised yet; paste the error text after %explain or in %%explain")
         return diagnose_exception(self.nbd_state, exc)

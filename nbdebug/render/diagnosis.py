@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core.fixes._diagnosis import Diagnosis, Section
+from nbdebug.core.fixes._diagnosis import Diagnosis, Section, user_sources
 from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel, table
 from nbdebug.render._registry import renders
 
@@ -75,8 +75,9 @@ def diagnosis_text(d: Diagnosis) -> str:
         out += ["", f"{section.title}:", section_text(section)]
     if d.first_step:
         out += ["", f"First step: {d.first_step}"]
-    if d.sources:
-        out += ["", "Sources: " + "; ".join(d.sources)]
+    sources = user_sources(d.sources)
+    if sources:
+        out += ["", "Sources: " + "; ".join(sources)]
     return "\n".join(out)
 
 
@@ -104,6 +105,8 @@ def diagnosis_html(d: Diagnosis) -> str:
     for section in d.sections:
         inner = section_html(section)
         parts.append(f"<details><summary><b>{esc(section.title)}</b></summary>{inner}</details>")
-    if d.sources:
-        parts.append(f'<div class="nbd-muted">Sources: {esc("; ".join(d.sources))}</div>')
+    sources = user_sources(d.sources)
+    if sources:
+        links = "; ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(u)}</a>' for u in sources)
+        parts.append(f'<div class="nbd-muted">Sources: {links}</div>')
     return panel(f"nbdebug · {d.title}  [{d.category}]", "".join(parts), kind="error", css_class="nbd-diagnosis")

@@ -23,8 +23,8 @@ def status_text(s: Status) -> str:
     """Plain-text status."""
     lines = [f"{k:<10} {v}" for k, v in _rows(s)]
     lines.append("features:")
-    lines += [f"  {name:<10} {'on ' if on else 'off'}  {desc}" for name, on, desc in s.features]
-    lines.append("switch with: %nbdebug FEATURE on|off")
+    lines += [f"  {name:<10} {s.state(name):<3}  {desc}" for name, _, desc in s.features]
+    lines.append("switch with: %nbdebug FEATURE on|off  (%nbdebug explain all: also unrecognised errors)")
     return "\n".join(lines)
 
 
@@ -32,7 +32,8 @@ def status_text(s: Status) -> str:
 def status_html(s: Status) -> str:
     """HTML status panel."""
     body = kv_table(_rows(s)) + table(
-        ("feature", "state", "what it does"), [(n, "on" if on else "off", d) for n, on, d in s.features]
+        ("feature", "state", "what it does"), [(n, s.state(n), d) for n, _, d in s.features]
     )
-    body += '<div class="nbd-muted">switch with <code>%nbdebug FEATURE on|off</code></div>'
+    body += ('<div class="nbd-muted">switch with <code>%nbdebug FEATURE on|off</code> '
+             '(<code>%nbdebug explain all</code>: also unrecognised errors)</div>')
     return panel(f"nbdebug {s.version}", body, kind="ok")

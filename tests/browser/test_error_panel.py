@@ -27,6 +27,10 @@ def test_shape_error_panel_in_jupyterlab(lab, page):
     text = panel.first.inner_text()
     assert "shape_mismatch" in text
     assert "First step" in text
+    # sources are public pages the user can open, never internal notes
+    assert "seed" not in text.lower() and ".md" not in text
+    links = panel.first.locator("a[href^='https://']")
+    assert links.count() >= 1
     # the panel comes after the traceback in the same cell's output area
     order = page.evaluate(
         """() => {

@@ -1,8 +1,9 @@
 """Per-category reasoning on the parsed facts: derived numbers, notes, and fixes that depend on them.
 
 Each analyser gets the facts (a dict it may extend) and the normalised text, and returns notes plus fixes to
-put first.  They stay small: the knowledge itself is in ``_table``; this is only arithmetic and choices that a
-regular expression cannot make (e.g. "is the cached-but-unused memory larger than the request?").
+put first.  They stay small: the knowledge itself is in ``nbdebug.core.knowledge``; this is only arithmetic
+and choices that a regular expression cannot make (e.g. "is the cached-but-unused memory larger than the
+request?").
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core.fixes._diagnosis import Fix
-from nbdebug.core.fixes._normalize import fmt_bytes
 
 __all__ = ["ANALYSERS"]
 
@@ -134,9 +135,16 @@ def _state_dict(facts: dict[str, Any], text: str) -> Analysis:
     return notes, fixes
 
 
+# module-level names, so that tests/test_patterns_redos.py checks them with every other pattern
+_MISSING_KEYS = re.compile(r'Missing key\(s\) in state_dict: ((?:"[^"]*"(?:, )?)+)')
+_UNEXPECTED_KEYS = re.compile(r'Unexpected key\(s\) in state_dict: ((?:"[^"]*"(?:, )?)+)')
+_KEY_LISTS = {"Missing": _MISSING_KEYS, "Unexpected": _UNEXPECTED_KEYS}
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
 def _keys(text: str, kind: str) -> list[str]:
-    m = re.search(rf"{kind} key\(s\) in state_dict: ((?:\"[^\"]*\"(?:, )?)+)", text)
-    return re.findall(r"\"([^\"]*)\"", m.group(1)) if m else []
+    m = _KEY_LISTS[kind].search(text)
+    return _QUOTED.findall(m.group(1)) if m else []
 
 
 def _size_mismatch(facts: dict[str, Any], text: str) -> Analysis:

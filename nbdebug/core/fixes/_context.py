@@ -39,7 +39,7 @@ def exception_text(exc: BaseException) -> str:
     for item in reversed(chain):
         try:
             parts.append("".join(traceback.format_exception_only(type(item), item)))
-        except Exception:  # a broken __str__ must not break the diagnosis
+        except BaseException:  # the user's __str__ may raise anything (even KeyboardInterrupt): not our error
             parts.append(f"{type(item).__name__}: <unprintable>\n")
     return "\n".join(parts)
 

@@ -9,7 +9,15 @@ from typing import Any
 from nbdebug.core._findings import Fix
 from nbdebug.core._result import Result
 
-__all__ = ["Fix", "Section", "Diagnosis"]
+__all__ = ["Fix", "Section", "Diagnosis", "user_sources"]
+
+
+def user_sources(sources: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The sources a user can open (http/https addresses), in order, without repeats.
+
+    Knowledge may carry other provenance (names of internal notes); that never reaches a report.
+    """
+    return tuple(dict.fromkeys(s for s in sources if s.startswith(("https://", "http://"))))
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,8 @@ class Diagnosis(Result):
     sections : tuple of Section
         Extra blocks contributed by other features (e.g. the memory snapshot at an OOM).
     sources : tuple of str
-        Where the knowledge behind this diagnosis comes from (seed playbooks, public issue threads, docs).
+        Public pages the knowledge behind this diagnosis comes from (issue threads, docs): http(s) addresses
+        only; anything else given here is dropped.
     """
 
     category: str
@@ -74,6 +83,8 @@ class Diagnosis(Result):
     sections: tuple[Section, ...] = ()
     sources: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", user_sources(self.sources))
 
     @property
     def known(self) -> bool:

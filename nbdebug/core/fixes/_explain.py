@@ -1,9 +1,19 @@
 """``explain(error)``: recognise an exception or a pasted log and build its ``Diagnosis``.
 
-Steps: normalise the text (``_normalize``), find every table entry whose keywords appear and whose pattern
-matches, choose one (``choose``: non-wrappers before wrappers, then priority), parse its facts, let its
-analyser derive numbers and notes, add what the exception object knows (the module whose forward raised), and
-fill the entry's templates.  Patterns are compiled once, on the first call.
+Steps: normalise the text (``_normalize``), find every knowledge entry searched by the explainer (``contexts``
+holds ``"explain"``) whose keywords appear and whose pattern matches, choose one (``choose``: non-wrappers
+before wrappers, then the highest ``priority``), parse its facts, let its analyser derive numbers and notes,
+add what the exception object knows (the module whose forward raised), and fill the entry's templates.
+Patterns are compiled once, on first use.
+
+Priorities encode "root cause before consequence": a CUDA device-side assert or OOM explains the NCCL errors
+and the torchrun ``ChildFailedError`` that follow it, so those wrappers have the lowest priorities.  Summary
+templates use ``{fact}`` placeholders (``{fact:bytes}`` formats a byte count); a ``[[...]]`` segment is dropped
+when a fact it names is missing, so one template serves every wording era.
+
+Every pattern must run in linear time on any line (``tests/test_patterns_redos.py``): no unbounded repeat next
+to another that accepts the same characters, and a repeat that starts a pattern either follows a literal or
+is anchored by a lookbehind, so that a long run of matching characters is scanned once, not once per start.
 """
 
 from __future__ import annotations
@@ -13,11 +23,13 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core.fixes._analyze import ANALYSERS
 from nbdebug.core.fixes._context import exception_text, exception_type_name, index_context, module_context
-from nbdebug.core.fixes._diagnosis import Diagnosis, Fix
-from nbdebug.core.fixes._normalize import fmt_bytes, last_exception_line, normalize, parse_shape, to_bytes
-from nbdebug.core.fixes._table import TABLE, Entry
+from nbdebug.core.fixes._diagnosis import Diagnosis, Fix, user_sources
+from nbdebug.core.fixes._normalize import last_exception_line, normalize, parse_shape
+from nbdebug.core.knowledge import Entry, entries
+from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["explain", "match_all", "choose"]
 
@@ -36,7 +48,7 @@ _PROSE = ("shape_detail", "prefix_explanation", "signal_meaning")
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
     "int": int,
-    "bytes": to_bytes,
+    "bytes": parse_bytes,
     "shape": parse_shape,
     "basename": lambda v: v.rsplit("/", 1)[-1],
     "tensor_device": lambda v: "cuda" if ".cuda." in v else "cpu",
@@ -120,7 +132,7 @@ _COMPILED: list[_Compiled] | None = None
 def _compiled() -> list[_Compiled]:
     global _COMPILED
     if _COMPILED is None:
-        _COMPILED = [_Compiled(e) for e in TABLE]
+        _COMPILED = [_Compiled(e) for e in entries("explain")]
     return _COMPILED
 
 
@@ -189,10 +201,16 @@ def _parse_facts(c: _Compiled, text: str) -> dict[str, Any]:
         if kind == "pid_bytes":
             seen: dict[int, int] = {}
             for pid, size in values:
-                seen[int(pid)] = to_bytes(size)
-            facts[name] = [{"pid": pid, "bytes": size} for pid, size in seen.items()]
+                try:
+                    seen[int(pid)] = parse_bytes(size)
+                except ValueError:  # "1.2.3 MiB", or a number too long to convert: not a fact
+                    continue
+            if seen:
+                facts[name] = [{"pid": pid, "bytes": size} for pid, size in seen.items()]
         elif kind == "int_set":
-            facts[name] = sorted({int(v) for v in values})
+            numbers = {int(v) for v in values if len(v) <= 18}
+            if numbers:
+                facts[name] = sorted(numbers)
         else:  # str_list
             facts[name] = list(dict.fromkeys(values))
     return facts
@@ -208,8 +226,9 @@ class _Formatter(string.Formatter):
 
 
 _FORMATTER = _Formatter()
-_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
-_FIELD = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+# an optional segment never holds another "[[" (so a run of brackets is scanned once); a format spec no brace
+_OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.DOTALL)
+_FIELD = re.compile(r"\{(\w+)(?::[^{}]*)?\}")
 
 
 def _fill(template: str, values: Mapping[str, Any]) -> str:
@@ -305,7 +324,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
     elif isinstance(error, str):
         raw, type_names, exc_type = error, frozenset(), ""
     else:
-        raise TypeError(f"explain() takes an exception or a str, got {type(error).__name__}: {error!r:.80}")
+        raise InvalidArgumentError(f"explain() takes an exception or a str, got {type(error).__name__}")
     text = normalize(raw[-_MAX_CHARS:])
     found = match_all(text, type_names)
     raise_line = ""
@@ -385,7 +404,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         exception_type=exc_type,
         message=message,
         notes=tuple(notes),
-        sources=entry.sources,
+        sources=user_sources(entry.sources),
     )
 
 

@@ -1,4 +1,4 @@
-"""Clean real log text before matching, and convert the values parsed out of messages.
+"""Clean real log text before matching, and read shapes and exception lines out of it.
 
 Logs pasted from clusters carry noise that hides the message from anchored patterns: ANSI colours,
 ``[rank0]:`` / ``[default3]:`` prefixes added by torchrun, ``[12345]`` pid prefixes, rich / loguru box-drawn
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize", "to_bytes", "parse_shape", "fmt_bytes", "last_exception_line"]
+__all__ = ["normalize", "parse_shape", "last_exception_line"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes that launchers and loggers put in front of every line; several may be stacked.
@@ -25,20 +25,14 @@ _PREFIX_HINT = ("[", "E   ", "│", "┃", "|")
 _BOX = re.compile(r"[│┃╭╮╰╯─━❱╷╵┆]+")
 _BOX_HINT = ("│", "┃", "╭", "╰", "❱", "─", "━")
 _SPACES = re.compile(r"[ \t]{2,}")
-_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+# trailing blanks are tried only from the start of a run of blanks (linear on a long run)
+_EDGES = re.compile(r"^[ \t]+|(?<![ \t])[ \t]+$", re.MULTILINE)
 # A Python traceback frame, its source line (indented deeper than the frame) and an optional caret line.
 # Frames never hold the error message, and in long logs they are most of the text.
 _FRAME = re.compile(
-    r'^(?P<ind>[ \t]*)File "[^"\n]*", line \d+, in [^\n]*\n(?:(?P=ind)[ \t]+[^\n]*\n)?(?:[ \t]*[~^]+[ \t]*\n)?',
+    r'^(?P<ind>[ \t]*)File "[^"\n]*", line \d+, in [^\n]*\n(?:(?P=ind)[ \t][^\n]*\n)?(?:[ \t]*[~^]+[ \t]*\n)?',
     re.MULTILINE,
 )
-
-_UNITS = {
-    "b": 1, "byte": 1, "bytes": 1,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-}
-_SIZE = re.compile(r"^\s*([\d.,]+)\s*([KMGT]i?B|bytes?|B)\s*$", re.IGNORECASE)
 
 
 def normalize(text: str) -> str:
@@ -56,28 +50,9 @@ def normalize(text: str) -> str:
     return _EDGES.sub("", _SPACES.sub(" ", text))
 
 
-def to_bytes(value: str) -> int:
-    """``"20.00 MiB"`` -> 20971520; ``"0 bytes"`` -> 0; ``"1.5 GB"`` -> 1500000000 (binary for KiB/MiB/GiB)."""
-    m = _SIZE.match(value)
-    if m is None:
-        raise ValueError(f"not a size: {value!r}; expected a number and a unit such as '20.00 MiB'")
-    number = float(m.group(1).replace(",", ""))
-    return int(round(number * _UNITS[m.group(2).lower()]))
-
-
 def parse_shape(value: str) -> tuple[int, ...]:
     """``"4x10"``, ``"[4, 10]"``, ``"torch.Size([4, 10])"``, ``"(4, 10)"`` -> ``(4, 10)``."""
-    return tuple(int(v) for v in re.findall(r"-?\d+", value.replace("torch.Size", "")))
-
-
-def fmt_bytes(n: float) -> str:
-    """Bytes in the unit PyTorch's messages use (``1.95 GiB``)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"  # pragma: no cover - loop always returns
+    return tuple(int(v) for v in re.findall(r"-?[0-9]{1,18}", value.replace("torch.Size", "")))
 
 
 _EXC_LINE = re.compile(

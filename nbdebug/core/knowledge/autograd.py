@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_RECIPES, SEED_TRAINING
 
 __all__ = ["ENTRIES"]
 
@@ -105,7 +104,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare the shapes in the message with the configured size of the layer that raised and "
         "with the output shape of the layer before it.",
-        sources=(SEED_RECIPES, SEED_TRAINING, "https://pytorch.org/docs/stable/notes/broadcasting.html"),
+        sources=("https://pytorch.org/docs/stable/notes/broadcasting.html",),
         extra={"shape_detail_default": "Two tensors had shapes that this operation cannot combine."},
     ),
     Entry(
@@ -124,7 +123,7 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("Or make the tensor contiguous first", "x = x.transpose(1, 2).contiguous().view(B, T, C)"),
         ),
         first_step="Replace the .view(...) in the failing line with .reshape(...).",
-        sources=(SEED_TRAINING, SEED_RECIPES),
+        sources=("https://pytorch.org/docs/stable/tensor_view.html",),
     ),
     Entry(
         slug="dtype_mismatch",
@@ -137,7 +136,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"mat1 and mat2 must have the same dtype",
             r"expected m(?:at)?1 and m(?:at)?2 to have the same dtype",
             r"Expected query, key,? and value to have the same dtype",
-            r"Input type \([^)]*\) and (?:weight|bias) type \([^)]*\) should be the same",
+            r"Input type \([^()\n]*\) and (?:weight|bias) type \([^()\n]*\) should be the same",
             r"Found dtype \w+ but expected \w+",
             r"expected target dtype to be",
             r"Expected tensor for argument #\d+ '\w+' to have (?:one of the following )?scalar types?",
@@ -161,7 +160,7 @@ ENTRIES: tuple[Entry, ...] = (
             (r"Input type \((?P<dtype_a>[\w.]+)\) and (?:weight|bias) type \((?P<dtype_b>[\w.]+)\)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"Found dtype (?P<dtype_a>\w+) but expected (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
             (r"got (?P<dtype_a>\w+) for the destination and (?P<dtype_b>\w+) for the source", {"dtype_a": "str", "dtype_b": "str"}),
-            (r"expected target dtype to be [\w ]+, but got (?P<dtype_a>\w+)", {"dtype_a": "str"}),
+            (r"expected target dtype to be [\w ]{1,40}, but got (?P<dtype_a>\w+)", {"dtype_a": "str"}),
             (r"\"(?P<op>\w+)\" not implemented for '(?P<dtype_a>\w+)'", {"op": "str", "dtype_a": "str"}),
             (r"result type (?P<dtype_a>\w+) can't be cast to the desired output type (?P<dtype_b>\w+)", {"dtype_a": "str", "dtype_b": "str"}),
         ),
@@ -180,7 +179,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print the .dtype of each input of the failing operation and of the layer's weight; cast "
         "the odd one (features -> float32, class targets -> int64).",
-        sources=(SEED_RECIPES, "https://pytorch.org/docs/stable/tensor_attributes.html"),
+        sources=("https://pytorch.org/docs/stable/tensor_attributes.html",),
     ),
     Entry(
         slug="inplace_autograd",
@@ -212,7 +211,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Look for in-place operations on the tensor named in the message (its grad_fn tells which "
         "op produced it) and make them out-of-place.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
     Entry(
         slug="leaf_inplace",
@@ -236,7 +235,7 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("Initialise with the nn.init helpers", "nn.init.zeros_(layer.bias)"),
         ),
         first_step="Wrap the in-place update of the parameter in `with torch.no_grad():`.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
     Entry(
         slug="backward_twice",
@@ -259,7 +258,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Find the tensor carried from one iteration to the next (a hidden state, a running total) "
         "and .detach() it; add retain_graph=True only if two backward passes are intended.",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/generated/torch.autograd.backward.html",),
     ),
     Entry(
         slug="no_grad_fn",
@@ -286,6 +285,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print loss.requires_grad and loss.grad_fn, then walk back to where they become False/None "
         "(a no_grad block, a detach, or frozen parameters).",
-        sources=(SEED_RECIPES,),
+        sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
     ),
 )

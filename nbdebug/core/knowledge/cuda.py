@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import SIZE, Entry
-from nbdebug.core.knowledge._sources import SEED_DIST, SEED_GPU, SEED_RECIPES, SEED_TRAINING, SEED_TROUBLE
 
 __all__ = ["ENTRIES"]
 
@@ -32,7 +31,7 @@ ENTRIES: tuple[Entry, ...] = (
             # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
             r"cuda runtime error ?\(2\)",
             r"cudaErrorMemoryAllocation",
-            r"THCudaCheck FAIL .*error=2 ?: ?out of memory",
+            r"THCudaCheck FAIL [^\n]{0,500}?error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
         ),
         exception_types=("OutOfMemoryError",),
@@ -81,8 +80,7 @@ ENTRIES: tuple[Entry, ...] = (
         extra={"wrapped_lines": "yes"},  # the long OOM message is often wrapped by terminals and issue trackers
         first_step="Halve the batch size; if it still fails on a later step rather than the first, look for "
         "tensors kept alive across iterations (a memory snapshot shows who holds the memory).",
-        sources=(SEED_GPU, SEED_TROUBLE, SEED_RECIPES, "https://github.com/pytorch/pytorch/pull/13751",
-                 "https://github.com/pytorch/pytorch/issues/16417"),
+        sources=("https://github.com/pytorch/pytorch/pull/13751", "https://github.com/pytorch/pytorch/issues/16417"),
     ),
     Entry(
         slug="device_side_assert",
@@ -101,11 +99,15 @@ ENTRIES: tuple[Entry, ...] = (
             # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)
             r"(?:cuda runtime error|CUDA error) ?\((?:59|710)\)",
             r"cudaErrorAssert",
-            r"\.cu:\d+: .*Assertion [`'].*[`'] failed",
+            # linear on any line: the text before "Assertion" cannot hold another ".cu:", and the assertion
+            # runs to the first closing quote (glibc quotes `like this', CUDA `like this`)
+            r"\.cu:\d+: (?:[^\n.]|\.(?!cu:))*?Assertion (?:`[^`'\n]*[`']|'[^'\n]*') failed",
         ),
         priority=95,
         facts=(
-            (r"(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:]+?)(?:\([^\n]*\))?(?: \[with[^\]]*\])?: "
+            # (?<![\w/]): a path is only tried from its first character, so a long run is scanned once
+            (r"(?<![\w/])(?P<kernel_file>[\w/]+\.cu):\d+: (?P<kernel>[^\n:(\[]+?)"
+             r"(?:\((?:[^\n()]|\([^\n()]*\))*\))?(?: \[with[^\[\]\n]*\])?: "
              r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion [`'](?P<assertion>[^`'\n]+)[`'] failed",
              {"kernel_file": "basename", "kernel": "str", "assertion": "str"}),
         ),
@@ -126,7 +128,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart the kernel, then run one batch on CPU (or with CUDA_LAUNCH_BLOCKING=1): the CPU "
         "error names the bad index or label directly.",
-        sources=(SEED_GPU, "https://github.com/milesial/Pytorch-UNet/issues/258"),
+        sources=("https://github.com/milesial/Pytorch-UNet/issues/258",),
     ),
     Entry(
         slug="illegal_memory_access",
@@ -162,7 +164,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart, then re-run with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults; if it is a "
         "custom extension, run it under compute-sanitizer.",
-        sources=(SEED_GPU, "https://github.com/zai-org/CodeGeeX/issues/160"),
+        sources=("https://github.com/zai-org/CodeGeeX/issues/160",),
     ),
     Entry(
         slug="cublas_error",
@@ -186,7 +188,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with CUDA_LAUNCH_BLOCKING=1 (or the batch on CPU): cuBLAS errors are often a "
         "different error reported late.",
-        sources=(SEED_GPU, "https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193"),
+        sources=("https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193",),
     ),
     Entry(
         slug="cudnn_error",
@@ -211,7 +213,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with a smaller batch and torch.backends.cudnn.benchmark = False; if it persists, "
         "check that the PyTorch build matches the installed driver.",
-        sources=(SEED_GPU, "https://github.com/yassouali/pytorch-segmentation/issues/77"),
+        sources=("https://github.com/yassouali/pytorch-segmentation/issues/77",),
     ),
     Entry(
         slug="invalid_device_ordinal",
@@ -240,7 +242,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print torch.cuda.device_count() and CUDA_VISIBLE_DEVICES next to the index you request; "
         "the index must be smaller than the count.",
-        sources=(SEED_DIST, "https://github.com/microsoft/SimXNS/issues/2"),
+        sources=("https://github.com/microsoft/SimXNS/issues/2",),
     ),
     Entry(
         slug="device_mismatch",
@@ -303,7 +305,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print the .device of the inputs and of next(model.parameters()) right before the failing "
         "line; move the odd one.",
-        sources=(SEED_GPU, "https://github.com/nunchux-ai/nunchaku/issues/805"),
+        sources=("https://github.com/nunchux-ai/nunchaku/issues/805",),
     ),
     Entry(
         slug="version_mismatch",
@@ -335,19 +337,22 @@ ENTRIES: tuple[Entry, ...] = (
             r"Torch not compiled with CUDA enabled",
             r"compiled with different CUDA (?:major )?versions",
             r"operator torchvision::\w+ does not exist",
-            r"\.so[^\n]*: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
+            r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
             r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
-            r"lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)\.so[\w.]*: cannot open shared object file",
+            r"(?<!\w)lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)"
+            r"\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
             r"Couldn't load custom C\+\+ ops",
             r"\bNumpy is not available\b",
         ),
         priority=92,
         facts=(
-            (r"(?P<gpu>[\w .-]+?) with CUDA capability (?P<arch>sm_\d+) is not compatible", {"gpu": "str", "arch": "str"}),
+            # the GPU's name is tried only from the start of a run of name characters: linear on long lines
+            (r"(?<![\w .-])(?P<gpu>[\w .-]+?) with CUDA capability (?P<arch>sm_\d+) is not compatible",
+             {"gpu": "str", "arch": "str"}),
             (r"The current PyTorch install supports CUDA capabilities (?P<supported>[\w ]+?)\.?(?:\n|$| If)", {"supported": "str"}),
             (r"found version (?P<driver_version>\d+)", {"driver_version": "int"}),
         ),
@@ -364,6 +369,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare torch.__version__, torch.version.cuda and torch.cuda.get_arch_list() with nvidia-smi's "
         "driver/CUDA version and GPU, then install the matching wheel.",
-        sources=(SEED_TRAINING, "https://github.com/pytorch/pytorch/issues/45028"),
+        sources=("https://github.com/pytorch/pytorch/issues/45028",),
     ),
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_GPU, SEED_RECIPES, SEED_TROUBLE
 
 __all__ = ["ENTRIES"]
 
@@ -46,7 +45,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print y.min(), y.max() and the number of classes (logits.shape[1] or num_embeddings): "
         "every label must be in [0, C).",
-        sources=(SEED_GPU, SEED_RECIPES),
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",),
     ),
     Entry(
         slug="nan_loss",
@@ -65,7 +64,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"\bNaN (?:or Inf )?(?:loss|found in (?:the )?loss)",
             r"Detected (?:NaN|nan|inf|Inf) (?:in|values in) (?:the )?(?:loss|gradients?)",
             r"Loss became infinite or NaN",
-            r"to satisfy the constraint \w+\([^\n]*?\), but found invalid values",
+            r"to satisfy the constraint \w+\((?:[^\n()]|\([^\n()]*\))*\), but found invalid values",
             r"Minimum loss scale reached",
             r"NaN or Inf found in input tensor",
             r"reducing loss scale to (?:0(?:\.0)?\b|\d(?:\.\d+)?e-\d{2,})",
@@ -91,7 +90,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Check the batch for NaN/Inf, then look at the named backward function's forward op "
         "(e.g. LogBackward0 -> a log of 0) and add an epsilon or a stable form.",
-        sources=(SEED_RECIPES, SEED_GPU, SEED_TROUBLE),
+        sources=("https://pytorch.org/docs/stable/autograd.html",),
     ),
     Entry(
         slug="dataloader_worker",
@@ -120,7 +119,7 @@ ENTRIES: tuple[Entry, ...] = (
         # message text: ``raise batch.exc_type(batch.exc_msg)`` / ``X: Traceback ... in _worker_loop``
         frames=(
             r"^[ \t]*raise batch\.exc_type\(batch\.exc_msg\)",
-            r"^[ \t]*File \"[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\][^\"\n]*\", line \d+, in _worker_loop\b",
+            r"^[ \t]*File \"(?=[^\"\n]*[/\\]torch[/\\]utils[/\\]data[/\\])[^\"\n]*\", line \d+, in _worker_loop\b",
         ),
         priority=40,
         wrapper=True,
@@ -143,6 +142,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Set num_workers=0 and run the loop again: the error then happens in your process with a "
         "normal traceback into __getitem__.",
-        sources=(SEED_TROUBLE, "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"),
+        sources=("https://pytorch.org/docs/stable/data.html#multi-process-data-loading",),
     ),
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_TROUBLE
 
 __all__ = ["ENTRIES"]
 
@@ -43,7 +42,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare the listed shapes with your model's constructor arguments; rebuild the model with the "
         "checkpoint's configuration, or drop the classifier head when fine-tuning.",
-        sources=(SEED_TROUBLE,),
+        sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",),
     ),
     Entry(
         slug="state_dict_keys",
@@ -74,7 +73,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Compare the first missing and the first unexpected key: if they differ only by a prefix, "
         "strip it (one line, shown in the fixes).",
-        sources=(SEED_TROUBLE,),
+        sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",),
     ),
     Entry(
         slug="deserialize_cuda",
@@ -101,7 +100,7 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("Then move the model where you want it", "model.load_state_dict(sd)\nmodel.to(device)"),
         ),
         first_step="Pass map_location='cpu' to torch.load.",
-        sources=(SEED_TROUBLE,),
+        sources=("https://pytorch.org/docs/stable/generated/torch.load.html",),
     ),
     Entry(
         slug="weights_only_unpickling",
@@ -134,6 +133,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="If the file is yours, allowlist the named class with torch.serialization.add_safe_globals; "
         "use weights_only=False only for files you fully trust.",
-        sources=(SEED_TROUBLE, "https://pytorch.org/docs/stable/generated/torch.load.html"),
+        sources=("https://pytorch.org/docs/stable/generated/torch.load.html",),
     ),
 )
