@@ -55,6 +55,9 @@ ERRORS = [
     ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
      "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use", "cause",
      "address_in_use", None),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 "
+     "GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.07 GiB memory in use.",
+     "cause", "cuda_oom", None),
     ("ValueError: corrupt sample in shard 1 at step 2", "cause", None, None),
 ]
 

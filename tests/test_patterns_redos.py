@@ -281,27 +281,7 @@ def _slowest(compiled: re.Pattern[str], pattern: str, top: int = 3) -> tuple[flo
 # Quadratic patterns in modules owned elsewhere, by their exact text, with the linear rewrite to apply there
 # (checked with this test and the corpora).  Once a pattern is rewritten its old text no longer occurs and the
 # new one is checked like every other; an entry left here after that is reported by the test below.
-PENDING_REWRITES = {
-    r"(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined":
-        r"(?<!\d)(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined",
-    r"rank\s*: (?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*: (?P<exitcode>-?\d+)":
-        r"rank\s*: (?P<rank>\d+) \(local_rank: \d+\)[^\S\n]*\n\s*exitcode\s*: (?P<exitcode>-?\d+)",
-    r"torch_xla\.\w+[\w.]*Error":
-        r"(?<![\w.])torch_xla\.\w[\w.]*Error",
-    r"elastic[^\n]*failed \(exitcode: -?\d+\) local_rank: \d+":
-        r"elastic(?:(?!elastic)[^\n])*failed \(exitcode: -?\d+\) local_rank: \d+",
-    r"(?:port: |:)(?P<port>\d{2,5})\b(?=[^\n]*(?:errno: 98|EADDRINUSE|useIpv6))":
-        r"(?:port: |:)(?P<port>\d{2,5})\b(?=(?:[^\n:]|:(?! ?\d))*(?:errno: 98|EADDRINUSE|useIpv6))",
-    # (the body of a path or of WorkNCCL(...) never crosses the start of another one)
-    r"WorkNCCL\([^)]*\) ran for \d+ milliseconds before timing out":
-        r"WorkNCCL\((?:[^)W]|W(?!orkNCCL\())*\) ran for \d+ milliseconds before timing out",
-    r"torch_xla/csrc/[\w/.]+:\d+ : Check failed":
-        r"torch_xla/csrc/(?:(?!torch_xla/csrc/)[\w/.])+:\d+ : Check failed",
-    r"tensorflow/compiler/xla/[\w/.]+\.(?:cc|h):\d+(?:\\?\]| :)":
-        r"tensorflow/compiler/xla/(?:(?!tensorflow/compiler/xla/)[\w/.])+\.(?:cc|h):\d+(?:\\?\]| :)",
-    r"xla_client/[\w/.]+:\d+\]":
-        r"xla_client/(?:(?!xla_client/)[\w/.])+:\d+\]",
-}
+PENDING_REWRITES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(("where", "pattern"), ALL, ids=[f"{w}[{i}]" for i, (w, _) in enumerate(ALL)])

@@ -86,6 +86,9 @@ class Entry:
     def __post_init__(self) -> None:
         if not isinstance(self.severity, Severity):
             object.__setattr__(self, "severity", Severity.parse(self.severity))
+        for name in ("fixes", "sources", "causes", "patterns", "contexts", "keywords", "exception_types", "frames"):
+            if isinstance(getattr(self, name), str):  # ("x") is a string, not a tuple: a missing comma
+                raise TypeError(f"entry {self.slug!r}: {name} is a string; expected a tuple (a missing comma?)")
         unknown = set(self.contexts) - CONTEXTS
         if unknown:
             raise ValueError(f"entry {self.slug!r}: unknown contexts {sorted(unknown)}; expected some of {sorted(CONTEXTS)}")

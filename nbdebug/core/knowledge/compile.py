@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
-from nbdebug.core.knowledge._sources import SEED_TROUBLE
 
 __all__ = ["ENTRIES"]
 
@@ -76,7 +75,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Run once with TORCH_LOGS=recompiles,graph_breaks to see what changes between calls or "
         "what cannot be traced.",
-        sources=(SEED_TROUBLE, "https://github.com/pytorch/pytorch/issues/114511"),
+        sources=("https://github.com/pytorch/pytorch/issues/114511",),
     ),
 )
 
@@ -142,7 +141,7 @@ ENTRIES += (
         title="print()",
         severity=Severity.WARNING,
         contexts=("graph_break",),
-        patterns=(r"\bprint\b|builtin.*print",),
+        patterns=(r"\bprint\b|builtin(?:(?!builtin)[^\n])*print",),
         fixes=(Fix("Move print() out of the compiled function: log the returned tensors after the call"),),
         sources=(_TROUBLESHOOTING,),
     ),
@@ -151,7 +150,7 @@ ENTRIES += (
         title="data-dependent control flow",
         severity=Severity.WARNING,
         contexts=("graph_break",),
-        patterns=(r"[Dd]ata-dependent|generic_jump|jump.*[Tt]ensor|branch",),
+        patterns=(r"[Dd]ata-dependent|generic_jump|jump(?:(?!jump)[^\n])*[Tt]ensor|branch",),
         fixes=(
             Fix("Replace `if tensor:` with torch.cond or torch.where",
                 "y = torch.cond(pred, true_fn, false_fn, (x,))\n# or: y = torch.where(pred, a, b)"),

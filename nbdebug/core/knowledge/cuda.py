@@ -15,6 +15,8 @@ _CUDA_SYNC_FIX = Fix(
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="cuda_oom",
+        contexts=("explain", "rank_failure"),
+        role="cause",
         title="CUDA out of memory",
         summary=(
             "The GPU ran out of memory[[ while allocating {tried_to_allocate:bytes}]][[ on GPU {device}]]."

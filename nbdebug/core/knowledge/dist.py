@@ -28,7 +28,7 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("watchdog", "timed out", "timeout", "timing out"),
         patterns=(
             r"Watchdog caught collective operation timeout",
-            r"WorkNCCL\([^)]*\) ran for \d+ milliseconds before timing out",
+            r"WorkNCCL\((?:[^)W]|W(?!orkNCCL\())*\) ran for \d+ milliseconds before timing out",
             r"NCCL (?:communicator )?(?:operation )?(?:timed out|timeout)",
             r"collective operation timeout",
             r"Timeout at NCCL work: \d+",
@@ -123,7 +123,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         priority=55,
         facts=(
-            (r"(?:port: |:)(?P<port>\d{2,5})\b(?=[^\n]*(?:errno: 98|EADDRINUSE|useIpv6))", {"port": "int"}),
+            (r"(?:port: |:)(?P<port>\d{2,5})\b(?=(?:[^\n:]|:(?! ?\d))*(?:errno: 98|EADDRINUSE|useIpv6))", {"port": "int"}),
         ),
         causes=(
             "A previous run (or a notebook kernel) is still alive and holds the port (MASTER_PORT, default 29500).",
@@ -162,7 +162,7 @@ ENTRIES: tuple[Entry, ...] = (
             (r"\(world_size=(?P<world_size>\d+), worker_count=(?P<worker_count>\d+)", {"world_size": "int", "worker_count": "int"}),
             (r"world size \((?P<worker_count>\d+)\) is not equal to the expected \((?P<world_size>\d+)\)",
              {"world_size": "int", "worker_count": "int"}),
-            (r"(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined", {"world_size": "int", "worker_count": "int"}),
+            (r"(?<!\d)(?P<worker_count>\d+)/(?P<world_size>\d+) clients joined", {"world_size": "int", "worker_count": "int"}),
         ),
         causes=(
             "The launcher started a different number of processes than WORLD_SIZE / --nnodes x --nproc_per_node says.",
@@ -191,7 +191,7 @@ ENTRIES: tuple[Entry, ...] = (
                   "processexitedexception", "local_rank"),
         patterns=(
             r"(?i:ChildFailedError)",
-            r"elastic[^\n]*failed \(exitcode: -?\d+\) local_rank: \d+",
+            r"elastic(?:(?!elastic)[^\n])*failed \(exitcode: -?\d+\) local_rank: \d+",
             r"Root Cause \(first observed failure\)",
             r"Process \d+ terminated with (?:the following error|signal|exit code)",
             r"ProcessExitedException",
@@ -202,7 +202,7 @@ ENTRIES: tuple[Entry, ...] = (
         wrapper=True,
         facts=(
             (r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+)", {"exitcode": "int", "local_rank": "int"}),
-            (r"rank\s*: (?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*: (?P<exitcode>-?\d+)", {"rank": "int", "exitcode": "int"}),
+            (r"rank\s*: (?P<rank>\d+) \(local_rank: \d+\)[^\S\n]*\n\s*exitcode\s*: (?P<exitcode>-?\d+)", {"rank": "int", "exitcode": "int"}),
             (r"Signal (?P<signal>\d+) \((?P<signal_name>SIG\w+)\) received", {"signal": "int", "signal_name": "str"}),
         ),
         causes=(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
-from nbdebug.core.knowledge._sources import SEED_GPU
 
 __all__ = ["ENTRIES", "THRESHOLDS"]
 
@@ -16,14 +15,14 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
             r"Exception in device=TPU:\d+",
-            r"torch_xla/csrc/[\w/.]+:\d+ : Check failed",
+            r"torch_xla/csrc/(?:(?!torch_xla/csrc/)[\w/.])+:\d+ : Check failed",
             r"XRTCompile",
-            r"tensorflow/compiler/xla/[\w/.]+\.(?:cc|h):\d+(?:\\?\]| :)",
-            r"xla_client/[\w/.]+:\d+\]",
+            r"tensorflow/compiler/xla/(?:(?!tensorflow/compiler/xla/)[\w/.])+\.(?:cc|h):\d+(?:\\?\]| :)",
+            r"xla_client/(?:(?!xla_client/)[\w/.])+:\d+\]",
             r"\btorch_xla::(?:runtime|bridge|XLAGraphExecutor|tensor_methods)::\w+",
             r"Input tensor is not an XLA tensor",
             r"No matching devices found for '/job:\w*tpu",
-            r"torch_xla\.\w+[\w.]*Error",
+            r"(?<![\w.])torch_xla\.\w[\w.]*Error",
             r"XlaRuntimeError",
             r"Computation requires more parameters \(\d+\) than supported",
             r"Ran out of memory in memory space hbm",
@@ -53,7 +52,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Read the status line (Invalid argument / Resource exhausted / ...) and check the metrics "
         "report: many compilations mean dynamic shapes.",
-        sources=(SEED_GPU, "https://github.com/pytorch/xla/issues/1963"),
+        sources=("https://github.com/pytorch/xla/issues/1963",),
     ),
 )
 
