@@ -62,7 +62,11 @@ def test_status_and_switches(ip):
 
 def test_bad_switch_is_a_usage_error(ip):
     with pytest.raises(UsageError, match="expected 'on' or 'off', got 'maybe'"):
+        ip.run_line_magic("nbdebug", "oom maybe")
+    with pytest.raises(UsageError, match="expected 'on', 'off' or 'all', got 'maybe'"):
         ip.run_line_magic("nbdebug", "explain maybe")
+    with pytest.raises(UsageError, match="expected 'short' or 'full', got 'maybe'"):
+        ip.run_line_magic("nbdebug", "traceback maybe")
     with pytest.raises(UsageError, match="unknown feature 'frobnicate'"):
         ip.run_line_magic("nbdebug", "frobnicate on")
     # through run_cell a UsageError is one line, no traceback

@@ -59,13 +59,43 @@ class Explainer:
         self.state = state
         self.enabled = False
         self.show_unknown = False
+        # (exception, diagnosis, full traceback text) made by the short-traceback handler for this cell's error
+        self.pending: tuple[BaseException, Any, str] | None = None
+
+    def diagnose(self, exc: BaseException) -> Any:
+        """The diagnosis of ``exc`` (cached, so the short traceback and the panel share one)."""
+        if self.pending is not None and self.pending[0] is exc:
+            return self.pending[1]
+        diagnosis = diagnose_exception(self.state, exc)
+        self.pending = (exc, diagnosis, "")
+        return diagnosis
+
+    def shows(self, diagnosis: Any) -> bool:
+        """Whether a panel will be shown for ``diagnosis``."""
+        return self.enabled and (diagnosis.known or self.show_unknown)
+
+    def keep_full_traceback(self, exc: BaseException, text: str) -> None:
+        """The short traceback folded frames of ``exc``: the panel carries the full one."""
+        if self.pending is not None and self.pending[0] is exc:
+            self.pending = (exc, self.pending[1], text)
 
     def __call__(self, result: Any) -> None:
         exc = getattr(result, "error_in_exec", None)
+        pending, self.pending = self.pending, None
         if not self.enabled or exc is None or isinstance(exc, _SKIP):
             return
         try:
-            diagnosis = diagnose_exception(self.state, exc)
+            if pending is not None and pending[0] is exc:
+                diagnosis = pending[1]
+                if pending[2]:
+                    from nbdebug.core.fixes._diagnosis import Section
+
+                    full = Section(title="Full traceback", preformatted=pending[2],
+                                   notes=("Library frames were folded above (%nbdebug traceback full shows them "
+                                          "in place).",))
+                    diagnosis = dataclasses.replace(diagnosis, sections=(*diagnosis.sections, full))
+            else:
+                diagnosis = diagnose_exception(self.state, exc)
             if not diagnosis.known and not self.show_unknown:
                 return
             from IPython.display import display

@@ -34,6 +34,8 @@ class CoreMagics(Magics):
             %nbdebug explain off     # stop showing a diagnosis under errors
             %nbdebug explain on
             %nbdebug explain all     # also say so when an error is not recognised
+            %nbdebug traceback full  # IPython's whole traceback (default: short, library frames folded)
+            %nbdebug traceback short
 
         Returns the status object (also after a switch).
         """
@@ -45,16 +47,24 @@ class CoreMagics(Magics):
             if feature is None:
                 raise UsageError(f"%nbdebug: unknown feature {args.feature!r}; expected one of: {', '.join(features)}")
             word = (args.switch or "").lower()
+            if args.feature == "traceback":
+                word = {"short": "on", "full": "off"}.get(word, word)
             if args.feature == "explain" and word in ("all", *_SWITCH_WORDS):
                 explainer.show_unknown = word == "all"
                 word = "on" if word == "all" else word
             if word not in _SWITCH_WORDS:
-                expected = "'on', 'off' or 'all'" if args.feature == "explain" else "'on' or 'off'"
+                expected = {"explain": "'on', 'off' or 'all'", "traceback": "'short' or 'full'"}.get(
+                    args.feature, "'on' or 'off'")
                 raise UsageError(f"%nbdebug {args.feature}: expected {expected}, got {args.switch!r}")
-            feature.set(_SWITCH_WORDS[word])
+            try:
+                feature.set(_SWITCH_WORDS[word])
+            except RuntimeError as e:
+                raise UsageError(f"%nbdebug {args.feature}: {e}") from e
         from nbdebug.core._status import collect_status
 
         modes = {"explain": "all"} if explainer.show_unknown else {}
+        if "traceback" in features:
+            modes["traceback"] = "short" if features["traceback"].on else "full"
         return collect_status(tuple((f.name, f.on, f.description) for f in features.values()), modes)
 
     @line_cell_magic
@@ -97,3 +107,15 @@ def register(state: ExtensionState) -> None:
         explainer.enabled = False
 
     state.add_feature(Feature("explain", "diagnosis panel under every error", enable, disable), on=True)
+
+    from nbdebug.ipython._traceback import ShortTracebacks
+
+    short = ShortTracebacks(state.shell, explainer.diagnose, explainer.shows, explainer.keep_full_traceback)
+    state.short_tracebacks = short  # type: ignore[attr-defined]
+    feature = Feature("traceback", "short tracebacks: your frames in full, library frames folded, the diagnosis "
+                      "first (the full traceback is in the panel)", short.enable, short.disable)
+    state.add_feature(feature)
+    try:
+        feature.set(True)
+    except RuntimeError:  # another extension's custom exception handler: leave it in charge
+        pass

@@ -100,10 +100,12 @@ def fold_library_frames(stb: list[str], *, headline: str = "", keep_innermost: b
 class ShortTracebacks:
     """The custom exception handler behind ``%nbdebug traceback short``."""
 
-    def __init__(self, shell: Any, diagnose: Callable[[BaseException], Any], wanted: Callable[[Any], bool]) -> None:
+    def __init__(self, shell: Any, diagnose: Callable[[BaseException], Any], wanted: Callable[[Any], bool],
+                 keep_full: Callable[[BaseException, str], None]) -> None:
         self.shell = shell
         self.diagnose = diagnose  # exception -> Diagnosis (cached for the panel)
         self.wanted = wanted  # Diagnosis -> will a panel be shown for it?
+        self.keep_full = keep_full  # (exception, full traceback text): the panel shows it one click away
         self.on = False
         self._previous: tuple[tuple[type, ...], Any] | None = None
         self.folded = 0  # tracebacks shortened so far (for tests and %nbdebug status)
@@ -158,5 +160,6 @@ class ShortTracebacks:
         short = fold_library_frames(stb, headline=headline)
         if len(short) >= len(stb) + 1:  # nothing folded: the headline alone is not worth a different traceback
             return [headline, *stb]
+        self.keep_full(value, _ANSI.sub("", shell.InteractiveTB.stb2text(stb)))
         self.folded += 1
         return short

@@ -33,6 +33,8 @@ def section_text(s: Section) -> str:
         out.append(f"  fix {i}. {fix.title}")
         out += [f"       {line}" for line in fix.code.splitlines()]
     out += [f"  note: {n}" for n in s.notes]
+    if s.preformatted:
+        out.append(s.preformatted)
     return "\n".join(out)
 
 
@@ -47,6 +49,8 @@ def section_html(s: Section) -> str:
         parts.append("<ol>" + "".join(
             f"<li>{esc(f.title)}{code_block(f.code) if f.code else ''}</li>" for f in s.fixes) + "</ol>")
     parts += [f'<div class="nbd-muted">{esc(n)}</div>' for n in s.notes]
+    if s.preformatted:
+        parts.append(code_block(s.preformatted))
     return "".join(parts)
 
 

@@ -25,7 +25,7 @@ class Section:
     """An extra block added to a diagnosis by another part of nbdebug (e.g. the memory snapshot at an OOM).
 
     Data only; the renderer lays it out: ``text`` (a paragraph), ``facts`` (key/value rows), a table
-    (``header`` and ``rows``), ``fixes`` and ``notes``, in that order.
+    (``header`` and ``rows``), ``fixes``, ``notes`` and ``preformatted`` text (a traceback), in that order.
     """
 
     title: str
@@ -35,6 +35,7 @@ class Section:
     rows: tuple[tuple[Any, ...], ...] = ()
     fixes: tuple[Fix, ...] = ()
     notes: tuple[str, ...] = ()
+    preformatted: str = ""
 
 
 @dataclass(frozen=True, repr=False)
