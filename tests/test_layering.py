@@ -154,3 +154,14 @@ def test_the_checker_catches_a_violation(tmp_path):
     )
     targets = {t for t, _, _ in _imports("nbdebug.core.x", fake)}
     assert "nbdebug.render._html" in targets and "nbdebug.ipython._cell" in targets
+
+
+def test_the_display_registry_imports_nothing_heavy():
+    # showing a result (a diagnosis under an error) must not pull torch, pandas or matplotlib in
+    import subprocess
+    import sys
+
+    code = ("import sys, nbdebug.render\n"
+            "print([m for m in ('torch', 'pandas', 'matplotlib', 'ipywidgets', 'torch_xla') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdebug.core._dynamics import describe_tensor
+from nbdebug.core._result import Result
 from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
@@ -44,13 +45,16 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
             yield from _tensors(o, depth + 1)
 
 
-@dataclass(frozen=True)
-class ReplayResult:
+@dataclass(frozen=True, repr=False)
+class ReplayResult(Result):
     """What replaying the failing step found: the first op with a non-finite output and where it was called."""
 
     op: str | None
     source: str | None
     anomaly: str | None
+
+    def _summary_line(self) -> str:
+        return self.op or "not reproduced"
 
     def describe(self) -> str:
         """One line: the op and its source line, and what detect_anomaly said."""

@@ -15,6 +15,7 @@ from nbdebug.core._findings import worst_severity
 from nbdebug.core._gradhistory import GradHistory
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import ReproReport
+from nbdebug.core.nan import ReplayResult
 from nbdebug.render._html import esc, kv_table, panel, table
 from nbdebug.render._registry import renders
 from nbdebug.render.findings import findings_html, findings_text
@@ -364,3 +365,17 @@ def plot_doctor(r: DoctorReport, ax: Any = None) -> Any:
         b.invert_yaxis()
         b.set_title("gradient flow (RMS gradient per layer)")
     return fig
+
+
+@renders(ReplayResult, "text")
+def replay_text(r: ReplayResult) -> str:
+    """What the replay of the failing step found, in one line."""
+    return r.describe()
+
+
+@renders(ReplayResult, "html")
+def replay_html(r: ReplayResult) -> str:
+    """The replay's finding as a small panel."""
+    rows = [(k, v) for k, v in (("op", r.op), ("source", r.source), ("detect_anomaly", r.anomaly)) if v]
+    body = kv_table(rows) if rows else f'<div class="nbd-muted">{esc(r.describe())}</div>'
+    return panel("NaN/Inf replay", body, kind="error" if r.op else "info")
