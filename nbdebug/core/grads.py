@@ -71,7 +71,7 @@ class GradMonitor:
     every : int
         Record every ``every``-th optimizer step (1: all of them).
     spike_threshold : float
-        Spike score (norm over its running mean) above which a norm is a spike; 50 after the seeds.
+        Spike score (norm over its running mean) above which a norm is a spike (50 by default).
     optimizer : torch.optim.Optimizer, optional
         Hook only this optimizer; by default every optimizer that steps any of the model's parameters.
     scaler : torch.amp.GradScaler, optional
