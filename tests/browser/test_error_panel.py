@@ -41,6 +41,17 @@ def test_shape_error_panel_in_jupyterlab(lab, page):
         }"""
     )
     assert 0 <= order[0] < order[1]
+    # right after the cell runs, with its code at the top of the window, the panel's headline is on screen:
+    # the traceback is short (library frames folded), not 1,400 px of nn.Module internals
+    page.locator(".jp-CodeCell").nth(1).locator(".jp-InputArea").scroll_into_view_if_needed()
+    page.evaluate("() => { const c = document.querySelectorAll('.jp-CodeCell')[1];"
+                  " c.closest('.jp-WindowedPanel-outer, .jp-Notebook').scrollTop = c.offsetTop; }")
+    page.wait_for_timeout(300)
+    top = page.evaluate("() => document.querySelector('details.nbd-diagnosis').getBoundingClientRect().top")
+    height = page.evaluate("() => window.innerHeight")
+    assert top < height - 100, f"the panel starts at {top:.0f}px, below the {height}px window"
+    tb = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").first.inner_text()
+    assert tb.startswith("nbdebug ▸ [shape_mismatch]") and "library frames folded" in tb
     panel.first.scroll_into_view_if_needed()
     DOCS.mkdir(exist_ok=True)
     page.screenshot(path=str(DOCS / "error_panel.png"), full_page=False)
