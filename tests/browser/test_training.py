@@ -61,3 +61,18 @@ def test_monitor_and_doctor_panels_render(lab, page):
     DOCS.mkdir(exist_ok=True)
     live.screenshot(path=str(DOCS / "training_monitor.png"))
     doctor.screenshot(path=str(DOCS / "training_doctor.png"))
+
+
+def test_live_panel_survives_save_and_reopen(lab, page):
+    # the classic failure of a widget: "Error displaying widget: model not found" once the notebook is reopened
+    run_notebook(lab, page, [SETUP, MONITOR], "training_reopen.ipynb", timeout_s=240)
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(1500)
+    page.goto(f"{lab.url}/lab/tree/training_reopen.ipynb?reset&token={lab.token}", wait_until="domcontentloaded")
+    live = page.locator(".nbd-gradmonitor-live").first
+    live.wait_for(state="visible", timeout=60_000)
+    text = live.inner_text()
+    assert "done" in text and "150" in text, text[:300]
+    outputs = str(page.locator(".jp-OutputArea-output").all_inner_texts())
+    assert "Error displaying widget" not in outputs and "model not found" not in outputs
+    assert "HTML(value=" not in outputs
