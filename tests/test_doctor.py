@@ -406,3 +406,25 @@ def test_reproducibility_helpers_reject_bad_input():
         check_reproducible(lambda: [1.0], runs=1)
     with pytest.raises(InvalidArgumentError, match="seed must be an int, got '0'"):
         set_reproducible("0")
+
+
+def test_doctor_leaves_the_callers_batch_alone_when_forward_writes_into_its_input():
+    import torch
+    from torch import nn
+
+    import nbdebug
+
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            x[:, 0] *= 1.5  # a forward that normalises its input in place
+            return self.fc(x)
+
+    torch.manual_seed(0)
+    x, y = torch.ones(8, 4), torch.randint(0, 3, (8,))
+    before = x.clone()
+    nbdebug.doctor(InPlace(), (x, y), nn.CrossEntropyLoss(), steps=5)
+    assert torch.equal(x, before)

@@ -42,10 +42,12 @@ def _call(model: Any, inputs: Any) -> Any:
 
 
 def _to(obj: Any, device: Any) -> Any:
+    """A copy of ``obj``'s tensors on ``device`` (always a copy: a forward that writes into its input must not
+    change the caller's batch)."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        return obj.detach().to(device, copy=True) if device is not None else obj.detach().clone()
     if isinstance(obj, (tuple, list)):
         return type(obj)(_to(o, device) for o in obj)
     if isinstance(obj, dict):
@@ -183,8 +185,8 @@ class _Doctor:
             self.device = p.device
         except StopIteration:
             self.device = None
-        self.inputs = _to(batch[0], self.device) if self.device is not None else batch[0]
-        self.targets = _to(batch[1], self.device) if self.device is not None else batch[1]
+        self.inputs = _to(batch[0], self.device)
+        self.targets = _to(batch[1], self.device)
         self.loss_name = _loss_name(loss_fn)
         self.task = "regression"
         self.num_classes: int | None = kw["num_classes"]
