@@ -487,3 +487,24 @@ def test_long_curves_are_downsampled_in_svg_but_keep_nonfinite_marks():
     points = svg.split('points="')[1].split('"')[0].split()
     assert 400 <= len(points) <= 1100
     assert 'stroke="#cf222e"' in svg  # the NaN is still marked
+
+
+def test_sparse_gradients_are_measured_by_their_values():
+    import torch
+    from torch import nn
+
+    from nbdebug.core.grads import GradMonitor
+
+    norms = {}
+    for sparse in (True, False):
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 4, sparse=sparse)
+        opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+        with GradMonitor(emb) as mon:
+            for _ in range(3):
+                loss = (emb(torch.tensor([1, 2, 2])) ** 2).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()  # raised NotImplementedError ('linalg_vector_norm' on SparseCPU) before
+        norms[sparse] = mon.history.global_norms
+    assert len(norms[True]) == 3 and np.allclose(norms[True], norms[False], rtol=1e-5)

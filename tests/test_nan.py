@@ -451,3 +451,20 @@ def test_sentinel_keeps_no_activation_alive():
         gc.collect()
         assert ref() is None
         s.step()
+
+
+def test_sparse_gradients_do_not_break_the_optimizer_step():
+    import torch
+    from torch import nn
+
+    import nbdebug
+
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    with nbdebug.nan_sentinel(emb):
+        for _ in range(3):
+            loss = emb(torch.tensor([1, 2])).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()  # raised NotImplementedError before
+    assert torch.isfinite(emb.weight).all()

@@ -318,6 +318,8 @@ class GradMonitor:
             if g is None:
                 missing.append(i)
                 grads.append(zero)
+            elif g.layout is not torch.strided:  # sparse gradients (Embedding(sparse=True)): the norm of the values
+                grads.append(g.coalesce().values() if g.layout is torch.sparse_coo else g.values())
             else:
                 grads.append(g)
         if len(self._devices) == 1:

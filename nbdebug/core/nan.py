@@ -409,7 +409,10 @@ class NanSentinel:
             if p.grad is not None:
                 by_dev.setdefault(p.grad.device, []).append((self._param_owner[id(p)], p.grad))
         for items in by_dev.values():
-            norms = torch._foreach_norm([g for _, g in items])
+            # a sparse gradient (Embedding(sparse=True)) is checked through its values: no norm kernel takes it
+            dense = [g if g.layout is torch.strided else (g.coalesce().values() if g.layout is torch.sparse_coo
+                                                         else g.values()) for _, g in items]
+            norms = torch._foreach_norm(dense)
             for (idx, g), n in zip(items, norms):
                 self._flags.append(n)
                 self._where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
