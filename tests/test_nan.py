@@ -468,3 +468,24 @@ def test_sparse_gradients_do_not_break_the_optimizer_step():
             loss.backward()
             opt.step()  # raised NotImplementedError before
     assert torch.isfinite(emb.weight).all()
+
+
+def test_no_hook_is_left_on_an_output_the_user_keeps():
+    import torch
+    from torch import nn
+
+    import nbdebug
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+    with nbdebug.nan_sentinel(model):
+        for _ in range(2):
+            out = model(torch.randn(3, 4))
+            kept.append(out)
+            opt.zero_grad()
+            out.sum().backward()
+            opt.step()
+        last = model(torch.randn(3, 4))  # a forward whose step never ends inside the block
+        kept.append(last)
+    assert all(not t._backward_hooks for t in kept), [len(t._backward_hooks or {}) for t in kept]

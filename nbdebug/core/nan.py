@@ -221,6 +221,11 @@ class NanSentinel:
         self._reset()
 
     def _reset(self) -> None:
+        # the hooks on this step's activations have done their work: take them off, so that a tensor the user
+        # keeps (an output stored for later) carries no hook of ours
+        for h in getattr(self, "_tensor_handles", ()):
+            h.remove()
+        self._tensor_handles: list[Any] = []
         # one entry per checked tensor, in the order they were produced: flag (device scalar) and where
         self._flags: list[Any] = []
         # (kind, module index, tensor or weakref, shape, dtype); kind: data/forward/input/output/parameter
@@ -275,6 +280,9 @@ class NanSentinel:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        for h in self._tensor_handles:
+            h.remove()
+        self._tensor_handles.clear()
         self._active = False
 
     # -- hooks ---------------------------------------------------------------------------------------------
@@ -339,7 +347,7 @@ class NanSentinel:
         consumers: list[int] = []
         meta = {"model_output": False}
         self._seen[id(t)] = (t, producer, consumers, meta)
-        t.register_hook(self._make_tensor_hook(producer, consumers, meta, t.shape, t.dtype))
+        self._tensor_handles.append(t.register_hook(self._make_tensor_hook(producer, consumers, meta, t.shape, t.dtype)))
 
     def _make_tensor_hook(self, producer: int, consumers: list[int], meta: dict[str, bool], shape: Any,
                           dtype: Any) -> Any:
