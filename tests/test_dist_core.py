@@ -500,3 +500,15 @@ def test_facade_is_exactly_core_dist():
     assert facade.__all__ == core.__all__
     assert all(getattr(facade, n) is getattr(core, n) for n in core.__all__)
     assert "Parameters" in core.run.__doc__ and "Parameters" in core.run_script.__doc__
+
+
+@pytest.mark.parametrize("source", [b"print(1)", None, "print('\ud800')"])
+def test_a_bad_source_is_one_clear_error_and_leaves_no_folder(source, tmp_path, monkeypatch):
+    import tempfile
+
+    from nbdebug import dist
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(DistUsageError, match="source"):
+        dist.run(source, 2, timeout=10, echo=False)
+    assert not list(tmp_path.glob("nbdebug-dist-*"))

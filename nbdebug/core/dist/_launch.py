@@ -690,6 +690,7 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
     """
     from nbdebug.core.dist._ship import ship
 
+    _check_source(source)
     _check_sizes(nprocs, timeout)
     be = Backend.parse(backend)
     if isinstance(use, str):
@@ -698,9 +699,13 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
     shipment = ship(use or (), namespace if namespace is not None else _caller_globals())
     notes += shipment.notes
     run_dir = tempfile.mkdtemp(prefix="nbdebug-dist-")
-    source_path = os.path.join(run_dir, "cell.py")
-    with open(source_path, "w", encoding="utf-8") as fh:
-        fh.write(source)
+    try:
+        source_path = os.path.join(run_dir, "cell.py")
+        with open(source_path, "w", encoding="utf-8") as fh:
+            fh.write(source)
+    except BaseException:  # never leave a run folder behind
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if shipment.preamble:
         with open(os.path.join(run_dir, "preamble.py"), "w", encoding="utf-8") as fh:
             fh.write(shipment.preamble)
@@ -749,6 +754,17 @@ def run_script(path: str, nprocs: int, *, argv: Iterable[str] = (), timeout: flo
             "cwd": os.getcwd()}
     return _launch(spec, nprocs, timeout, env, default_echo if echo is True else (echo or None), flight_recorder,
                    detail, keep_files, run_dir, [])
+
+
+def _check_source(source: object) -> None:
+    """The cell's code: a str that can be written as UTF-8 (checked before anything is created)."""
+    if not isinstance(source, str):
+        raise DistUsageError(f"source={type(source).__name__} {source!r:.60}: expected the code to run, as a str")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DistUsageError(f"source has a character that cannot be written as UTF-8 at position {e.start} "
+                             f"({source[e.start]!r}, a lone surrogate?): expected text Python can save") from e
 
 
 def _check_sizes(nprocs: object, timeout: object) -> None:
