@@ -266,7 +266,8 @@ def test_port_already_taken_is_never_a_failure():
 
 
 def test_keyboard_interrupt_kills_every_rank_and_reports_where_they_were():
-    source = "import time\nprint('working', flush=True)\ntime.sleep(120)\n"
+    # one line: wherever the interrupt finds a rank (just printed, or asleep), it is on line 2
+    source = "import time\nprint('working', flush=True); time.sleep(120)\n"
 
     working = set()
 
@@ -276,11 +277,14 @@ def test_keyboard_interrupt_kills_every_rank_and_reports_where_they_were():
             if len(working) == 2:  # both ranks are busy: the user presses Ctrl-C (Jupyter: interrupt) once
                 raise KeyboardInterrupt
 
-    r = dist.run(source, 2, timeout=60, echo=echo)
+    with pytest.raises(KeyboardInterrupt) as stop:  # the interrupt goes on (Run All stops), carrying the run
+        dist.run(source, 2, timeout=60, echo=echo)
+    assert isinstance(stop.value, dist.RunInterrupted)
+    r = stop.value.run
     assert not r.ok
     assert any("interrupted" in n for n in r.notes)
     assert r.hang is not None and set(r.hang.stacks) == {0, 1}
-    assert [g.location for g in r.hang.groups] == ["<cell>:3 in <module>"], str(r.hang)
+    assert [g.location for g in r.hang.groups] == ["<cell>:2 in <module>"], str(r.hang)
     assert all(x.exitcode is not None for x in r.ranks)
 
 
@@ -376,3 +380,28 @@ def test_ranks_end_when_the_launcher_dies():
     assert not alive, f"ranks {alive} outlived their launcher"
     assert run_dirs_before == set(Path(tempfile.gettempdir()).glob("nbdebug-dist-*")), "run folder left behind"
 
+
+
+def test_torchrun_magic_shows_what_was_seen_then_stops_on_an_interrupt(ip, monkeypatch):
+    from IPython.utils.capture import capture_output
+
+    import nbdebug.core.dist as core_dist
+
+    real = core_dist.run
+    working = set()
+
+    def echo(rank, stream, line):
+        if line == "working":
+            working.add(rank)
+            if len(working) == 2:
+                raise KeyboardInterrupt  # the user presses "interrupt the kernel"
+
+    monkeypatch.setattr(core_dist, "run", lambda *a, **k: real(*a, **{**k, "echo": echo}))
+    with capture_output() as out:
+        result = ip.run_cell("%%torchrun -n 2 --timeout 60 -o interrupted_run\n"
+                             "import time\nprint('working', flush=True); time.sleep(120)\n")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)  # Run All stops here
+    run = ip.user_ns["interrupted_run"]
+    assert not run.ok and any("interrupted" in n for n in run.notes)
+    assert any("DistRun" in o.data.get("text/plain", "") or "rank" in o.data.get("text/plain", "")
+               for o in out.outputs)

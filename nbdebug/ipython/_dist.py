@@ -110,7 +110,7 @@ class DistMagics(Magics):
         if not cell.strip():
             raise UsageError("%%torchrun: the cell is empty; write the code every rank should run below the magic")
         _refuse_ipython_syntax(self.shell, cell)
-        from nbdebug.core.dist import run
+        from nbdebug.core.dist import RunInterrupted, run
         from nbdebug.errors import DistUsageError
 
         user_ns = self.shell.user_ns if self.shell is not None else {}
@@ -123,6 +123,13 @@ class DistMagics(Magics):
             )
         except DistUsageError as e:
             raise UsageError(f"%%torchrun: {e}") from e
+        except RunInterrupted as stop:  # the ranks are gone: show what was seen, then stop like any interrupt
+            if args.output:
+                user_ns[args.output] = stop.run
+            from IPython.display import display
+
+            display(stop.run)
+            raise
         if args.output:
             user_ns[args.output] = result
         return result

@@ -44,7 +44,7 @@ from nbdebug.core.dist._hang import (
     parse_pyspy,
     parse_traceback,
 )
-from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
+from nbdebug.core.dist._types import RunInterrupted, CheckRecord, DistRun, Hang, RankResult
 from nbdebug.core.fixes import Diagnosis, explain
 from nbdebug.core.knowledge import finding
 from nbdebug.errors import DistRunError, DistUsageError
@@ -636,7 +636,10 @@ def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[s
     finally:
         session.close()
         del store
-    return session.result(session.port)
+    result = session.result(session.port)
+    if session.interrupted:  # the ranks are gone; the user's interrupt goes on, carrying what was seen
+        raise RunInterrupted(result)
+    return result
 
 
 def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backend = "gloo",
@@ -648,7 +651,8 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
     Each rank is a fresh Python process with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
     MASTER_PORT (the launcher owns the rendezvous store, so the port can never be "already in use").  Output is
     streamed live with ``[rank N]`` prefixes and kept.  No process survives the call: not after a failure, a
-    hang, or a KeyboardInterrupt.
+    hang, or a KeyboardInterrupt.  An interrupt kills every rank (after taking their stacks) and is re-raised as
+    ``RunInterrupted``, a ``KeyboardInterrupt`` whose ``.run`` is the ``DistRun`` of what was seen.
 
     Parameters
     ----------

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from nbdebug.core.dist._checks import StepReport
     from nbdebug.core.dist._nccl import NcclLog
 
-__all__ = ["RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
+__all__ = [
+    "RunInterrupted","RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -250,3 +251,15 @@ class DistRun(Result):
                 "stdout_lines": len(r.stdout.splitlines()), "stderr_lines": len(r.stderr.splitlines()),
             })
         return rows
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The user interrupted a distributed run: every rank was killed, and ``run`` holds what was seen.
+
+    It is a ``KeyboardInterrupt``, so "Run All" stops as for any interrupt; ``run`` is the ``DistRun`` with each
+    rank's output and, when they could be taken, the stacks where the ranks were at that moment.
+    """
+
+    def __init__(self, run: DistRun) -> None:
+        super().__init__("distributed run interrupted: every rank was killed")
+        self.run = run
