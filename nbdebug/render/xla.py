@@ -119,10 +119,14 @@ def diagnosis_html(d: XlaDiagnosis) -> str:
 def _per_step_html(per_step: Sequence[StepStats]) -> str:
     if not per_step:
         return ""
-    rows = [(s.step, s.compiles, s.executions, s.transfers_from_device, s.fallback_calls, fmt_seconds(s.compile_seconds))
-            for s in per_step]
+    rows = [(s.step, s.compiles, s.executions, s.transfers_from_device, s.fallback_calls,
+             "—" if s.compile_seconds is None else fmt_seconds(s.compile_seconds)) for s in per_step]
+    note = ('<div class="nbd-muted">compile time per step: — where the source (a debug log) does not record it; '
+            "the total above comes from the metrics report</div>"
+            if any(s.compile_seconds is None for s in per_step) else "")
     return "<h4>Per step</h4>" + table(
-        ["step", "compiles", "executions", "transfers", "fallback calls", "compile time"], rows, numeric=(0, 1, 2, 3, 4, 5))
+        ["step", "compiles", "executions", "transfers", "fallback calls", "compile time"], rows,
+        numeric=(0, 1, 2, 3, 4, 5)) + note
 
 
 @renders(XlaCellReport, "text")

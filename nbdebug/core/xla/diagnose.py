@@ -34,7 +34,7 @@ class StepStats:
     executions: int = 0
     transfers_from_device: int = 0
     fallback_calls: int = 0
-    compile_seconds: float = 0.0
+    compile_seconds: float | None = None  # None: not known (a debug log records no compile times)
 
 
 @dataclass(frozen=True, repr=False)
@@ -129,8 +129,18 @@ def _finding(
     return knowledge.finding(kind, message, where, severity=severity, fixes=fixes, evidence=evidence)
 
 
+def _where(frame: Any) -> str:
+    """``file:line in function``; a file that is not on this machine (a log recorded elsewhere) says so."""
+    import os
+
+    if frame.file.startswith("<") or os.path.exists(frame.file):
+        return str(frame)
+    name = os.path.basename(frame.file.replace("\\", "/")) or frame.file
+    return f"{name}:{frame.line} in {frame.function} (recorded on another machine: {frame.file})"
+
+
 def _user_lines(events: Sequence[Any]) -> tuple[str, ...]:
-    counts = _Counter(str(e.user_frame) for e in events if e.user_frame is not None)
+    counts = _Counter(_where(e.user_frame) for e in events if e.user_frame is not None)
     return tuple(f"{loc} ({n}x)" if n > 1 else loc for loc, n in counts.most_common(5))
 
 
