@@ -32,3 +32,25 @@ def test_terminal_ipython_shows_text_diagnosis():
     assert "First step:" in text[panel_at:]
     assert "<details" not in text  # plain text in a terminal, no HTML
     assert "still alive" in text  # the session goes on
+
+
+def _ipython(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), TERM="dumb")
+    out = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor",
+                          "--HistoryManager.hist_file=:memory:", *args],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    return out.stdout + out.stderr
+
+
+def test_a_script_run_by_ipython_gets_the_diagnosis_once(tmp_path):
+    # IPython runs a .ipy file silently: no post_run_cell event, so the panel comes with the traceback itself
+    script = tmp_path / "train.ipy"
+    script.write_text("%load_ext nbdebug\nimport torch\ntorch.randn(4, 10) @ torch.randn(20, 5)\n")
+    text = _ipython([str(script)], tmp_path)
+    assert "mat1 and mat2 shapes cannot be multiplied" in text
+    assert text.count("nbdebug [shape_mismatch]") == 1 and "First step:" in text
+
+
+def test_ipython_c_gets_the_diagnosis_once(tmp_path):
+    text = _ipython(["-c", "%load_ext nbdebug\nimport torch\ntorch.randn(4, 10) @ torch.randn(20, 5)"], tmp_path)
+    assert text.count("nbdebug [shape_mismatch]") == 1 and "First step:" in text

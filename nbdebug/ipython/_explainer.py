@@ -61,6 +61,9 @@ class Explainer:
         self.show_unknown = False
         # (exception, diagnosis, full traceback text) made by the short-traceback handler for this cell's error
         self.pending: tuple[BaseException, Any, str] | None = None
+        # id of the exception whose panel the traceback handler already showed (an id: holding the exception
+        # would keep its frames, and the tensors they hold, alive)
+        self._shown: int | None = None
 
     def diagnose(self, exc: BaseException) -> Any:
         """The diagnosis of ``exc`` (cached, so the short traceback and the panel share one)."""
@@ -81,9 +84,20 @@ class Explainer:
 
     def __call__(self, result: Any) -> None:
         exc = getattr(result, "error_in_exec", None)
+        shown, self._shown = self._shown, None
+        if exc is not None and id(exc) == shown:  # shown (or tried) right under its traceback already
+            self.pending = None
+            return
+        self.show(exc)
+        self._shown = None  # the cell is over
+
+    def show(self, exc: BaseException | None) -> None:
+        """Show the panel of ``exc`` (also called by the traceback handler, which runs when IPython executes a
+        script silently and no ``post_run_cell`` comes)."""
         pending, self.pending = self.pending, None
         if not self.enabled or exc is None or isinstance(exc, _SKIP):
             return
+        self._shown = id(exc)  # one panel (or one failure line) per error, whoever calls first
         try:
             if pending is not None and pending[0] is exc:
                 diagnosis = pending[1]

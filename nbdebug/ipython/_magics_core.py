@@ -110,7 +110,8 @@ def register(state: ExtensionState) -> None:
 
     from nbdebug.ipython._traceback import ShortTracebacks
 
-    short = ShortTracebacks(state.shell, explainer.diagnose, explainer.shows, explainer.keep_full_traceback)
+    short = ShortTracebacks(state.shell, explainer.diagnose, explainer.shows, explainer.keep_full_traceback,
+                            explainer.show)
     state.short_tracebacks = short  # type: ignore[attr-defined]
     feature = Feature("traceback", "short tracebacks: your frames in full, library frames folded, the diagnosis "
                       "first (the full traceback is in the panel)", short.enable, short.disable)

@@ -101,11 +101,13 @@ class ShortTracebacks:
     """The custom exception handler behind ``%nbdebug traceback short``."""
 
     def __init__(self, shell: Any, diagnose: Callable[[BaseException], Any], wanted: Callable[[Any], bool],
-                 keep_full: Callable[[BaseException, str], None]) -> None:
+                 keep_full: Callable[[BaseException, str], None],
+                 show_panel: Callable[[BaseException], None] | None = None) -> None:
         self.shell = shell
         self.diagnose = diagnose  # exception -> Diagnosis (cached for the panel)
         self.wanted = wanted  # Diagnosis -> will a panel be shown for it?
         self.keep_full = keep_full  # (exception, full traceback text): the panel shows it one click away
+        self.show_panel = show_panel  # the panel, right under the traceback (scripts run silently get no event)
         self.on = False
         self._previous: tuple[tuple[type, ...], Any] | None = None
         self.folded = 0  # tracebacks shortened so far (for tests and %nbdebug status)
@@ -136,11 +138,16 @@ class ShortTracebacks:
             stb = None
         if stb is None:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-            return None
-        shell._get_exc_info((etype, value, tb))  # sys.last_* for %debug and %tb
-        shell._showtraceback(etype, value, stb)
-        if shell.call_pdb:
-            shell.debugger(force=True)
+        else:
+            shell._get_exc_info((etype, value, tb))  # sys.last_* for %debug and %tb
+            shell._showtraceback(etype, value, stb)
+            if shell.call_pdb:
+                shell.debugger(force=True)
+        if self.show_panel is not None:
+            try:
+                self.show_panel(value)
+            except Exception:  # the panel is extra; the traceback above is what matters
+                pass
         return None
 
     def _short(self, shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any) -> list[str] | None:
