@@ -172,9 +172,12 @@ def peak_html(p: MemoryPeak) -> str:
     """HTML of a ``MemoryPeak``."""
     body = sites_table_html(p.by_site)
     if p.blocks:
-        body += "<h4>Largest live blocks</h4>" + table(
-            ["bytes", "site", "since", "stack"],
-            [(fmt_bytes(b.bytes), b.site, b.since, " <- ".join(b.stack[:4])) for b in p.blocks[:20]], numeric=(0,))
+        rows: list[tuple[object, ...]] = [(fmt_bytes(b.bytes), b.site, b.since, " <- ".join(b.stack[:4]))
+                                          for b in p.blocks[:20]]
+        if len(p.blocks) > 20:
+            rest = p.blocks[20:]
+            rows.append((fmt_bytes(sum(b.bytes for b in rest)), f"+{len(rest)} more blocks", "", ""))
+        body += "<h4>Largest live blocks</h4>" + table(["bytes", "site", "since", "stack"], rows, numeric=(0,))
     return panel(f"{fmt_bytes(p.bytes)} alive on device {p.device} at {_when(p.time_us, p.event_index)}", body)
 
 
@@ -216,9 +219,15 @@ def fragmentation_html(f: Fragmentation) -> str:
                     f"{esc(fmt_bytes(o.cached_free_bytes))}, at {esc(o.site)}</div>" for o in f.ooms)
     if f.findings:
         body += findings_html(f.findings)
-    body += table(["segment", "size", "allocated", "free", "largest free", "blocks"],
-                  [(hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
-                    fmt_bytes(s.largest_free_block), s.blocks) for s in f.segments[:50]], numeric=(1, 2, 3, 4, 5))
+    seg_rows: list[tuple[object, ...]] = [
+        (hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
+         fmt_bytes(s.largest_free_block), s.blocks) for s in f.segments[:50]]
+    if len(f.segments) > 50:
+        rest = f.segments[50:]
+        seg_rows.append((f"+{len(rest)} more segments", fmt_bytes(sum(s.total_bytes for s in rest)),
+                         fmt_bytes(sum(s.allocated_bytes for s in rest)), fmt_bytes(sum(s.free_bytes for s in rest)),
+                         "", sum(s.blocks for s in rest)))
+    body += table(["segment", "size", "allocated", "free", "largest free", "blocks"], seg_rows, numeric=(1, 2, 3, 4, 5))
     return panel(f"Fragmentation on device {f.device}", body, kind="error" if f.findings else "info")
 
 
@@ -244,19 +253,25 @@ def diff_text(d: SnapshotDiff) -> str:
     lines = [f"{d.before} -> {d.after}: {fmt_bytes(d.before_bytes)} -> {fmt_bytes(d.after_bytes)} alive"]
     for r in d.rows[:15]:
         lines.append(f"  {fmt_bytes(r.delta_bytes):>12}  {r.site}")
+    if len(d.rows) > 15:
+        rest = d.rows[15:]
+        lines.append(f"  {fmt_bytes(sum(r.delta_bytes for r in rest)):>12}  (+{len(rest)} more sites)")
     return "\n".join(lines)
 
 
 @renders(SnapshotDiff, "html")
 def diff_html(d: SnapshotDiff) -> str:
     """HTML of ``SnapshotDiff``: bytes alive at the end of each snapshot, by site, largest change first."""
-    rows = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
-             ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in d.rows[:30]]
+    rows: list[tuple[object, ...]] = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
+                                       ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in d.rows[:30]]
+    if len(d.rows) > 30:
+        rest = d.rows[30:]
+        change = sum(r.delta_bytes for r in rest)
+        rows.append((f"+{len(rest)} more sites", fmt_bytes(sum(r.before_bytes for r in rest)),
+                     fmt_bytes(sum(r.after_bytes for r in rest)), ("+" if change > 0 else "") + fmt_bytes(change)))
     body = kv_table([("before", f"{d.before}: {fmt_bytes(d.before_bytes)} alive"),
                      ("after", f"{d.after}: {fmt_bytes(d.after_bytes)} alive")])
     body += table(["site", "before", "after", "change"], rows, numeric=(1, 2, 3))
-    if len(d.rows) > 30:
-        body += f'<div class="nbd-muted">{len(d.rows) - 30} more sites</div>'
     delta = d.after_bytes - d.before_bytes
     return panel(f"Snapshot diff: {('+' if delta > 0 else '')}{fmt_bytes(delta)} alive", body)
 

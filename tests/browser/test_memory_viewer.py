@@ -40,6 +40,20 @@ def _check_viewer(page, root: str, bands: int) -> None:
     page.locator(f"{root} button.reset").click()
     page.locator(f"{root} button.peak").click()
     assert page.locator(f"{root} .range-label").inner_text() == before
+    # zoomed to a window that leaves the peak out, "go to peak" moves the window so the peak shows
+    peak_at, n = page.locator(root).first.evaluate(
+        "el => { const d = JSON.parse(el.querySelector('script.nbd-mem-data').textContent);"
+        " return [d.peak_point, d.x.length]; }")
+    lo, hi = (peak_at + 5, min(n - 1, peak_at + 15)) if peak_at + 15 < n else (max(0, peak_at - 15), peak_at - 5)
+    page.locator(f"{root} input.lo").evaluate(f"(el) => {{ el.value = '{lo}'; el.dispatchEvent(new Event('input')); }}")
+    page.locator(f"{root} input.hi").evaluate(f"(el) => {{ el.value = '{hi}'; el.dispatchEvent(new Event('input')); }}")
+    page.locator(f"{root} button.peak").click()
+    assert "(the peak)" in page.locator(f"{root} .moment-summary").inner_text()
+    assert page.locator(f"{root} svg.chart line.moment").count() == 1  # the marked moment is inside the window
+    # a cut list says how much it left out
+    listed = int(page.locator(f"{root} .moment-summary").inner_text().split(" blocks listed")[0].split("; ")[-1])
+    if listed > 60:
+        assert f"+{listed - 60} more blocks" in page.locator(f"{root} table.alive-blocks tr.more").inner_text()
 
 
 def test_offline_html_file(page, snapshots_dir, tmp_path):

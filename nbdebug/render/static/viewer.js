@@ -82,13 +82,20 @@ function select(j){
   q('.moment-summary').innerHTML = '<b>' + esc(when(j)) + '</b>: ' + fmt(total) + ' allocated' +
     (j === D.peak_point ? ' (the peak)' : '') + '; ' + alive.length + ' blocks listed (' + fmt(listed) + ')' +
     (total > listed ? '; ' + fmt(total - listed) + ' in smaller blocks not embedded' : '');
-  const sites = [...bySite.entries()].sort((a, b) => b[1][0] - a[1][0]).slice(0, 15);
+  const allSites = [...bySite.entries()].sort((a, b) => b[1][0] - a[1][0]);
+  const sites = allSites.slice(0, 15), moreSites = allSites.slice(15);
   q('table.alive-sites tbody').innerHTML = sites.map(([s, e]) => '<tr><td>' + esc(D.sites[s]) + '</td><td class="num">' +
-    fmt(e[0]) + '</td><td class="num">' + e[1] + '</td></tr>').join('');
+    fmt(e[0]) + '</td><td class="num">' + e[1] + '</td></tr>').join('') + (moreSites.length ?
+    '<tr class="more"><td>+' + moreSites.length + ' more sites</td><td class="num">' +
+    fmt(moreSites.reduce((t, [, e]) => t + e[0], 0)) + '</td><td class="num">' +
+    moreSites.reduce((t, [, e]) => t + e[1], 0) + '</td></tr>' : '');
+  const moreBlocks = alive.slice(60);
   q('table.alive-blocks tbody').innerHTML = alive.slice(0, 60).map(i => '<tr class="blk" data-i="' + i + '"><td class="num">' +
     fmt(D.iv_size[i]) + '</td><td>' + esc(D.sites[D.stack_site[D.iv_stack[i]]]) + '</td><td>' +
     (D.iv_start[i] < 0 ? 'before the trace' : (D.x_unit === 'us' && D.iv_t[i] !== null ?
-      ((D.iv_t[i] - D.x[0]) / 1e6).toFixed(4) + ' s' : 'event ' + D.iv_start[i])) + '</td></tr>').join('');
+      ((D.iv_t[i] - D.x[0]) / 1e6).toFixed(4) + ' s' : 'event ' + D.iv_start[i])) + '</td></tr>').join('') +
+    (moreBlocks.length ? '<tr class="more"><td class="num">' + fmt(moreBlocks.reduce((t, i) => t + D.iv_size[i], 0)) +
+      '</td><td>+' + moreBlocks.length + ' more blocks</td><td></td></tr>' : '');
   if (alive.length) showStack(alive[0]); else q('pre.stack').textContent = '';
 }
 function showStack(i){
@@ -110,7 +117,14 @@ function onRange(){ let a = +rlo.value, b = +rhi.value; if (a > b) [a, b] = [b, 
   lo = a; hi = b; draw(); }
 rlo.addEventListener('input', onRange); rhi.addEventListener('input', onRange);
 q('button.reset').addEventListener('click', () => { rlo.value = '0'; rhi.value = String(N - 1); onRange(); });
-q('button.peak').addEventListener('click', () => select(D.peak_point));
+q('button.peak').addEventListener('click', () => {
+  const p = D.peak_point;
+  if (p < lo || p > hi){  // the peak is outside the zoomed range: move the range (same width) so it shows
+    const w = hi - lo, a = Math.max(0, Math.min(p - (w >> 1), N - 1 - w));
+    rlo.value = String(a); rhi.value = String(a + w); onRange();
+  }
+  select(p);
+});
 legend(); draw();
 if (N) select(D.peak_point);
 })(ROOT_ID);
