@@ -130,13 +130,14 @@ def _finding(
 
 
 def _where(frame: Any) -> str:
-    """``file:line in function``; a file that is not on this machine (a log recorded elsewhere) says so."""
+    """``file:line in function``; a file that is not on this machine (a log recorded elsewhere) is named by its file
+    name and says so: a path from another machine is never presented as the user's code."""
     import os
 
     if frame.file.startswith("<") or os.path.exists(frame.file):
         return str(frame)
     name = os.path.basename(frame.file.replace("\\", "/")) or frame.file
-    return f"{name}:{frame.line} in {frame.function} (recorded on another machine: {frame.file})"
+    return f"{name}:{frame.line} in {frame.function} (recorded on another machine)"
 
 
 def _user_lines(events: Sequence[Any]) -> tuple[str, ...]:
