@@ -130,8 +130,10 @@ def _finding(
 
 
 def _where(frame: Any) -> str:
-    """``file:line in function``; a file that is not on this machine (a log recorded elsewhere) is named by its file
-    name and says so: a path from another machine is never presented as the user's code."""
+    """``file:line in function``, or the file name and "(recorded on another machine)".
+
+    A log recorded elsewhere names files that are not here: such a path is never presented as the user's code.
+    """
     import os
 
     if frame.file.startswith("<") or os.path.exists(frame.file):
