@@ -54,6 +54,8 @@ def _check_viewer(page, root: str, bands: int) -> None:
     listed = int(page.locator(f"{root} .moment-summary").inner_text().split(" blocks listed")[0].split("; ")[-1])
     if listed > 60:
         assert f"+{listed - 60} more blocks" in page.locator(f"{root} table.alive-blocks tr.more").inner_text()
+    page.locator(f"{root} button.reset").click()  # leave the whole trace in view (for the screenshots)
+    page.locator(f"{root} button.peak").click()
 
 
 def test_offline_html_file(page, snapshots_dir, tmp_path):
