@@ -230,3 +230,25 @@ def test_nbdebug_frames_are_never_a_site():
     user = ("/home/me/train.py", 12, "step")
     assert pick_site([("??", 0, "c10::alloc"), own, user]) == user
     assert pick_site([own]) != own
+
+
+def test_the_classic_leak_is_named_and_the_fixed_loop_is_clean(ip):
+    """A list that keeps the loss tensors: a warning that names the line and says why; the fixed loop: no warning,
+    and a real peak even though the cell first frees what the previous one kept."""
+    from IPython.utils.capture import capture_output
+
+    ip.run_cell("import torch\nfrom torch import nn\n_m = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))\n"
+                "_crit = nn.CrossEntropyLoss()\n"
+                "_batches = [(torch.randn(64, 256), torch.randint(0, 10, (64,))) for _ in range(5)]", store_history=True)
+    with capture_output():
+        ip.run_cell("%%memtrace --device cpu -o _leak\n_losses = []\nfor xb, yb in _batches:\n    out = _m(xb)\n"
+                    "    _losses.append(_crit(out, yb))", store_history=True)
+        ip.run_cell("%%memtrace --device cpu -o _fixed\n_losses = []\nfor xb, yb in _batches:\n    out = _m(xb)\n"
+                    "    _losses.append(_crit(out, yb).item())", store_history=True)
+    leak, fixed = ip.user_ns["_leak"], ip.user_ns["_fixed"]
+    (f,) = leak.findings
+    assert f.kind == "memory_retained" and "_losses.append(_crit(out, yb))" in f.where[0]
+    assert "loss.item()" in f.message and "autograd graph" in f.message
+    assert 'class="nbdebug warning' in leak._repr_html_()
+    assert fixed.findings == () and fixed.delta_bytes < 0  # it freed the previous cell's list first
+    assert fixed.peak_bytes > 0 and 'class="nbdebug warning' not in fixed._repr_html_()

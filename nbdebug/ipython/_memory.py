@@ -39,7 +39,7 @@ class MemoryMagics(Magics):
             %%memtrace -o trace --save cell.pickle
             %%memtrace --device cpu --categories
 
-        Shows a compact report (peak above the start, retained bytes, top sites, a small timeline) and returns a
+        Shows a compact report (peak working memory, retained bytes, top sites, a small timeline) and returns a
         ``MemTrace``: ``.peak_bytes``, ``.retained_bytes``, ``.delta_bytes``, ``.top_sites``,
         ``.retained_sites``, ``.findings``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the
         cell ("retained") points at the line that allocated it, named like the prompt (``In [12], line 3``), and

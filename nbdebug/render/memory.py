@@ -301,7 +301,7 @@ def annotations_html(a: Annotations) -> str:
 @renders(MemTrace, "text")
 def memtrace_text(t: MemTrace) -> str:
     """The compact report of a ``MemTrace``."""
-    lines = [f"memtrace on {t.device_kind}: peak {fmt_bytes(t.peak_bytes)} above the start, retained "
+    lines = [f"memtrace on {t.device_kind}: peak {fmt_bytes(t.peak_bytes)} working memory, retained "
              f"{fmt_bytes(t.retained_bytes)}, delta {fmt_bytes(t.delta_bytes)}"]
     if t.timeline:
         lines.append(f"  {sparkline(t.timeline, 48)}")
@@ -318,7 +318,7 @@ def memtrace_text(t: MemTrace) -> str:
 @renders(MemTrace, "html")
 def memtrace_html(t: MemTrace) -> str:
     """The compact inline report of a ``MemTrace``: numbers, a small timeline, the sites."""
-    facts = kv_table([("peak (above the start)", fmt_bytes(t.peak_bytes)),
+    facts = kv_table([("peak working memory", fmt_bytes(t.peak_bytes)),
                       ("retained after the cell", fmt_bytes(t.retained_bytes)),
                       ("delta", fmt_bytes(t.delta_bytes)), ("events", t.events), ("recorded on", t.device_kind)])
     body = f'<div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">{facts}{svg_sparkline(t.timeline)}</div>'

@@ -9,6 +9,7 @@ switched off in ``finally`` whatever the block does (exception, ``KeyboardInterr
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -40,7 +41,8 @@ class MemTrace(Result):
     device_kind : str
         ``"cuda:N"`` (allocator history) or ``"cpu"`` (profiler).
     peak_bytes : int
-        Highest allocated memory during the block, above the level at its start.
+        Highest allocated memory during the block above the lowest level reached before that moment (the start,
+        unless the block first freed memory, e.g. a list an earlier cell filled and this one rebinds).
     retained_bytes : int
         Bytes allocated during the block and still alive after it (a leak, or a result kept on purpose).
     delta_bytes : int
@@ -92,6 +94,15 @@ class MemTrace(Result):
         """A ``memory_retained`` warning when the block kept at least ``memory_retained_min_bytes`` alive."""
         from nbdebug.core.knowledge import finding, threshold
 
+        kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(s.site)), None)
+        if kept_list is not None and self.retained_bytes > 0:  # the classic leak, named whatever its size
+            return (finding(
+                "memory_retained",
+                f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive after it: the list filled at "
+                f"{kept_list.site} keeps tensors, and each keeps its autograd graph (the activations of its step) "
+                "alive; append a number (loss.item()) or a detached tensor (loss.detach()) instead.",
+                (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]),
+                evidence={"retained_bytes": self.retained_bytes, "device": self.device_kind}),)
         if self.retained_bytes < threshold("memory_retained_min_bytes"):
             return ()
         top = self.retained_sites[0] if self.retained_sites else None
@@ -216,6 +227,10 @@ def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: l
     m.categories = tuple(names)
 
 
+# a line that appends to a list without turning the tensor into a number or detaching it
+_KEEPS_TENSORS = re.compile(r"\.append\((?![^)]*\.(?:item|detach|tolist|cpu\(\)\.numpy)\(|[^)]*\bfloat\()")
+
+
 def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = None, raw: Any = None,
            keys: list[tuple[int, int]] | None = None) -> MemTrace:
     st = snap.state(snap.default_device)
@@ -223,8 +238,12 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
     base = st.initial_allocated
     if st.n:
         above = st.allocated - base
-        p = int(np.argmax(above))
-        peak = max(0, int(above[p]))
+        # the peak is the largest rise above the lowest level reached before it: a cell that first frees what an
+        # earlier cell kept (a list it rebinds) still shows the working memory its own loop needed
+        level = np.concatenate([[0], above])
+        rise = level - np.minimum.accumulate(level)
+        p = int(np.argmax(rise)) - 1  # index into `above` (-1: the start itself)
+        peak = max(0, int(rise[p + 1]))
         delta = int(above[-1])
     else:
         above, p, peak, delta = np.zeros(0, np.int64), -1, 0, 0
