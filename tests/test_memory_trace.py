@@ -252,3 +252,45 @@ def test_the_classic_leak_is_named_and_the_fixed_loop_is_clean(ip):
     assert 'class="nbdebug warning' in leak._repr_html_()
     assert fixed.findings == () and fixed.delta_bytes < 0  # it freed the previous cell's list first
     assert fixed.peak_bytes > 0 and 'class="nbdebug warning' not in fixed._repr_html_()
+
+
+def test_memtrace_takes_back_the_kineto_setting_it_made(ip, monkeypatch):
+    import os
+
+    from IPython.utils.capture import capture_output
+
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    with capture_output():
+        ip.run_cell("%%memtrace --device cpu\nimport torch\n_k = torch.ones(100)")
+    assert "KINETO_LOG_LEVEL" not in os.environ
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "3")  # the user's own setting is left alone
+    with capture_output():
+        ip.run_cell("%%memtrace --device cpu\nimport torch\n_k = torch.ones(100)")
+    assert os.environ["KINETO_LOG_LEVEL"] == "3"
+
+
+def test_save_to_a_missing_folder_never_replaces_the_users_error(ip, tmp_path):
+    import warnings
+
+    from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
+
+    from nbdebug.core.memory import memtrace
+
+    missing = tmp_path / "nope" / "trace.pickle"
+    with pytest.raises(UsageError, match="does not exist"):  # the magic says so before running the cell
+        ip.run_cell_magic("memtrace", f"--device cpu --save {missing}", "x = 1")
+    rec = memtrace("cpu", save=missing).start()  # the function: a failed save is a warning beside the result
+    try:
+        import torch
+
+        torch.ones(10)
+    finally:
+        rec.stop()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = rec.finish()
+    assert result is not None and any("was not saved" in str(w.message) for w in caught)
+    with capture_output() as out:  # in a failing cell the user's own error is what the cell raises
+        r = ip.run_cell("%%memtrace --device cpu\nimport torch\n_t = torch.ones(10)\nraise ValueError('mine')")
+    assert isinstance(r.error_in_exec, ValueError)

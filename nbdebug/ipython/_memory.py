@@ -55,6 +55,13 @@ class MemoryMagics(Magics):
         device: Any = args.device
         if device is not None and device.isdigit():
             device = int(device)
+        if args.save:
+            import os
+
+            folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.save)))
+            if not os.path.isdir(folder):
+                raise UsageError(f"%%memtrace --save {args.save!r}: the folder {folder!r} does not exist; "
+                                 "expected a path in an existing folder")
         if args.max_entries <= 0:
             raise UsageError(f"%%memtrace: --max-entries must be positive, got {args.max_entries}")
         from nbdebug.core.memory._trace import memtrace

@@ -116,7 +116,7 @@ class MemTrace(Result):
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
         import pickle
 
-        with open(path, "wb") as fh:
+        with open(os.path.expanduser(os.fspath(path)), "wb") as fh:
             pickle.dump(self._raw, fh, protocol=4)
 
     def by_category(self) -> tuple[tuple[str, int], ...]:
@@ -311,11 +311,17 @@ class MemTraceRecorder:
             from torch.profiler import ProfilerActivity, profile
 
             # Kineto prints "profiler_start/stop" lines into the cell unless its log level is raised; a user's
-            # own setting wins
+            # own setting wins, and ours is taken back when recording stops
+            self._set_kineto = "KINETO_LOG_LEVEL" not in os.environ
             os.environ.setdefault("KINETO_LOG_LEVEL", "99")
-            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                                 with_stack=True)
-            self._prof.__enter__()
+            try:
+                self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                                     with_stack=True)
+                self._prof.__enter__()
+            except BaseException:
+                self._prof = None
+                self._restore_env()
+                raise
         else:
             import torch
 
@@ -330,9 +336,12 @@ class MemTraceRecorder:
         """Stop recording (always safe to call); the conversion into a ``MemTrace`` happens in :meth:`finish`."""
         if self._kind == "cpu":
             prof, self._prof = self._prof, None
-            if prof is not None:
-                prof.__exit__(None, None, None)
-                self._finished_prof = prof
+            try:
+                if prof is not None:
+                    prof.__exit__(None, None, None)
+                    self._finished_prof = prof
+            finally:
+                self._restore_env()
         elif self._kind.startswith("cuda"):
             import torch
 
@@ -344,6 +353,11 @@ class MemTraceRecorder:
                     torch.cuda.memory._record_memory_history(**keep)
                 else:
                     torch.cuda.memory._record_memory_history(enabled=None)
+
+    def _restore_env(self) -> None:
+        if getattr(self, "_set_kineto", False):
+            os.environ.pop("KINETO_LOG_LEVEL", None)
+            self._set_kineto = False
 
     def finish(self, *, cells: Mapping[str, str] | None = None) -> MemTrace:
         """Convert the recording into a ``MemTrace``.
@@ -372,7 +386,14 @@ class MemTraceRecorder:
             result = _build(snap, self._kind, seconds, raw=self._raw)
         self.result = result
         if self.save_path:
-            result.save(self.save_path)
+            try:
+                result.save(self.save_path)
+            except OSError as e:  # reported beside the recording (and the cell's own error), never instead of them
+                import warnings
+
+                warnings.warn(f"memtrace: the recording was not saved to {os.fspath(self.save_path)!r} "
+                              f"({type(e).__name__}: {e}); the report below is complete", RuntimeWarning,
+                              stacklevel=2)
         return result
 
     def __getattr__(self, name: str) -> Any:
