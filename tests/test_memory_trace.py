@@ -291,6 +291,6 @@ def test_save_to_a_missing_folder_never_replaces_the_users_error(ip, tmp_path):
         warnings.simplefilter("always")
         result = rec.finish()
     assert result is not None and any("was not saved" in str(w.message) for w in caught)
-    with capture_output() as out:  # in a failing cell the user's own error is what the cell raises
+    with capture_output():  # in a failing cell the user's own error is what the cell raises
         r = ip.run_cell("%%memtrace --device cpu\nimport torch\n_t = torch.ones(10)\nraise ValueError('mine')")
     assert isinstance(r.error_in_exec, ValueError)
