@@ -105,6 +105,13 @@ class Finding(Result):
     def _summary_line(self) -> str:
         return f"{self.severity.value} {self.kind}: {self.message}"
 
+    def record(self) -> dict[str, Any]:
+        """One flat row for a table (``to_pandas`` of a result that holds findings): lists joined with ``; ``,
+        each evidence item in its own ``evidence.NAME`` column."""
+        return {"kind": self.kind, "severity": self.severity.value, "title": self.title, "message": self.message,
+                "where": "; ".join(self.where), "fixes": "; ".join(x.title for x in self.fixes),
+                **{f"evidence.{k}": v for k, v in self.evidence.items()}}
+
 
 def sort_findings(findings: Iterable[Finding]) -> tuple[Finding, ...]:
     """Worst first; the order among findings of one severity is kept."""

@@ -19,7 +19,6 @@ from typing import Any
 from nbdebug.core import knowledge
 from nbdebug.core._findings import Finding, sort_findings
 from nbdebug.core._result import Result
-from nbdebug.core.knowledge import Entry
 from nbdebug.errors import InvalidArgumentError
 
 __all__ = [
@@ -134,9 +133,7 @@ class CompileReport(Result):
                 f"{len(self.limit_hits)} recompile-limit hit(s)")
 
     def _records(self) -> list[dict[str, Any]]:
-        return [{"kind": f.kind, "severity": f.severity.value, "title": f.title, "message": f.message,
-                 "where": "; ".join(f.where), "fixes": "; ".join(x.title for x in f.fixes)}
-                for f in self.findings]
+        return [f.record() for f in self.findings]
 
 
 # --- log parsing -----------------------------------------------------------------------------------------------
@@ -301,14 +298,6 @@ class capture_compile:  # noqa: N801 - a context manager
         self.result = build_report(self.recorder.breaks, self.recorder.recompiles, self.recorder.limits)
 
 
-def _match(context: str, text: str) -> Entry | None:
-    """The first knowledge entry searched in ``context`` whose pattern matches ``text``."""
-    for e in knowledge.entries(context):
-        if any(re.search(p, text) for p in e.patterns):
-            return e
-    return None
-
-
 def build_report(
     breaks: Iterable[GraphBreak],
     recompiles: Iterable[Recompile],
@@ -337,7 +326,7 @@ def build_report(
         guard = rs[-1].guard
         if "/torch/" in file or "site-packages" in file:  # torch's wrapper around a compiled nn.Module's forward
             fn = f"a compiled nn.Module ({fn} in {file.rsplit('/', 1)[-1]})"
-        matched = _match("guard", guard)
+        matched = knowledge.match("guard", guard)
         what = matched.title if matched else "guard failed"
         sev = "warning" if len(rs) >= 2 or any(h.function == fn for h in limits) else "info"
         findings.append(knowledge.finding(
@@ -354,7 +343,7 @@ def build_report(
         if (b.file, b.line) in seen:
             continue
         seen.add((b.file, b.line))
-        matched = _match("graph_break", b.detail or b.reason)
+        matched = knowledge.match("graph_break", b.detail or b.reason)
         what = matched.title if matched else "graph break"
         findings.append(knowledge.finding(
             "graph_break",

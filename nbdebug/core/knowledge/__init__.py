@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "thresholds",
     "threshold",
     "finding",
+    "match",
 ]
 
 DOMAINS: tuple[str, ...] = ("cuda", "dist", "autograd", "data", "io", "compile", "xla", "training", "memory")
@@ -68,6 +70,22 @@ def entries(context: str | None = None, *, domain: str | None = None) -> tuple[E
         e for e in _load()[0]
         if (context is None or (context in e.contexts and e.patterns)) and (domain is None or e.domain == domain)
     )
+
+
+@cache
+def _compiled(context: str) -> tuple[tuple[Entry, tuple[re.Pattern[str], ...]], ...]:
+    return tuple((e, tuple(re.compile(p) for p in e.patterns)) for e in entries(context))
+
+
+def match(context: str, text: str, *, anchored: bool = False) -> Entry | None:
+    """The first entry (in registry order) searched in ``context`` that has a pattern matching ``text``.
+
+    ``anchored``: the pattern must match at the start of ``text`` (``re.match``), as for ATen op names.
+    """
+    for e, rxs in _compiled(context):
+        if any((rx.match(text) if anchored else rx.search(text)) for rx in rxs):
+            return e
+    return None
 
 
 def entry(slug: str) -> Entry:

@@ -8,7 +8,6 @@ fall back to the CPU live in ``nbdebug.core.knowledge.xla``.
 
 from __future__ import annotations
 
-import re
 from collections import Counter as _Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,12 +88,7 @@ class XlaDiagnosis(Result):
         return f"{worst}; compiles={self.compiles} cache_hits={self.cache_hits} steps={self.steps}"
 
     def _records(self) -> list[dict[str, Any]]:
-        return [
-            {"kind": f.kind, "severity": f.severity.value, "title": f.title, "message": f.message,
-             "where": "; ".join(f.where), "fixes": "; ".join(x.title for x in f.fixes),
-             **{f"evidence.{k}": v for k, v in f.evidence.items()}}
-            for f in self.findings
-        ]
+        return [f.record() for f in self.findings]
 
 
 def _t(name: str) -> float:
@@ -103,10 +97,7 @@ def _t(name: str) -> float:
 
 def fallback_entry(op: str) -> Entry | None:
     """The knowledge entry for an ATen op that ran on the CPU (``aten::nonzero``), or None."""
-    for e in knowledge.entries("xla_fallback"):
-        if any(re.match(p, op) for p in e.patterns):
-            return e
-    return None
+    return knowledge.match("xla_fallback", op, anchored=True)
 
 
 _SHORT_LAST_BATCH = (
