@@ -115,11 +115,10 @@ class ShortTracebacks:
     def enable(self) -> None:
         if self.on:
             return
-        self._previous = (self.shell.custom_exceptions, self.shell.CustomTB)
         if self.shell.custom_exceptions:  # someone else's handler: leave it alone, stay off
-            self._previous = None
             raise RuntimeError("another custom exception handler is set (shell.set_custom_exc); "
                                "nbdebug leaves it in place, so short tracebacks stay off")
+        self._previous = (self.shell.custom_exceptions, self.shell.CustomTB)
         self.shell.set_custom_exc((Exception,), self._handler)
         self.on = True
 
