@@ -6,20 +6,24 @@ The stylesheet is package data (``static/nbdebug.css``), shared by notebook pane
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Iterable, Sequence
 
 from nbdebug._units import fmt_bytes, fmt_seconds
 
-__all__ = ["CSS", "STYLE", "esc", "panel", "table", "kv_table", "code_block", "fmt_bytes", "fmt_seconds"]
+__all__ = ["CSS", "STYLE", "static", "esc", "panel", "table", "kv_table", "code_block", "fmt_bytes", "fmt_seconds"]
 
-def _load_css() -> str:
+
+@functools.cache
+def static(name: str) -> str:
+    """The text of the package file ``nbdebug/render/static/NAME`` (CSS, JS), read once."""
     from importlib.resources import files
 
-    return files("nbdebug.render").joinpath("static/nbdebug.css").read_text(encoding="utf-8")
+    return files("nbdebug.render").joinpath(f"static/{name}").read_text(encoding="utf-8")
 
 
-CSS = _load_css()
+CSS = static("nbdebug.css")
 STYLE = f"<style>{CSS}</style>"
 
 

@@ -10,17 +10,15 @@ the largest allocations as lifetime intervals (for "what was alive at this momen
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
-from importlib.resources import files
 from typing import Any
 
 import numpy as np
 
 from nbdebug.core.memory._results import Fragmentation
 from nbdebug.core.memory._snapshot import MemorySnapshot
-from nbdebug.render._html import esc, fmt_bytes, table
+from nbdebug.render._html import esc, fmt_bytes, static, table
 from nbdebug.render._registry import renders
 from nbdebug.render.memory_plot import PALETTE, svg_sparkline
 
@@ -82,16 +80,14 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
     }
 
 
-@functools.cache
 def viewer_css() -> str:
     """The viewer's stylesheet (package data ``static/viewer.css``)."""
-    return files("nbdebug.render").joinpath("static/viewer.css").read_text(encoding="utf-8")
+    return static("viewer.css")
 
 
-@functools.cache
 def viewer_js() -> str:
     """The viewer's script (package data ``static/viewer.js``); ``ROOT_ID`` stands for the panel's id."""
-    return files("nbdebug.render").joinpath("static/viewer.js").read_text(encoding="utf-8")
+    return static("viewer.js")
 
 
 def _script(root: str) -> str:
