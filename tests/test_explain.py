@@ -55,6 +55,13 @@ def test_slugs_are_the_issue_contract():
         "leaf_inplace", "backward_twice", "no_grad_fn", "target_out_of_bounds", "nan_loss", "state_dict_keys",
         "deserialize_cuda", "weights_only_unpickling", "size_mismatch_state_dict", "dataloader_worker",
         "torch_compile", "xla_error", "version_mismatch",
+        # issue 10: the errors users actually hit
+        "ddp_unused_parameters", "ddp_ready_twice", "amp_fp16_gradients", "grad_non_scalar", "cuda_unavailable",
+        "cuda_fork", "numpy_conversion", "tensor_to_python", "index_out_of_range", "collate_mismatch",
+        "batchnorm_single_sample", "nondeterministic_op", "cuda_hardware_fault", "mps_unsupported", "optimizer_setup",
+        "multiprocessing_pickle", "inference_tensor", "tokenizer_padding", "fsdp_setup",
+        # issue 10: warnings that are bugs
+        "loss_broadcast", "nonleaf_grad_access", "scheduler_order", "checkpoint_no_grad", "ddp_grad_strides",
     }
     assert len(SLUGS) == len(set(SLUGS))
 
@@ -332,7 +339,7 @@ def test_unknown_reports_type_and_message():
 
 
 def test_bad_input_is_one_clear_error():
-    with pytest.raises(InvalidArgumentError, match="takes an exception or a str, got int"):
+    with pytest.raises(InvalidArgumentError, match="takes an exception, a warnings.WarningMessage or a str, got int"):
         explain(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):  # still a TypeError for code that caught that
         explain(None)  # type: ignore[arg-type]
@@ -416,6 +423,7 @@ def test_class_count_and_label_range_from_the_exception():
     with pytest.raises(IndexError) as info:
         emb(torch.tensor([[1, 2, 12]]))
     d = explain(info.value, roots={"emb": emb})
+    assert d.category == "index_out_of_range"  # an embedding lookup, kept apart from class labels (issue 10)
     assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
     assert "10 rows and got index 12" in d.summary
 

@@ -217,9 +217,81 @@ def _nccl_timeout(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
-def _version(facts: dict[str, Any], text: str) -> Analysis:
-    if "Torch not compiled with CUDA enabled" in text:
-        return (["This PyTorch is a CPU-only build: install a CUDA build to use the GPU."], [])
+def _cuda_unavailable(facts: dict[str, Any], text: str) -> Analysis:
+    reason = facts.get("reason", "")
+    if reason == "Torch not compiled with CUDA enabled":
+        return ["This PyTorch is a CPU-only build: install a CUDA build to use the GPU (or run on the CPU)."], []
+    if "unknown error" in reason or "No CUDA GPUs" in reason:
+        return ["This usually means CUDA_VISIBLE_DEVICES names GPUs this machine does not have, or was changed after "
+                "CUDA started in this process (a notebook kernel keeps the first value: restart it)."], []
+    return [], []
+
+
+def _hardware(facts: dict[str, Any], text: str) -> Analysis:
+    if facts.get("fault") == "unspecified launch failure" and "xid" not in facts:
+        return ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
+                "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
+                "watchdog; when it happens at random steps, the GPU or its power supply."], []
+    return [], []
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    out = []
+    for x, y in zip(reversed((1,) * (len(b) - len(a)) + a), reversed((1,) * (len(a) - len(b)) + b)):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(reversed(out))
+
+
+def _loss_broadcast(facts: dict[str, Any], text: str) -> Analysis:
+    target, pred = facts.get("target_shape"), facts.get("input_shape")
+    if not isinstance(target, tuple) or not isinstance(pred, tuple):
+        return [], []
+    shape = _broadcast_shape(pred, target)
+    if shape is None:
+        return [], []
+    facts["broadcast_note"] = f"the loss is averaged over shape {list(shape)}"
+    n_pred, n_target, n_out = (max(1, _numel(t)) for t in (pred, target, shape))
+    if n_out > max(n_pred, n_target):
+        return [f"Input {list(pred)} and target {list(target)} broadcast to {list(shape)}: {n_out} differences instead "
+                f"of {max(n_pred, n_target)}, every prediction compared with every target. The loss still decreases, "
+                "towards the mean of the targets, not the right answer for each sample."], []
+    return [], []
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _grad_strides(facts: dict[str, Any], text: str) -> Analysis:
+    sizes, grad, bucket = facts.get("grad_sizes"), facts.get("grad_strides"), facts.get("bucket_strides")
+    if not (isinstance(sizes, tuple) and isinstance(grad, tuple) and isinstance(bucket, tuple)):
+        return [], []
+    if len(sizes) == len(grad) == len(bucket):
+        differing = [i for i in range(len(sizes)) if grad[i] != bucket[i]]
+        if differing and all(sizes[i] == 1 for i in differing):
+            return [f"The strides differ only in dimensions of size 1 (sizes {list(sizes)}): the memory layout is the "
+                    "same, so this warning is harmless here (typical of 1x1 convolution weights)."], []
+        if len(sizes) == 4 and grad[1] == 1 and bucket[1] != 1:
+            return [f"The gradient of this {list(sizes)} weight is in channels_last layout (stride 1 on dimension 1) "
+                    "while DDP's bucket is contiguous: convert the model to channels_last before wrapping it in DDP."], []
+    return [], []
+
+
+def _optimizer(facts: dict[str, Any], text: str) -> Analysis:
+    if "empty parameter list" in text:
+        facts["setup_detail"] = ("The optimizer was given no parameters: the model (or the filter applied to its "
+                                 "parameters) yielded nothing to optimise.")
+    elif "parameter group" in text:
+        facts["setup_detail"] = ("The optimizer state being loaded was saved for a different set of parameters: the "
+                                 "number of parameter groups, or of parameters in a group, differs from this optimizer.")
+    elif "non-leaf Tensor" in text or "can only optimize Tensors" in text:
+        facts["setup_detail"] = ("The optimizer was given something that is not a parameter: a tensor computed from "
+                                 "one (a non-leaf), or another object.")
     return [], []
 
 
@@ -233,5 +305,9 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "torch_compile": _compile,
     "child_failed": _child,
     "nccl_timeout": _nccl_timeout,
-    "version_mismatch": _version,
+    "cuda_unavailable": _cuda_unavailable,
+    "cuda_hardware_fault": _hardware,
+    "loss_broadcast": _loss_broadcast,
+    "ddp_grad_strides": _grad_strides,
+    "optimizer_setup": _optimizer,
 }
