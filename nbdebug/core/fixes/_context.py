@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-__all__ = ["exception_text", "exception_type_name", "module_context", "index_context"]
+__all__ = ["exception_text", "exception_type_name", "module_context", "index_context", "ddp_unused_context"]
 
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl", "__call__"})
 
@@ -166,3 +166,49 @@ def index_context(exc: BaseException) -> dict[str, Any]:
                 facts["index_min"], facts["index_max"] = int(index.min()), int(index.max())
             break
     return facts
+
+
+def _find_ddp(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The DistributedDataParallel that raised (from the traceback), else one in ``roots``; and its name."""
+    for frame in reversed(_frames(exc)):
+        candidate = frame.f_locals.get("self")
+        if type(candidate).__name__ == "DistributedDataParallel" and hasattr(candidate, "module"):
+            name = next((k for k, v in (roots or {}).items() if v is candidate), "")
+            return candidate, name
+    for name, value in (roots or {}).items():
+        if type(value).__name__ == "DistributedDataParallel" and hasattr(value, "module"):
+            return value, name
+    return None, ""
+
+
+def ddp_unused_context(exc: BaseException, facts: Mapping[str, Any],
+                       roots: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """Name the parameters DDP got no gradient for, when the wrapped model is at hand.
+
+    DDP's "Parameter indices which did not receive grad" count the trainable parameters of the wrapped module in
+    ``named_parameters()`` order; without indices (older releases), the trainable parameters whose ``.grad`` is
+    still None while others have one are the unused ones.
+    """
+    if sys.modules.get("torch") is None:
+        return {}, []
+    ddp, ddp_name = _find_ddp(exc, roots)
+    if ddp is None:
+        return {}, []
+    try:
+        trainable = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
+    except Exception:  # a module whose parameters cannot be listed: say nothing rather than guess
+        return {}, []
+    indices = [int(i) for i in str(facts.get("unused_indices", "")).split() if i.isdigit()]
+    if indices:
+        names = [trainable[i][0] for i in indices if i < len(trainable)]
+        how = "from the indices in the message"
+    else:
+        with_grad = [n for n, p in trainable if p.grad is not None]
+        names = [n for n, p in trainable if p.grad is None] if with_grad else []
+        how = "trainable parameters that have no .grad after the last backward while the others have one"
+    if not names:
+        return {}, []
+    owner = f"{ddp_name}.module" if ddp_name else "the wrapped module"
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    note = f"Parameters of {owner} that got no gradient ({how}): {shown}. Remove or freeze them, or use them in the loss."
+    return {"unused_names": ", ".join(names)}, [note]

@@ -26,7 +26,13 @@ from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core.fixes._analyze import ANALYSERS
-from nbdebug.core.fixes._context import exception_text, exception_type_name, index_context, module_context
+from nbdebug.core.fixes._context import (
+    ddp_unused_context,
+    exception_text,
+    exception_type_name,
+    index_context,
+    module_context,
+)
 from nbdebug.core.fixes._diagnosis import Diagnosis, Fix, user_sources
 from nbdebug.core.fixes._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.knowledge import Entry, entries
@@ -428,6 +434,13 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
                 notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
                                 f"{index_facts['num_embeddings']} rows: valid indices are 0.."
                                 f"{index_facts['num_embeddings'] - 1}.")
+    if isinstance(error, BaseException) and entry.slug == "ddp_unused_parameters" and "unused_names" not in facts:
+        ddp_facts, ddp_notes = ddp_unused_context(error, facts, roots)
+        facts.update(ddp_facts)
+        notes = ddp_notes + notes
+        if ddp_facts:
+            first_step = (f"Look at {ddp_facts['unused_names'].split(', ')[0]} (named in the notes): remove the layer, "
+                          "freeze it before wrapping in DDP, or make its output part of the loss.")
     message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
@@ -454,6 +467,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         message=message,
         notes=tuple(notes),
         sources=user_sources(entry.sources),
+        severity="warning" if compiled.is_warning else "error",
     )
 
 

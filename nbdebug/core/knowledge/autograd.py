@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -405,7 +405,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="nonleaf_grad_access",
         title=".grad read on a tensor that is not a leaf: it is always None",
-        severity="warning",
+        severity=Severity.WARNING,
         summary=(
             "Code read .grad of a tensor produced by an operation (not a leaf tensor). Autograd does not keep "
             "gradients of intermediate tensors, so the value is None and any code relying on it (gradient logging, "
@@ -435,7 +435,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="checkpoint_no_grad",
         title="Activation checkpointing got no input that requires grad: gradients will be None",
-        severity="warning",
+        severity=Severity.WARNING,
         summary=(
             "torch.utils.checkpoint was called on inputs none of which require grad. With the reentrant "
             "implementation the checkpointed block then gets no gradients: its parameters do not train, while the "

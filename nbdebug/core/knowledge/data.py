@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -317,7 +317,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="loss_broadcast",
         title="Loss input and target have different shapes: broadcasting trains the wrong objective",
-        severity="warning",
+        severity=Severity.WARNING,
         summary=(
             "The loss got a target and an input of different shapes[[ (target {target_shape}, input {input_shape})]]. "
             "They are broadcast against each other, so the loss compares every prediction with every target[[ ({broadcast_note})]] and "

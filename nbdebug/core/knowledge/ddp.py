@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -143,7 +143,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="ddp_grad_strides",
         title="DDP: gradient layout differs from DDP's buckets (slower every step)",
-        severity="warning",
+        severity=Severity.WARNING,
         summary=(
             "A parameter's gradient has a different memory layout than DDP's communication bucket"
             "[[ (grad strides {grad_strides}, bucket strides {bucket_strides})]], so DDP copies it into the bucket on "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -49,7 +49,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="scheduler_order",
         title="lr_scheduler.step() called before optimizer.step()",
-        severity="warning",
+        severity=Severity.WARNING,
         summary=(
             "The learning-rate scheduler stepped before the optimizer did. The first value of the schedule is "
             "skipped, and when this happens every iteration the whole schedule is off by one step (or, with "
