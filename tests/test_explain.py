@@ -465,3 +465,30 @@ def test_diagnosis_drops_sources_a_user_cannot_open():
     assert d.sources == ("https://example.org/a",)
     assert "Sources: https://example.org/a" in str(d)
     assert 'href="https://example.org/a"' in render_diagnosis.diagnosis_html(d)
+
+
+def test_ddp_unused_parameters_are_named_from_the_wrapped_model(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.aux_head, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2), torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(self.body(x))  # aux_head never used: DDP waits for its gradient
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(Net())
+        with pytest.raises(RuntimeError) as info:
+            for _ in range(2):
+                model(torch.randn(3, 4)).sum().backward()
+        d = explain(info.value, roots={"model": model})
+    finally:
+        dist.destroy_process_group()
+    assert d.category == "ddp_unused_parameters"
+    assert d.facts["unused_names"] == "aux_head.weight, aux_head.bias"
+    assert "aux_head.weight, aux_head.bias" in d.summary and "model.module" in d.notes[0]
+    assert d.first_step.startswith("Look at aux_head.weight")

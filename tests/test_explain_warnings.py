@@ -58,6 +58,7 @@ def test_loss_broadcast_in_a_loop_gets_one_compact_panel(printed, ip):
     text, html = panel.data["text/plain"], panel.data["text/html"]
     assert "[loss_broadcast]" in text and "nbd-warning-panel" in html and 'class="nbdebug warning' in html
     assert "[16, 16]" in text  # the broadcast shape the loss is really computed over
+    assert "loss = loss_fn(model(x), y)" in text  # the user's own line, not only torch's loss.py
     # the same cell again: the site already had its panel
     with capture_output() as again:
         ip.run_cell(BROADCAST_LOOP)
@@ -77,7 +78,7 @@ def test_nonleaf_grad_scheduler_order_and_checkpoint(printed, ip):
         with capture_output() as out:
             assert ip.run_cell("import warnings\nwarnings.simplefilter('always')\n" + cell).error_in_exec is None
         (panel,) = _panels(out, slug)
-        assert "Raised at " in panel.data["text/plain"]  # the site (file:line) of the warning
+        assert "Raised by line " in panel.data["text/plain"]  # the cell's line that led to the warning
 
 
 def test_ddp_grad_strides_is_explained_as_harmless_or_channels_last(printed, ip, tmp_path):

@@ -100,16 +100,30 @@ class WarningWatcher:
             if site in self._seen:
                 return
             self._seen.add(site)
-            where = f"{filename}:{lineno}"
             import dataclasses
 
-            diagnosis = dataclasses.replace(diagnosis, notes=(f"Raised at {where}.", *diagnosis.notes))
+            diagnosis = dataclasses.replace(diagnosis, notes=(self._where(filename, lineno), *diagnosis.notes))
             if threading.current_thread() is threading.main_thread():
                 self._display(diagnosis)
             else:
                 self._pending.append(diagnosis)
         except Exception as e:  # noqa: BLE001 - a warning must never become an error because of nbdebug
             print(f"nbdebug: the warning could not be explained ({type(e).__name__}: {e})", file=sys.stderr)
+
+    def _where(self, filename: str, lineno: int) -> str:
+        """The user's line that led to the warning (the innermost frame of a notebook cell), else the warning's."""
+        cells = getattr(getattr(self.state.shell, "compile", None), "_filename_map", None) or {}
+        frame = sys._getframe(1)
+        while frame is not None:
+            number = cells.get(frame.f_code.co_filename)
+            if number is not None:
+                import linecache
+
+                code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                return (f"Raised by line {frame.f_lineno} of cell [{number}]" + (f": {code}" if code else "")
+                        + f" (warning issued at {filename}:{lineno}).")
+            frame = frame.f_back  # type: ignore[assignment]
+        return f"Raised at {filename}:{lineno}."
 
     def _display(self, diagnosis: Any) -> None:
         from IPython.display import display
