@@ -159,12 +159,22 @@ def _compiled() -> list[_Compiled]:
 
 
 def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
-              ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+              keyword_cache: dict[str, bool] | None = None) -> list[tuple[_Compiled, re.Match[str] | None]]:
     """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
 
     ``ignore_case`` matches the patterns regardless of case (slower; used only when nothing matched as written).
+    ``keyword_cache`` remembers which keywords the text holds, across the passes over one text: on a 1 MB log
+    each keyword costs a scan of the whole text, so it is looked for once.
     """
     low = text.lower()
+    cache = {} if keyword_cache is None else keyword_cache
+
+    def has(keyword: str) -> bool:
+        hit = cache.get(keyword)
+        if hit is None:
+            hit = cache[keyword] = keyword in low
+        return hit
+
     found = []
     for c in _compiled():
         patterns = c.folded if ignore_case else c.patterns
@@ -172,7 +182,7 @@ def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_cas
             first = next((m for p in patterns if (m := p.search(text))), None)
             found.append((c, first))
             continue
-        if not any(k in low for k in c.entry.keywords):
+        if not any(has(k) for k in c.entry.keywords):
             continue
         for pattern in patterns:
             m = pattern.search(text)
@@ -380,17 +390,18 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         raise InvalidArgumentError(
             f"explain() takes an exception, a warnings.WarningMessage or a str, got {type(error).__name__}")
     text = normalize(raw[-_MAX_CHARS:])
-    found = match_all(text, type_names)
+    keywords: dict[str, bool] = {}
+    found = match_all(text, type_names, keyword_cache=keywords)
     raise_line = ""
     if not found and not type_names:
         # A pasted traceback cut off before its final line still names the exception in the last
         # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
         raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
         if raised:
-            found = match_all(text, raised)
+            found = match_all(text, raised, keyword_cache=keywords)
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
-        found = match_all(text, type_names, ignore_case=True)
+        found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
     if not found:
         # no message at all: a paste cut off before its error line, or log lines that are only frames
         found, frame_line = match_frames(raw[-_MAX_CHARS:])
