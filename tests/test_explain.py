@@ -492,3 +492,52 @@ def test_ddp_unused_parameters_are_named_from_the_wrapped_model(tmp_path):
     assert d.facts["unused_names"] == "aux_head.weight, aux_head.bias"
     assert "aux_head.weight, aux_head.bias" in d.summary and "model.module" in d.notes[0]
     assert d.first_step.startswith("Look at aux_head.weight")
+
+
+def _raised(fn):
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        return e
+    raise AssertionError("expected an error")
+
+
+def test_the_forgotten_flatten_is_said_first():
+    """Issue 11: (8, 32, 8, 8) into Linear(in_features=2048) must say 'flatten' first, not 'in_features should be 8'."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Linear(2048, 10))
+    d = explain(_raised(lambda: model(torch.randn(8, 3, 32, 32))), roots={"model": model})
+    assert d.category == "shape_mismatch"
+    assert d.fixes[0].title == "Flatten before this layer" and "x.flatten(1)" in d.fixes[0].code
+    assert "x.flatten(1)" in d.first_step and d.first_step.startswith("At model.3 = Linear(in_features=2048")
+    assert not any("in_features should be" in n for n in d.notes)
+    # from the pasted message alone the same fix comes first, hedged on the batch size
+    text = explain(f"RuntimeError: {_raised(lambda: model(torch.randn(8, 3, 32, 32)))}")
+    assert text.fixes[0].title == "Flatten before this layer" and "batch size is 8" in text.notes[0]
+    # a plain size mismatch stays a size mismatch
+    plain = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
+    assert "Flatten" not in plain.fixes[0].title and not plain.notes
+
+
+def test_channels_last_transposed_and_missing_dimensions():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    conv = nn.Conv2d(3, 8, 3)
+    d = explain(_raised(lambda: conv(torch.randn(8, 32, 32, 3))), roots={"conv": conv})
+    assert "channels-last" in d.first_step and "permute(0, 3, 1, 2)" in d.fixes[0].code
+    assert len(d.notes) == len(set(d.notes))  # the module's input and the message tell it once
+    lin = nn.Linear(10, 5)
+    d = explain(_raised(lambda: lin(torch.randn(10, 4))), roots={"lin": lin})
+    assert "transposed" in d.first_step and d.fixes[0].code.startswith("x = x.T")
+    d = explain(_raised(lambda: torch.randn(4, 10) @ torch.randn(5, 10)))
+    assert "mat2 looks transposed" in d.notes[0] and "w.T" in d.fixes[0].code
+    seq = nn.Linear(64, 2)
+    d = explain(_raised(lambda: seq(torch.randn(8, 64, 100))), roots={"seq": seq})
+    assert "transpose(1, -1)" in d.fixes[0].code
+    gray = nn.Conv2d(1, 4, 3)
+    d = explain(_raised(lambda: gray(torch.randn(28, 28))), roots={"gray": gray})
+    assert "x[None, None]" in d.fixes[0].code
+    bn = nn.BatchNorm2d(3)
+    d = explain(_raised(lambda: bn(torch.randn(3, 8, 8))))
+    assert d.category == "shape_mismatch" and d.fixes[0].title == "Add the batch dimension"

@@ -32,6 +32,7 @@ from nbdebug.core.fixes._context import (
     exception_type_name,
     index_context,
     module_context,
+    module_layout,
 )
 from nbdebug.core.fixes._diagnosis import Diagnosis, Fix, user_sources
 from nbdebug.core.fixes._normalize import last_exception_line, normalize, parse_shape
@@ -434,6 +435,16 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
             first_step = (f"Look at {module_facts['module']} = {module_facts['module_type']}: compare what it is "
                           f"configured for with the {entry.slug.split('_')[0]} of the input it received (in the notes), "
                           "then fix that layer or the one that feeds it.")
+        layout = module_layout(error) if entry.slug == "shape_mismatch" else None
+        if layout is not None:
+            note, fix = layout
+            # the text-only guess (from "mat1 and mat2 ...") gives way to what the module's real input shows
+            first_fixes = [fix] + [f for f in first_fixes if f.title != fix.title and "Transpose" not in f.title
+                                   and "Flatten" not in f.title]
+            notes = [n for n in notes if not n.startswith(("mat1 is", "If the batch size"))
+                     and "probably not flattened" not in n]
+            where = module_facts.get("module", "the layer that raised")
+            first_step = f"At {where} = {module_facts.get('module_type', '?')}: {note[0].lower()}{note[1:]}"
         if entry.slug in ("target_out_of_bounds", "index_out_of_range"):
             index_facts = index_context(error)
             facts.update(index_facts)
@@ -452,6 +463,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         if ddp_facts:
             first_step = (f"Look at {ddp_facts['unused_names'].split(', ')[0]} (named in the notes): remove the layer, "
                           "freeze it before wrapping in DDP, or make its output part of the loss.")
+    notes = list(dict.fromkeys(notes))  # the module's input and the message may tell the same thing
     message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)

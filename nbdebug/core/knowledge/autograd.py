@@ -14,7 +14,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary="{shape_detail}",
         keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
-                  "should contain", "must be a matrix"),
+                  "should contain", "must be a matrix", "d input (got"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -59,6 +59,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"running_(?:mean|var) should contain \d+ elements not \d+",
             r"\bself must be a matrix\b",
             r"Trying to create tensor with negative dimension",
+            r"expected \dD input \(got \dD input\)",
         ),
         priority=58,
         facts=(
@@ -71,8 +72,9 @@ ENTRIES: tuple[Entry, ...] = (
             (r"weight of size (?P<weight_shape>\[[\d, ]+\]), expected input(?P<input_shape>\[[\d, ]+\]) to have "
              r"(?P<expected_channels>\d+) channels, but got (?P<got_channels>\d+) channels",
              {"weight_shape": "shape", "input_shape": "shape", "expected_channels": "int", "got_channels": "int"}),
-            (r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to (?P<op>\w+), but got input of size: (?P<input_shape>\[[\d, ]*\])",
-             {"op": "str", "input_shape": "shape"}),
+            (r"Expected (?P<unbatched_dims>\d+)D \(unbatched\) or \d+D \(batched\) input to (?P<op>\w+), but got input of "
+             r"size: (?P<input_shape>\[[\d, ]*\])", {"unbatched_dims": "int", "op": "str", "input_shape": "shape"}),
+            (r"expected (?P<expected_dims>\d)D input \(got (?P<got_dims>\d)D input\)", {"expected_dims": "int", "got_dims": "int"}),
             (r"Sizes of tensors must match except in dimension (?P<dim>\d+)\. Expected size (?P<size_a>\d+) but got "
              r"size (?P<size_b>\d+) for tensor number (?P<tensor_index>\d+)",
              {"dim": "int", "size_a": "int", "size_b": "int", "tensor_index": "int"}),
