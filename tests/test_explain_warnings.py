@@ -145,3 +145,28 @@ def test_explain_takes_a_captured_warning_or_its_text():
     # a warning printed before the error that stopped the run is background: the error is the diagnosis
     after = printed + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyError: 'x'\n"
     assert explain(after).category == "unknown"
+
+
+def test_a_failing_explainer_never_breaks_the_cell(printed, ip, monkeypatch):
+    import nbdebug.core.fixes as fixes
+
+    def broken(*a, **k):
+        raise ValueError("planted failure")
+
+    monkeypatch.setattr(fixes, "explain", broken)
+    with capture_output() as out:
+        result = ip.run_cell(BROADCAST_LOOP.replace("range(5)", "range(2)").replace("Linear(4, 1)", "Linear(4, 1, bias=False)"))
+    assert result.error_in_exec is None  # the cell ran to the end
+    assert "Using a target size" in out.stderr  # the warning itself was still shown
+    assert "nbdebug: the warning could not be explained (ValueError: planted failure)" in out.stderr
+    assert _panels(out) == []
+
+
+def test_text_report_of_a_warning_says_so():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(3, requires_grad=True) * 2
+        x.grad  # noqa: B018 - reading .grad of a non-leaf is the bug being shown
+    (record,) = caught
+    text = str(explain(record))
+    assert text.startswith("nbdebug warning [nonleaf_grad_access]") and "retain_grad" in text

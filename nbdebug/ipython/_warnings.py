@@ -40,6 +40,7 @@ class WarningWatcher:
         self._seen: set[tuple[str, int, str]] = set()
         self._pending: list[Any] = []  # panels for warnings raised off the main thread: shown when the cell ends
         self._keywords: tuple[str, ...] | None = None
+        self._busy = False  # a warning raised while one is being explained is not explained again
 
     def enable(self) -> None:
         if self.on:
@@ -82,8 +83,9 @@ class WarningWatcher:
         return self._keywords
 
     def _consider(self, message: Any, category: Any, filename: str, lineno: int, line: str | None) -> None:
-        if not self.on:
+        if not self.on or self._busy:
             return
+        self._busy = True
         try:
             if isinstance(category, type) and issubclass(category, _NOISE):
                 return
@@ -109,6 +111,8 @@ class WarningWatcher:
                 self._pending.append(diagnosis)
         except Exception as e:  # noqa: BLE001 - a warning must never become an error because of nbdebug
             print(f"nbdebug: the warning could not be explained ({type(e).__name__}: {e})", file=sys.stderr)
+        finally:
+            self._busy = False
 
     def _where(self, filename: str, lineno: int) -> str:
         """The user's line that led to the warning (the innermost frame of a notebook cell), else the warning's."""
