@@ -541,3 +541,13 @@ def test_channels_last_transposed_and_missing_dimensions():
     bn = nn.BatchNorm2d(3)
     d = explain(_raised(lambda: bn(torch.randn(3, 8, 8))))
     assert d.category == "shape_mismatch" and d.fixes[0].title == "Add the batch dimension"
+
+
+def test_numpy_conversion_says_what_is_wrong_with_the_tensor():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(2, requires_grad=True).numpy()
+    d = explain(info.value)
+    assert d.category == "numpy_conversion" and d.summary.endswith("this one requires grad.")
+    d = explain("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor")
+    assert d.summary.endswith("this one is on cuda:0.") and "requires grad" not in d.summary

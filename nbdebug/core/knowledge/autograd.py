@@ -319,7 +319,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A tensor cannot be converted to NumPy as it is",
         summary=(
             ".numpy() works only on a CPU tensor outside the autograd graph[[; this one is on {device}]]"
-            "[[; this one requires grad]]."
+            "[[; this one {grad_state}]]."
         ),
         keywords=("numpy",),
         patterns=(
@@ -330,7 +330,7 @@ ENTRIES: tuple[Entry, ...] = (
         priority=61,
         facts=(
             (r"can't convert (?P<device>(?:cuda|mps|xla|xpu)(?::\d+)?) device type tensor", {"device": "str"}),
-            (r"(?P<requires_grad>requires grad)", {"requires_grad": "str"}),
+            (r"on (?:Tensor|Variable) that (?P<grad_state>requires grad)", {"grad_state": "str"}),
         ),
         causes=(
             "Logging, plotting or computing a metric with NumPy / matplotlib / sklearn on a tensor that is still on "
