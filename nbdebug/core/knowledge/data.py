@@ -260,6 +260,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"Can't get attribute '\w+' on <module '__main__'",
         ),
         priority=60,
+        # only with a sign of a child process: the same messages come from torch.save / torch.load of a whole
+        # model (a lambda attribute, a class defined in the training script), which is not this category
+        extra={"requires": r"spawn|multiprocessing|[Ff]orkingPickler|DataLoader|Dataset|num_workers|worker|popen_|"
+                           r"reduction\.py|__mp_main__|Process\b|Pool\b"},
         facts=(
             (r"Can't pickle local object '(?P<object>[\w.<>]+)'", {"object": "str"}),
             (r"Can't get attribute '(?P<object>\w+)' on <module '__main__'", {"object": "str"}),
