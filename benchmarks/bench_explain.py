@@ -63,6 +63,12 @@ def main() -> int:
         except Exception as e:  # real exceptions with tracebacks through nn.Module.forward
             excs.append(e)
     _report("explain(exception object)", _times(explain, excs, repeat=200))
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # issue 10: a real warning, as the warnings hook sees it
+        warnings.simplefilter("always")
+        torch.nn.functional.mse_loss(torch.randn(16, 1), torch.randn(16))
+    _report("explain(warnings.WarningMessage)", _times(explain, caught[:1], repeat=200))
     ratio = statistics.fmean(_times(explain, texts, 3)) / statistics.fmean(_times(lambda t: t.splitlines()[-1], texts, 3))
     print(f"ratio explain / floor (same run): {ratio:.0f}x")
     biggest = max(texts, key=len)

@@ -55,6 +55,13 @@ def test_slugs_are_the_issue_contract():
         "leaf_inplace", "backward_twice", "no_grad_fn", "target_out_of_bounds", "nan_loss", "state_dict_keys",
         "deserialize_cuda", "weights_only_unpickling", "size_mismatch_state_dict", "dataloader_worker",
         "torch_compile", "xla_error", "version_mismatch",
+        # issue 10: the errors users actually hit
+        "ddp_unused_parameters", "ddp_ready_twice", "amp_fp16_gradients", "grad_non_scalar", "cuda_unavailable",
+        "cuda_fork", "numpy_conversion", "tensor_to_python", "index_out_of_range", "collate_mismatch",
+        "batchnorm_single_sample", "nondeterministic_op", "cuda_hardware_fault", "mps_unsupported", "optimizer_setup",
+        "multiprocessing_pickle", "inference_tensor", "tokenizer_padding", "fsdp_setup",
+        # issue 10: warnings that are bugs
+        "loss_broadcast", "nonleaf_grad_access", "scheduler_order", "checkpoint_no_grad", "ddp_grad_strides",
     }
     assert len(SLUGS) == len(set(SLUGS))
 
@@ -332,7 +339,7 @@ def test_unknown_reports_type_and_message():
 
 
 def test_bad_input_is_one_clear_error():
-    with pytest.raises(InvalidArgumentError, match="takes an exception or a str, got int"):
+    with pytest.raises(InvalidArgumentError, match="takes an exception, a warnings.WarningMessage or a str, got int"):
         explain(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):  # still a TypeError for code that caught that
         explain(None)  # type: ignore[arg-type]
@@ -416,6 +423,7 @@ def test_class_count_and_label_range_from_the_exception():
     with pytest.raises(IndexError) as info:
         emb(torch.tensor([[1, 2, 12]]))
     d = explain(info.value, roots={"emb": emb})
+    assert d.category == "index_out_of_range"  # an embedding lookup, kept apart from class labels (issue 10)
     assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
     assert "10 rows and got index 12" in d.summary
 
@@ -457,3 +465,89 @@ def test_diagnosis_drops_sources_a_user_cannot_open():
     assert d.sources == ("https://example.org/a",)
     assert "Sources: https://example.org/a" in str(d)
     assert 'href="https://example.org/a"' in render_diagnosis.diagnosis_html(d)
+
+
+def test_ddp_unused_parameters_are_named_from_the_wrapped_model(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.aux_head, self.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2), torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(self.body(x))  # aux_head never used: DDP waits for its gradient
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(Net())
+        with pytest.raises(RuntimeError) as info:
+            for _ in range(2):
+                model(torch.randn(3, 4)).sum().backward()
+        d = explain(info.value, roots={"model": model})
+    finally:
+        dist.destroy_process_group()
+    assert d.category == "ddp_unused_parameters"
+    assert d.facts["unused_names"] == "aux_head.weight, aux_head.bias"
+    assert "aux_head.weight, aux_head.bias" in d.summary and "model.module" in d.notes[0]
+    assert d.first_step.startswith("Look at aux_head.weight")
+
+
+def _raised(fn):
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        return e
+    raise AssertionError("expected an error")
+
+
+def test_the_forgotten_flatten_is_said_first():
+    """Issue 11: (8, 32, 8, 8) into Linear(in_features=2048) must say 'flatten' first, not 'in_features should be 8'."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Linear(2048, 10))
+    d = explain(_raised(lambda: model(torch.randn(8, 3, 32, 32))), roots={"model": model})
+    assert d.category == "shape_mismatch"
+    assert d.fixes[0].title == "Flatten before this layer" and "x.flatten(1)" in d.fixes[0].code
+    assert "x.flatten(1)" in d.first_step and d.first_step.startswith("At model.3 = Linear(in_features=2048")
+    assert not any("in_features should be" in n for n in d.notes)
+    # from the pasted message alone the same fix comes first, hedged on the batch size
+    text = explain(f"RuntimeError: {_raised(lambda: model(torch.randn(8, 3, 32, 32)))}")
+    assert text.fixes[0].title == "Flatten before this layer" and "batch size is 8" in text.notes[0]
+    # a plain size mismatch stays a size mismatch
+    plain = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
+    assert "Flatten" not in plain.fixes[0].title and not plain.notes
+
+
+def test_channels_last_transposed_and_missing_dimensions():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    conv = nn.Conv2d(3, 8, 3)
+    d = explain(_raised(lambda: conv(torch.randn(8, 32, 32, 3))), roots={"conv": conv})
+    assert "channels-last" in d.first_step and "permute(0, 3, 1, 2)" in d.fixes[0].code
+    assert len(d.notes) == len(set(d.notes))  # the module's input and the message tell it once
+    lin = nn.Linear(10, 5)
+    d = explain(_raised(lambda: lin(torch.randn(10, 4))), roots={"lin": lin})
+    assert "transposed" in d.first_step and d.fixes[0].code.startswith("x = x.T")
+    d = explain(_raised(lambda: torch.randn(4, 10) @ torch.randn(5, 10)))
+    assert "mat2 looks transposed" in d.notes[0] and "w.T" in d.fixes[0].code
+    seq = nn.Linear(64, 2)
+    d = explain(_raised(lambda: seq(torch.randn(8, 64, 100))), roots={"seq": seq})
+    assert "transpose(1, -1)" in d.fixes[0].code
+    gray = nn.Conv2d(1, 4, 3)
+    d = explain(_raised(lambda: gray(torch.randn(28, 28))), roots={"gray": gray})
+    assert "x[None, None]" in d.fixes[0].code
+    bn = nn.BatchNorm2d(3)
+    d = explain(_raised(lambda: bn(torch.randn(3, 8, 8))))
+    assert d.category == "shape_mismatch" and d.fixes[0].title == "Add the batch dimension"
+
+
+def test_numpy_conversion_says_what_is_wrong_with_the_tensor():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(2, requires_grad=True).numpy()
+    d = explain(info.value)
+    assert d.category == "numpy_conversion" and d.summary.endswith("this one requires grad.")
+    d = explain("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor")
+    assert d.summary.endswith("this one is on cuda:0.") and "requires grad" not in d.summary

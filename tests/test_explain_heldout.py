@@ -2,7 +2,9 @@
 
 tests/data/errors_heldout: 236 real error texts copied from public issue threads and pages whose URLs do not
 appear in tests/data/errors.  tests/data/errors_heldout_r2 .. _r10: 38, 11, 12, 7, 7, 10, 14, 7 and 4 more, each
-collected with broad queries after the previous rounds had been used to improve the engine.  First line
+collected with broad queries after the previous rounds had been used to improve the engine; _r11: 66 texts for
+the categories issue 10 added, gathered after they were written (a few texts of those categories that earlier
+rounds had filed as ``unknown`` were renamed to their new slug).  First line
 ``# source: <url>``; file name prefix = expected slug, ``unknown__*`` are real errors outside every category.
 Each folder's BASELINE.md records the accuracy measured before the engine was changed for it.  The issue's
 targets: at least 95 % right category on in-category texts, ``unknown`` for at least 90 % of the others, and a
@@ -37,13 +39,28 @@ def _source(path: Path) -> str:
     return path.read_text(errors="replace").split("\n", 1)[0].removeprefix("# source: ").strip().rstrip("/")
 
 
+# The categories added by issue 10 were held out in their own round (r11), gathered after they were written.
+ISSUE_10 = DATA / "errors_heldout_r11"
+
+
 def test_heldout_is_big_and_spread():
     counts = collections.Counter(_expected(p) for p in HELDOUT.glob("*.txt"))
     assert set(counts) <= set(SLUGS) | {"unknown"}, sorted(set(counts) - set(SLUGS) - {"unknown"})
-    thin = {slug: counts[slug] for slug in SLUGS if counts[slug] < 4}
+    later = collections.Counter(_expected(p) for p in FILES)
+    new = {e.slug for e in entries("explain") if e.domain in ("ddp", "optim")} | {
+        "grad_non_scalar", "cuda_unavailable", "cuda_fork", "numpy_conversion", "tensor_to_python",
+        "index_out_of_range", "collate_mismatch", "batchnorm_single_sample", "nondeterministic_op",
+        "cuda_hardware_fault", "mps_unsupported", "multiprocessing_pickle", "inference_tensor", "tokenizer_padding",
+        "loss_broadcast", "nonleaf_grad_access", "checkpoint_no_grad"}
+    thin = {slug: counts[slug] for slug in SLUGS if slug not in new and counts[slug] < 4}
     assert not thin, f"categories with fewer than 4 held-out texts: {thin}"
+    thin_new = {slug: later[slug] for slug in new if later[slug] < 2}
+    assert not thin_new, f"issue-10 categories with fewer than 2 held-out texts: {thin_new}"
+    assert sum(1 for _ in ISSUE_10.glob("*.txt")) >= 60
     assert sum(n for slug, n in counts.items() if slug != "unknown") >= 150
-    assert counts["unknown"] >= 40
+    # 11 of the first round's out-of-category texts belong to categories issue 10 added (renamed to their slug)
+    assert counts["unknown"] >= 25
+    assert sum(1 for p in FILES if _expected(p) == "unknown") >= 40
 
 
 def test_heldout_sources_are_disjoint_from_the_original_corpus():
@@ -112,7 +129,8 @@ def test_heldout_facts_survive_old_and_wrapped_wordings(name, facts):
         ("RuntimeError: cuda runtime error (59) :", "device_side_assert"),
         ("RuntimeError: CUDA error (101)", "invalid_device_ordinal"),
         ("RuntimeError: cuda runtime error (35) :", "version_mismatch"),
-        ("RuntimeError: cuda runtime error (4) : unspecified launch failure", "unknown"),
+        # error 4 = cudaErrorLaunchFailure: a category of its own since issue 10
+        ("RuntimeError: cuda runtime error (4) : unspecified launch failure", "cuda_hardware_fault"),
     ],
 )
 def test_cuda_error_numbers_alone(text, slug):
@@ -141,7 +159,7 @@ def test_cuda_error_numbers_alone(text, slug):
         ("shape_mismatch", "RuntimeError: Tensors must have same number of dimensions: got 4 and 3"),
         ("shape_mismatch", "RuntimeError: shape mismatch: value tensor of shape [3] cannot be broadcast to indexing "
                            "result of shape [2]"),
-        ("shape_mismatch", "ValueError: Expected more than 1 value per channel when training, got input size "
+        ("batchnorm_single_sample", "ValueError: Expected more than 1 value per channel when training, got input size "
                            "torch.Size([1, 256])"),
         ("nan_loss", "ValueError: Expected parameter logits (Tensor of shape (64, 10)) of distribution Categorical() to "
                      "satisfy the constraint IndependentConstraint(Real(), 1), but found invalid values:"),
@@ -208,7 +226,7 @@ def test_frames_recognise_a_failure_only_when_no_message_matched():
     inner = old_worker.replace("AttributeError: 'NoneType' object has no attribute 'shape'",
                                "RuntimeError: stack expects each tensor to be equal size, but got [3] at entry 0 "
                                "and [4] at entry 1")
-    assert explain(inner).category == "shape_mismatch"
+    assert explain(inner).category == "collate_mismatch"  # stacking in the loader's collate step (issue 10)
     # frames only the backend compiler runs
     compile_frames = (
         'W0916 19:14:38.825000 9120 Lib\\site-packages\\torch\\_dynamo\\convert_frame.py:1280]   File '

@@ -67,3 +67,13 @@ def test_finding_takes_severity_title_and_fixes_from_its_entry():
 def test_thresholds_have_reasons_and_sources():
     for name, t in knowledge.thresholds().items():
         assert t.name == name and t.why and t.source, name
+
+
+def test_warning_categories_are_marked_and_complete():
+    """Issue 10: the warnings that are bugs are explain entries of severity warning, marked for the warnings hook."""
+    marked = {e.slug for e in knowledge.entries("explain") if e.extra.get("warning") == "yes"}
+    assert marked == {"loss_broadcast", "nonleaf_grad_access", "scheduler_order", "checkpoint_no_grad", "ddp_grad_strides"}
+    for slug in marked:
+        e = knowledge.entry(slug)
+        assert e.severity == Severity.WARNING and e.keywords and e.patterns and e.first_step
+        assert any(s.startswith("https://") for s in e.sources) and all(f.code for f in e.fixes[:1])

@@ -61,6 +61,8 @@ def _knowledge_patterns() -> Iterator[tuple[str, str]]:
                 yield f"{e.domain}.{e.slug}.facts(wrapped)", _explain._line_wrap_tolerant(p)
         for p, _, _ in e.repeated_facts:
             yield f"{e.domain}.{e.slug}.repeated_facts", p
+        if e.extra.get("requires"):  # the context an entry needs, searched over the raw text
+            yield f"{e.domain}.{e.slug}.requires", e.extra["requires"]
 
 
 def _engine_patterns() -> Iterator[tuple[str, str]]:

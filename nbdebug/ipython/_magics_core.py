@@ -36,6 +36,7 @@ class CoreMagics(Magics):
             %nbdebug explain all     # also say so when an error is not recognised
             %nbdebug traceback full  # IPython's whole traceback (default: short, library frames folded)
             %nbdebug traceback short
+            %nbdebug warnings off    # no panel under warnings that signal a bug (loss broadcasting, ...)
 
         Returns the status object (also after a switch).
         """
@@ -107,6 +108,10 @@ def register(state: ExtensionState) -> None:
         explainer.enabled = False
 
     state.add_feature(Feature("explain", "diagnosis panel under every error", enable, disable), on=True)
+
+    from nbdebug.ipython._warnings import register as register_warnings
+
+    register_warnings(state)
 
     from nbdebug.ipython._traceback import ShortTracebacks
 

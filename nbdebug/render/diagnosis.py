@@ -63,7 +63,8 @@ def diagnosis_text(d: Diagnosis) -> str:
             + (f": {d.message}" if d.message else "")
             + "\n(an honest 'unknown' rather than a wrong guess; the traceback above is the place to look)"
         )
-    out = [f"nbdebug [{d.category}] {d.title}", "", d.summary]
+    kind = " warning" if d.severity == "warning" else ""
+    out = [f"nbdebug{kind} [{d.category}] {d.title}", "", d.summary]
     if d.facts:
         out += ["", "Facts:"] + [f"  {k}: {_fact_value(v, k)}" for k, v in d.facts.items()]
     if d.notes:
@@ -91,6 +92,8 @@ def diagnosis_html(d: Diagnosis) -> str:
     if not d.known:
         body = '<div class="nbd-muted">No known diagnosis; the traceback above is the place to look.</div>'
         return panel(f"nbdebug: unrecognised {d.exception_type or 'error'}", body, kind="info", open_=False)
+    if d.severity == "warning":
+        return _warning_html(d)
     parts = [f"<div>{esc(d.summary)}</div>"]
     if d.first_step:
         parts.append(f'<div class="nbd-first"><b>First step:</b> {esc(d.first_step)}</div>')
@@ -114,3 +117,30 @@ def diagnosis_html(d: Diagnosis) -> str:
         links = "; ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(u)}</a>' for u in sources)
         parts.append(f'<div class="nbd-muted">Sources: {links}</div>')
     return panel(f"nbdebug · {d.title}  [{d.category}]", "".join(parts), kind="error", css_class="nbd-diagnosis")
+
+
+def _warning_html(d: Diagnosis) -> str:
+    """The compact panel of a warning that signals a bug: what it means and the first step; the rest folded."""
+    parts = [f"<div>{esc(d.summary)}</div>"]
+    if d.first_step:
+        parts.append(f'<div class="nbd-first"><b>First step:</b> {esc(d.first_step)}</div>')
+    if d.notes:
+        parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in d.notes) + "</ul>")
+    folded = []
+    if d.causes:
+        folded.append("<h4>Likely causes</h4><ol>" + "".join(f"<li>{esc(c)}</li>" for c in d.causes) + "</ol>")
+    if d.fixes:
+        folded.append("<h4>Fixes</h4><ol>" + "".join(
+            f"<li>{esc(f.title)}{code_block(f.code) if f.code else ''}</li>" for f in d.fixes) + "</ol>")
+    if d.facts:
+        folded.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.facts.items()))
+    sources = user_sources(d.sources)
+    if sources:
+        links = "; ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(u)}</a>' for u in sources)
+        folded.append(f'<div class="nbd-muted">Sources: {links}</div>')
+    if folded:
+        parts.append(f"<details><summary><b>Causes and fixes</b></summary>{''.join(folded)}</details>")
+    parts.append('<div class="nbd-muted">Shown once per warning site; <code>%nbdebug warnings off</code> stops '
+                 "these panels.</div>")
+    return panel(f"nbdebug · warning · {d.title}  [{d.category}]", "".join(parts), kind="warning",
+                 css_class="nbd-diagnosis nbd-warning-panel")

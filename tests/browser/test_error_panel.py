@@ -55,3 +55,42 @@ def test_shape_error_panel_in_jupyterlab(lab, page):
     panel.first.scroll_into_view_if_needed()
     DOCS.mkdir(exist_ok=True)
     page.screenshot(path=str(DOCS / "error_panel.png"), full_page=False)
+
+
+WARNING_CELLS = [
+    "%load_ext nbdebug",
+    "import torch\nfrom torch import nn\n"
+    "model, loss_fn = nn.Linear(4, 1), nn.MSELoss()\n"
+    "for step in range(20):  # the warning inside a loop: one panel, not twenty\n"
+    "    loss = loss_fn(model(torch.randn(16, 4)), torch.randn(16))\n"
+    "loss.item()",
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_warning_panel_is_compact_and_readable(lab, page, theme):
+    from tests.browser.test_themes import CONTRAST_JS, _set_theme
+
+    name = theme.split()[-1].lower()
+    run_notebook(lab, page, WARNING_CELLS, f"warning_panel_{name}.ipynb")
+    _set_theme(page, theme)
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert "Using a target size (torch.Size([16]))" in stderr.first.inner_text()  # the warning itself, unchanged
+    panel = page.locator("details.nbd-warning-panel")
+    panel.first.wait_for(state="visible", timeout=30_000)
+    assert panel.count() == 1
+    text = panel.first.inner_text()
+    assert "loss_broadcast" in text and "First step" in text and "[16, 16]" in text
+    # compact: causes and fixes are one click away, the visible part is a few lines
+    assert panel.first.locator("details").count() == 1
+    assert not panel.first.locator("details").first.evaluate("d => d.open")
+    height = panel.first.evaluate("p => p.getBoundingClientRect().height")
+    assert height < 320, f"the compact panel is {height:.0f}px tall"
+    found = [r for r in page.evaluate(CONTRAST_JS) if "warning" in r["cls"] or r["text"]]
+    assert len(found) > 10, f"too few text elements checked: {len(found)}"
+    low = [r for r in found if r["ratio"] < 4.5]
+    panel.first.scroll_into_view_if_needed()
+    DOCS.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS / f"warning_panel_{name}.png"), full_page=False)
+    report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:20])
+    assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"

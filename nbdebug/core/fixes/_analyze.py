@@ -157,13 +157,94 @@ def _size_mismatch(facts: dict[str, Any], text: str) -> Analysis:
     return notes, []
 
 
+_PERMUTE_TO_CHANNELS_FIRST = {1: "x.permute(0, 2, 1)  # (N, L, C) -> (N, C, L)",
+                              2: "x.permute(0, 3, 1, 2)  # (N, H, W, C) -> (N, C, H, W)",
+                              3: "x.permute(0, 4, 1, 2, 3)  # (N, D, H, W, C) -> (N, C, D, H, W)"}
+
+
+def _prod(values: Any) -> int:
+    n = 1
+    for v in values:
+        n *= int(v)
+    return n
+
+
+def layout_hint(shape: Any, *, in_features: int | None = None, in_channels: int | None = None,
+                spatial: int = 0) -> tuple[str, Fix] | None:
+    """When a layer got an input of the right size but the wrong layout, say which layout fix it needs.
+
+    ``shape`` is the input the layer received; ``in_features`` (Linear-like) or ``in_channels`` with ``spatial``
+    dimensions (convolutions) is what it is configured for.  Tried in order: the forgotten flatten (trailing
+    dimensions multiply to ``in_features``), features in dimension 1 instead of last, a transposed 2-D input,
+    channels-last into a channels-first convolution, a missing channel/batch dimension.  None when the layout
+    explains nothing (then the sizes themselves disagree).
+    """
+    dims = [int(d) for d in shape]
+    if in_features is not None and dims and dims[-1] != in_features:
+        if len(dims) >= 3 and _prod(dims[1:]) == in_features:
+            rest = " x ".join(str(d) for d in dims[1:])
+            return (f"The input {dims} holds {rest} = {in_features} values per sample, exactly in_features: it was "
+                    f"not flattened. Flatten before this layer (x.flatten(1)), so it gets ({dims[0]}, {in_features}).",
+                    Fix("Flatten before this layer", f"x = x.flatten(1)  # {tuple(dims)} -> ({dims[0]}, {in_features})\n"
+                        "# in nn.Sequential: nn.Flatten() before the Linear"))
+        if len(dims) >= 3 and dims[1] == in_features:
+            return (f"The input {dims} has its {in_features} features in dimension 1 (channels-first), but a Linear "
+                    "layer works on the last dimension: move them last (x.transpose(1, -1)).",
+                    Fix("Move the feature dimension last", f"x = x.transpose(1, -1)  # {tuple(dims)} -> features last"))
+        if len(dims) == 2 and dims[0] == in_features:
+            return (f"The input {dims} looks transposed: its first dimension is in_features={in_features}. Pass "
+                    f"x.T, shape ({dims[1]}, {in_features}): batch first, features last.",
+                    Fix("Transpose the input: batch first, features last", f"x = x.T  # {tuple(dims)} -> ({dims[1]}, {dims[0]})"))
+    if in_channels is not None and spatial and dims:
+        if len(dims) == spatial + 2 and dims[1] != in_channels and dims[-1] == in_channels:
+            code = _PERMUTE_TO_CHANNELS_FIRST.get(spatial, "x = x.movedim(-1, 1)")
+            return (f"The input {dims} is channels-last (its last dimension is {in_channels} = in_channels), but "
+                    "convolutions take channels first (N, C, H, W): permute it before this layer.",
+                    Fix("Put the channels first", "x = " + code if not code.startswith("x =") else code))
+        if len(dims) == spatial and in_channels == 1:
+            return (f"The input {dims} has no channel dimension (and no batch dimension): add them, x[None, None] "
+                    f"gives (1, 1, {', '.join(map(str, dims))}).",
+                    Fix("Add the channel (and batch) dimension", "x = x[None, None]  # or x.unsqueeze(0).unsqueeze(0)"))
+    return None
+
+
+def _matmul_hint(left: tuple[int, ...], right: tuple[int, ...]) -> tuple[str, Fix] | None:
+    """For "mat1 and mat2 shapes cannot be multiplied (a x b and c x d)": a flatten or a transpose that fits."""
+    a, b = left
+    c, d = right
+    if b == c:
+        return None
+    per_sample = c // b if b and c % b == 0 else 0
+    if per_sample >= 4 and a % per_sample == 0:
+        batch = a // per_sample
+        return (f"{a}x{b} and in_features={c}: if the batch size is {batch}, each sample holds {per_sample} x {b} = "
+                f"{c} values, exactly in_features, spread over extra dimensions (e.g. ({batch}, {per_sample}, {b})): "
+                "the input was probably not flattened. Flatten before this layer (x.flatten(1)).",
+                Fix("Flatten before this layer", "x = x.flatten(1)  # (N, C, H, W) -> (N, C*H*W)\n"
+                    "# in nn.Sequential: nn.Flatten() before the Linear"))
+    if a == c:
+        return (f"mat1 is {a}x{b} and mat2 {c}x{d}: mat1 looks transposed (its first dimension, {a}, is what mat2 "
+                f"expects). Use mat1.T ({b}x{a}), or x.T if x is (features, batch).",
+                Fix("Transpose the first operand", "out = x.T @ w  # or: layer(x.T)"))
+    if b == d:
+        return (f"mat1 is {a}x{b} and mat2 {c}x{d}: mat2 looks transposed (its second dimension, {d}, matches mat1's "
+                f"{b}). Use mat2.T ({d}x{c}): a weight stored as (out, in) is applied as x @ w.T.",
+                Fix("Transpose the second operand", "out = x @ w.T  # w stored as (out_features, in_features)"))
+    return None
+
+
 def _shape(facts: dict[str, Any], text: str) -> Analysis:
     notes: list[str] = []
+    fixes: list[Fix] = []
     left, right = facts.get("left_shape"), facts.get("right_shape")
     if left and right and len(left) == 2 and len(right) == 2 and ("mat1 and mat2" in text or "m1: [" in text):
         facts["shape_detail"] = (f"A matrix multiply got {left[0]}x{left[1]} and {right[0]}x{right[1]}: the inner "
                                  f"dimensions {left[1]} and {right[0]} must be equal. In a Linear layer this means the "
                                  f"input has {left[1]} features but the layer expects in_features={right[0]}.")
+        hint = _matmul_hint(tuple(left), tuple(right))
+        if hint is not None:
+            notes.append(hint[0])
+            fixes.append(hint[1])
     elif "size_a" in facts and "size_b" in facts and "dim" in facts and "tensor_index" not in facts:
         facts["shape_detail"] = (f"Two tensors have sizes {facts['size_a']} and {facts['size_b']} in dimension "
                                  f"{facts['dim']}; element-wise operations need them equal (or 1 to broadcast).")
@@ -171,6 +252,11 @@ def _shape(facts: dict[str, Any], text: str) -> Analysis:
         facts["shape_detail"] = (f"A convolution expects {facts['expected_channels']} input channels but the input "
                                  f"{list(facts.get('input_shape', ()))} has {facts['got_channels']} (dimension 1 is "
                                  "channels, in N, C, H, W order).")
+        shape = facts.get("input_shape") or ()
+        hint = layout_hint(shape, in_channels=facts["expected_channels"], spatial=max(len(shape) - 2, 0))
+        if hint is not None:
+            notes.append(hint[0])
+            fixes.append(hint[1])
     elif "tensor_index" in facts:
         facts["shape_detail"] = (f"torch.cat needs equal sizes outside dimension {facts['dim']}: expected "
                                  f"{facts['size_a']} but tensor {facts['tensor_index']} has {facts['size_b']}.")
@@ -185,7 +271,21 @@ def _shape(facts: dict[str, Any], text: str) -> Analysis:
     elif "input_shape" in facts and "op" in facts:
         facts["shape_detail"] = (f"{facts['op']} got an input of shape {list(facts['input_shape'])}, with the wrong "
                                  "number of dimensions (missing batch or channel dimension?).")
-    return notes, []
+        unbatched = facts.get("unbatched_dims")
+        if isinstance(unbatched, int) and len(facts["input_shape"]) == unbatched - 1:
+            notes.append(f"{facts['op']} takes {unbatched}-D (C, ...) or {unbatched + 1}-D (N, C, ...) input; "
+                         f"{list(facts['input_shape'])} has no channel dimension: add it (x.unsqueeze(0), or "
+                         "x[None, None] for a batch of one).")
+            fixes.append(Fix("Add the missing channel (and batch) dimension",
+                             "x = x.unsqueeze(0)      # (H, W) -> (1, H, W): one channel\nx = x[None, None]       # (H, W) -> (1, 1, H, W): a batch of one"))
+    elif "expected_dims" in facts and "got_dims" in facts:
+        expected, got = facts["expected_dims"], facts["got_dims"]
+        facts["shape_detail"] = f"The layer expects {expected}-D input but got {got}-D input."
+        if got == expected - 1:
+            notes.append(f"One dimension short: usually the batch dimension of a single sample. Add it with "
+                         f"x.unsqueeze(0) ({got}-D -> {expected}-D).")
+            fixes.append(Fix("Add the batch dimension", "x = x.unsqueeze(0)  # one sample -> a batch of one"))
+    return notes, fixes
 
 
 def _compile(facts: dict[str, Any], text: str) -> Analysis:
@@ -217,9 +317,81 @@ def _nccl_timeout(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
-def _version(facts: dict[str, Any], text: str) -> Analysis:
-    if "Torch not compiled with CUDA enabled" in text:
-        return (["This PyTorch is a CPU-only build: install a CUDA build to use the GPU."], [])
+def _cuda_unavailable(facts: dict[str, Any], text: str) -> Analysis:
+    reason = facts.get("reason", "")
+    if reason == "Torch not compiled with CUDA enabled":
+        return ["This PyTorch is a CPU-only build: install a CUDA build to use the GPU (or run on the CPU)."], []
+    if "unknown error" in reason or "No CUDA GPUs" in reason:
+        return ["This usually means CUDA_VISIBLE_DEVICES names GPUs this machine does not have, or was changed after "
+                "CUDA started in this process (a notebook kernel keeps the first value: restart it)."], []
+    return [], []
+
+
+def _hardware(facts: dict[str, Any], text: str) -> Analysis:
+    if facts.get("fault") == "unspecified launch failure" and "xid" not in facts:
+        return ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
+                "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
+                "watchdog; when it happens at random steps, the GPU or its power supply."], []
+    return [], []
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    out = []
+    for x, y in zip(reversed((1,) * (len(b) - len(a)) + a), reversed((1,) * (len(a) - len(b)) + b)):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(reversed(out))
+
+
+def _loss_broadcast(facts: dict[str, Any], text: str) -> Analysis:
+    target, pred = facts.get("target_shape"), facts.get("input_shape")
+    if not isinstance(target, tuple) or not isinstance(pred, tuple):
+        return [], []
+    shape = _broadcast_shape(pred, target)
+    if shape is None:
+        return [], []
+    facts["broadcast_note"] = f"the loss is averaged over shape {list(shape)}"
+    n_pred, n_target, n_out = (max(1, _numel(t)) for t in (pred, target, shape))
+    if n_out > max(n_pred, n_target):
+        return [f"Input {list(pred)} and target {list(target)} broadcast to {list(shape)}: {n_out} differences instead "
+                f"of {max(n_pred, n_target)}, every prediction compared with every target. The loss still decreases, "
+                "towards the mean of the targets, not the right answer for each sample."], []
+    return [], []
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _grad_strides(facts: dict[str, Any], text: str) -> Analysis:
+    sizes, grad, bucket = facts.get("grad_sizes"), facts.get("grad_strides"), facts.get("bucket_strides")
+    if not (isinstance(sizes, tuple) and isinstance(grad, tuple) and isinstance(bucket, tuple)):
+        return [], []
+    if len(sizes) == len(grad) == len(bucket):
+        differing = [i for i in range(len(sizes)) if grad[i] != bucket[i]]
+        if differing and all(sizes[i] == 1 for i in differing):
+            return [f"The strides differ only in dimensions of size 1 (sizes {list(sizes)}): the memory layout is the "
+                    "same, so this warning is harmless here (typical of 1x1 convolution weights)."], []
+        if len(sizes) == 4 and grad[1] == 1 and bucket[1] != 1:
+            return [f"The gradient of this {list(sizes)} weight is in channels_last layout (stride 1 on dimension 1) "
+                    "while DDP's bucket is contiguous: convert the model to channels_last before wrapping it in DDP."], []
+    return [], []
+
+
+def _optimizer(facts: dict[str, Any], text: str) -> Analysis:
+    if "empty parameter list" in text:
+        facts["setup_detail"] = ("The optimizer was given no parameters: the model (or the filter applied to its "
+                                 "parameters) yielded nothing to optimise.")
+    elif "parameter group" in text:
+        facts["setup_detail"] = ("The optimizer state being loaded was saved for a different set of parameters: the "
+                                 "number of parameter groups, or of parameters in a group, differs from this optimizer.")
+    elif "non-leaf Tensor" in text or "can only optimize Tensors" in text:
+        facts["setup_detail"] = ("The optimizer was given something that is not a parameter: a tensor computed from "
+                                 "one (a non-leaf), or another object.")
     return [], []
 
 
@@ -233,5 +405,9 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "torch_compile": _compile,
     "child_failed": _child,
     "nccl_timeout": _nccl_timeout,
-    "version_mismatch": _version,
+    "cuda_unavailable": _cuda_unavailable,
+    "cuda_hardware_fault": _hardware,
+    "loss_broadcast": _loss_broadcast,
+    "ddp_grad_strides": _grad_strides,
+    "optimizer_setup": _optimizer,
 }

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-__all__ = ["exception_text", "exception_type_name", "module_context", "index_context"]
+__all__ = ["exception_text", "exception_type_name", "module_context", "module_layout", "index_context",
+           "ddp_unused_context"]
 
 _FORWARD_NAMES = frozenset({"forward", "_call_impl", "_wrapped_call_impl", "__call__"})
 
@@ -118,17 +119,43 @@ def module_context(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple
     return facts, notes
 
 
+def module_layout(exc: BaseException) -> Any:
+    """The layout fix for the innermost module whose input has the right size but the wrong layout, or None."""
+    torch = sys.modules.get("torch")
+    if torch is None or exc.__traceback__ is None:
+        return None
+    from nbdebug.core.fixes._analyze import layout_hint
+
+    for frame in reversed(_frames(exc)):
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, torch.nn.Module) and frame.f_code.co_name in _FORWARD_NAMES:
+            x = next((v for k, v in frame.f_locals.items() if k != "self" and isinstance(v, torch.Tensor)), None)
+            if x is None:
+                return None
+            in_features, in_channels = getattr(owner, "in_features", None), getattr(owner, "in_channels", None)
+            return layout_hint(list(x.shape), in_features=in_features if isinstance(in_features, int) else None,
+                               in_channels=in_channels if isinstance(in_channels, int) else None,
+                               spatial=len(getattr(owner, "kernel_size", ()) or ()))
+    return None
+
+
 def _layer_hint(module: Any, shapes: dict[str, list[int]]) -> list[str]:
     """Compare the configured input size of common layers with what they received."""
     if not shapes:
         return []
     first = next(iter(shapes.values()))
     in_features = getattr(module, "in_features", None)
+    in_channels = getattr(module, "in_channels", None)
+    spatial = len(getattr(module, "kernel_size", ()) or ())
+    from nbdebug.core.fixes._analyze import layout_hint
+
+    hint = layout_hint(first, in_features=in_features if isinstance(in_features, int) else None,
+                       in_channels=in_channels if isinstance(in_channels, int) else None, spatial=spatial)
+    if hint is not None:
+        return [hint[0]]
     if isinstance(in_features, int) and first and first[-1] != in_features:
         return [f"This layer expects in_features={in_features} but its input's last dimension is {first[-1]}: "
                 f"either the layer before produces {first[-1]} features, or in_features should be {first[-1]}."]
-    in_channels = getattr(module, "in_channels", None)
-    spatial = len(getattr(module, "kernel_size", ()) or ())
     if isinstance(in_channels, int) and spatial and len(first) > spatial:
         got = first[-(spatial + 1)]  # channels come right before the spatial dims, batched or not
         if got != in_channels:
@@ -166,3 +193,49 @@ def index_context(exc: BaseException) -> dict[str, Any]:
                 facts["index_min"], facts["index_max"] = int(index.min()), int(index.max())
             break
     return facts
+
+
+def _find_ddp(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The DistributedDataParallel that raised (from the traceback), else one in ``roots``; and its name."""
+    for frame in reversed(_frames(exc)):
+        candidate = frame.f_locals.get("self")
+        if type(candidate).__name__ == "DistributedDataParallel" and hasattr(candidate, "module"):
+            name = next((k for k, v in (roots or {}).items() if v is candidate), "")
+            return candidate, name
+    for name, value in (roots or {}).items():
+        if type(value).__name__ == "DistributedDataParallel" and hasattr(value, "module"):
+            return value, name
+    return None, ""
+
+
+def ddp_unused_context(exc: BaseException, facts: Mapping[str, Any],
+                       roots: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """Name the parameters DDP got no gradient for, when the wrapped model is at hand.
+
+    DDP's "Parameter indices which did not receive grad" count the trainable parameters of the wrapped module in
+    ``named_parameters()`` order; without indices (older releases), the trainable parameters whose ``.grad`` is
+    still None while others have one are the unused ones.
+    """
+    if sys.modules.get("torch") is None:
+        return {}, []
+    ddp, ddp_name = _find_ddp(exc, roots)
+    if ddp is None:
+        return {}, []
+    try:
+        trainable = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
+    except Exception:  # a module whose parameters cannot be listed: say nothing rather than guess
+        return {}, []
+    indices = [int(i) for i in str(facts.get("unused_indices", "")).split() if i.isdigit()]
+    if indices:
+        names = [trainable[i][0] for i in indices if i < len(trainable)]
+        how = "from the indices in the message"
+    else:
+        with_grad = [n for n, p in trainable if p.grad is not None]
+        names = [n for n, p in trainable if p.grad is None] if with_grad else []
+        how = "trainable parameters that have no .grad after the last backward while the others have one"
+    if not names:
+        return {}, []
+    owner = f"{ddp_name}.module" if ddp_name else "the wrapped module"
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    note = f"Parameters of {owner} that got no gradient ({how}): {shown}. Remove or freeze them, or use them in the loss."
+    return {"unused_names": ", ".join(names)}, [note]

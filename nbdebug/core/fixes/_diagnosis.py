@@ -69,6 +69,9 @@ class Diagnosis(Result):
     sources : tuple of str
         Public pages the knowledge behind this diagnosis comes from (issue threads, docs): http(s) addresses
         only; anything else given here is dropped.
+    severity : str
+        ``"error"``, or ``"warning"`` for a warning that signals a bug (``loss_broadcast``, ...): the run went
+        on, but it is training the wrong thing, slower, or without gradients somewhere.
     """
 
     category: str
@@ -83,6 +86,7 @@ class Diagnosis(Result):
     notes: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
     sources: tuple[str, ...] = ()
+    severity: str = "error"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", user_sources(self.sources))

@@ -20,18 +20,26 @@ from __future__ import annotations
 
 import re
 import string
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core.fixes._analyze import ANALYSERS
-from nbdebug.core.fixes._context import exception_text, exception_type_name, index_context, module_context
+from nbdebug.core.fixes._context import (
+    ddp_unused_context,
+    exception_text,
+    exception_type_name,
+    index_context,
+    module_context,
+    module_layout,
+)
 from nbdebug.core.fixes._diagnosis import Diagnosis, Fix, user_sources
 from nbdebug.core.fixes._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.knowledge import Entry, entries
 from nbdebug.errors import InvalidArgumentError
 
-__all__ = ["explain", "match_all", "choose"]
+__all__ = ["explain", "match_all", "choose", "warning_text"]
 
 # Very long logs: the tail holds the final error and usually the root cause; keep it bounded for speed.
 _MAX_CHARS = 1_000_000
@@ -40,10 +48,10 @@ _MAX_CHARS = 1_000_000
 _FLAGS = re.MULTILINE
 # Categories where the module that raised (from the traceback) is worth naming.
 _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
-                           "target_out_of_bounds", "inplace_autograd"})
+                           "target_out_of_bounds", "index_out_of_range", "inplace_autograd"})
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
-_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning")
+_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note")
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
@@ -82,10 +90,11 @@ def _line_wrap_tolerant(pattern: str) -> str:
 class _Compiled:
     """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
 
-    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated", "_frames")
+    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated", "_frames", "_requires")
 
     def __init__(self, entry: Entry) -> None:
         self.entry = entry
+        self._requires: re.Pattern[str] | None = None
         self._patterns: list[re.Pattern[str]] | None = None
         self._folded: list[re.Pattern[str]] | None = None
         self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
@@ -97,6 +106,20 @@ class _Compiled:
         if self._patterns is None:
             self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
         return self._patterns
+
+    def allowed(self, raw: str) -> bool:
+        """Whether the context this entry needs (``extra["requires"]``, a regex over the raw text) is there."""
+        need = self.entry.extra.get("requires")
+        if not need:
+            return True
+        if self._requires is None:
+            self._requires = re.compile(need, _FLAGS)
+        return self._requires.search(raw) is not None
+
+    @property
+    def is_warning(self) -> bool:
+        """A warning that signals a bug (``extra["warning"]``): the diagnosis only when no error follows it."""
+        return self.entry.extra.get("warning") == "yes"
 
     @property
     def frames(self) -> list[re.Pattern[str]]:
@@ -137,12 +160,22 @@ def _compiled() -> list[_Compiled]:
 
 
 def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
-              ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+              keyword_cache: dict[str, bool] | None = None) -> list[tuple[_Compiled, re.Match[str] | None]]:
     """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
 
     ``ignore_case`` matches the patterns regardless of case (slower; used only when nothing matched as written).
+    ``keyword_cache`` remembers which keywords the text holds, across the passes over one text: on a 1 MB log
+    each keyword costs a scan of the whole text, so it is looked for once.
     """
     low = text.lower()
+    cache = {} if keyword_cache is None else keyword_cache
+
+    def has(keyword: str) -> bool:
+        hit = cache.get(keyword)
+        if hit is None:
+            hit = cache[keyword] = keyword in low
+        return hit
+
     found = []
     for c in _compiled():
         patterns = c.folded if ignore_case else c.patterns
@@ -150,7 +183,7 @@ def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_cas
             first = next((m for p in patterns if (m := p.search(text))), None)
             found.append((c, first))
             continue
-        if not any(k in low for k in c.entry.keywords):
+        if not any(has(k) for k in c.entry.keywords):
             continue
         for pattern in patterns:
             m = pattern.search(text)
@@ -179,6 +212,31 @@ def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compil
     if not found:
         return None
     return max(found, key=lambda cm: (not cm[0].entry.wrapper, cm[0].entry.priority))
+
+
+def _plausible(found: list[tuple[_Compiled, re.Match[str] | None]], raw: str, text: str,
+               ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+    """Drop matches whose required context is missing, and warnings that an error follows.
+
+    A warning that signals a bug (``loss_broadcast``, ...) is the diagnosis of a text only when no exception
+    follows it: in a traceback whose last line is an error it did not explain, the warning is background, and
+    ``unknown`` is better than blaming it.
+    """
+    kept = [(c, m) for c, m in found if c.allowed(raw)]
+    if any(c.is_warning for c, _ in kept):
+        exc_type, exc_message = last_exception_line(text)
+        if exc_type and not exc_type.endswith("Warning"):
+            explained = any(m is not None and exc_message and exc_message[:80] in _line_at(text, m.start())
+                            for c, m in kept if c.is_warning)
+            if not explained:
+                kept = [(c, m) for c, m in kept if not c.is_warning]
+    return kept
+
+
+def warning_text(message: warnings.WarningMessage) -> str:
+    """A captured warning as Python prints it: ``file:line: Category: message``."""
+    category = getattr(message.category, "__name__", "UserWarning")
+    return f"{message.filename}:{message.lineno}: {category}: {message.message}"
 
 
 def _parse_facts(c: _Compiled, text: str) -> dict[str, Any]:
@@ -296,13 +354,15 @@ def _type_names(exc: BaseException) -> frozenset[str]:
     return frozenset(names)
 
 
-def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = None) -> Diagnosis:
+def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapping[str, Any] | None = None,
+            ) -> Diagnosis:
     """Explain an exception or an error text: category, plain summary, parsed facts, causes, fixes, first step.
 
     Parameters
     ----------
-    error : BaseException or str
-        The exception object (best: its type, chain and traceback are used) or text pasted from a log.
+    error : BaseException, warnings.WarningMessage or str
+        The exception object (best: its type, chain and traceback are used), a warning captured with
+        ``warnings.catch_warnings(record=True)``, or text pasted from a log.
     roots : Mapping[str, nn.Module], optional
         Models by the names the user knows them (e.g. the notebook namespace), to name the module that raised
         as ``model.encoder.2`` rather than by class only.
@@ -323,24 +383,31 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         exc_type = exception_type_name(error)
     elif isinstance(error, str):
         raw, type_names, exc_type = error, frozenset(), ""
+    elif isinstance(error, warnings.WarningMessage):
+        raw = warning_text(error)
+        category = error.category if isinstance(error.category, type) else UserWarning
+        type_names, exc_type = frozenset({category.__name__}), category.__name__
     else:
-        raise InvalidArgumentError(f"explain() takes an exception or a str, got {type(error).__name__}")
+        raise InvalidArgumentError(
+            f"explain() takes an exception, a warnings.WarningMessage or a str, got {type(error).__name__}")
     text = normalize(raw[-_MAX_CHARS:])
-    found = match_all(text, type_names)
+    keywords: dict[str, bool] = {}
+    found = match_all(text, type_names, keyword_cache=keywords)
     raise_line = ""
     if not found and not type_names:
         # A pasted traceback cut off before its final line still names the exception in the last
         # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
         raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
         if raised:
-            found = match_all(text, raised)
+            found = match_all(text, raised, keyword_cache=keywords)
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
-        found = match_all(text, type_names, ignore_case=True)
+        found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
     if not found:
         # no message at all: a paste cut off before its error line, or log lines that are only frames
         found, frame_line = match_frames(raw[-_MAX_CHARS:])
         raise_line = frame_line or raise_line
+    found = _plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
     if chosen is None:
         return _unknown(text, exc_type)
@@ -368,7 +435,17 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
             first_step = (f"Look at {module_facts['module']} = {module_facts['module_type']}: compare what it is "
                           f"configured for with the {entry.slug.split('_')[0]} of the input it received (in the notes), "
                           "then fix that layer or the one that feeds it.")
-        if entry.slug == "target_out_of_bounds":
+        layout = module_layout(error) if entry.slug == "shape_mismatch" else None
+        if layout is not None:
+            note, fix = layout
+            # the text-only guess (from "mat1 and mat2 ...") gives way to what the module's real input shows
+            first_fixes = [fix] + [f for f in first_fixes if f.title != fix.title and "Transpose" not in f.title
+                                   and "Flatten" not in f.title]
+            notes = [n for n in notes if not n.startswith(("mat1 is", "If the batch size"))
+                     and "probably not flattened" not in n]
+            where = module_facts.get("module", "the layer that raised")
+            first_step = f"At {where} = {module_facts.get('module_type', '?')}: {note[0].lower()}{note[1:]}"
+        if entry.slug in ("target_out_of_bounds", "index_out_of_range"):
             index_facts = index_context(error)
             facts.update(index_facts)
             if "num_classes" in index_facts and "target_max" in index_facts:
@@ -379,6 +456,14 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
                 notes.insert(0, f"Indices go up to {index_facts['index_max']}, but the embedding has "
                                 f"{index_facts['num_embeddings']} rows: valid indices are 0.."
                                 f"{index_facts['num_embeddings'] - 1}.")
+    if isinstance(error, BaseException) and entry.slug == "ddp_unused_parameters" and "unused_names" not in facts:
+        ddp_facts, ddp_notes = ddp_unused_context(error, facts, roots)
+        facts.update(ddp_facts)
+        notes = ddp_notes + notes
+        if ddp_facts:
+            first_step = (f"Look at {ddp_facts['unused_names'].split(', ')[0]} (named in the notes): remove the layer, "
+                          "freeze it before wrapping in DDP, or make its output part of the loss.")
+    notes = list(dict.fromkeys(notes))  # the module's input and the message may tell the same thing
     message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
@@ -405,6 +490,7 @@ def explain(error: BaseException | str, *, roots: Mapping[str, Any] | None = Non
         message=message,
         notes=tuple(notes),
         sources=user_sources(entry.sources),
+        severity="warning" if compiled.is_warning else "error",
     )
 
 

@@ -1,6 +1,6 @@
 """Everything nbdebug knows, as data: one ``Entry`` schema and one ``Threshold`` schema for every domain.
 
-Each domain module (``cuda``, ``dist``, ``autograd``, ``data``, ``io``, ``compile``, ``xla``, ``training``,
+Each domain module (``cuda``, ``dist``, ``ddp``, ``autograd``, ``data``, ``optim``, ``io``, ``compile``, ``xla``, ``training``,
 ``memory``) holds ``ENTRIES`` (a tuple of ``Entry``) and may hold ``THRESHOLDS`` (a tuple of ``Threshold``).
 The registry below gathers them in this order; slugs and threshold names are unique across all domains, and a
 message pattern lives in exactly one entry (``tests/test_knowledge.py`` checks both).
@@ -37,7 +37,8 @@ __all__ = [
     "match",
 ]
 
-DOMAINS: tuple[str, ...] = ("cuda", "dist", "autograd", "data", "io", "compile", "xla", "training", "memory")
+DOMAINS: tuple[str, ...] = ("cuda", "dist", "ddp", "autograd", "data", "optim", "io", "compile", "xla", "training",
+                             "memory")
 
 
 @cache

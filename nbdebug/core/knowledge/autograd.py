@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -14,7 +14,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary="{shape_detail}",
         keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
-                  "should contain", "must be a matrix"),
+                  "should contain", "must be a matrix", "d input (got"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -43,7 +43,6 @@ ENTRIES: tuple[Entry, ...] = (
             r"inconsistent tensor size",
             r"sizes do not match",
             r"Output size is too small",
-            r"Using a target size \(torch\.Size\(\[[\d, ]*\]\)\) that is different to the input size",
             r"Expected \d+-dimensional input for \d+-dimensional weight",
             r"too many indices for tensor of dimension \d+",
             r"input must have \d+ dimensions, got \d+",
@@ -56,11 +55,11 @@ ENTRIES: tuple[Entry, ...] = (
             r"shape mismatch: (?:value tensor of shape|objects cannot be broadcast)",
             r"number of dimensions in the tensor input does not match the length of the desired ordering",
             r"multi-target not supported",
-            r"Expected more than 1 value per channel when training",
             r"size mismatch \(got input: \[[\d, ]*\], target: \[[\d, ]*\]\)",
             r"running_(?:mean|var) should contain \d+ elements not \d+",
             r"\bself must be a matrix\b",
             r"Trying to create tensor with negative dimension",
+            r"expected \dD input \(got \dD input\)",
         ),
         priority=58,
         facts=(
@@ -73,8 +72,9 @@ ENTRIES: tuple[Entry, ...] = (
             (r"weight of size (?P<weight_shape>\[[\d, ]+\]), expected input(?P<input_shape>\[[\d, ]+\]) to have "
              r"(?P<expected_channels>\d+) channels, but got (?P<got_channels>\d+) channels",
              {"weight_shape": "shape", "input_shape": "shape", "expected_channels": "int", "got_channels": "int"}),
-            (r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to (?P<op>\w+), but got input of size: (?P<input_shape>\[[\d, ]*\])",
-             {"op": "str", "input_shape": "shape"}),
+            (r"Expected (?P<unbatched_dims>\d+)D \(unbatched\) or \d+D \(batched\) input to (?P<op>\w+), but got input of "
+             r"size: (?P<input_shape>\[[\d, ]*\])", {"unbatched_dims": "int", "op": "str", "input_shape": "shape"}),
+            (r"expected (?P<expected_dims>\d)D input \(got (?P<got_dims>\d)D input\)", {"expected_dims": "int", "got_dims": "int"}),
             (r"Sizes of tensors must match except in dimension (?P<dim>\d+)\. Expected size (?P<size_a>\d+) but got "
              r"size (?P<size_b>\d+) for tensor number (?P<tensor_index>\d+)",
              {"dim": "int", "size_a": "int", "size_b": "int", "tensor_index": "int"}),
@@ -286,5 +286,183 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Print loss.requires_grad and loss.grad_fn, then walk back to where they become False/None "
         "(a no_grad block, a detach, or frozen parameters).",
         sources=("https://pytorch.org/docs/stable/notes/autograd.html",),
+    ),
+    Entry(
+        slug="grad_non_scalar",
+        title="backward() on a tensor that is not a single number",
+        summary=(
+            "backward() without an argument needs a scalar (one-element) output; it was called on a tensor with "
+            "several elements, usually a loss that was never reduced."
+        ),
+        keywords=("implicitly created only for scalar",),
+        patterns=(r"grad can be implicitly created only for scalar outputs",),
+        # a paste cut off before the error line still shows autograd's raise statement
+        frames=(r'^[ \t]*raise RuntimeError\("grad can be implicitly created only for scalar outputs"\)',),
+        priority=60,
+        causes=(
+            "A loss built with reduction='none' (or an element-wise expression) that was not averaged before backward().",
+            "nn.DataParallel gathers one loss per GPU into a vector: the loss has as many elements as GPUs.",
+            "torch.autograd.grad(outputs, inputs) on a non-scalar output without grad_outputs.",
+        ),
+        fixes=(
+            Fix("Reduce the loss to a scalar", "loss = criterion(out, y).mean()  # or .sum()\nloss.backward()"),
+            Fix("With nn.DataParallel, average the per-GPU losses", "loss = model(x, y).mean()\nloss.backward()"),
+            Fix("For a vector-Jacobian product, pass the weights explicitly", "out.backward(torch.ones_like(out))"),
+        ),
+        first_step="Print loss.shape right before backward(): reduce it with .mean() (or .sum()) so it is a "
+        "single number.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html",
+                 "https://github.com/muzairkhattak/multimodal-prompt-learning/issues/37"),
+    ),
+    Entry(
+        slug="numpy_conversion",
+        title="A tensor cannot be converted to NumPy as it is",
+        summary=(
+            ".numpy() works only on a CPU tensor outside the autograd graph[[; this one is on {device}]]"
+            "[[; this one {grad_state}]]."
+        ),
+        keywords=("numpy",),
+        patterns=(
+            r"Can't call `?numpy\(\)`? on (?:Tensor|Variable) that requires grad",
+            r"can't convert (?:cuda|mps|xla|xpu)?:?\d* ?device type tensor to numpy",
+            r"can't convert CUDA tensor to numpy",
+        ),
+        priority=61,
+        facts=(
+            (r"can't convert (?P<device>(?:cuda|mps|xla|xpu)(?::\d+)?) device type tensor", {"device": "str"}),
+            (r"on (?:Tensor|Variable) that (?P<grad_state>requires grad)", {"grad_state": "str"}),
+        ),
+        causes=(
+            "Logging, plotting or computing a metric with NumPy / matplotlib / sklearn on a tensor that is still on "
+            "the GPU or still part of the graph.",
+            "np.sum / np.array applied to a CUDA tensor (NumPy calls .numpy() implicitly).",
+        ),
+        fixes=(
+            Fix("Detach, move to the CPU, then convert", "arr = t.detach().cpu().numpy()"),
+            Fix("For one number, use .item()", "loss_value = loss.item()"),
+            Fix("Compute metrics in torch and convert only the result", "acc = (pred.argmax(1) == y).float().mean().item()"),
+        ),
+        first_step="Replace t.numpy() with t.detach().cpu().numpy() at the line that raised.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.Tensor.numpy.html",),
+    ),
+    Entry(
+        slug="tensor_to_python",
+        title="A tensor with several elements used as one Python value",
+        summary=(
+            "A tensor with more than one element was used where Python needs a single value: an if / while / "
+            "and / or condition, int() / float(), .item(), or torch.tensor() of a list of tensors."
+        ),
+        keywords=("value of tensor with more than one", "only one element tensors", "cannot be converted to scalar"),
+        patterns=(
+            r"(?:Boolean|bool) value of Tensor with more than one (?:value|element) is ambiguous",
+            r"only one element tensors can be converted to Python scalars",
+            r"a Tensor with \d+ elements cannot be converted to Scalar",
+        ),
+        priority=60,
+        causes=(
+            "A comparison on a whole tensor in an if statement (if loss > best, if mask) where one element was meant.",
+            "torch.tensor(list_of_tensors): each element is converted with float(), which fails for tensors of "
+            "several elements.",
+            ".item() / int() on a batch rather than on one value (the batch size was assumed to be 1).",
+        ),
+        fixes=(
+            Fix("Reduce the condition explicitly", "if (pred == y).all():   # or .any()\n    ..."),
+            Fix("Stack a list of tensors instead of torch.tensor(list)", "labels = torch.stack(labels)  # or torch.cat"),
+            Fix("Take one element, or convert the whole tensor", "value = t[0].item()\nvalues = t.tolist()"),
+        ),
+        first_step="At the line that raised, print the tensor's shape: use .all() / .any() for a condition, "
+        "torch.stack for a list of tensors, or .tolist() for many values.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.Tensor.item.html",
+                 "https://pytorch.org/docs/stable/generated/torch.stack.html"),
+    ),
+    Entry(
+        slug="inference_tensor",
+        title="A tensor made under torch.inference_mode() was used for training",
+        summary=(
+            "A tensor created inside torch.inference_mode() reached a computation that autograd records; inference "
+            "tensors can never be saved for backward."
+        ),
+        keywords=("inference tensor", "inferences tensor"),
+        patterns=(
+            r"Inferences? tensors? (?:cannot|can't) be saved for backward",
+            r"Inference tensors do not track version counter",
+            r"Inplace update to inference tensor outside InferenceMode is not allowed",
+        ),
+        priority=60,
+        causes=(
+            "Data (or cached features, embeddings, masks) computed under torch.inference_mode() and reused in the "
+            "training step.",
+            "A model or buffer created or loaded inside inference_mode (e.g. an evaluation/generation step that "
+            "builds state the trainer later reuses, as in RLHF/GRPO loops).",
+            "A library that wraps a function in @torch.inference_mode() whose outputs you backpropagate through.",
+        ),
+        fixes=(
+            Fix("Use torch.no_grad() where the result is reused in training", "with torch.no_grad():\n    feats = encoder(x)"),
+            Fix("Or clone the inference tensor into a normal tensor", "feats = feats.clone()  # outside inference_mode"),
+        ),
+        first_step="Find where the tensor in the failing operation was created: if it was inside "
+        "torch.inference_mode(), use torch.no_grad() there or .clone() it before training.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.autograd.grad_mode.inference_mode.html",),
+    ),
+    Entry(
+        slug="nonleaf_grad_access",
+        title=".grad read on a tensor that is not a leaf: it is always None",
+        severity=Severity.WARNING,
+        summary=(
+            "Code read .grad of a tensor produced by an operation (not a leaf tensor). Autograd does not keep "
+            "gradients of intermediate tensors, so the value is None and any code relying on it (gradient logging, "
+            "clipping, saliency maps, a manual update) silently does nothing."
+        ),
+        keywords=("not a leaf tensor",),
+        patterns=(r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed",),
+        priority=30,
+        extra={"warning": "yes"},
+        causes=(
+            "A parameter replaced by an expression (w = torch.randn(3, requires_grad=True) * 0.01, or .to(device) after "
+            "requires_grad=True): the name now refers to a non-leaf tensor.",
+            "Reading the gradient of an activation or input image (saliency) without retain_grad().",
+            "A model wrapper that hands out views or copies of the parameters.",
+        ),
+        fixes=(
+            Fix("Create leaf tensors directly with requires_grad", "w = (torch.randn(3) * 0.01).requires_grad_()\n"
+                "# or: w = torch.randn(3, device=device, requires_grad=True)"),
+            Fix("Keep the gradient of an intermediate tensor", "x.retain_grad()\nloss.backward()\nprint(x.grad)"),
+            Fix("Read gradients from the model's parameters", "for name, p in model.named_parameters():\n    print(name, p.grad)"),
+        ),
+        first_step="Print t.is_leaf and t.grad_fn for the tensor whose .grad is read: if it has a grad_fn, make "
+        "the leaf the thing you read (or call t.retain_grad() before backward).",
+        sources=("https://github.com/pytorch/pytorch/pull/30531",
+                 "https://pytorch.org/docs/stable/generated/torch.Tensor.retain_grad.html"),
+    ),
+    Entry(
+        slug="checkpoint_no_grad",
+        title="Activation checkpointing got no input that requires grad: gradients will be None",
+        severity=Severity.WARNING,
+        summary=(
+            "torch.utils.checkpoint was called on inputs none of which require grad. With the reentrant "
+            "implementation the checkpointed block then gets no gradients: its parameters do not train, while the "
+            "run goes on."
+        ),
+        keywords=("none of the inputs have requires_grad",),
+        patterns=(r"None of the inputs have requires_grad=True\. Gradients will be None",),
+        priority=30,
+        extra={"warning": "yes"},
+        causes=(
+            "Reentrant checkpointing (use_reentrant=True, the old default) of the first block, whose input is the "
+            "data or a frozen embedding output.",
+            "Fine-tuning with a frozen base model (LoRA / adapters) and gradient checkpointing: the embedding output "
+            "does not require grad.",
+            "Checkpointing inside torch.no_grad() or at evaluation time (harmless then).",
+        ),
+        fixes=(
+            Fix("Use the non-reentrant implementation", "out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"),
+            Fix("Hugging Face models with frozen embeddings (PEFT / LoRA)",
+                "model.enable_input_require_grads()\nmodel.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})"),
+            Fix("Or make the input require grad", "x = x.requires_grad_()"),
+        ),
+        first_step="Pass use_reentrant=False to torch.utils.checkpoint.checkpoint (or call "
+        "model.enable_input_require_grads() for a Hugging Face model), then check the block's parameters get a .grad.",
+        sources=("https://pytorch.org/docs/stable/checkpoint.html",
+                 "https://github.com/huggingface/transformers/issues/23170"),
     ),
 )

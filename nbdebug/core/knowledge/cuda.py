@@ -259,7 +259,6 @@ ENTRIES: tuple[Entry, ...] = (
             r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.(?!cuda)\w+\)",
             r"Input type \(torch\.(?!cuda)\w+\) and weight type \(torch\.cuda\.\w+\)",
             r"Tensor on device \S+ is not on the expected device \S+",
-            r"can't convert (?:cuda|mps|xla):?\d* device type tensor to numpy",
             r"indices should be either on cpu or on the same device as the indexed tensor",
             r"to have the same device as tensor for argument",
             r"is on CPU, but expected (?:it|them) to be on GPU",
@@ -336,7 +335,6 @@ ENTRIES: tuple[Entry, ...] = (
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
             r"The NVIDIA driver on your system is too old",
             r"CUDA driver version is insufficient for CUDA runtime version",
-            r"Torch not compiled with CUDA enabled",
             r"compiled with different CUDA (?:major )?versions",
             r"operator torchvision::\w+ does not exist",
             r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
@@ -372,5 +370,198 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Compare torch.__version__, torch.version.cuda and torch.cuda.get_arch_list() with nvidia-smi's "
         "driver/CUDA version and GPU, then install the matching wheel.",
         sources=("https://github.com/pytorch/pytorch/issues/45028",),
+    ),
+    Entry(
+        slug="cuda_unavailable",
+        title="PyTorch cannot use a CUDA GPU here",
+        summary=(
+            "PyTorch found no usable CUDA GPU[[: {reason}]]. Code that calls .cuda() or uses device='cuda' fails "
+            "until a GPU is visible to this process."
+        ),
+        keywords=("not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
+                  "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
+        patterns=(
+            r"Torch not compiled with CUDA enabled",
+            r"No CUDA GPUs are available",
+            r"Found no NVIDIA driver on your system",
+            r"CUDA-capable device\(s\) is/are busy or unavailable",
+            r"all CUDA-capable devices are busy or unavailable",
+            r"CUDA driver initialization failed",
+            r"CUDA initialization: CUDA unknown error",
+            r"CUDA unknown error - this may be due to an incorrectly set up environment",
+            r"no CUDA-capable device is detected",
+            r"cudaErrorNoDevice\b",
+        ),
+        priority=88,
+        facts=(
+            (r"(?P<reason>Torch not compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver on your "
+             r"system|CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
+             r"CUDA driver initialization failed|CUDA unknown error|no CUDA-capable device is detected)", {"reason": "str"}),
+        ),
+        causes=(
+            "A CPU-only PyTorch build (pip's default wheel on some platforms, or a conda cpuonly package).",
+            "CUDA_VISIBLE_DEVICES set to an id that does not exist on this machine (e.g. '1' on a one-GPU machine), "
+            "or set after CUDA was initialised.",
+            "No NVIDIA driver visible: a machine or container without a GPU (Colab runtime without GPU, docker run "
+            "without --gpus all).",
+            "The GPU is in exclusive-process compute mode and another process holds it, or the GPU is in a bad "
+            "state and needs a reset.",
+        ),
+        fixes=(
+            Fix("See what this process sees", "import os, torch\nprint(torch.__version__, torch.version.cuda, "
+                "torch.cuda.is_available(), torch.cuda.device_count())\nprint(os.environ.get('CUDA_VISIBLE_DEVICES'))"),
+            Fix("Install a CUDA build of PyTorch", "pip install torch --index-url https://download.pytorch.org/whl/cu124"),
+            Fix("Set CUDA_VISIBLE_DEVICES before anything touches CUDA (or not at all)",
+                "CUDA_VISIBLE_DEVICES=0 python train.py   # ids are 0..N-1 as nvidia-smi lists them"),
+            Fix("Check the compute mode and who holds the GPU", "nvidia-smi -q -d COMPUTE\nnvidia-smi  # processes"),
+            Fix("Write code that also runs without a GPU", "device = 'cuda' if torch.cuda.is_available() else 'cpu'"),
+        ),
+        first_step="Run torch.version.cuda and torch.cuda.device_count() in this environment: None means a "
+        "CPU-only build, 0 means no visible GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi).",
+        sources=("https://pytorch.org/get-started/locally/",
+                 "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
+                 "https://github.com/Grace9994/CoMoSVC/issues/6"),
+    ),
+    Entry(
+        slug="cuda_fork",
+        title="CUDA was initialised before a process was forked",
+        summary=(
+            "A forked child process (a DataLoader worker, or multiprocessing with the 'fork' start method) tried to "
+            "use CUDA after the parent had already initialised it; CUDA cannot be re-initialised in a forked child."
+        ),
+        keywords=("forked subprocess",),
+        patterns=(r"Cannot re-initialize CUDA in forked subprocess",),
+        priority=86,
+        causes=(
+            "A Dataset that moves samples to the GPU (or runs a CUDA model) in __getitem__ with num_workers > 0 on "
+            "Linux, where workers are forked.",
+            "multiprocessing.Pool / Process with the default 'fork' method after torch.cuda was touched in the parent.",
+            "A library that initialises CUDA at import time before the workers start.",
+        ),
+        fixes=(
+            Fix("Keep the Dataset on the CPU; move whole batches in the training loop",
+                "for x, y in loader:\n    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"),
+            Fix("Use the spawn start method for the workers", "loader = DataLoader(ds, num_workers=4, multiprocessing_context='spawn')\n"
+                "# or, for your own processes:\nimport torch.multiprocessing as mp\nmp.set_start_method('spawn', force=True)"),
+            Fix("Or load in the main process", "DataLoader(ds, num_workers=0)"),
+        ),
+        first_step="Look for .cuda() / .to('cuda') inside the Dataset or collate_fn and move it to the training loop "
+        "(or pass multiprocessing_context='spawn' to the DataLoader).",
+        sources=("https://pytorch.org/docs/stable/notes/multiprocessing.html#cuda-in-multiprocessing",
+                 "https://github.com/traveller59/spconv/issues/408"),
+    ),
+    Entry(
+        slug="cuda_hardware_fault",
+        title="GPU hardware or driver fault (not your code)",
+        summary=(
+            "The GPU reported a fault that comes from the hardware or the driver, not from the program"
+            "[[: {fault}]][[ (Xid {xid})]]. Every process on that GPU fails; the same code usually runs elsewhere."
+        ),
+        keywords=("unspecified launch failure", "ecc error", "fallen off the bus", "xid", "cudaerrorlaunchfailure",
+                  "ecc_uncorrectable", "eccuncorrectable", "gpu is lost"),
+        patterns=(
+            r"unspecified launch failure",
+            r"uncorrectable ECC error encountered",
+            r"fallen off the bus",
+            r"NVRM: Xid \([^)\n]{0,40}\): (?:48|63|64|74|79|92|94|95|119|120)\b",
+            r"cudaErrorLaunchFailure\b",
+            r"cudaErrorECCUncorrectable\b",
+            r"CUDA_ERROR_ECC_UNCORRECTABLE\b",
+            r"\bGPU is lost\b",
+        ),
+        priority=91,
+        facts=(
+            (r"(?P<fault>unspecified launch failure|uncorrectable ECC error encountered|fallen off the bus|GPU is lost)",
+             {"fault": "str"}),
+            (r"NVRM: Xid \([^)\n]{0,40}\): (?P<xid>\d+)", {"xid": "int"}),
+        ),
+        causes=(
+            "A failing GPU: uncorrectable ECC memory errors (Xid 48/94/95), row-remapping failures (Xid 63/64), a "
+            "GPU that dropped off the PCIe bus (Xid 79) from power, heat or a loose card.",
+            "NVLink or driver / GSP firmware faults (Xid 74, 119, 120).",
+            "'unspecified launch failure' can also be a kernel that crashed (a bug in a custom CUDA extension) or a "
+            "kernel killed by the display watchdog on a desktop GPU: it is hardware when it happens at random "
+            "places and the same code runs on another GPU.",
+        ),
+        fixes=(
+            Fix("Find the node and the GPU, and read the kernel log", "hostname; nvidia-smi -L\nsudo dmesg -T | grep -i xid"),
+            Fix("Check ECC counters and remapped rows", "nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT"),
+            Fix("Drain the node and resume from the last checkpoint elsewhere",
+                "scontrol update nodename=<node> state=drain reason='GPU Xid'   # Slurm"),
+            Fix("Rule out your own kernels: run the step on another GPU, or with extensions disabled",
+                "CUDA_VISIBLE_DEVICES=<other id> python train.py"),
+        ),
+        first_step="Note the host and GPU, run nvidia-smi -q -d ECC and dmesg | grep -i xid there: Xid 48/79/94/95 or "
+        "uncorrectable ECC counts mean the GPU is faulty; drain it and rerun elsewhere.",
+        sources=("https://docs.nvidia.com/deploy/xid-errors/index.html",
+                 "https://github.com/vllm-project/vllm/issues/5222"),
+    ),
+    Entry(
+        slug="mps_unsupported",
+        title="Operation or dtype not supported on Apple's MPS device",
+        summary=(
+            "The MPS (Apple GPU) backend does not support this[[: operator {op}]][[: {dtype}]]."
+        ),
+        keywords=("mps",),
+        patterns=(
+            r"is not current(?:ly)? implemented for the MPS device",
+            r"Cannot convert a MPS Tensor to float64 dtype",
+            r"MPS framework doesn't support float64",
+        ),
+        priority=63,
+        facts=(
+            (r"The operator '(?P<op>[\w:.]+)' is not current", {"op": "str"}),
+            (r"(?P<dtype>float64)", {"dtype": "str"}),
+        ),
+        causes=(
+            "An operator without an MPS kernel yet (FFTs, some linear-algebra, torchvision ops such as nms).",
+            "float64 tensors (NumPy arrays default to float64) moved to MPS, which has no 64-bit float.",
+        ),
+        fixes=(
+            Fix("Let unsupported operators fall back to the CPU (set before importing torch)",
+                "import os\nos.environ['PYTORCH_ENABLE_MPS_FALLBACK'] = '1'\nimport torch"),
+            Fix("Convert to float32 before moving to MPS", "x = torch.from_numpy(arr).float().to('mps')"),
+            Fix("Run that step on the CPU explicitly", "out = op(x.cpu()).to('mps')"),
+        ),
+        first_step="For float64, call .float() before .to('mps'); for a missing operator, set "
+        "PYTORCH_ENABLE_MPS_FALLBACK=1 before importing torch.",
+        sources=("https://github.com/pytorch/pytorch/issues/77764",
+                 "https://pytorch.org/docs/stable/notes/mps.html"),
+    ),
+    Entry(
+        slug="nondeterministic_op",
+        title="An operation has no deterministic implementation",
+        summary=(
+            "torch.use_deterministic_algorithms(True) is on, and this operation[[ ({op})]] has no deterministic "
+            "implementation[[ — {detail}]]."
+        ),
+        keywords=("deterministic",),
+        patterns=(
+            r"does not have a deterministic implementation(?:, but you set)?",
+            r"this operation is not deterministic because\s+it uses CuBLAS",
+            r"Deterministic behavior was enabled with either `?torch\.use_deterministic_algorithms\(True\)`?",
+        ),
+        priority=83,
+        facts=(
+            (r"(?<!\w)(?P<op>\w+) does not have a deterministic implementation", {"op": "str"}),
+            (r"(?P<detail>it uses CuBLAS and you have CUDA >= 10\.2)", {"detail": "str"}),
+        ),
+        causes=(
+            "cuBLAS matrix multiplies need CUBLAS_WORKSPACE_CONFIG set before CUDA starts to be deterministic.",
+            "Backward kernels that use atomic adds (interpolate / upsample, grid_sample, index_add, scatter_add, "
+            "ctc_loss, some pooling and padding backwards) have no deterministic version on CUDA.",
+        ),
+        fixes=(
+            Fix("For cuBLAS: set the workspace config before CUDA is initialised",
+                "import os\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'  # before the first CUDA call\nimport torch"),
+            Fix("Keep determinism but only warn for operations without it",
+                "torch.use_deterministic_algorithms(True, warn_only=True)"),
+            Fix("Turn it off around the one operation", "torch.use_deterministic_algorithms(False)\n"
+                "y = F.interpolate(x, scale_factor=2, mode='bilinear')\ntorch.use_deterministic_algorithms(True)"),
+        ),
+        first_step="If the message names CuBLAS, set CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python; "
+        "otherwise use warn_only=True or replace the named operation.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.use_deterministic_algorithms.html",
+                 "https://pytorch.org/docs/stable/notes/randomness.html"),
     ),
 )

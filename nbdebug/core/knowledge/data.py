@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
@@ -19,18 +19,15 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("out of bounds", "index out of range", "smaller than num_classes", "n_classes", "out of table"),
         patterns=(
             r"Target -?\d+ (?:is )?out of bounds",
-            r"index out of range in self",
             r"index -?\d+ is out of bounds for dimension \d+ with size \d+",
             r"Class values must be smaller than num_classes",
             r"Assertion [`']cur_target >= 0 && cur_target < n_classes[`'] failed",
-            r"Tried to access index \d+ out of table with \d+ rows",
         ),
         priority=65,
         facts=(
             (r"Target (?P<target>-?\d+) (?:is )?out of bounds", {"target": "int"}),
             (r"index (?P<index>-?\d+) is out of bounds for dimension (?P<dim>\d+) with size (?P<size>\d+)",
              {"index": "int", "dim": "int", "size": "int"}),
-            (r"Tried to access index (?P<index>\d+) out of table with (?P<size>\d+) rows", {"index": "int", "size": "int"}),
         ),
         causes=(
             "Labels numbered 1..C instead of 0..C-1, or an ignore label (e.g. 255, -1) not passed as ignore_index.",
@@ -143,5 +140,216 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Set num_workers=0 and run the loop again: the error then happens in your process with a "
         "normal traceback into __getitem__.",
         sources=("https://pytorch.org/docs/stable/data.html#multi-process-data-loading",),
+    ),
+    Entry(
+        slug="index_out_of_range",
+        title="An index is outside an embedding or lookup table",
+        summary=(
+            "An index given to an embedding or index_select is outside the table[[: the embedding has "
+            "{num_embeddings} rows and got index {index_max}]][[ (index {index} for a table of {size} rows)]]."
+        ),
+        keywords=("index out of range", "out of table"),
+        patterns=(
+            r"index out of range in self",
+            r"Tried to access index \d+ out of table with \d+ rows",
+            # before 1.5 the embedding's index_select raised from TH with the source file instead of "in self"
+            r"index out of range at \S{0,160}THTensorEvenMoreMath\.cpp",
+        ),
+        priority=66,
+        facts=(
+            (r"Tried to access index (?P<index>\d+) out of table with (?P<size>\d+) rows", {"index": "int", "size": "int"}),
+        ),
+        causes=(
+            "Token ids at or above the embedding's vocabulary size: the tokenizer and the model disagree (new special "
+            "tokens added to the tokenizer, or a tokenizer from another checkpoint).",
+            "A sequence longer than the position-embedding table (max_position_embeddings, e.g. 512 for BERT).",
+            "A padding / unknown id outside the table (e.g. -1 or vocab_size used as padding_idx).",
+            "Category ids for an nn.Embedding that were never re-numbered to 0..n-1.",
+        ),
+        fixes=(
+            Fix("Compare the largest id with the table size", "print(ids.min().item(), ids.max().item(), emb.num_embeddings)"),
+            Fix("Grow the embedding after adding tokens to the tokenizer", "model.resize_token_embeddings(len(tokenizer))"),
+            Fix("Truncate sequences to the model's position limit",
+                "enc = tokenizer(texts, truncation=True, max_length=model.config.max_position_embeddings)"),
+            Fix("Re-number category ids to 0..n-1", "codes, uniques = pd.factorize(df['category'])\nemb = nn.Embedding(len(uniques), dim)"),
+        ),
+        first_step="Print ids.max() and ids.min() of the batch that failed next to num_embeddings of the embedding "
+        "that raised: every id must be in [0, num_embeddings).",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.Embedding.html",
+                 "https://github.com/huggingface/transformers/issues/1791"),
+    ),
+    Entry(
+        slug="collate_mismatch",
+        title="The DataLoader cannot stack samples of different sizes into a batch",
+        summary=(
+            "The DataLoader's collate function stacks the samples of a batch into one tensor, and they have different "
+            "shapes[[: {left_shape} and {right_shape}]]."
+        ),
+        keywords=("stack expects each tensor to be equal size", "equal size"),
+        patterns=(r"stack expects each tensor to be equal size, but got",),
+        priority=64,
+        # only when the text shows the collate step (default_collate, a collate_fn): a torch.stack in the user's
+        # own code, even in a Dataset's __getitem__ run by a worker, is an ordinary shape mismatch
+        extra={"requires": r"collate"},
+        facts=(
+            (r"stack expects each tensor to be equal size, but got (?P<left_shape>\[[\d, ]*\]) at entry \d+ and "
+             r"(?P<right_shape>\[[\d, ]*\]) at entry \d+", {"left_shape": "shape", "right_shape": "shape"}),
+        ),
+        causes=(
+            "Images of different sizes without a Resize / RandomCrop to one size in the transform.",
+            "Variable-length sequences (text, audio, point clouds) with no padding in a collate_fn.",
+            "Mixed channel counts: some images grayscale or RGBA among RGB ones.",
+            "A per-sample target of variable size (boxes, masks) that the default collate tries to stack.",
+        ),
+        fixes=(
+            Fix("Resize (or crop) every image to one size in the transform",
+                "transform = T.Compose([T.Resize((224, 224)), T.ToTensor()])"),
+            Fix("Pad variable-length sequences in a collate_fn",
+                "from torch.nn.utils.rnn import pad_sequence\n"
+                "def collate(batch):\n    xs, ys = zip(*batch)\n"
+                "    return pad_sequence(xs, batch_first=True), torch.tensor(ys)\n"
+                "loader = DataLoader(ds, batch_size=32, collate_fn=collate)"),
+            Fix("Force one channel layout when loading images", "img = Image.open(path).convert('RGB')"),
+            Fix("Keep variable-size targets as a list", "def collate(batch):\n    return tuple(zip(*batch))  # detection-style"),
+        ),
+        first_step="Print the shape of a few samples (ds[i][0].shape for i in range(8)): the sizes that differ "
+        "tell whether to resize, pad or convert channels.",
+        sources=("https://pytorch.org/docs/stable/data.html#dataloader-collate-fn",
+                 "https://github.com/milesial/Pytorch-UNet/issues/285"),
+    ),
+    Entry(
+        slug="batchnorm_single_sample",
+        title="BatchNorm got a batch of one sample in training mode",
+        summary=(
+            "A BatchNorm layer in training mode needs more than one value per channel to compute a variance"
+            "[[, and got input of size {input_shape}]]. Usually the last batch of the epoch has a single sample."
+        ),
+        keywords=("more than 1 value per channel",),
+        patterns=(r"Expected more than 1 value per channel when training",),
+        priority=67,
+        facts=((r"got input size (?:torch\.Size\()?(?P<input_shape>\[[\d, ]*\])", {"input_shape": "shape"}),),
+        causes=(
+            "The dataset size leaves a last batch of one sample (len(ds) % batch_size == 1).",
+            "A batch size of 1 in training (large images or videos on a small GPU).",
+            "Global pooling makes the spatial size 1x1, so with batch 1 a BatchNorm after it sees one value per channel "
+            "(ASPP / pyramid pooling heads).",
+            "Running inference without model.eval().",
+        ),
+        fixes=(
+            Fix("Drop the incomplete last batch", "loader = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)"),
+            Fix("Switch to eval mode for inference", "model.eval()\nwith torch.no_grad():\n    out = model(x)"),
+            Fix("Use a normalisation that does not depend on the batch",
+                "nn.GroupNorm(num_groups=32, num_channels=c)  # instead of nn.BatchNorm2d(c)"),
+        ),
+        first_step="Check len(dataset) % batch_size: if it is 1, pass drop_last=True to the training DataLoader.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html",
+                 "https://github.com/open-mmlab/mmsegmentation/issues/272"),
+    ),
+    Entry(
+        slug="multiprocessing_pickle",
+        title="An object could not be pickled to start a worker process",
+        summary=(
+            "Starting worker processes with the 'spawn' method (the default on Windows and macOS) pickles the dataset, "
+            "collate_fn and worker_init_fn[[; {object} is defined inside a function (or is a lambda), which pickle "
+            "cannot send]]."
+        ),
+        keywords=("pickle local object", "can't pickle", "can't get attribute"),
+        patterns=(
+            r"Can't pickle local object",
+            r"Can't pickle <function <lambda>",
+            r"Can't get attribute '\w+' on <module '__main__'",
+        ),
+        priority=60,
+        # only with a sign of a child process: the same messages come from torch.save / torch.load of a whole
+        # model (a lambda attribute, a class defined in the training script), which is not this category
+        extra={"requires": r"spawn|multiprocessing|[Ff]orkingPickler|DataLoader|Dataset|num_workers|worker|popen_|"
+                           r"reduction\.py|__mp_main__|Process\b|Pool\b"},
+        facts=(
+            (r"Can't pickle local object '(?P<object>[\w.<>]+)'", {"object": "str"}),
+            (r"Can't get attribute '(?P<object>\w+)' on <module '__main__'", {"object": "str"}),
+        ),
+        causes=(
+            "A lambda or a nested function in the Dataset, its transform, collate_fn or worker_init_fn, with "
+            "num_workers > 0 on Windows or macOS (spawn start method).",
+            "A Dataset class defined in a notebook cell: spawned workers import __main__ and cannot find it "
+            "(\"Can't get attribute ... on <module '__main__'>\").",
+            "A closure created inside a function (get_loaders.<locals>.<lambda>) passed to the DataLoader.",
+        ),
+        fixes=(
+            Fix("Replace the lambda with a function defined at module level",
+                "def to_float(x):\n    return x.float()\n\nds = MyDataset(transform=to_float)  # not transform=lambda x: x.float()"),
+            Fix("Use functools.partial for arguments, which pickles", "from functools import partial\ncollate = partial(pad_collate, pad_id=0)"),
+            Fix("In a notebook: move the Dataset into a .py file and import it", "# my_data.py: class MyDataset(Dataset): ...\nfrom my_data import MyDataset"),
+            Fix("Or load in the main process", "DataLoader(ds, batch_size=32, num_workers=0)"),
+        ),
+        first_step="Find the lambda or nested function named in the message and define it at the top level of a "
+        "module (or set num_workers=0 to confirm that this is the cause).",
+        sources=("https://pytorch.org/docs/stable/data.html#platform-specific-behaviors",
+                 "https://docs.python.org/3/library/pickle.html#what-can-be-pickled-and-unpickled"),
+    ),
+    Entry(
+        slug="tokenizer_padding",
+        title="The tokenizer has no padding token",
+        summary=(
+            "Padding was requested[[ ({tokenizer})]], but the tokenizer defines no pad token (GPT-2, LLaMA and most "
+            "decoder-only tokenizers ship without one)."
+        ),
+        keywords=("padding token", "pad samples"),
+        patterns=(
+            r"Asking to pad but the tokenizer does not have a padding token",
+            r"You are attempting to pad samples but the tokenizer you are using \(\w+\) does not have one",
+        ),
+        priority=60,
+        facts=((r"the tokenizer you are using \((?P<tokenizer>\w+)\)", {"tokenizer": "str"}),),
+        causes=(
+            "A decoder-only model's tokenizer (GPT-2, LLaMA, Mistral, Falcon) used with padding=True or a padding "
+            "data collator.",
+            "A tokenizer loaded from a checkpoint whose tokenizer_config.json has no pad_token.",
+        ),
+        fixes=(
+            Fix("Reuse the end-of-sequence token for padding (and mask it in the loss)",
+                "tokenizer.pad_token = tokenizer.eos_token\nmodel.config.pad_token_id = tokenizer.pad_token_id"),
+            Fix("Or add a dedicated pad token and grow the embedding",
+                "tokenizer.add_special_tokens({'pad_token': '[PAD]'})\nmodel.resize_token_embeddings(len(tokenizer))"),
+            Fix("Pad on the left for batched generation with decoder-only models", "tokenizer.padding_side = 'left'"),
+        ),
+        first_step="Set tokenizer.pad_token = tokenizer.eos_token right after loading the tokenizer (and "
+        "model.config.pad_token_id to match).",
+        sources=("https://huggingface.co/docs/transformers/main_classes/tokenizer",
+                 "https://github.com/huggingface/trl/issues/466"),
+    ),
+    Entry(
+        slug="loss_broadcast",
+        title="Loss input and target have different shapes: broadcasting trains the wrong objective",
+        severity=Severity.WARNING,
+        summary=(
+            "The loss got a target and an input of different shapes[[ (target {target_shape}, input {input_shape})]]. "
+            "They are broadcast against each other, so the loss compares every prediction with every target[[ ({broadcast_note})]] and "
+            "the model learns the wrong thing without any error."
+        ),
+        keywords=("using a target size",),
+        patterns=(r"Using a target size \((?:torch\.Size\()?\[[\w,\s]*\]\)?\) that is different to\s+(?:the\s+)?input size",),
+        priority=30,
+        extra={"warning": "yes"},
+        facts=(
+            (r"Using a target size \((?:torch\.Size\()?(?P<target_shape>\[[\d, ]*\])\)?\) that is different to the "
+             r"input size \((?:torch\.Size\()?(?P<input_shape>\[[\d, ]*\])", {"target_shape": "shape", "input_shape": "shape"}),
+        ),
+        causes=(
+            "A regression head that outputs (N, 1) with targets of shape (N,) (or the other way round): the loss "
+            "becomes an (N, N) comparison.",
+            "A .squeeze() that removed the batch dimension when the batch had one sample.",
+            "Targets batched with a different layout than the predictions (an extra or missing channel dimension).",
+        ),
+        fixes=(
+            Fix("Make the shapes equal before the loss", "loss = F.mse_loss(pred.squeeze(-1), y)  # (N, 1) -> (N,)\n"
+                "# or: loss = F.mse_loss(pred, y.unsqueeze(-1))"),
+            Fix("Assert the shapes in the training step", "assert pred.shape == y.shape, (pred.shape, y.shape)"),
+            Fix("Turn this warning into an error while debugging",
+                "import warnings\nwarnings.filterwarnings('error', message='Using a target size')"),
+        ),
+        first_step="Print pred.shape and y.shape right before the loss and reshape one of them so they are equal.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.MSELoss.html",
+                 "https://github.com/deepset-ai/FARM/issues/229"),
     ),
 )

@@ -195,7 +195,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Root Cause \(first observed failure\)",
             r"Process \d+ terminated with (?:the following error|signal|exit code)",
             r"ProcessExitedException",
-            r"CalledProcessError: Command '\[[^\n]*--local_rank",
+            # the command line runs until the next report at most: linear on a line of repeated reports
+            r"CalledProcessError: Command '\[(?:(?!CalledProcessError)[^\n])*--local_rank",
         ),
         exception_types=("ChildFailedError", "ProcessRaisedException", "ProcessExitedException"),
         priority=20,
