@@ -123,7 +123,7 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
                              "written by torch.cuda.memory._dump_snapshot never does this, so it was refused unread")
 
     while True:
-        pos = run(raw, pos).end()
+        pos = run(raw, pos).end()  # type: ignore[union-attr]  # a possessive * always matches
         if pos >= n:
             raise SnapshotError(f"{name} is truncated (the pickle ends at byte {n} without its STOP opcode); "
                                 "expected a complete snapshot file")
