@@ -9,7 +9,6 @@ returned by ``torch.cuda.memory_snapshot()``.  Unknown keys and actions are igno
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -157,15 +156,17 @@ class _Interner:
         # id of a frames list -> its stack id; valid while the unpickled data is alive (during the build), so a
         # list the pickle memo shares between entries or segments is read once, not once per reference
         self.by_list: dict[int, int] = {}
+        self.by_dict: dict[int, int] = {}  # id of a frame dict -> frame id (the memo shares frame dicts too)
+        self._keep: list[Any] = []  # the lists and dicts above, so that their ids stay theirs
 
     def stack_ids_of(self, frames_lists: Any) -> np.ndarray:
         """Stack ids of many entries, without a Python-level loop over the entries.
 
-        Dumps share frame lists (an alloc and its frees) and frame dicts between entries through the pickle memo:
-        entries are first grouped by the identity of their list, then the distinct lists by (length, identity of
-        the first frame, sum of the frames' identities) with numpy; each group is checked with an exact ``==``
-        against its first member (identical elements compare at C speed), and only one stack per group is read
-        frame by frame.  The work is linear in the number of distinct lists and frames, i.e. in the file's size.
+        Dumps share frame lists and frame dicts between entries through the pickle memo.  Entries are grouped by
+        the identity of their list, then the distinct lists by the identities of their frames (length, first
+        frame, hash of all) with numpy, and only one stack per group is read frame by frame.  The work is linear in
+        the distinct lists and their frames, i.e. in the file's size, and no frame is ever compared or hashed by
+        value (which could walk a structure shared through the memo exponentially).
         """
         lists = list(frames_lists)
         n = len(lists)
@@ -173,40 +174,38 @@ class _Interner:
         if not n:
             return out
         list_id = np.fromiter(map(id, lists), dtype=np.int64, count=n)
-        _, first_of, back = np.unique(list_id, return_index=True, return_inverse=True)
-        uniq = [lists[i] for i in first_of.tolist()]
-        m = len(uniq)
-        ids = np.full(m, -1, dtype=np.int32)
-        if all(type(x) is list for x in uniq):
-            lens = np.fromiter(map(len, uniq), dtype=np.int64, count=m)
-            full = np.flatnonzero(lens > 0)
-            sub = [uniq[i] for i in full.tolist()] if full.size != m else uniq
-            if sub:
-                first = np.fromiter(map(id, map(itemgetter(0), sub)), dtype=np.int64, count=len(sub))
-                # the sum of the frames' identities separates different stacks (all at C speed: no lambda)
-                last = np.fromiter(map(sum, map(map, repeat(id), sub)), dtype=np.int64, count=len(sub))
-                k0 = lens[full]
-                order = np.lexsort((last, first, k0))
-                k0, k1, k2 = k0[order], first[order], last[order]
-                new_group = np.ones(order.size, dtype=bool)
-                new_group[1:] = (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
-                rep_index = order[new_group]
-                inverse = np.empty(order.size, dtype=np.int64)
-                inverse[order] = np.cumsum(new_group) - 1
-                reps = [sub[i] for i in rep_index.tolist()]
-                rep_sid = np.array([self.stack(r) for r in reps], dtype=np.int32)
-                # same elements by identity: list == compares identical items without looking inside them
-                same = np.fromiter(map(_same_items, sub, map(reps.__getitem__, inverse.tolist())), dtype=bool,
-                                   count=len(sub))
-                sids = rep_sid[inverse]
-                for j in np.flatnonzero(~same).tolist():  # same shape, different frames: rare
-                    sids[j] = self.stack(sub[j])
-                ids[full] = sids
-        else:  # None, or something that is not a list, somewhere: one by one
-            for i, frames in enumerate(uniq):
-                ids[i] = self.stack(frames)
+        uniq_ids, first_of, back = np.unique(list_id, return_index=True, return_inverse=True)
+        uniq = lists if uniq_ids.size == n else [lists[i] for i in first_of.tolist()]
+        del lists, list_id, uniq_ids, first_of
+        if set(map(type, uniq)) != {list}:  # None, or something that is not a list: one by one
+            ids = np.array([self.stack(frames) for frames in uniq], dtype=np.int32)
+        else:
+            ids = self._group_lists(uniq)
         out[:] = ids[back]
         return out
+
+    def _group_lists(self, uniq: list[list[Any]]) -> np.ndarray:
+        m = len(uniq)
+        ids = np.full(m, -1, dtype=np.int32)
+        lens = np.fromiter(map(len, uniq), dtype=np.int64, count=m)
+        full = np.flatnonzero(lens > 0)
+        if not full.size:
+            return ids
+        sub = [uniq[i] for i in full.tolist()] if full.size != m else uniq
+        k0 = lens[full]
+        k1 = np.fromiter(map(id, map(itemgetter(0), sub)), dtype=np.int64, count=len(sub))
+        # the hash of the tuple of the frames' identities: two lists of live objects with the same length, first
+        # frame and 64-bit hash of the whole sequence hold the same frames (one streaming pass at C speed)
+        k2 = np.fromiter(map(hash, map(tuple, map(map, repeat(id), sub))), dtype=np.int64, count=len(sub))
+        order = np.lexsort((k2, k1, k0))
+        k0, k1, k2 = k0[order], k1[order], k2[order]
+        new_group = np.ones(order.size, dtype=bool)
+        new_group[1:] = (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
+        group = np.empty(order.size, dtype=np.int64)
+        group[order] = np.cumsum(new_group) - 1
+        rep_sid = np.array([self.stack(sub[r]) for r in order[new_group].tolist()], dtype=np.int32)
+        ids[full] = rep_sid[group]
+        return ids
 
     def stack(self, frames: Any) -> int:
         if not frames:
@@ -222,20 +221,21 @@ class _Interner:
             sid = self.stack_ids[key] = len(self.stacks)
             self.stacks.append(key)
         self.by_list[id(frames)] = sid
+        self._keep.append(frames)
         return sid
 
     def _frame_id(self, f: Any) -> int:
+        fid = self.by_dict.get(id(f))
+        if fid is not None:
+            return fid
         frame = _frame_of(f)
         fid = self.frame_ids.get(frame)
         if fid is None:
             fid = self.frame_ids[frame] = len(self.frames)
             self.frames.append(frame)
+        self.by_dict[id(f)] = fid
+        self._keep.append(f)
         return fid
-
-
-def _same_items(a: list[Any], b: list[Any]) -> bool:
-    """True when two lists hold the same objects in the same order (identity, never a deep comparison)."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 _NUMBER_TYPES = frozenset((int, float, bool, type(None)))
