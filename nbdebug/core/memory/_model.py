@@ -239,6 +239,7 @@ class _Interner:
 
 
 _NUMBER_TYPES = frozenset((int, float, bool, type(None)))
+_SCALARS = _NUMBER_TYPES | {str}
 
 
 def _column(trace: list[Any], key: str, default: Any, dtype: Any) -> np.ndarray:
@@ -493,5 +494,6 @@ def _build(raw: dict[str, Any], source: str, notes: list[str]) -> Model:
         block_size=_int_array(out["size"], "block size"), block_requested=_int_array(out["requested"], "block size"),
         block_state=np.array(out["state"], dtype=np.int8), block_stack=np.array(out["stack"], dtype=np.int32),
         segments=segments, ooms=ooms, annotations=annotations,
-        allocator_settings=dict(settings) if isinstance(settings, dict) else {}, format_notes=tuple(notes),
+        allocator_settings={k: v for k, v in settings.items() if type(k) is str and type(v) in _SCALARS}
+        if type(settings) is dict else {}, format_notes=tuple(notes),
     )
