@@ -175,7 +175,10 @@ class _Interner:
             return out
         list_id = np.fromiter(map(id, lists), dtype=np.int64, count=n)
         uniq_ids, first_of, back = np.unique(list_id, return_index=True, return_inverse=True)
-        uniq = lists if uniq_ids.size == n else [lists[i] for i in first_of.tolist()]
+        if uniq_ids.size == n:  # every entry has its own list (the usual case): keep the entries' order
+            uniq, back = lists, np.arange(n)
+        else:
+            uniq = [lists[i] for i in first_of.tolist()]
         del lists, list_id, uniq_ids, first_of
         if set(map(type, uniq)) != {list}:  # None, or something that is not a list: one by one
             ids = np.array([self.stack(frames) for frames in uniq], dtype=np.int32)
