@@ -274,3 +274,13 @@ def test_cli_html_to_a_missing_folder_is_one_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "missing" in done.stderr and "folder" in done.stderr
+
+
+def test_bytes_in_any_buffer_are_read():
+    import numpy as np
+
+    blob = pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 8}]]})
+    strided = np.repeat(np.frombuffer(blob, dtype=np.uint8), 2)[::2]  # the same bytes, non-contiguous
+    assert not memoryview(strided).contiguous
+    for source in (blob, bytearray(blob), memoryview(blob), memoryview(strided)):
+        assert load_snapshot(source).events == 1

@@ -242,8 +242,9 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         name = label or "the given bytes"
-        fh: Any = io.BytesIO(source)
-        size = len(memoryview(source).cast("B"))
+        blob = source if isinstance(source, bytes) else bytes(source)  # any buffer, contiguous or not
+        fh: Any = io.BytesIO(blob)
+        size = len(blob)
     else:
         name = label or repr(os.fspath(source))
         try:
