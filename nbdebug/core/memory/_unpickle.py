@@ -64,6 +64,17 @@ class _Bounded:
         self._left -= len(data)
         return bytes(data)
 
+    def peek(self, n: int = 0) -> bytes:
+        # the C unpickler prefetches through peek (one call per buffer, not one per opcode of an unframed pickle)
+        fh = self._fh
+        if hasattr(fh, "peek"):
+            data = fh.peek(n)
+        else:
+            pos = fh.tell()
+            data = fh.read(max(n, 1))
+            fh.seek(pos)
+        return bytes(data[:self._left])
+
     def readinto(self, buf: Any) -> int:
         view = memoryview(buf).cast("B")
         got = self._fh.readinto(view[:self._left])
