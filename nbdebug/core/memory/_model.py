@@ -5,6 +5,11 @@ Every format in the wild is accepted: torch 2.0 (blocks with ``history`` and no 
 ``external_annotations``, ``compile_context``, ``user_metadata``, ``oom`` entries (``device_free`` instead of
 ``addr``), several devices, entries without frames, profile snapshots (``category``), and the bare list of segments
 returned by ``torch.cuda.memory_snapshot()``.  Unknown keys and actions are ignored.
+
+What is read is checked against the format, never turned into a string or hashed whole (a value shared through
+the pickle memo can stand for 2**n copies of itself): frames are dicts with a str filename and name and an int
+line, integers fit their columns, a time that is not a time is treated as absent, and a list of blocks or a trace
+referenced twice is refused instead of being read once per reference.  Every such problem is a ``SnapshotError``.
 """
 
 from __future__ import annotations
@@ -124,8 +129,8 @@ def _text(value: Any, what: str) -> str:
     if type(value) is not str:
         if value is None:
             return ""
-        raise _Bad(f"a frame's {what} is a {type(value).__name__}; expected a string (frames are dicts "
-                            "with 'filename', 'line' and 'name')")
+        raise _Bad(f"a frame's {what} is a {type(value).__name__}; expected a string (frames are dicts with "
+                   "'filename', 'line' and 'name')")
     return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
 
 
@@ -143,7 +148,7 @@ def _frame_of(f: Any) -> Frame:
             raise _Bad(f"a frame's line is a {type(line).__name__}; expected an integer")
     if not -(2**31) <= line < 2**31:
         raise _Bad(f"a frame's line is {line if line.bit_length() < 64 else 'a huge number'}; expected a "
-                            "line number")
+                   "line number")
     return (_text(f.get("filename", ""), "filename"), line, _text(f.get("name", ""), "name"))
 
 
@@ -164,7 +169,7 @@ class _Interner:
 
         Dumps share frame lists and frame dicts between entries through the pickle memo.  Entries are grouped by
         the identity of their list, then the distinct lists by the identities of their frames (length, first
-        frame, hash of all) with numpy, and only one stack per group is read frame by frame.  The work is linear in
+        frame, 64-bit hash of all) with numpy, and only one stack per group is read frame by frame.  The work is linear in
         the distinct lists and their frames, i.e. in the file's size, and no frame is ever compared or hashed by
         value (which could walk a structure shared through the memo exponentially).
         """
@@ -197,8 +202,9 @@ class _Interner:
         sub = [uniq[i] for i in full.tolist()] if full.size != m else uniq
         k0 = lens[full]
         k1 = np.fromiter(map(id, map(itemgetter(0), sub)), dtype=np.int64, count=len(sub))
-        # the hash of the tuple of the frames' identities: two lists of live objects with the same length, first
-        # frame and 64-bit hash of the whole sequence hold the same frames (one streaming pass at C speed)
+        # the hash of the tuple of the frames' identities, in one streaming pass at C speed: lists of live objects
+        # with the same length, first frame and 64-bit hash of the sequence hold the same frames unless two
+        # sequences of addresses collide in the hash (an exact check would keep every frame's id in memory)
         k2 = np.fromiter(map(hash, map(tuple, map(map, repeat(id), sub))), dtype=np.int64, count=len(sub))
         order = np.lexsort((k2, k1, k0))
         k0, k1, k2 = k0[order], k1[order], k2[order]
