@@ -376,9 +376,14 @@ def test_every_entry_keeps_its_own_stack(snapshots_dir, name):
 
 def test_stacks_stay_with_their_entries_whether_lists_are_shared_or_not():
     frames = [[{"filename": f"/u/m{k}.py", "line": k + 1, "name": f"f{k}"}] for k in range(5)]
-    own = [{"action": "alloc", "addr": i, "size": 8, "frames": list(frames[(i * 3) % 5])} for i in range(40)]
-    shared = [{"action": "alloc", "addr": i, "size": 8, "frames": frames[(i * 3) % 5]} for i in range(40)]
-    for trace in (own, shared):
-        m = load_snapshot({"segments": [], "device_traces": [trace]}).model
-        for i, e in enumerate(trace):
-            assert [m.frames[f] for f in m.stacks[int(m.stack[i])]] == _frames_of(e["frames"])
+    for n in (40, 5000):  # interned one by one, and grouped with numpy
+        own = [{"action": "alloc", "addr": i, "size": 8, "frames": list(frames[(i * 3) % 5])} for i in range(n)]
+        shared = [{"action": "alloc", "addr": i, "size": 8, "frames": frames[(i * 3) % 5]} for i in range(n)]
+        _check_stacks(own)
+        _check_stacks(shared)
+
+
+def _check_stacks(trace) -> None:
+    m = load_snapshot({"segments": [], "device_traces": [trace]}).model
+    for i, e in enumerate(trace):
+        assert [m.frames[f] for f in m.stacks[int(m.stack[i])]] == _frames_of(e["frames"])

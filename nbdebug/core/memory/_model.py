@@ -121,6 +121,7 @@ class _Bad(ValueError):
     """A field that is not what the format says; ``build_model`` reports it with the file's name."""
 
 
+_SMALL = 4096  # up to this many entries, stacks are interned one entry at a time
 _MAX_TEXT = 4096  # longest filename or function name kept (C++ template names run to a few KB)
 _MAX_TIME_US = 2.5e17  # about the year 9900: any later (or inf/NaN) is not a time
 
@@ -177,6 +178,9 @@ class _Interner:
         n = len(lists)
         out = np.full(n, -1, dtype=np.int32)
         if not n:
+            return out
+        if n <= _SMALL:  # a short recording (%%memtrace of one step): the grouping costs more than it saves
+            out[:] = [self.stack(frames) for frames in lists]
             return out
         list_id = np.fromiter(map(id, lists), dtype=np.int64, count=n)
         uniq_ids, first_of, back = np.unique(list_id, return_index=True, return_inverse=True)
