@@ -294,3 +294,15 @@ def test_save_to_a_missing_folder_never_replaces_the_users_error(ip, tmp_path):
     with capture_output():  # in a failing cell the user's own error is what the cell raises
         r = ip.run_cell("%%memtrace --device cpu\nimport torch\n_t = torch.ones(10)\nraise ValueError('mine')")
     assert isinstance(r.error_in_exec, ValueError)
+
+
+def test_categories_without_the_flag_say_how_to_get_them():
+    """Shapes (which the memory profile needs) are recorded only for categories=True: the default recording is
+    cheaper, and asking it for categories is one clear error."""
+    from nbdebug.errors import NbdebugError
+
+    with memtrace("cpu") as rec:
+        kept = torch.ones(1000)
+    assert rec.result.retained_bytes >= kept.numel() * 4
+    with pytest.raises(NbdebugError, match=r"categories=True"):
+        rec.result.by_category()

@@ -349,3 +349,41 @@ def test_replayed_free_space_matches_series_and_final_state(snapshots_dir, name)
         space = free_space_at(snap, st.device, p)
         assert space.reserved_bytes == st.reserved[p]
         assert space.free_bytes <= st.reserved[p] - st.allocated[p] + 512 * len(space.ranges)
+
+
+def _frames_of(raw_frames) -> list[tuple[str, int, str]]:
+    return [(f.get("filename", ""), f.get("line", 0), f.get("name", "")) for f in raw_frames or []]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_entry_keeps_its_own_stack(snapshots_dir, name):
+    """The stack id of each alloc entry leads back to exactly the frames that entry recorded (interning, grouping
+    by identity and the sharing of frame lists must never swap two stacks)."""
+    path = snapshots_dir / name
+    raw = _raw(path)
+    traces = [] if isinstance(raw, list) else raw.get("device_traces") or []
+    model = load_snapshot(path).model
+    offset = 0
+    for trace in traces:
+        for i, e in enumerate(trace[:3000]):
+            if e["action"] != "alloc":
+                continue
+            sid = int(model.stack[offset + i])
+            got = [model.frames[f] for f in model.stacks[sid]] if sid >= 0 else []
+            assert got == _frames_of(e.get("frames")), (name, offset + i)
+        offset += len(trace)
+
+
+def test_stacks_stay_with_their_entries_whether_lists_are_shared_or_not():
+    frames = [[{"filename": f"/u/m{k}.py", "line": k + 1, "name": f"f{k}"}] for k in range(5)]
+    for n in (40, 5000):  # interned one by one, and grouped with numpy
+        own = [{"action": "alloc", "addr": i, "size": 8, "frames": list(frames[(i * 3) % 5])} for i in range(n)]
+        shared = [{"action": "alloc", "addr": i, "size": 8, "frames": frames[(i * 3) % 5]} for i in range(n)]
+        _check_stacks(own)
+        _check_stacks(shared)
+
+
+def _check_stacks(trace) -> None:
+    m = load_snapshot({"segments": [], "device_traces": [trace]}).model
+    for i, e in enumerate(trace):
+        assert [m.frames[f] for f in m.stacks[int(m.stack[i])]] == _frames_of(e["frames"])

@@ -17,12 +17,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the snapshot safely and print its summary."""
-    from nbdebug.core.memory import load_snapshot
+    import os
 
+    from nbdebug.core.memory import load_snapshot
+    from nbdebug.errors import NbdebugError, SnapshotError
+
+    if args.html:  # a usage error before minutes of loading, not after
+        folder = os.path.dirname(os.path.abspath(args.html))
+        if not os.path.isdir(folder):
+            raise NbdebugError(f"--html {args.html!r}: the folder {folder!r} does not exist; expected a file path in "
+                               "an existing folder")
+    if args.top < 0:
+        raise NbdebugError(f"--top {args.top}: expected a number of sites, 0 or more")
     snap = load_snapshot(args.path)
-    summary = snap.summary(args.device, top=args.top)
+    try:
+        summary = snap.summary(args.device, top=args.top)
+    except (ArithmeticError, RecursionError, ValueError) as e:  # a value the loader let through: still one line
+        raise SnapshotError(f"{args.path!r} could not be summarized ({type(e).__name__}: {e}); expected a snapshot "
+                            "written by torch.cuda.memory._dump_snapshot") from e
     if args.html:
-        snap.to_html(args.html, device=summary.device)
+        try:
+            snap.to_html(args.html, device=summary.device)
+        except OSError as e:
+            raise NbdebugError(f"cannot write the viewer to {args.html!r}: {e.strerror}") from e
     if args.json:
         data = summary.to_dict()
         data["top_sites"] = [{"site": s.site, "bytes": s.bytes, "count": s.count} for s in summary.top_sites]

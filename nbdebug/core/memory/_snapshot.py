@@ -28,7 +28,7 @@ from nbdebug.core.memory._results import (
     TopSites,
 )
 from nbdebug.core.memory._sites import format_frame
-from nbdebug.core.memory._unpickle import read_pickle
+from nbdebug.core.memory._unpickle import no_gc, read_pickle
 from nbdebug.errors import SnapshotError
 
 __all__ = ["load_snapshot", "MemorySnapshot"]
@@ -61,17 +61,20 @@ def load_snapshot(source: Any, *, name: str | None = None) -> MemorySnapshot:
     """
     if isinstance(source, MemorySnapshot):
         return source
-    if isinstance(source, (dict, list)):
-        label = name or "the given snapshot object"
-        raw = source
-    elif isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        label = name or (repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else "the given bytes")
-        raw = read_pickle(source, label=label)  # type: ignore[arg-type]
-    else:
+    if not isinstance(source, (dict, list, str, os.PathLike, bytes, bytearray, memoryview)):
         raise SnapshotError(f"load_snapshot got a {type(source).__name__}; expected a path, bytes, or the dict of "
                             "torch.cuda.memory._snapshot()")
-    model = build_model(raw, label)
-    del raw
+    # one pause of the garbage collector over reading, building and freeing the raw data: resuming it between
+    # them would make its next collection walk every object just unpickled
+    with no_gc():
+        if isinstance(source, (dict, list)):
+            label = name or "the given snapshot object"
+            raw = source
+        else:
+            label = name or (repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else "the given bytes")
+            raw = read_pickle(source, label=label)
+        model = build_model(raw, label)
+        del raw
     if name is None and isinstance(source, (str, os.PathLike)):
         label = os.path.basename(os.fspath(source))
     return MemorySnapshot(model, source=name or label)

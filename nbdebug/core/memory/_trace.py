@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -122,9 +123,15 @@ class MemTrace(Result):
     def by_category(self) -> tuple[tuple[str, int], ...]:
         """Bytes alive at the peak by category (parameter, activation, gradient, optimizer state, temporary, ...).
 
-        On CPU the categories come from the profiler's memory profile, built once on first use and reused.
+        On CPU the categories come from the profiler's memory profile, built once on first use and reused; the
+        recording must have been made with ``categories=True`` (``%%memtrace --categories``), which records the
+        tensor shapes the memory profile needs.
         """
         if self._profile is not None and not self.snapshot.model.categories:
+            if not getattr(self._profile, "record_shapes", True):
+                raise NbdebugError("by_category() needs a recording made with memtrace(..., categories=True) "
+                                   "(%%memtrace --categories): the categories come from the profiler's tensor shapes, "
+                                   "which are recorded only then")
             _apply_categories(self.snapshot, self._profile, self._memory_profile, self._alloc_keys)
         return self.snapshot.peak().by_category
 
@@ -158,24 +165,27 @@ def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = Non
             name = "<unreadable function name>"
         return {"filename": filename, "line": c.line_number, "name": name}
 
-    alloc_tag, py_tags = _EventType.Allocation, (_EventType.PyCall, _EventType.PyCCall)
+    # tags compared as ints: comparing the profiler's enum objects costs a call into C++ per node
+    alloc_tag, py_call, py_ccall = _EventType.Allocation.value, _EventType.PyCall.value, _EventType.PyCCall.value
     found: list[tuple[int, Any, Any]] = []
     todo: list[tuple[Any, Any]] = [(root, None) for root in prof.profiler.kineto_results.experimental_event_tree()]
+    pop, extend = todo.pop, todo.extend
     while todo:
-        node, chain = todo.pop()
-        tag = node.tag
+        node, chain = pop()
+        tag = node.tag.value
         if tag == alloc_tag:
             f = node.extra_fields
             if f.alloc_size != 0 and f.device.type == "cpu":
                 found.append((node.start_time_ns, f, chain))
             continue
-        if tag in py_tags:
-            chain = (_caller_frame(node.extra_fields.caller), chain)
+        if tag == py_call or tag == py_ccall:  # the frame is read later, only if an allocation is under it
+            chain = (node, chain)
         children = node.children
         if children:
-            todo.extend((child, chain) for child in children)
+            extend(zip(children, repeat(chain)))
     found.sort(key=lambda item: item[0])
     stacks: dict[int, list[dict[str, Any]]] = {}
+    frames_of: dict[int, dict[str, Any]] = {}  # id of a Python-call node (alive in the chains) -> its frame
     trace: list[dict[str, Any]] = []
     for t_ns, f, chain in found:
         t_us = t_ns / 1000.0
@@ -184,7 +194,10 @@ def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = Non
             if frames is None:
                 frames, c = [], chain
                 while c is not None:  # innermost call first
-                    frames.append(c[0])
+                    frame = frames_of.get(id(c[0]))
+                    if frame is None:
+                        frame = frames_of[id(c[0])] = _caller_frame(c[0].extra_fields.caller)
+                    frames.append(frame)
                     c = c[1]
                 stacks[id(chain)] = frames
             trace.append({"action": "alloc", "addr": f.ptr, "size": f.alloc_size, "stream": 0, "time_us": t_us,
@@ -315,8 +328,10 @@ class MemTraceRecorder:
             self._set_kineto = "KINETO_LOG_LEVEL" not in os.environ
             os.environ.setdefault("KINETO_LOG_LEVEL", "99")
             try:
-                self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                                     with_stack=True)
+                # shapes cost a fifth of a step and only the categories need them (the memory profile's
+                # tensor identities): recorded when categories are asked for
+                self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                                     record_shapes=self.categories, with_stack=True)
                 self._prof.__enter__()
             except BaseException:
                 self._prof = None
@@ -438,8 +453,9 @@ def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool =
     save : path, optional
         Also write the recording as a snapshot pickle.
     categories : bool
-        On CPU, label allocations parameter/activation/gradient/optimizer state/temporary right away (costs the
-        profiler's memory-profile analysis; ``MemTrace.by_category()`` does it on demand otherwise).
+        On CPU, label allocations parameter/activation/gradient/optimizer state/temporary (records tensor shapes,
+        about a fifth of a step more, and runs the profiler's memory-profile analysis).  Without it the
+        recording is cheaper and ``MemTrace.by_category()`` raises ``NbdebugError`` saying so.
 
     Returns
     -------
