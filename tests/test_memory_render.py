@@ -112,7 +112,8 @@ def test_every_result_has_its_own_html_renderer_that_follows_the_theme(snapshots
         assert f"<summary>{name}</summary>" not in html  # not the generic text-in-a-<pre> panel
         # no hard-coded text colours: panels take theirs from the theme variables
         assert not re.search(r'style="[^"]*(?<![-\w])color\s*:\s*#', html), name
-        assert not re.search(r'(?:fill|stroke)="#', html), name
+        # (a band of the stacked chart has its site's colour: data, the same in both themes)
+        assert not re.search(r'(?:fill|stroke)="#', re.sub(r'<path class="band" fill="#\w+"', "", html)), name
         assert ".md" not in html and "shared/notes" not in html
 
 
@@ -161,10 +162,137 @@ def test_viewer_assets_are_package_files_and_theme_aware(snapshots_dir):
     assert not re.search(r"(?:stroke|fill)=\"#", viewer_js())
 
 
-def test_viewer_without_scripts_shows_a_static_outline_and_how_to_get_the_viewer(snapshots_dir):
+def _sanitised(html: str) -> tuple[str, list[str]]:
+    """What a renderer that runs no script and drops <style>/<svg>/<script> shows (as JupyterLab does for an
+    untrusted notebook): the visible text (nothing under a ``hidden`` element) and the images' sources."""
+    from html.parser import HTMLParser
+
+    class P(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.stack: list[tuple[str, bool]] = []
+            self.text: list[str] = []
+            self.images: list[str] = []
+
+        def _hidden(self) -> bool:
+            return any(h for _, h in self.stack)
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            drop = tag in ("script", "style")
+            if tag == "img" and not self._hidden():
+                self.images.append(a.get("src") or "")
+            if tag not in ("img", "br", "input", "meta", "hr", "wbr"):
+                self.stack.append((tag, "hidden" in a or drop))
+
+        def handle_startendtag(self, tag, attrs):
+            if tag == "img" and not self._hidden():
+                self.images.append(dict(attrs).get("src") or "")
+
+        def handle_endtag(self, tag):
+            if tag not in [t for t, _ in self.stack]:
+                return
+            while self.stack:
+                if self.stack.pop()[0] == tag:
+                    break
+
+        def handle_data(self, data):
+            if not self._hidden():
+                self.text.append(data)
+
+    p = P()
+    p.feed(html)
+    return " ".join("".join(p.text).split()), p.images
+
+
+def _svg_images(sources: list[str]) -> list[str]:
+    import base64
+    import xml.etree.ElementTree as ET
+
+    out = []
+    for src in sources:
+        assert src.startswith("data:image/svg+xml;base64,"), src[:60]
+        svg = base64.b64decode(src.split(",", 1)[1]).decode("utf-8")
+        root = ET.fromstring(svg)  # well-formed XML: an image that does not parse is not drawn at all
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert "var(--" not in svg.replace("var(--nbd", "").replace("var(--jp", "")
+        out.append(svg)
+    return out
+
+
+def test_viewer_without_scripts_shows_a_static_picture_and_how_to_get_the_viewer(snapshots_dir):
+    from nbdebug.render._html import INTERACTIVE_NOTE
     from nbdebug.render.memory_viewer import viewer_js
 
-    html = viewer_html(load_snapshot(snapshots_dir / FILES[0]))
-    static = html[html.index('<div class="nbd-mem-static">'):html.index('<svg class="chart"')]
-    assert "<polyline" in static and "trusted notebook" in static and "to_html" in static
-    assert ".nbd-mem-static" in viewer_js()  # the live viewer removes the outline
+    snap = load_snapshot(snapshots_dir / FILES[0])
+    html = viewer_html(snap)
+    text, images = _sanitised(html)
+    assert INTERACTIVE_NOTE in text and "to_html" in text
+    # the interactive parts (their controls and empty tables) are not shown without the script
+    assert "go to peak" not in text and "click the chart" not in text
+    # no SVG flattened into text: no tooltip text of the segments, no axis labels run together
+    assert "largest free block 0x" not in text and "reserved, " not in text
+    svgs = _svg_images(images)
+    stacked = [s for s in svgs if "stacked by site" in s]
+    assert len(stacked) == 1 and stacked[0].count("<path") >= 2
+    assert any("segments" in s for s in svgs) or not snap.fragmentation().segments
+    # the legend names the bands next to their colours
+    from nbdebug.core.memory._bands import compute_bands
+
+    for name in compute_bands(snap).names:
+        assert name[:30] in text
+    assert ".nbd-mem-static" in viewer_js() and ".nbd-live" in viewer_js()  # the live viewer swaps them
+
+
+def test_static_chart_keeps_the_peak_and_draws_steps(snapshots_dir):
+    from nbdebug.render.memory_plot import svg_stacked
+
+    # 3 points: 0 B, 1 GiB, 0 B; a step chart never draws a diagonal between them
+    svg = svg_stacked([0.0, 1.0, 2.0], [[0, 1 << 30, 0]], ["#123456"], x_unit="event", index=[-1, 0, 1],
+                      columns=400)
+    d = svg.split(' d="')[1].split('"')[0]
+    assert "L" not in d and all(c in "MVHZ0123456789.,-" for c in d)
+    assert "1.00 GiB" in svg
+    # many points into few columns: the highest point survives
+    values = [[(i % 97) * 1000 for i in range(10_000)]]
+    values[0][5_003] = 10**9
+    svg = svg_stacked([float(i) for i in range(10_000)], values, ["#123456"], x_unit="event",
+                      index=list(range(-1, 9_999)), columns=50)
+    assert "953.67 MiB" in svg  # the top grid line is the peak: 1e9 bytes
+    assert svg.count("V") < 400
+
+
+@pytest.mark.parametrize("kind", ["grad_history", "memtrace"])
+def test_panel_charts_survive_sanitising(kind, snapshots_dir):
+    """Doctor/GradMonitor/memtrace charts: the image remains and no chart's text is flattened into the panel."""
+    from nbdebug.render._registry import to_html
+
+    if kind == "grad_history":
+        import torch
+        from torch import nn
+
+        from nbdebug.core.grads import GradMonitor
+
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+        with GradMonitor(net, num_classes=3, live=False) as mon:
+            for _ in range(5):
+                loss = nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                mon.log_loss(loss)
+                opt.step()
+        html = to_html(mon.history)
+        flat = "global grad norm"
+    else:
+        from nbdebug.render.memory_plot import svg_sparkline
+
+        html = svg_sparkline([0, 10, 5, 30, 2])
+        flat = "peak 30 B"
+    text, images = _sanitised(html)
+    svgs = _svg_images(images)
+    assert svgs and flat not in text
+    assert any(flat in s for s in svgs)
+    assert html.count("<svg") == len(svgs)  # every chart has its picture

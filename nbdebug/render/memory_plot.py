@@ -7,17 +7,17 @@ from typing import Any
 
 from nbdebug._units import fmt_bytes
 from nbdebug.core.memory._snapshot import MemorySnapshot
-from nbdebug.render._html import esc
+from nbdebug.render._html import esc, picture
 from nbdebug.render._registry import renders
 
-__all__ = ["plot_snapshot", "svg_sparkline", "PALETTE"]
+__all__ = ["plot_snapshot", "svg_sparkline", "svg_stacked", "PALETTE"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac", "#86bcb6", "#d37295")
 
 
 def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> str:
-    """A small inline SVG polyline of ``values`` (no script, no network)."""
+    """A small SVG polyline of ``values`` (no script, no network), as a picture that shows in any renderer."""
     vals = list(values)
     if len(vals) < 2:
         return ""
@@ -25,9 +25,12 @@ def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> 
     lo = min(min(vals), 0)
     pts = " ".join(f"{i * (width - 2) / (len(vals) - 1) + 1:.1f},{height - 1 - (v - lo) / (hi - lo) * (height - 2):.1f}"
                    for i, v in enumerate(vals))
-    return (f'<svg width="{width}" height="{height}" role="img" aria-label="allocated memory over the cell">'
-            f'<title>{esc("peak " + fmt_bytes(hi))}</title>'
-            f'<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" points="{pts}"/></svg>')
+    svg = (f'<svg width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="allocated memory over time">'
+           f'<title>{esc("peak " + fmt_bytes(hi))}</title>'
+           '<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" '
+           f'points="{pts}"/></svg>')
+    return picture(svg, f"allocated memory over time, peak {fmt_bytes(hi)}")
 
 
 @renders(MemorySnapshot, "figure")
@@ -63,3 +66,58 @@ def plot_snapshot(snap: MemorySnapshot, ax: Any = None, *, device: int | None = 
     ax.set_title(f"{snap.source}: device {bands.device}")
     ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
     return fig
+
+
+def svg_stacked(x: Sequence[float], values: Sequence[Sequence[int]], colors: Sequence[str], *, x_unit: str,
+                index: Sequence[int], width: int = 1000, height: int = 300, columns: int = 400) -> str:
+    """The stacked allocated-memory chart as static SVG (the viewer's picture where no script runs).
+
+    At most ``columns`` columns: each keeps the point of highest total in its group, so no peak is lost; bands are
+    drawn as steps (no interpolated diagonals between points).
+    """
+    n = len(x)
+    if n == 0 or not values:
+        return ""
+    totals = [sum(v[j] for v in values) for j in range(n)]
+    group = max(1, -(-n // columns))
+    pick = [max(range(a, min(a + group, n)), key=totals.__getitem__) for a in range(0, n, group)]
+    L, R, T, B = 78, 12, 10, 34
+    ymax = max(max(totals[j] for j in pick), 1)
+    x0, x1 = x[pick[0]], x[pick[-1]]
+    span = (x1 - x0) or 1.0
+    cols = len(pick)
+    # each column spans from its point to the next one's (the last one to the right edge)
+    W = width - L - R
+    xs = [L + W * ((x[j] - x0) / span if x1 != x0 else k / cols) for k, j in enumerate(pick)] + [float(width - R)]
+
+    def sy(v: float) -> int:
+        return round(height - B - (height - B - T) * v / ymax)
+
+    parts = []
+    base = [0] * cols
+    for k, series in enumerate(values):
+        top = [base[c] + series[j] for c, j in enumerate(pick)]
+        if not any(series[j] for j in pick):
+            base = top
+            continue
+        d = [f"M{xs[0]:.0f},{sy(top[0])}"]
+        for c in range(cols):
+            d.append(f"V{sy(top[c])}H{xs[c + 1]:.0f}")
+        d.append(f"V{sy(base[-1])}")
+        for c in range(cols - 1, -1, -1):
+            d.append(f"H{xs[c]:.0f}" + (f"V{sy(base[c - 1])}" if c else ""))
+        parts.append(f'<path class="band" fill="{esc(colors[k % len(colors)])}" d="{"".join(d)}Z"/>')
+        base = top
+    for t in range(5):
+        v = ymax * t / 4
+        y = sy(v)
+        parts.append(f'<line x1="{L}" x2="{width - R}" y1="{y}" y2="{y}" style="stroke:var(--nbd-mem-border2,#d0d7de)" stroke-width="0.6"/>'
+                     f'<text x="{L - 6}" y="{y + 4}" text-anchor="end" font-size="11">{esc(fmt_bytes(int(v)))}</text>')
+        c = min(cols - 1, round((cols - 1) * t / 4))
+        if x_unit == "us":
+            label = f"{(x[pick[c]] - x0) / 1e6:.3f} s"
+        else:
+            label = "start" if index[pick[c]] < 0 else f"event {index[pick[c]]}"
+        parts.append(f'<text x="{xs[c]:.0f}" y="{height - 12}" text-anchor="middle" font-size="11">{esc(label)}</text>')
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'role="img" aria-label="allocated memory over time, stacked by site">{"".join(parts)}</svg>')

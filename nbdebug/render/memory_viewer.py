@@ -18,9 +18,9 @@ import numpy as np
 
 from nbdebug.core.memory._results import Fragmentation
 from nbdebug.core.memory._snapshot import MemorySnapshot
-from nbdebug.render._html import esc, fmt_bytes, static, table
+from nbdebug.render._html import INTERACTIVE_NOTE, esc, fmt_bytes, picture, static, table
 from nbdebug.render._registry import renders
-from nbdebug.render.memory_plot import PALETTE, svg_sparkline
+from nbdebug.render.memory_plot import PALETTE, svg_stacked
 
 __all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js"]
 
@@ -109,13 +109,15 @@ def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
         lw = w * r.largest_free_block / r.total_bytes if r.total_bytes else 0
         tip = esc(f"{hex(r.address)}: {fmt_bytes(r.total_bytes)} reserved, {fmt_bytes(r.allocated_bytes)} allocated, "
                   f"largest free block {fmt_bytes(r.largest_free_block)}, {r.blocks} blocks")
-        parts.append(f'<g><title>{tip}</title><rect class="seg" x="0" y="{y}" width="{w:.1f}" height="{h}"/>'
-                     f'<rect class="seg-allocated" x="0" y="{y}" width="{aw:.1f}" height="{h}"/>'
-                     f'<rect class="seg-largest" x="{w - lw:.1f}" y="{y + h - 3}" width="{lw:.1f}" height="3"/></g>')
+        parts.append(f'<g><title>{tip}</title><rect class="seg" style="fill:var(--nbd-mem-bg3,#d0d7de)" x="0" y="{y}" width="{w:.1f}" height="{h}"/>'
+                     f'<rect class="seg-allocated" style="fill:var(--nbd-mem-brand,#0969da)" x="0" y="{y}" width="{aw:.1f}" height="{h}"/>'
+                     f'<rect class="seg-largest" style="fill:var(--nbd-mem-ok,#1a7f37)" x="{w - lw:.1f}" y="{y + h - 3}" width="{lw:.1f}" '
+                     'height="3"/></g>')
     total_h = len(rows) * (h + 3)
-    return (f'<svg class="segments" width="100%" viewBox="0 0 {width} {total_h}" height="{min(total_h, 400)}" '
-            f'preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>'
-            '<div class="muted">each bar is a segment (width: its size): blue = allocated, grey = free, green = the '
+    svg = (f'<svg class="segments" width="{width}" height="{total_h}" '
+           f'viewBox="0 0 {width} {total_h}" preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>')
+    return (picture(svg, f"{len(rows)} segments: allocated and free bytes of each", css_class="nbd-segments")
+            + '<div class="muted">each bar is a segment (width: its size): blue = allocated, grey = free, green = the '
             'largest free block</div>')
 
 
@@ -137,7 +139,7 @@ def viewer_html(snap: MemorySnapshot, device: int | None = None) -> str:
     options = "".join(f'<option value="{d}">device {d}</option>' for d in order)
     panels = "".join(_device_panel(snap, d, hidden=i > 0, in_multi=True) for i, d in enumerate(order))
     more = f" (first {MAX_DEVICES} shown)" if len(devices) > MAX_DEVICES else ""
-    return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label>'
+    return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label class="nbd-live" hidden>'
             f'{len(devices)} devices{more}: <select class="nbd-device" aria-label="device">{options}</select></label>'
             f"{panels}{_script(wrapper)}</div>")
 
@@ -176,29 +178,31 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
                  f"{fmt_bytes(frag.largest_free_block)} ({len(frag.segments)} segments, end of trace)</div>")
     style = ' style="display:none"' if hidden else ""
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
+    # the interactive parts are ``hidden`` until the script runs (sanitised output keeps the attribute and drops
+    # the script): a renderer that runs no script shows the static picture and its note instead
     return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}>{css}{head}'
-            f'{controls}'
-            f"{_static_hint(data)}"
+            f"{_static_picture(data)}"
+            f'<div class="nbd-live" hidden>{controls}'
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'
-            f'<div class="legend"></div>{moment}<div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
+            f'<div class="legend"></div>{moment}</div><div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
             f'<div><h4>Segments and fragmentation</h4>{frag_line}{_segments_svg(frag)}<div class="scroll">{segs}</div>'
             '</div></div>'
             f'<script type="application/json" class="nbd-mem-data">{payload}</script>'
             f"{_script(root)}</div>")
 
 
-def _static_hint(data: dict[str, Any]) -> str:
-    """The fallback for renderers that run no script: a static outline and how to get the interactive viewer.
-
-    A saved or untrusted notebook, or GitHub, shows this; the viewer's script removes it.
-    """
-    total = data["total"]
-    step = max(1, len(total) // 300)
-    outline = [max(total[i:i + step]) for i in range(0, len(total), step)]
-    return (f'<div class="nbd-mem-static">{svg_sparkline(outline, width=600, height=60)}'
-            '<div class="muted">Static outline of the allocated memory. For the interactive viewer, run the cell in a '
-            "trusted notebook, or write it to a file with snap.to_html('memory.html') and open that in a browser."
-            "</div></div>")
+def _static_picture(data: dict[str, Any]) -> str:
+    """The viewer's picture for renderers that run no script (a notebook reopened untrusted, GitHub, nbviewer):
+    the stacked chart as an image, its legend, and how to get the interactive view.  The script removes it."""
+    svg = svg_stacked(data["x"], data["values"], data["colors"], x_unit=data["x_unit"], index=data["index"])
+    if not svg:
+        return ""
+    legend = "".join(f'<span style="background-color:{esc(c)}">&nbsp;&nbsp;&nbsp;</span> {esc(n)} &nbsp; '
+                     for n, c in zip(data["names"], data["colors"]))
+    return (f'<div class="nbd-mem-static">{picture(svg, "allocated memory over time, stacked by site")}'
+            f'<div class="nbd-mem-legend">{legend}</div>'
+            f'<div class="muted nbd-mem-note">Static picture: {esc(INTERACTIVE_NOTE)} (zoom, the blocks alive at '
+            "any moment and their stacks), or write it to a file with snap.to_html('memory.html').</div></div>")
 
 
 def viewer_document(snap: MemorySnapshot, device: int | None = None) -> str:

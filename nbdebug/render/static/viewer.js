@@ -6,6 +6,7 @@
 const root = document.getElementById(rootId);
 if (!root || root.dataset.ready) return;
 root.dataset.ready = '1';
+for (const el of root.querySelectorAll(':scope > .nbd-live')) el.hidden = false;
 if (root.classList.contains('nbd-mem-multi')){
   const pick = root.querySelector('select.nbd-device');
   pick.addEventListener('change', () => {
