@@ -111,5 +111,5 @@ def picture(svg: str, alt: str, *, width: int | None = None, css_class: str = ""
         width = int(w.group(1)) if w else None
     size = f' width="{width}"' if width else ""
     cls = f"nbd-pic {css_class}".strip()
-    return (f'<span class="{esc(cls)}"><span class="nbd-pic-live" hidden>{svg}</span>'
+    return (f'<span class="{esc(cls)}"><span class="nbd-pic-live" hidden="hidden">{svg}</span>'
             f'<img class="nbd-pic-img" alt="{esc(alt)}"{size} src="{svg_data_uri(svg)}"></span>')

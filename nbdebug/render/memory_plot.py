@@ -118,6 +118,7 @@ def svg_stacked(x: Sequence[float], values: Sequence[Sequence[int]], colors: Seq
             label = f"{(x[pick[c]] - x0) / 1e6:.3f} s"
         else:
             label = "start" if index[pick[c]] < 0 else f"event {index[pick[c]]}"
-        parts.append(f'<text x="{xs[c]:.0f}" y="{height - 12}" text-anchor="middle" font-size="11">{esc(label)}</text>')
+        anchor = "end" if t == 4 else "middle"
+        parts.append(f'<text x="{xs[c]:.0f}" y="{height - 12}" text-anchor="{anchor}" font-size="11">{esc(label)}</text>')
     return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
             f'role="img" aria-label="allocated memory over time, stacked by site">{"".join(parts)}</svg>')

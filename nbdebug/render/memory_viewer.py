@@ -139,7 +139,7 @@ def viewer_html(snap: MemorySnapshot, device: int | None = None) -> str:
     options = "".join(f'<option value="{d}">device {d}</option>' for d in order)
     panels = "".join(_device_panel(snap, d, hidden=i > 0, in_multi=True) for i, d in enumerate(order))
     more = f" (first {MAX_DEVICES} shown)" if len(devices) > MAX_DEVICES else ""
-    return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label class="nbd-live" hidden>'
+    return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label class="nbd-live" hidden="hidden">'
             f'{len(devices)} devices{more}: <select class="nbd-device" aria-label="device">{options}</select></label>'
             f"{panels}{_script(wrapper)}</div>")
 
@@ -182,7 +182,7 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
     # the script): a renderer that runs no script shows the static picture and its note instead
     return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}>{css}{head}'
             f"{_static_picture(data)}"
-            f'<div class="nbd-live" hidden>{controls}'
+            f'<div class="nbd-live" hidden="hidden">{controls}'
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'
             f'<div class="legend"></div>{moment}</div><div class="cols"><div><h4>Top allocation sites</h4>{sites}</div>'
             f'<div><h4>Segments and fragmentation</h4>{frag_line}{_segments_svg(frag)}<div class="scroll">{segs}</div>'

@@ -79,6 +79,11 @@ def test_viewer_inside_jupyterlab(lab, page, snapshots_dir):
     run_notebook(lab, page, cells, "memory_viewer.ipynb")
     root = ".jp-OutputArea-output .nbd-mem"
     _check_viewer(page, root, len(compute_bands(load_snapshot(snapshots_dir / FILE)).names))
+    # trusted and live: the themed inline charts show, their stand-in images and the no-script note do not
+    assert page.locator(f"{root} .nbd-pic-live svg").first.is_visible()
+    assert page.locator(f"{root} img.nbd-pic-img").count() > 0
+    assert not any(i.is_visible() for i in page.locator(f"{root} img.nbd-pic-img").all())
+    assert page.locator(f"{root} .nbd-mem-note").count() == 0
     DOCS.mkdir(exist_ok=True)
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
     page.screenshot(path=str(DOCS / "memory_viewer_lab.png"))
