@@ -298,3 +298,44 @@ def test_panel_charts_survive_sanitising(kind, snapshots_dir):
     assert svgs and flat not in text
     assert any(flat in s for s in svgs)
     assert html.count("<svg") == len(svgs)  # every chart has its picture
+
+
+def _one_segment_snapshot(tmp_path, blocks):
+    import pickle
+
+    seg = {"device": 0, "address": 0x7F0000000000, "total_size": 744 << 30, "allocated_size": 0, "active_size": 0,
+           "requested_size": 0, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+           "is_expandable": True, "frames": [], "blocks": blocks}
+    path = tmp_path / "one_segment.pickle"
+    path.write_bytes(pickle.dumps({"segments": [seg], "device_traces": [[]], "allocator_settings": {}}))
+    return load_snapshot(path)
+
+
+def test_segments_whose_blocks_do_not_cover_them_are_explained_not_contradictory(tmp_path):
+    """A segment of 744 GiB that lists only 0.28 GiB of active blocks: "reserved but free 743.72 GiB, largest
+    free block 0 B" must say that the rest is in no listed block, and the bar must still show the allocated part."""
+    from nbdebug.render import to_text
+
+    active = 300 << 20
+    snap = _one_segment_snapshot(tmp_path, [{"address": 0x7F0000000000, "size": active, "requested_size": active,
+                                             "state": "active_allocated", "frames": []}])
+    frag = snap.fragmentation(0)
+    assert frag.reserved_bytes == 744 << 30 and frag.allocated_bytes == active
+    assert frag.unlisted_bytes == (744 << 30) - active == frag.free_bytes
+    assert frag.largest_free_block == 0 and frag.fragmentation == 0.0  # no listed free block: nothing to split
+    text = to_text(frag)
+    assert "largest listed free block 0 B" in text and "lie in no block the snapshot lists" in text
+    html = viewer_html(snap)
+    assert "largest listed free block 0 B" in html and "lie in no block the snapshot lists" in html
+    widths = [float(w) for w in re.findall(r'class="seg-allocated"[^>]*width="([\d.]+)"', html)]
+    assert widths and min(widths) >= 1.0  # 0.04% of the bar, still drawn
+    assert 'class="seg-unlisted"' in html
+
+
+def test_complete_snapshots_list_every_byte_of_their_segments(snapshots_dir):
+    for name in FILES:
+        snap = load_snapshot(snapshots_dir / name)
+        for d in snap.devices:
+            frag = snap.fragmentation(d)
+            assert frag.unlisted_bytes == 0, (name, d)
+            assert "no listed block" not in viewer_html(snap, d)

@@ -194,12 +194,27 @@ def sites_html(t: TopSites) -> str:
                  sites_table_html(t.sites, limit=max(len(t.sites), 1), count="allocations"))
 
 
+def unlisted_note(f: Fragmentation) -> str:
+    """Why "largest free block" can be far below "reserved but free": the snapshot lists blocks for only part of
+    its segments (empty for a complete snapshot, whose blocks tile every segment)."""
+    if not f.unlisted_bytes:
+        return ""
+    n = sum(1 for s in f.segments if s.unlisted_bytes)
+    return (f"{fmt_bytes(f.unlisted_bytes)} of the reserved bytes ({f.unlisted_bytes / max(f.reserved_bytes, 1):.0%}, "
+            f"in {n} of {len(f.segments)} segments) lie in no block the snapshot lists: they count as reserved but "
+            "free, but how they are split into free blocks is not recorded, so the largest free block is that of "
+            "the listed blocks only")
+
+
 @renders(Fragmentation, "text")
 def fragmentation_text(f: Fragmentation) -> str:
     """Plain text of ``Fragmentation``."""
+    largest = "largest listed free block" if f.unlisted_bytes else "largest free block"
     lines = [f"Device {f.device}: reserved {fmt_bytes(f.reserved_bytes)}, allocated {fmt_bytes(f.allocated_bytes)}, "
              f"reserved but free {fmt_bytes(f.free_bytes)} (fragmentation {f.fragmentation:.0%})",
-             f"  largest free block {fmt_bytes(f.largest_free_block)} in {len(f.segments)} segments"]
+             f"  {largest} {fmt_bytes(f.largest_free_block)} in {len(f.segments)} segments"]
+    if f.unlisted_bytes:
+        lines.append("  " + unlisted_note(f))
     for o in f.ooms:
         lines.append(f"  OOM: requested {fmt_bytes(o.requested_bytes)} vs largest free block "
                      f"{fmt_bytes(o.largest_free_block)}; CUDA free {fmt_bytes(o.device_free_bytes)}")
@@ -213,7 +228,10 @@ def fragmentation_html(f: Fragmentation) -> str:
     """HTML of ``Fragmentation``."""
     body = kv_table([("reserved", fmt_bytes(f.reserved_bytes)), ("allocated", fmt_bytes(f.allocated_bytes)),
                      ("reserved but free", fmt_bytes(f.free_bytes)),
-                     ("largest free block", fmt_bytes(f.largest_free_block))])
+                     ("largest listed free block" if f.unlisted_bytes else "largest free block",
+                      fmt_bytes(f.largest_free_block))])
+    if f.unlisted_bytes:
+        body += f'<div class="nbd-muted">{esc(unlisted_note(f))}</div>'
     body += "".join(f'<div class="nbd-first">OOM: requested {esc(fmt_bytes(o.requested_bytes))}, largest free block '
                     f"then {esc(fmt_bytes(o.largest_free_block))}, reserved but free "
                     f"{esc(fmt_bytes(o.cached_free_bytes))}, at {esc(o.site)}</div>" for o in f.ooms)

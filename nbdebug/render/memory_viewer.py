@@ -20,6 +20,7 @@ from nbdebug.core.memory._results import Fragmentation
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import INTERACTIVE_NOTE, esc, fmt_bytes, picture, static, table
 from nbdebug.render._registry import renders
+from nbdebug.render.memory import unlisted_note
 from nbdebug.render.memory_plot import PALETTE, svg_stacked
 
 __all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js"]
@@ -105,20 +106,29 @@ def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
     for i, r in enumerate(rows):
         y = i * (h + 3)
         w = max(2.0, width * r.total_bytes / biggest)
-        aw = w * r.allocated_bytes / r.total_bytes if r.total_bytes else 0
+        # a non-zero part is at least a pixel wide: a few MiB allocated in a huge segment still shows
+        aw = max(1.0, w * r.allocated_bytes / r.total_bytes) if r.total_bytes and r.allocated_bytes else 0.0
+        uw = max(1.0, w * r.unlisted_bytes / r.total_bytes) if r.total_bytes and r.unlisted_bytes else 0.0
         lw = w * r.largest_free_block / r.total_bytes if r.total_bytes else 0
-        tip = esc(f"{hex(r.address)}: {fmt_bytes(r.total_bytes)} reserved, {fmt_bytes(r.allocated_bytes)} allocated, "
-                  f"largest free block {fmt_bytes(r.largest_free_block)}, {r.blocks} blocks")
-        parts.append(f'<g><title>{tip}</title><rect class="seg" style="fill:var(--nbd-mem-bg3,#d0d7de)" x="0" y="{y}" width="{w:.1f}" height="{h}"/>'
-                     f'<rect class="seg-allocated" style="fill:var(--nbd-mem-brand,#0969da)" x="0" y="{y}" width="{aw:.1f}" height="{h}"/>'
-                     f'<rect class="seg-largest" style="fill:var(--nbd-mem-ok,#1a7f37)" x="{w - lw:.1f}" y="{y + h - 3}" width="{lw:.1f}" '
-                     'height="3"/></g>')
+        tip = f"{hex(r.address)}: {fmt_bytes(r.total_bytes)} reserved, {fmt_bytes(r.allocated_bytes)} allocated, " \
+              f"largest free block {fmt_bytes(r.largest_free_block)}, {r.blocks} blocks"
+        if r.unlisted_bytes:
+            tip += f", {fmt_bytes(r.unlisted_bytes)} in no listed block"
+        parts.append(f'<g><title>{esc(tip)}</title>'
+                     f'<rect class="seg" style="fill:var(--nbd-mem-bg3,#d0d7de)" x="0" y="{y}" width="{w:.1f}" '
+                     f'height="{h}"/><rect class="seg-allocated" style="fill:var(--nbd-mem-brand,#0969da)" x="0" '
+                     f'y="{y}" width="{aw:.1f}" height="{h}"/>'
+                     + (f'<rect class="seg-unlisted" style="fill:var(--nbd-mem-fg2,#656d76)" x="{w - uw:.1f}" '
+                        f'y="{y + 4}" width="{uw:.1f}" height="{h - 8}"/>' if uw else "")
+                     + f'<rect class="seg-largest" style="fill:var(--nbd-mem-ok,#1a7f37)" x="{w - lw:.1f}" '
+                     f'y="{y + h - 3}" width="{lw:.1f}" height="3"/></g>')
     total_h = len(rows) * (h + 3)
     svg = (f'<svg class="segments" width="{width}" height="{total_h}" '
            f'viewBox="0 0 {width} {total_h}" preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>')
+    unlisted = ", dark grey stripe = bytes in no listed block" if any(r.unlisted_bytes for r in rows) else ""
     return (picture(svg, f"{len(rows)} segments: allocated and free bytes of each", css_class="nbd-segments")
             + '<div class="muted">each bar is a segment (width: its size): blue = allocated, grey = free, green = the '
-            'largest free block</div>')
+            f'largest free block{unlisted}</div>')
 
 
 MAX_DEVICES = 8
@@ -173,9 +183,12 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
     segs = table(["segment", "size", "allocated", "free", "largest free block", "blocks"],
                  [(hex(s.address), fmt_bytes(s.total_bytes), fmt_bytes(s.allocated_bytes), fmt_bytes(s.free_bytes),
                    fmt_bytes(s.largest_free_block), s.blocks) for s in frag.segments[:30]], numeric=(1, 2, 3, 4, 5))
+    largest = "largest listed free block" if frag.unlisted_bytes else "largest free block"
     frag_line = (f"<div>reserved {fmt_bytes(frag.reserved_bytes)}, allocated {fmt_bytes(frag.allocated_bytes)}, "
-                 f"reserved but free {fmt_bytes(frag.free_bytes)}, largest free block "
+                 f"reserved but free {fmt_bytes(frag.free_bytes)}, {largest} "
                  f"{fmt_bytes(frag.largest_free_block)} ({len(frag.segments)} segments, end of trace)</div>")
+    if frag.unlisted_bytes:
+        frag_line += f'<div class="muted">{esc(unlisted_note(frag))}</div>'
     style = ' style="display:none"' if hidden else ""
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
     # the interactive parts are ``hidden`` until the script runs (sanitised output keeps the attribute and drops

@@ -173,6 +173,9 @@ class SegmentRow:
     segment_type: str
     expandable: bool
     pool: str
+    #: bytes of the segment that no listed block covers (0 in a complete snapshot: blocks tile their segment);
+    #: part of ``free_bytes``, but where in it the free space lies, and so its largest free block, is unknown
+    unlisted_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,8 @@ class Fragmentation(Result):
     largest_free_block: int
     segments: tuple[SegmentRow, ...]
     ooms: tuple[OomRow, ...]
+    #: reserved bytes in no listed block (see ``SegmentRow.unlisted_bytes``); counted in ``free_bytes``
+    unlisted_bytes: int = 0
 
 
     @property
@@ -212,8 +217,10 @@ class Fragmentation(Result):
 
     @property
     def fragmentation(self) -> float:
-        """``1 - largest free block / free bytes`` (0: one free block; near 1: free memory in crumbs)."""
-        return 0.0 if self.free_bytes <= 0 else 1.0 - self.largest_free_block / self.free_bytes
+        """``1 - largest free block / free bytes`` (0: one free block; near 1: free memory in crumbs), over the
+        listed blocks only (bytes in no listed block have no known layout)."""
+        listed = self.free_bytes - self.unlisted_bytes
+        return 0.0 if listed <= 0 else 1.0 - self.largest_free_block / listed
 
     def _summary_line(self) -> str:
         return (f"device {self.device}: {fmt_bytes(self.free_bytes)} reserved but free, largest block "
