@@ -195,8 +195,10 @@ def sites_html(t: TopSites) -> str:
 
 
 def unlisted_note(f: Fragmentation) -> str:
-    """Why "largest free block" can be far below "reserved but free": the snapshot lists blocks for only part of
-    its segments (empty for a complete snapshot, whose blocks tile every segment)."""
+    """Why "largest free block" can be far below "reserved but free" ("" for a complete snapshot).
+
+    A snapshot may list blocks for only part of its segments; a complete one's blocks tile every segment.
+    """
     if not f.unlisted_bytes:
         return ""
     n = sum(1 for s in f.segments if s.unlisted_bytes)

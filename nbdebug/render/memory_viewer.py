@@ -205,8 +205,10 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
 
 
 def _static_picture(data: dict[str, Any]) -> str:
-    """The viewer's picture for renderers that run no script (a notebook reopened untrusted, GitHub, nbviewer):
-    the stacked chart as an image, its legend, and how to get the interactive view.  The script removes it."""
+    """The viewer's picture where no script runs (a notebook reopened untrusted, GitHub, nbviewer).
+
+    The stacked chart as an image, its legend, and how to get the interactive view; the script removes it.
+    """
     svg = svg_stacked(data["x"], data["values"], data["colors"], x_unit=data["x_unit"], index=data["index"])
     if not svg:
         return ""
