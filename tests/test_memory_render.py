@@ -339,3 +339,72 @@ def test_complete_snapshots_list_every_byte_of_their_segments(snapshots_dir):
             frag = snap.fragmentation(d)
             assert frag.unlisted_bytes == 0, (name, d)
             assert "no listed block" not in viewer_html(snap, d)
+
+
+def test_window_model_is_exact_when_zoomed_and_agrees_with_the_overview(snapshots_dir):
+    from nbdebug.core.memory._bands import compute_bands
+    from nbdebug.core.memory._window import WindowModel
+
+    snap = load_snapshot(snapshots_dir / FILES[0])
+    w = WindowModel(snap)
+    st = snap.state()
+    # the whole trace at 1000 columns: more events than columns, so an envelope; its highest point is the peak
+    whole = w.envelope(float(w.x[0]), float(w.x[-1]), 1000)
+    assert not whole["exact"] and len(whole["x"]) <= 1000 and max(whole["total"]) == int(st.allocated.max())
+    assert all(lo <= hi for lo, hi in zip(whole["floor"], whole["total"]))
+    # bands add up to the total at every point, and match the overview's bands where both have a point
+    values = np.array(whole["values"])
+    assert (values.sum(axis=0) == np.array(whole["total"])).all()
+    bands = compute_bands(snap)
+    common = {int(i): j for j, i in enumerate(bands.index.tolist())}
+    for j, i in enumerate(whole["index"]):
+        if i in common:
+            assert (values[:, j] == bands.values[:, common[i]]).all()
+    # a window of 200 events: every event is a point, in order, with its exact allocated bytes
+    a = st.n // 2
+    win = w.envelope(float(w.x[a + 1]), float(w.x[a + 200]), 1000)
+    assert win["exact"]
+    assert win["index"] == list(range(win["index"][0], win["index"][0] + len(win["index"])))
+    assert win["index"][0] <= a and win["index"][-1] >= a + 199
+    assert win["total"] == [int(st.allocated[i]) if i >= 0 else st.initial_allocated for i in win["index"]]
+    with pytest.raises(Exception, match="low to high"):
+        w.envelope(5.0, 1.0)
+
+
+def test_every_block_alive_is_listed_and_adds_up_to_the_allocated_bytes(snapshots_dir):
+    from nbdebug.core.memory._window import WindowModel
+
+    for name in FILES[:4]:
+        snap = load_snapshot(snapshots_dir / name)
+        w = WindowModel(snap)
+        n = w.events
+        for event in sorted({-1, 0, n // 3, n // 2, n - 1}):
+            page = w.alive_page(event, 0, 10)
+            assert page["bytes"] == page["allocated"], (name, event)  # complete: nothing left out
+            assert sum(s[1] for s in page["sites"]) == page["bytes"]
+            # paging walks every block once, largest first
+            seen, offset = [], 0
+            while offset < page["count"] and offset < 2000:
+                rows = w.alive_page(event, offset, 500)["rows"]
+                seen += [r["bytes"] for r in rows]
+                offset += 500
+            if page["count"] <= 2000:
+                assert len(seen) == page["count"] and sum(seen) == page["bytes"]
+                assert seen == sorted(seen, reverse=True)
+
+
+def test_live_answers_never_raise():
+    from nbdebug.render.memory_widget import answer
+
+    snap = load_snapshot(__import__("nbdebug").examples.path("snapshots/forward_fp32_128.pickle"))
+    from nbdebug.core.memory._window import WindowModel
+
+    models = {0: WindowModel(snap, 0)}
+    assert "error" in answer(models, "not json")
+    assert "error" in answer(models, "[1, 2]")
+    assert answer(models, '{"op": "drop tables", "seq": 4}') == {
+        "seq": 4, "error": "unknown request 'drop tables'; expected 'window' or 'alive'"}
+    assert "error" in answer(models, '{"op": "window", "x0": "a", "x1": 2, "seq": 1}')
+    assert "error" in answer(models, '{"op": "alive", "event": 1, "device": 7, "seq": 1}')
+    ok = answer(models, '{"op": "alive", "event": 10, "seq": 9}')
+    assert ok["seq"] == 9 and ok["bytes"] == ok["allocated"]

@@ -43,6 +43,10 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
     end = np.concatenate([np.where(st.free_of[a] >= 0, st.free_of[a], st.n), f, np.full(b.size, st.n)]).astype(np.int64)
     size = np.concatenate([m.size[lo + a], m.size[lo + f], m.block_size[b]]).astype(np.int64)
     stack = np.concatenate([m.stack[lo + a], np.full(f.size, -2), m.block_stack[b]]).astype(np.int64)
+    # blocks alive after each point's event, counted before the list is cut (the viewer says how many it leaves out)
+    pts_index = bands.index.astype(np.int64)
+    alive_count = (np.searchsorted(np.sort(start), pts_index, side="right")
+                   - np.searchsorted(np.sort(end), pts_index, side="right"))
     if size.size > MAX_INTERVALS:
         keep = np.sort(np.argpartition(-size, MAX_INTERVALS)[:MAX_INTERVALS])
         start, end, size, stack = start[keep], end[keep], size[keep], stack[keep]
@@ -75,7 +79,7 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
         "iv_stack": stack_index.tolist(), "iv_t": [None if np.isnan(v) else float(v) for v in t_start.tolist()],
         "stack_site": sites_out, "sites": list(site_ids), "stacks": stacks_out, "frames": list(frame_ids),
         "intervals_total": int(st.n and np.count_nonzero(m.action[lo:lo + st.n] == ALLOC)) + int(f.size + b.size),
-        "markers": markers[:2000],
+        "markers": markers[:2000], "alive_count": alive_count.tolist(),
         "peak_point": int(np.argmax(bands.total)) if bands.total.size else 0,
         "peak_bytes": summary.peak_allocated_bytes,
     }
@@ -135,26 +139,28 @@ MAX_DEVICES = 8
 
 
 @renders(MemorySnapshot, "html")
-def viewer_html(snap: MemorySnapshot, device: int | None = None) -> str:
+def viewer_html(snap: MemorySnapshot, device: int | None = None, *, live: bool = False) -> str:
     """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched.
 
     With several devices and no ``device``, one panel per device (the OOM's or the busiest first) and a selector.
+    ``live``: the panel is inside the live widget (``snap.view()``) and asks the kernel for each window and moment.
     """
     devices = list(snap.devices)
     if device is not None or len(devices) <= 1:
-        return _device_panel(snap, device)
+        return _device_panel(snap, device, live=live)
     first = snap.default_device
     order = [first] + [d for d in devices if d != first][:MAX_DEVICES - 1]
     wrapper = "nbdmemsel-" + uuid.uuid4().hex[:10]
     options = "".join(f'<option value="{d}">device {d}</option>' for d in order)
-    panels = "".join(_device_panel(snap, d, hidden=i > 0, in_multi=True) for i, d in enumerate(order))
+    panels = "".join(_device_panel(snap, d, hidden=i > 0, in_multi=True, live=live) for i, d in enumerate(order))
     more = f" (first {MAX_DEVICES} shown)" if len(devices) > MAX_DEVICES else ""
     return (f'<div class="nbd-mem-multi" id="{wrapper}"><style>{viewer_css()}</style><label class="nbd-live" hidden="hidden">'
             f'{len(devices)} devices{more}: <select class="nbd-device" aria-label="device">{options}</select></label>'
             f"{panels}{_script(wrapper)}</div>")
 
 
-def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = False, in_multi: bool = False) -> str:
+def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = False, in_multi: bool = False,
+                  live: bool = False) -> str:
     """One device's viewer."""
     data = viewer_data(snap, device)
     summary = snap.summary(data["device"])
@@ -171,13 +177,17 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
                  f"{fmt_bytes(o.largest_free_block)}, reserved-but-free {fmt_bytes(o.cached_free_bytes)}</div>")
     controls = ('<div class="controls">range <input class="lo" type="range" min="0" step="1" aria-label="range start">'
                 '<input class="hi" type="range" min="0" step="1" aria-label="range end">'
+                '<button class="zoom-in" type="button" title="narrow the window 8 times around the chosen moment">'
+                'zoom in</button><button class="zoom-out" type="button">zoom out</button>'
                 '<button class="reset" type="button">reset</button><button class="peak" type="button">go to peak'
-                '</button><span class="range-label muted"></span></div>')
+                '</button><span class="range-label muted"></span></div><div class="exactness muted"></div>')
     moment = ('<div class="cols"><div><h4>Alive at the selected moment, by site</h4><div class="moment-summary muted">'
               'click the chart to choose a moment</div><table class="alive-sites"><thead><tr><th>site</th><th>bytes'
               '</th><th>blocks</th></tr></thead><tbody></tbody></table></div><div><h4>Largest live blocks (click for '
               'the stack)</h4><div class="scroll"><table class="alive-blocks"><thead><tr><th>bytes</th><th>site</th>'
-              '<th>allocated</th></tr></thead><tbody></tbody></table></div><pre class="stack"></pre></div></div>')
+              '<th>allocated</th></tr></thead><tbody></tbody></table></div><div class="pager" hidden="hidden">'
+              '<button class="prev" type="button">previous</button> <span class="page-label muted"></span> '
+              '<button class="next" type="button">next</button></div><pre class="stack"></pre></div></div>')
     sites = table(["site", "bytes", "allocations"], [(s.site, fmt_bytes(s.bytes), s.count) for s in summary.top_sites],
                   numeric=(1, 2))
     segs = table(["segment", "size", "allocated", "free", "largest free block", "blocks"],
@@ -193,7 +203,8 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
     # the interactive parts are ``hidden`` until the script runs (sanitised output keeps the attribute and drops
     # the script): a renderer that runs no script shows the static picture and its note instead
-    return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{style}>{css}{head}'
+    flag = ' data-live="1"' if live else ""
+    return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{flag}{style}>{css}{head}'
             f"{_static_picture(data)}"
             f'<div class="nbd-live" hidden="hidden">{controls}'
             '<svg class="chart" role="img" aria-label="allocated memory over time, stacked by site"></svg>'

@@ -396,6 +396,11 @@ class MemorySnapshot(Result):
                 fh.write(doc)
         return doc
 
+    def view(self, device: int | None = None) -> Any:
+        """The live viewer in a notebook (needs ipywidgets): the kernel answers each zoom exactly, down to single
+        events, and each moment with every block alive.  Without a kernel, ``to_html`` or the plain display."""
+        return display_registry().memory_widget.live_viewer(self, device)
+
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""
         return self._figure(ax=ax, device=device, top=top)
