@@ -27,6 +27,45 @@ __all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewe
 
 MAX_INTERVALS = 20_000
 MAX_STACK_FRAMES = 24
+#: the per-event columns the file embeds (gzip, base64) so that zooming sharpens down to single events offline;
+#: above this many bytes (compressed) the file keeps only its overview and says how far that is exact
+MAX_EVENT_BYTES = 16 << 20
+
+
+def _packed(a: np.ndarray) -> str:
+    import base64
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing: the browser's DecompressionStream('gzip') reads it
+    return base64.b64encode(z.compress(np.ascontiguousarray(a).tobytes()) + z.flush()).decode("ascii")
+
+
+def event_columns(snap: MemorySnapshot, device: int | None, site_ids: tuple[int, ...]) -> dict[str, Any] | None:
+    """Every event of one device, compact: bytes allocated (+) or freed (-), its band, and its x step.
+
+    Little-endian float64 deltas (exact for integers below 2**53) and uint8 bands, gzip'd and base64'd; the script
+    rebuilds any window from the nearest overview point.  None when they would pass ``MAX_EVENT_BYTES``.
+    """
+    from nbdebug.core.memory._bands import event_sites
+
+    st = snap.state(device)
+    if not st.n:
+        return None
+    owner, initial = event_sites(snap, st.device)
+    band = np.full(owner.size, len(site_ids), dtype=np.uint8)  # "other" unless one of the top sites
+    for k, site in enumerate(site_ids):
+        band[owner == site] = k
+    start = [int(initial[s]) for s in site_ids]
+    out: dict[str, Any] = {"delta": _packed(st.delta.astype("<f8")), "band": _packed(band)}
+    if st.x_is_time:
+        out["dx"] = _packed(np.diff(np.concatenate([[st.x[0]], st.x])).astype("<f8"))
+    size = sum(len(v) for v in out.values())
+    if size > MAX_EVENT_BYTES:
+        return None
+    # where the steps start: x of the first event, and each band's bytes before it
+    out["x0"] = float(st.x[0])
+    out["initial"] = start + [int(st.initial_allocated) - sum(start)]
+    return out
 
 
 def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8, buckets: int = 1200) -> dict[str, Any]:
@@ -80,6 +119,7 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
         "stack_site": sites_out, "sites": list(site_ids), "stacks": stacks_out, "frames": list(frame_ids),
         "intervals_total": int(st.n and np.count_nonzero(m.action[lo:lo + st.n] == ALLOC)) + int(f.size + b.size),
         "markers": markers[:2000], "alive_count": alive_count.tolist(),
+        "fine": event_columns(snap, st.device, bands.site_ids) if st.n + 1 > bands.x.size else None,
         "peak_point": int(np.argmax(bands.total)) if bands.total.size else 0,
         "peak_bytes": summary.peak_allocated_bytes,
     }

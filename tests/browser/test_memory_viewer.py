@@ -68,8 +68,22 @@ def test_offline_html_file(page, snapshots_dir, tmp_path):
     page.goto(out.as_uri())
     _check_viewer(page, ".nbd-mem", len(compute_bands(snap).names))
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
-    # the file says how far it is exact (the trace has more events than the file has points)
-    assert "this file is exact to" in page.locator(".nbd-mem .exactness").inner_text()
+    # the file holds every event: zooming in ends at single events, offline, with the exact bytes of each
+    exactness = page.locator(".nbd-mem .exactness")
+    assert "this file holds every event" in exactness.inner_text()
+    page.locator(".nbd-mem button.peak").click()
+    for _ in range(8):
+        if exactness.inner_text().startswith("exact: every one"):
+            break
+        page.locator(".nbd-mem button.zoom-in").click()
+    assert exactness.inner_text().startswith("exact: every one"), exactness.inner_text()
+    box = page.locator(".nbd-mem svg.chart").bounding_box()
+    st = snap.state()
+    for frac in (0.3, 0.7):
+        page.mouse.click(box["x"] + box["width"] * frac, box["y"] + box["height"] * 0.5)
+        event, allocated = page.locator(".nbd-mem .moment-summary").evaluate(
+            "el => [+el.querySelector('.event').textContent, +el.querySelector('.allocated').dataset.bytes]")
+        assert allocated == int(st.allocated[event])
     DOCS.mkdir(exist_ok=True)
     page.locator(".nbd-mem").screenshot(path=str(DOCS / "memory_viewer.png"))
 

@@ -66,6 +66,55 @@ function ask(req){
   return p;
 }
 const live = () => !!bridge();
+// -- the file's own events (stand-alone): any window rebuilt exactly from the nearest overview point ----------
+let F = null;  // {n, x, delta, band} once decoded
+async function unpack(b64, Type){
+  const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+  return new Type(await new Response(stream).arrayBuffer());
+}
+async function loadFine(){
+  if (!D.fine || typeof DecompressionStream === 'undefined') return;
+  const delta = await unpack(D.fine.delta, Float64Array), band = await unpack(D.fine.band, Uint8Array);
+  let x;
+  if (D.fine.dx){ const dx = await unpack(D.fine.dx, Float64Array); x = new Float64Array(dx.length);
+    let t = D.fine.x0; for (let i = 0; i < dx.length; i++){ t += dx[i]; x[i] = t; } }
+  else { x = new Float64Array(delta.length); for (let i = 0; i < x.length; i++) x[i] = i; }
+  F = {n: delta.length, x, delta, band};
+}
+function fineWindow(x0, x1, width){
+  // events with x0 <= x <= x1 (and the one before, so the first step starts at the right height)
+  let a = 0, b = F.n;
+  { let lo = 0, hi = F.n; while (lo < hi){ const m = (lo + hi) >> 1; if (F.x[m] < x0) lo = m + 1; else hi = m; } a = lo - 1; }
+  { let lo = 0, hi = F.n; while (lo < hi){ const m = (lo + hi) >> 1; if (F.x[m] <= x1) lo = m + 1; else hi = m; } b = lo; }
+  a = Math.max(a, -1); if (b - a < 2) b = Math.min(F.n, a + 2);
+  const count = b - a;
+  if (count > 400000) return null;  // a wide window: the overview is as good at screen resolution
+  // start from the last overview point at or before event a
+  // (or from the bytes before the first event, when no overview point comes that early)
+  let k = -1; while (k + 1 < N && D.index[k + 1] <= a) k++;
+  const K = D.names.length, vals = new Float64Array(K);
+  for (let j = 0; j < K; j++) vals[j] = k < 0 ? D.fine.initial[j] : D.values[j][k];
+  let tot = 0; for (let j = 0; j < K; j++) tot += vals[j];
+  for (let e = (k < 0 ? -1 : D.index[k]) + 1; e <= a; e++){ vals[F.band[e]] += F.delta[e]; tot += F.delta[e]; }
+  const out = {x: [], index: [], total: [], floor: [], values: [], exact: count <= width, events: count, x0, x1};
+  for (let j = 0; j < K; j++) out.values.push([]);
+  const xa = a < 0 ? D.fine.x0 : F.x[a], xb = F.x[b - 1], span = Math.max(xb - xa, 1e-9);
+  let col = -1, best = -1, low = Infinity;
+  const emit = (e, x) => { out.x.push(x); out.index.push(e); out.total.push(tot); for (let j = 0; j < K; j++) out.values[j].push(vals[j]); };
+  for (let e = a; e < b; e++){
+    if (e > a){ vals[F.band[e]] += F.delta[e]; tot += F.delta[e]; }  // (the state is already after event a)
+    const x = e < 0 ? D.fine.x0 : F.x[e];
+    if (out.exact){ emit(e, x); out.floor.push(tot); continue; }
+    const c = Math.min(width - 1, Math.floor((x - xa) / span * width));
+    if (c !== col){ col = c; best = -1; low = Infinity; out.floor.push(tot); emit(e, x); best = tot; }
+    const last = out.x.length - 1;
+    if (tot < low){ low = tot; out.floor[last] = low; }
+    if (tot > best){ best = tot; out.x[last] = x; out.index[last] = e; out.total[last] = tot;
+      for (let j = 0; j < K; j++) out.values[j][last] = vals[j]; }
+  }
+  return out;
+}
 // -- drawing ------------------------------------------------------------------------------------------------------
 function draw(){
   if (!N){ svg.innerHTML = '<text x="20" y="40">no trace events: the snapshot holds the final state only</text>'; return; }
@@ -113,6 +162,10 @@ function draw(){
   q('.exactness').textContent = exactness(lo, hi);
 }
 function exactness(lo, hi){
+  if (V !== D && !live()){
+    return V.exact ? 'exact: every one of the ' + V.events + ' events in view, rebuilt from the events this file holds'
+      : V.events + ' events in view, ' + V.x.length + ' columns, each drawn at its highest event (the dotted line its lowest): zoom in for single events';
+  }
   if (V !== D){
     return V.exact ? 'exact: every one of the ' + V.events + ' events in view, drawn as steps'
       : V.events + ' events in view, ' + V.x.length + ' columns: each column is drawn at its highest event (exact bytes per site), the dotted line is its lowest; zoom in for single events';
@@ -120,6 +173,7 @@ function exactness(lo, hi){
   const per = (D.events + 1) / Math.max(N, 1);
   if (per <= 1) return 'exact: every event of the trace is a point';
   const k = Math.ceil(per);
+  if (F) return 'each point is the highest of about ' + k + ' events (the dotted line their lowest); zoom in: this file holds every event';
   return 'each point is the highest of about ' + k + ' events (the dotted line their lowest): this file is exact to ' +
     k + ' events' + (hi - lo < 60 ? '; for single events open it in a kernel with snap.view()' : '');
 }
@@ -139,7 +193,12 @@ function setWindow(x0, x1, focusX){
   vlo = a; vhi = b;
   V = D; sel = focusX === undefined ? -1 : near(D.x, focusX); draw();
   const pending = live() ? ask({op: 'window', x0: x0, x1: x1, width: W - L - R}) : null;
-  if (!pending) return Promise.resolve();
+  if (!pending){
+    // the overview while it has a point per column or more; the file's events once it gets coarser than that
+    const fw = F && vhi - vlo + 1 < W - L - R ? fineWindow(x0, x1, W - L - R) : null;
+    if (fw){ V = fw; sel = focusX === undefined ? -1 : near(V.x, focusX); draw(); }
+    return Promise.resolve();
+  }
   q('.exactness').textContent = 'asking the kernel for the exact window\u2026';
   const my = ++windowToken;
   return pending.then(a => {
@@ -193,7 +252,8 @@ function showFile(j){
   // how many blocks were alive in all (file or not): counted in Python for each point of the file
   const k = near(D.x, V.x[j]), count = D.index[k] === p ? D.alive_count[k] : null;
   const left = count === null ? null : count - alive.length;
-  q('.moment-summary').innerHTML = '<b>' + esc(when(j)) + '</b>: ' + fmt(total) + ' allocated' +
+  q('.moment-summary').innerHTML = '<b>' + esc(when(j)) + '</b>' + (p >= 0 ? ' (after event <span class="event">' + p +
+    '</span>)' : '') + ': <span class="allocated" data-bytes="' + total + '">' + fmt(total) + '</span> allocated' +
     (isPeak(j) ? ' (the peak)' : '') + '; ' + alive.length + ' blocks listed (' + fmt(listed) + ')' +
     (total > listed || left ? '; not in this file: ' + (left === null ? '' : left + ' smaller blocks, ') + fmt(total - listed) +
       ' (it keeps the ' + D.iv_size.length + ' largest of the trace\u2019s ' + D.intervals_total + ' blocks; snap.view() in a kernel lists every one)' : '');
@@ -266,5 +326,6 @@ function goPeak(){
 }
 q('button.peak').addEventListener('click', goPeak);
 legend(); draw();
-whenBridge(10000).then(() => live() ? fullWindow() : null).then(() => { if (N) return goPeak(); });
+whenBridge(10000).then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }))
+  .then(() => { if (N) return goPeak(); });
 })(ROOT_ID);
