@@ -167,7 +167,7 @@ def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
                      + f'<rect class="seg-largest" style="fill:var(--nbd-mem-ok,#1a7f37)" x="{w - lw:.1f}" '
                      f'y="{y + h - 3}" width="{lw:.1f}" height="3"/></g>')
     total_h = len(rows) * (h + 3)
-    svg = (f'<svg class="segments" width="{width}" height="{total_h}" '
+    svg = (f'<svg class="segments" width="{width}" height="{total_h}" style="width:100%;height:auto" '
            f'viewBox="0 0 {width} {total_h}" preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>')
     unlisted = ", dark grey stripe = bytes in no listed block" if any(r.unlisted_bytes for r in rows) else ""
     return (picture(svg, f"{len(rows)} segments: allocated and free bytes of each", css_class="nbd-segments")
