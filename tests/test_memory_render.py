@@ -433,3 +433,23 @@ def test_the_file_holds_every_event_compactly(snapshots_dir):
         assert (series[np.array(data["index"]) + 1] == values[k]).all()
     # compact: a small part of the file (the 1M-event benchmark trace's file is under 3 MiB in all)
     assert sum(len(fine[k]) for k in ("delta", "band", "dx")) < 8 * st.n
+
+
+def test_diff_shows_what_grew_by_site_at_the_peak_and_at_the_end(snapshots_dir):
+    a = load_snapshot(snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_a.pickle")
+    b = load_snapshot(snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_b.pickle")
+    d = a.diff(b)
+    peak = d.peak_rows()
+    assert sum(r.before_bytes for r in peak) == a.peak().bytes and sum(r.after_bytes for r in peak) == b.peak().bytes
+    assert [abs(r.delta_bytes) for r in peak] == sorted((abs(r.delta_bytes) for r in peak), reverse=True)
+    assert "_before" not in d.to_dict()  # the snapshots are not part of the data
+    html = d._repr_html_()
+    text, images = _sanitised(html)
+    svgs = _svg_images(images)
+    timelines = [s for s in svgs if "both snapshots on one time axis" in s]
+    assert len(timelines) == 1
+    assert fmt_bytes(a.peak().bytes) in timelines[0] and fmt_bytes(b.peak().bytes) in timelines[0]
+    bars = [s for s in svgs if "change at the peak" in s]
+    top = peak[0]
+    assert bars and ("+" if top.delta_bytes > 0 else "-") + fmt_bytes(abs(top.delta_bytes)) in bars[0]
+    assert "at the peak: what grew or shrank" in text and top.site in text

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from nbdebug.core.memory._results import (
     Annotations,
+    DiffRow,
     Fragmentation,
     MemoryPeak,
     MemoryTimeline,
@@ -17,10 +18,10 @@ from nbdebug.core.memory._results import (
 )
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
-from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, table
+from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
 from nbdebug.render.findings import findings_html, findings_text
-from nbdebug.render.memory_plot import svg_sparkline
+from nbdebug.render.memory_plot import svg_diverging, svg_sparkline, svg_two_timelines
 
 __all__ = [
     "summary_text", "summary_html", "snapshot_text", "timeline_text", "timeline_html", "peak_text", "peak_html",
@@ -279,19 +280,59 @@ def diff_text(d: SnapshotDiff) -> str:
     return "\n".join(lines)
 
 
+def _curve(snap: object, device: int | None, *, by_event: bool = False,
+           points: int = 600) -> tuple[str, list[float], list[int], str]:
+    """One snapshot's allocated bytes from its first event (seconds, or events), its highest point per slice."""
+    import numpy as np
+
+    st = snap.state(device)  # type: ignore[attr-defined]
+    total = np.concatenate([[st.initial_allocated], st.allocated]).astype(np.int64)
+    if st.x_is_time and st.n and not by_event:
+        x = (np.concatenate([[st.x[0]], st.x]) - st.x[0]) / 1e6
+        unit = "seconds"
+    else:
+        x = np.arange(total.size, dtype=np.float64)
+        unit = "events"
+    if total.size > points:
+        edges = np.linspace(0, total.size, points + 1).astype(np.int64)
+        pick = [int(a + np.argmax(total[a:b])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        x, total = x[pick], total[pick]
+    return snap.source, x.tolist(), total.tolist(), unit  # type: ignore[attr-defined]
+
+
+def _diff_rows(rows: Sequence[DiffRow]) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
+                                      ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in rows[:30]]
+    if len(rows) > 30:
+        rest = rows[30:]
+        change = sum(r.delta_bytes for r in rest)
+        out.append((f"+{len(rest)} more sites", fmt_bytes(sum(r.before_bytes for r in rest)),
+                    fmt_bytes(sum(r.after_bytes for r in rest)), ("+" if change > 0 else "") + fmt_bytes(change)))
+    return out
+
+
 @renders(SnapshotDiff, "html")
 def diff_html(d: SnapshotDiff) -> str:
-    """HTML of ``SnapshotDiff``: bytes alive at the end of each snapshot, by site, largest change first."""
-    rows: list[tuple[object, ...]] = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
-                                       ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in d.rows[:30]]
-    if len(d.rows) > 30:
-        rest = d.rows[30:]
-        change = sum(r.delta_bytes for r in rest)
-        rows.append((f"+{len(rest)} more sites", fmt_bytes(sum(r.before_bytes for r in rest)),
-                     fmt_bytes(sum(r.after_bytes for r in rest)), ("+" if change > 0 else "") + fmt_bytes(change)))
+    """HTML of ``SnapshotDiff``: both timelines on one axis, what grew or shrank by site at the peak and at the end."""
     body = kv_table([("before", f"{d.before}: {fmt_bytes(d.before_bytes)} alive"),
                      ("after", f"{d.after}: {fmt_bytes(d.after_bytes)} alive")])
-    body += table(["site", "before", "after", "change"], rows, numeric=(1, 2, 3))
+    peak_rows = d.peak_rows()
+    if d._before is not None and d._after is not None:
+        b, a = _curve(d._before, d._device), _curve(d._after, d._device)
+        unit = a[3] if a[3] == b[3] else "events"
+        if a[3] != b[3]:  # one has times, the other not: both by event
+            b, a = _curve(d._before, d._device, by_event=True), _curve(d._after, d._device, by_event=True)
+        body += "<h4>allocated over time, both from their first event</h4>"
+        body += picture(svg_two_timelines(b[:3], a[:3], x_label=unit), "allocated memory of both snapshots")
+    if peak_rows:
+        body += "<h4>at the peak: what grew or shrank, by site</h4>"
+        body += picture(svg_diverging([(r.site, r.delta_bytes) for r in peak_rows], title="change at the peak"),
+                        "change at the peak by site")
+        body += table(["site", "before", "after", "change"], _diff_rows(peak_rows), numeric=(1, 2, 3))
+    body += "<h4>at the end: what grew or shrank, by site</h4>"
+    body += picture(svg_diverging([(r.site, r.delta_bytes) for r in d.rows], title="change at the end"),
+                    "change at the end by site")
+    body += table(["site", "before", "after", "change"], _diff_rows(d.rows), numeric=(1, 2, 3))
     delta = d.after_bytes - d.before_bytes
     return panel(f"Snapshot diff: {('+' if delta > 0 else '')}{fmt_bytes(delta)} alive", body)
 

@@ -10,7 +10,7 @@ from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import esc, picture
 from nbdebug.render._registry import renders
 
-__all__ = ["plot_snapshot", "svg_sparkline", "svg_stacked", "PALETTE"]
+__all__ = ["plot_snapshot", "svg_sparkline", "svg_stacked", "svg_two_timelines", "svg_diverging", "PALETTE"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac", "#86bcb6", "#d37295")
@@ -122,3 +122,72 @@ def svg_stacked(x: Sequence[float], values: Sequence[Sequence[int]], colors: Seq
         parts.append(f'<text x="{xs[c]:.0f}" y="{height - 12}" text-anchor="{anchor}" font-size="11">{esc(label)}</text>')
     return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
             f'role="img" aria-label="allocated memory over time, stacked by site">{"".join(parts)}</svg>')
+
+
+def svg_two_timelines(before: tuple[str, Sequence[float], Sequence[int]], after: tuple[str, Sequence[float], Sequence[int]],
+                      *, x_label: str, width: int = 900, height: int = 240) -> str:
+    """Two allocated-memory curves (``(name, x, bytes)``, x from 0) on one axis, drawn as steps, peaks marked."""
+    L, R, T, B = 78, 12, 26, 30
+    xs = [v for _, x, _ in (before, after) for v in x]
+    ys = [v for _, _, y in (before, after) for v in y]
+    if not xs:
+        return ""
+    xmax, ymax = max(max(xs), 1e-9), max(max(ys), 1)
+
+    def px(v: float) -> float:
+        return L + (width - L - R) * v / xmax
+
+    def py(v: float) -> float:
+        return height - B - (height - B - T) * v / ymax
+
+    parts = []
+    for t in range(5):
+        v = ymax * t / 4
+        parts.append(f'<line x1="{L}" x2="{width - R}" y1="{py(v):.0f}" y2="{py(v):.0f}" '
+                     f'style="stroke:var(--nbd-border2,#eaeef2)"/><text x="{L - 6}" y="{py(v) + 4:.0f}" '
+                     f'text-anchor="end" font-size="11">{esc(fmt_bytes(int(v)))}</text>')
+    parts.append(f'<text x="{L}" y="{height - 8}" font-size="11">0</text><text x="{width - R}" y="{height - 8}" '
+                 f'font-size="11" text-anchor="end">{esc(x_label)} {xmax:.4g}</text>')
+    for k, ((name, x, y), color, dash) in enumerate(((before, "#8c959f", "5 3"), (after, "#0969da", ""))):
+        if not len(x):
+            continue
+        d = [f"M{px(x[0]):.1f},{py(y[0]):.1f}"]
+        for i in range(1, len(x)):
+            d.append(f"H{px(x[i]):.1f}V{py(y[i]):.1f}")
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        parts.append(f'<path class="diff-{"before" if k == 0 else "after"}" fill="none" style="stroke:{color}" '
+                     f'stroke-width="1.6"{extra} d="{"".join(d)}"/>')
+        top = max(range(len(y)), key=y.__getitem__)
+        parts.append(f'<circle cx="{px(x[top]):.1f}" cy="{py(y[top]):.1f}" r="3" style="fill:{color}"/>')
+        parts.append(f'<text x="{L + 8 + k * (width - L) // 2}" y="14" font-size="11" style="fill:{color}">'
+                     f'{"before" if k == 0 else "after"}: {esc(name[:48])}, peak {esc(fmt_bytes(int(y[top])))}</text>')
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="allocated memory of both snapshots on one time axis">{"".join(parts)}</svg>')
+
+
+def svg_diverging(rows: Sequence[tuple[str, int]], *, title: str, width: int = 900) -> str:
+    """Horizontal bars of a signed change per label: growth to the right (orange), shrinkage to the left (blue)."""
+    rows = [r for r in rows if r[1]][:15]
+    if not rows:
+        return ""
+    h, pad_t, label_w = 18, 20, 330
+    height = pad_t + h * len(rows) + 6
+    mid = label_w + (width - label_w) // 2
+    span = max(abs(v) for _, v in rows)
+    half = (width - label_w) / 2 - 70
+    parts = [f'<text x="0" y="13" font-size="11">{esc(title)}</text>',
+             f'<line x1="{mid}" x2="{mid}" y1="{pad_t - 2}" y2="{height - 4}" style="stroke:var(--nbd-border,#d0d7de)"/>']
+    for i, (label, v) in enumerate(rows):
+        y = pad_t + i * h
+        w = max(1.0, half * abs(v) / span)
+        x = mid if v > 0 else mid - w
+        color = "#d1600a" if v > 0 else "#0969da"
+        short = label if len(label) <= 52 else "..." + label[-49:]
+        sign = "+" if v > 0 else "-"
+        tx, anchor = (mid + w + 4, "start") if v > 0 else (mid - w - 4, "end")
+        parts.append(f'<text x="{label_w - 8}" y="{y + 12}" font-size="11" text-anchor="end">{esc(short)}</text>'
+                     f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{h - 6}" style="fill:{color}"/>'
+                     f'<text x="{tx:.1f}" y="{y + 12}" font-size="11" text-anchor="{anchor}">'
+                     f'{sign}{esc(fmt_bytes(abs(v)))}</text>')
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="{esc(title)}">{"".join(parts)}</svg>')

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -293,6 +293,20 @@ class SnapshotDiff(Result):
     before_bytes: int
     after_bytes: int
     rows: tuple[DiffRow, ...]
+    # the two snapshots (for the pictures: both timelines on one axis, the peaks by site); not part of the data
+    _before: Any = field(default=None, compare=False)
+    _after: Any = field(default=None, compare=False)
+    _device: int | None = field(default=None, compare=False)
+
+    def peak_rows(self) -> tuple[DiffRow, ...]:
+        """Bytes alive at each snapshot's peak, by site, largest change first (empty without the snapshots)."""
+        if self._before is None or self._after is None:
+            return ()
+        a = {s.site: s.bytes for s in self._before.peak(self._device).by_site}
+        b = {s.site: s.bytes for s in self._after.peak(self._device).by_site}
+        rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
+        rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
+        return tuple(rows)
 
 
     def _summary_line(self) -> str:

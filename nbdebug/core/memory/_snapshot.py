@@ -332,7 +332,7 @@ class MemorySnapshot(Result):
         rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
         rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
         return SnapshotDiff(before=self.source, after=other.source, before_bytes=sum(a.values()),
-                            after_bytes=sum(b.values()), rows=tuple(rows))
+                            after_bytes=sum(b.values()), rows=tuple(rows), _before=self, _after=other, _device=device)
 
     def summary(self, device: int | None = None, *, top: int = 10) -> SnapshotSummary:
         """The headline numbers (the JSON contract of ``python -m nbdebug snapshot --json``)."""
