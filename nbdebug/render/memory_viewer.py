@@ -179,11 +179,11 @@ MAX_DEVICES = 8
 
 
 @renders(MemorySnapshot, "html")
-def viewer_html(snap: MemorySnapshot, device: int | None = None, *, live: bool = False) -> str:
+def viewer_html(snap: MemorySnapshot, device: int | None = None, *, live: str = "") -> str:
     """The viewer as an HTML fragment (a notebook output); scripts are inline, nothing is fetched.
 
     With several devices and no ``device``, one panel per device (the OOM's or the busiest first) and a selector.
-    ``live``: the panel is inside the live widget (``snap.view()``) and asks the kernel for each window and moment.
+    ``live``: the token of the live link (``snap.view()``) through which the panel asks the kernel.
     """
     devices = list(snap.devices)
     if device is not None or len(devices) <= 1:
@@ -200,7 +200,7 @@ def viewer_html(snap: MemorySnapshot, device: int | None = None, *, live: bool =
 
 
 def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = False, in_multi: bool = False,
-                  live: bool = False) -> str:
+                  live: str = "") -> str:
     """One device's viewer."""
     data = viewer_data(snap, device)
     summary = snap.summary(data["device"])
@@ -243,7 +243,7 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
     # the interactive parts are ``hidden`` until the script runs (sanitised output keeps the attribute and drops
     # the script): a renderer that runs no script shows the static picture and its note instead
-    flag = ' data-live="1"' if live else ""
+    flag = f' data-live="{esc(live)}"' if live else ""
     return (f'<div class="nbd-mem" id="{root}" data-device="{data["device"]}"{flag}{style}>{css}{head}'
             f"{_static_picture(data)}"
             f'<div class="nbd-live" hidden="hidden">{controls}'

@@ -1,22 +1,26 @@
 """The live memory viewer: the same viewer, with the kernel answering it (``snap.view()``; needs ipywidgets).
 
-The viewer's script cannot reach the kernel by itself, so the panel is shown inside a widget box with two hidden
-standard widgets: a text box the script writes a request into (JSON), and an HTML widget the kernel writes the
-answer into.  No widget code of our own runs in the browser, so nothing beyond ``ipywidgets`` is needed.  The
-kernel keeps the columnar model and answers each window at screen resolution (exact down to single events) and
-each moment with every block alive, a page at a time.  Without ipywidgets, ``snap`` shows the stand-alone viewer.
+The viewer's script cannot reach the kernel by itself, so ``snap.view()`` shows two outputs: the viewer (plain
+HTML, as ``snap`` shows it) and, under it, a widget of two hidden standard widgets: a text box the script writes a
+request into (JSON) and an HTML widget the kernel writes the answer into.  No widget code of our own runs in the
+browser, so nothing beyond ``ipywidgets`` is needed.  The kernel keeps the columnar model and answers each window
+at screen resolution (exact down to single events) and each moment with every block alive, a page at a time.
+
+Reopened later, the viewer is still there (it is HTML, with every event of the trace in it); the widget, whose
+kernel is gone, has nothing to show and the viewer hides JupyterLab's "model not found" in its place.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import uuid
 from typing import Any
 
 from nbdebug.core.memory._window import WindowModel
 from nbdebug.errors import require
 
-__all__ = ["live_viewer", "answer"]
+__all__ = ["live_viewer", "answer", "LiveView"]
 
 
 def answer(models: dict[int, WindowModel], request: str) -> dict[str, Any]:
@@ -44,43 +48,52 @@ def answer(models: dict[int, WindowModel], request: str) -> dict[str, Any]:
     return out
 
 
-def live_viewer(snap: Any, device: int | None = None) -> Any:
-    """A widget showing the viewer of ``snap`` with the kernel answering it (exact at every zoom)."""
-    widgets = require("ipywidgets", "widgets", "the live memory viewer (snap.view())")
+class LiveView:
+    """What ``snap.view()`` returns: displayed, the viewer and its (hidden) link to this kernel."""
 
-    from nbdebug.render.memory_viewer import viewer_html
+    def __init__(self, snap: Any, device: int | None = None) -> None:
+        widgets = require("ipywidgets", "widgets", "the live memory viewer (snap.view())")
+        from nbdebug.render.memory_viewer import viewer_html
 
-    devices = [device] if device is not None else list(snap.devices) or [None]
-    models = {}
-    for d in devices:
-        m = WindowModel(snap, d)
-        models[int(m.device)] = m  # type: ignore[arg-type]
-    page = viewer_html(snap, device)  # where widgets do not render: the stand-alone viewer
-    out = widgets.Output()
-    out.outputs = ({"output_type": "display_data",
-                    "data": {"text/html": viewer_html(snap, device, live=True), "text/plain": repr(snap)},
-                    "metadata": {}},)
-    hide = widgets.Layout(display="none")
-    request = widgets.Text(value="", layout=hide, continuous_update=True)
-    request.add_class("nbdmem-req")
-    response = widgets.HTML(value="", layout=hide)
-    response.add_class("nbdmem-resp")
+        devices = [device] if device is not None else list(snap.devices) or [None]
+        self.models: dict[int, WindowModel] = {}
+        for d in devices:
+            m = WindowModel(snap, d)
+            self.models[int(m.device)] = m  # type: ignore[arg-type]
+        self.token = uuid.uuid4().hex[:12]
+        self.snap = snap
+        self.html = viewer_html(snap, device, live=self.token)
+        hide = widgets.Layout(display="none")
+        self.request = widgets.Text(value="", layout=hide, continuous_update=True)
+        self.request.add_class(f"nbdmem-req-{self.token}")
+        self.response = widgets.HTML(value="", layout=hide)
+        self.response.add_class(f"nbdmem-resp-{self.token}")
+        self.request.observe(self._on_request, names="value")
 
-    def on_request(change: dict[str, Any]) -> None:
+        class Link(widgets.VBox):  # type: ignore[misc, name-defined]
+            """Shows nothing where widgets do not render (no "VBox(children=...)" text)."""
+
+            def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+                bundle = super()._repr_mimebundle_(**kwargs)
+                bundle["text/plain"] = ""
+                return bundle
+
+        self.link = Link([self.request, self.response], layout=hide)
+
+    def _on_request(self, change: dict[str, Any]) -> None:
         if change.get("new"):
-            response.value = f"<code>{html.escape(json.dumps(answer(models, change['new'])))}</code>"
+            self.response.value = f"<code>{html.escape(json.dumps(answer(self.models, change['new'])))}</code>"
 
-    request.observe(on_request, names="value")
+    def _repr_html_(self) -> str:
+        return self.html
 
-    class LiveMemoryViewer(widgets.VBox):  # type: ignore[misc, name-defined]
-        """The viewer in a box; shown as its stand-alone HTML where widgets do not render (untrusted, GitHub)."""
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
 
-        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-            bundle = super()._repr_mimebundle_(**kwargs)
-            bundle["text/html"] = page
-            return bundle
+        display({"text/html": self.html, "text/plain": repr(self.snap)}, raw=True)
+        display(self.link)
 
-    box = LiveMemoryViewer([out, request, response])
-    box.add_class("nbdmem-live")
-    box.models = models
-    return box
+
+def live_viewer(snap: Any, device: int | None = None) -> LiveView:
+    """The viewer of ``snap`` with this kernel answering it (exact at every zoom)."""
+    return LiveView(snap, device)

@@ -150,7 +150,7 @@ def test_live_viewer_is_exact_at_every_zoom(lab, page, snapshots_dir):
              f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
              "snap.view()"]
     run_notebook(lab, page, cells, "memory_live.ipynb")
-    root = ".nbdmem-live .nbd-mem"
+    root = ".jp-OutputArea-output .nbd-mem[data-live]"
     page.wait_for_selector(f"{root} svg.chart polygon.band", timeout=60_000)
     exactness = page.locator(f"{root} .exactness")
     page.wait_for_function("(sel) => /events in view/.test(document.querySelector(sel).textContent)",
@@ -196,3 +196,35 @@ def test_live_viewer_is_exact_at_every_zoom(lab, page, snapshots_dir):
     DOCS.mkdir(exist_ok=True)
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
     page.screenshot(path=str(DOCS / "memory_viewer_live.png"))
+
+
+def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshots_dir):
+    """Saved and reopened (trusted, no widget state): the viewer works from the file's own events, and no
+    "Error displaying widget: model not found" is left in place of the kernel link."""
+    cells = ["import nbdebug\n"
+             f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
+             "snap.view()"]
+    run_notebook(lab, page, cells, "memory_live_reopen.ipynb")
+    root = ".jp-OutputArea-output .nbd-mem[data-live]"
+    page.wait_for_function("(sel) => /events in view/.test(document.querySelector(sel).textContent)",
+                           arg=f"{root} .exactness", timeout=30_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(1500)
+    page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
+    page.goto(f"{lab.url}/lab/tree/memory_live_reopen.ipynb?reset&token={lab.token}", wait_until="domcontentloaded")
+    page.wait_for_selector(f"{root} svg.chart polygon.band", timeout=60_000)
+    page.wait_for_function("(sel) => /the peak/.test(document.querySelector(sel).textContent)",
+                           arg=f"{root} .moment-summary", timeout=30_000)
+    page.wait_for_timeout(4000)  # past the widget manager's own wait for the model
+    # what is on screen (innerText of an element that is not rendered is its whole text: filter on boxes)
+    outputs = str(page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                                ".filter(o => o.getClientRects().length).map(o => o.innerText)"))
+    assert "Error displaying widget" not in outputs and "model not found" not in outputs
+    assert "VBox(" not in outputs and "Text(value" not in outputs
+    exactness = page.locator(f"{root} .exactness")
+    assert "this file holds every event" in exactness.inner_text()
+    for _ in range(8):
+        if exactness.inner_text().startswith("exact: every one"):
+            break
+        page.locator(f"{root} button.zoom-in").click()
+    assert exactness.inner_text().startswith("exact: every one"), exactness.inner_text()

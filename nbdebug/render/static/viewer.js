@@ -35,26 +35,33 @@ function whenX(x, idx){ if (D.x_unit === 'us') return ((x - D.x[0]) / 1e6).toFix
   return idx < 0 ? 'before the first event' : 'event ' + idx; }
 function when(j){ return whenX(V.x[j], V.index[j]); }
 // -- the kernel, when there is one ------------------------------------------------------------------------------
-let box = null, seq = 0;
+let seq = 0, watched = null;
 const waiting = new Map();
+const token = root.dataset.live || '';
 function bridge(){
-  // the widget box is found late: the panel may be drawn before the box holds it
-  if (!root.dataset.live) return null;
-  if (!box){
-    box = root.closest('.nbdmem-live');
-    if (!box) return null;
+  // the link is another output of the same cell (a widget), found by its token; it may render after the panel
+  if (!token) return null;
+  const input = document.querySelector('.nbdmem-req-' + token + ' input'), out = document.querySelector('.nbdmem-resp-' + token);
+  if (!input || !out) return null;
+  if (watched !== out){
+    watched = out;
     new MutationObserver(() => {
-      const code = box.querySelector('.nbdmem-resp code'); if (!code) return;
+      const code = out.querySelector('code'); if (!code) return;
       let a; try { a = JSON.parse(code.textContent); } catch (e) { return; }
       const done = waiting.get(a.seq); if (done){ waiting.delete(a.seq); done(a); }
-    }).observe(box, {subtree: true, childList: true, characterData: true});
+    }).observe(out, {subtree: true, childList: true, characterData: true});
   }
-  const input = box.querySelector('.nbdmem-req input'), out = box.querySelector('.nbdmem-resp');
-  return input && out ? {input, out} : null;
+  return {input, out};
 }
 function whenBridge(ms){
   return new Promise(res => { const t0 = Date.now();
-    (function poll(){ if (bridge() || !root.dataset.live || Date.now() - t0 > ms) res(); else setTimeout(poll, 100); })(); });
+    (function poll(){ if (bridge() || !token || Date.now() - t0 > ms) res(); else setTimeout(poll, 100); })(); });
+}
+function hideDeadLink(){
+  // reopened without its kernel: the link has no model and JupyterLab says so; the viewer works without it
+  const cell = root.closest('.jp-Cell'); if (!cell) return;
+  for (const o of cell.querySelectorAll('.jp-OutputArea-output'))
+    if (!o.contains(root) && /^(Error displaying widget|Loading widget)/.test(o.textContent.trim())) o.closest('.jp-OutputArea-child').style.display = 'none';
 }
 function ask(req){
   const b = bridge();
@@ -326,6 +333,14 @@ function goPeak(){
 }
 q('button.peak').addEventListener('click', goPeak);
 legend(); draw();
-whenBridge(10000).then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }))
+if (token) hideDeadLink();
+whenBridge(6000).then(() => {
+  if (!token || live()) return;
+  hideDeadLink();  // and whenever the cell's outputs change in the next minute (the message comes late)
+  const cell = root.closest('.jp-Cell');
+  if (cell){ const mo = new MutationObserver(hideDeadLink);
+    mo.observe(cell, {subtree: true, childList: true, characterData: true}); setTimeout(() => mo.disconnect(), 60000); }
+})
+  .then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }))
   .then(() => { if (N) return goPeak(); });
 })(ROOT_ID);
