@@ -453,3 +453,16 @@ def test_diff_shows_what_grew_by_site_at_the_peak_and_at_the_end(snapshots_dir):
     top = peak[0]
     assert bars and ("+" if top.delta_bytes > 0 else "-") + fmt_bytes(abs(top.delta_bytes)) in bars[0]
     assert "at the peak: what grew or shrank" in text and top.site in text
+
+
+def test_several_devices_without_scripts_show_every_device(snapshots_dir):
+    from nbdebug.render._html import INTERACTIVE_NOTE
+
+    snap = load_snapshot(snapshots_dir / "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle")
+    html = viewer_html(snap)
+    assert 'style="display:none"' not in html  # the script hides the other devices; a sanitised page shows them all
+    text, images = _sanitised(html)
+    for d in snap.devices:
+        assert f"device {d}" in text
+    assert text.count(INTERACTIVE_NOTE) == len(snap.devices) and "devices:" not in text  # no dead selector
+    assert len([s for s in _svg_images(images) if "stacked by site" in s]) == len(snap.devices)

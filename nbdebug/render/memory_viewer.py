@@ -239,7 +239,8 @@ def _device_panel(snap: MemorySnapshot, device: int | None, *, hidden: bool = Fa
                  f"{fmt_bytes(frag.largest_free_block)} ({len(frag.segments)} segments, end of trace)</div>")
     if frag.unlisted_bytes:
         frag_line += f'<div class="muted">{esc(unlisted_note(frag))}</div>'
-    style = ' style="display:none"' if hidden else ""
+    # other devices are hidden by the script (the selector shows one at a time); without it, all of them show
+    style = ' data-later="1"' if hidden else ""
     css = "" if in_multi else f"<style>{viewer_css()}</style>"
     # the interactive parts are ``hidden`` until the script runs (sanitised output keeps the attribute and drops
     # the script): a renderer that runs no script shows the static picture and its note instead

@@ -12,9 +12,9 @@ root.dataset.ready = '1';
 for (const el of root.querySelectorAll(':scope > .nbd-live')) el.hidden = false;
 if (root.classList.contains('nbd-mem-multi')){
   const pick = root.querySelector('select.nbd-device');
-  pick.addEventListener('change', () => {
-    for (const p of root.querySelectorAll(':scope > .nbd-mem')) p.style.display = p.dataset.device === pick.value ? '' : 'none';
-  });
+  const show = () => { for (const p of root.querySelectorAll(':scope > .nbd-mem')) p.style.display = p.dataset.device === pick.value ? '' : 'none'; };
+  pick.addEventListener('change', show);
+  show();
   return;
 }
 for (const hint of root.querySelectorAll(':scope > .nbd-mem-static')) hint.remove();
