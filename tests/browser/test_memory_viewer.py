@@ -228,3 +228,26 @@ def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshot
             break
         page.locator(f"{root} button.zoom-in").click()
     assert exactness.inner_text().startswith("exact: every one"), exactness.inner_text()
+
+
+def test_live_viewer_with_several_devices_answers_each_device(lab, page, snapshots_dir):
+    from nbdebug.core.memory._window import WindowModel
+
+    path = snapshots_dir / "no-license/torch2.8-2.9_expandable_oom_multigpu_memory_snapshot.pickle"
+    cells = ["import nbdebug\n"
+             f"snap = nbdebug.load_snapshot(r'{path}')\n"
+             "snap.view()"]
+    run_notebook(lab, page, cells, "memory_live_devices.ipynb")
+    page.wait_for_selector(".jp-OutputArea-output select.nbd-device", timeout=60_000)
+    page.select_option(".jp-OutputArea-output select.nbd-device", "2")
+    root = '.jp-OutputArea-output .nbd-mem[data-device="2"]'
+    page.wait_for_function("(sel) => /all of them listed/.test(document.querySelector(sel).textContent)",
+                           arg=f"{root} .moment-summary", timeout=30_000)
+    box = page.locator(f"{root} svg.chart").bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    page.wait_for_timeout(1500)
+    event, text = page.locator(f"{root} .moment-summary").evaluate(
+        "el => [el.querySelector('.event').textContent, el.innerText]")
+    expected = WindowModel(load_snapshot(path), 2).alive_page(int(event), 0, 50)
+    assert f"{expected['count']} blocks alive" in text, text
+    assert not page.locator('.jp-OutputArea-output .nbd-mem[data-device="1"]').is_visible()

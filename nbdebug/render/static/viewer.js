@@ -35,7 +35,8 @@ function whenX(x, idx){ if (D.x_unit === 'us') return ((x - D.x[0]) / 1e6).toFix
   return idx < 0 ? 'before the first event' : 'event ' + idx; }
 function when(j){ return whenX(V.x[j], V.index[j]); }
 // -- the kernel, when there is one ------------------------------------------------------------------------------
-let seq = 0, watched = null;
+// request numbers start apart for each panel: the panels of several devices share one link
+let seq = Math.floor(Math.random() * 1e9) * 1000, watched = null;
 const waiting = new Map();
 const token = root.dataset.live || '';
 function bridge(){
@@ -63,13 +64,21 @@ function hideDeadLink(){
   for (const o of cell.querySelectorAll('.jp-OutputArea-output'))
     if (!o.contains(root) && /^(Error displaying widget|Loading widget)/.test(o.textContent.trim())) o.closest('.jp-OutputArea-child').style.display = 'none';
 }
+// one request at a time on a link (ipywidgets sends only the latest value of a box while one is on its way, so
+// requests sent together would be lost): the panels of one link queue behind each other
+const chains = (window.__nbdmemChains = window.__nbdmemChains || {});
 function ask(req){
-  const b = bridge();
-  if (!b) return null;
+  if (!bridge()) return null;
   req.seq = ++seq; req.device = D.device;
-  const p = new Promise(res => waiting.set(req.seq, res));
-  b.input.value = JSON.stringify(req);
-  b.input.dispatchEvent(new Event('input', {bubbles: true}));
+  const p = (chains[token] || Promise.resolve()).then(() => new Promise(res => {
+    const b = bridge();
+    if (!b){ res({seq: req.seq, error: 'the kernel link is gone'}); return; }
+    const timer = setTimeout(() => { waiting.delete(req.seq); res({seq: req.seq, error: 'no answer from the kernel'}); }, 30000);
+    waiting.set(req.seq, a => { clearTimeout(timer); res(a); });
+    b.input.value = JSON.stringify(req);
+    b.input.dispatchEvent(new Event('input', {bubbles: true}));
+  }));
+  chains[token] = p;
   return p;
 }
 const live = () => !!bridge();
