@@ -10,7 +10,7 @@ import pytest
 
 from nbdebug.core.memory import load_snapshot
 from nbdebug.render._html import fmt_bytes
-from nbdebug.render.memory_viewer import MAX_INTERVALS, viewer_data, viewer_document, viewer_html
+from nbdebug.render.memory_viewer import MAX_INTERVALS, intervals, viewer_data, viewer_document, viewer_html
 
 FILES = ["torch2.10plus_cs336_wedsonlin_medium_512_training.pickle", "torch2.0_history_flexgen_oom_snapshot.pickle",
          "no-license/segments_list_only_memory_snapshot.pkl",
@@ -23,6 +23,8 @@ def test_viewer_data_is_bounded_and_exact(snapshots_dir, name):
     data = viewer_data(snap, buckets=300)
     summary = snap.summary()
     assert len(data["x"]) <= 301 and len(data["iv_size"]) <= MAX_INTERVALS
+    start, end, size, _ = intervals(data)
+    total_blocks = data["intervals_total"]
     assert len(data["floor"]) == len(data["x"]) == len(data["total"]) == len(data["index"])
     assert all(f <= t for f, t in zip(data["floor"], data["total"]))
     values = np.array(data["values"])
@@ -32,10 +34,12 @@ def test_viewer_data_is_bounded_and_exact(snapshots_dir, name):
     assert data["total"][data["peak_point"]] == summary.peak_allocated_bytes
     # every listed interval alive at the peak adds up to no more than the peak
     p = data["index"][data["peak_point"]]
-    alive = sum(s for a, b, s in zip(data["iv_start"], data["iv_end"], data["iv_size"]) if a <= p < b)
+    alive = int(size[(start <= p) & (p < end)].sum())
     assert alive <= summary.peak_allocated_bytes
-    if len(data["iv_size"]) < MAX_INTERVALS:
+    if size.size == total_blocks:  # every block is in the file (packed past MAX_INTERVALS): complete
         assert alive == summary.peak_allocated_bytes
+    else:
+        assert size.size == MAX_INTERVALS
     json.dumps(data, allow_nan=False)
 
 
@@ -466,3 +470,24 @@ def test_several_devices_without_scripts_show_every_device(snapshots_dir):
         assert f"device {d}" in text
     assert text.count(INTERACTIVE_NOTE) == len(snap.devices) and "devices:" not in text  # no dead selector
     assert len([s for s in _svg_images(images) if "stacked by site" in s]) == len(snap.devices)
+
+
+def test_a_trace_with_more_blocks_than_the_json_list_embeds_them_all_packed(tmp_path):
+    """Past MAX_INTERVALS blocks the file packs every block (when small enough): alive-at stays complete."""
+    import pickle
+
+    frames = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
+    trace = []
+    for i in range(MAX_INTERVALS + 500):  # allocations that stay alive, of mixed sizes
+        trace.append({"action": "alloc", "addr": 0x7F0000000000 + i * 4096, "size": 512 * (1 + i % 7), "stream": 0,
+                      "time_us": 1_000_000 + i, "frames": frames})
+    path = tmp_path / "many.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace]}))
+    snap = load_snapshot(path)
+    data = viewer_data(snap)
+    assert data["iv_packed"] and data["iv_size"] == []
+    start, end, size, stack = intervals(data)
+    assert size.size == data["intervals_total"] == MAX_INTERVALS + 500
+    p = snap.state().n - 1
+    assert int(size[(start <= p) & (p < end)].sum()) == int(snap.state().allocated[p])
+    assert stack.max() < len(data["stacks"])

@@ -23,13 +23,17 @@ from nbdebug.render._registry import renders
 from nbdebug.render.memory import unlisted_note
 from nbdebug.render.memory_plot import PALETTE, svg_stacked
 
-__all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js"]
+__all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js", "intervals"]
 
 MAX_INTERVALS = 20_000
 MAX_STACK_FRAMES = 24
 #: the per-event columns the file embeds (gzip, base64) so that zooming sharpens down to single events offline;
 #: above this many bytes (compressed) the file keeps only its overview and says how far that is exact
 MAX_EVENT_BYTES = 16 << 20
+#: every block of the trace (for a complete "alive at this moment") is embedded packed when it takes at most this
+#: many bytes and has at most MAX_PACKED_STACKS distinct stacks; otherwise the MAX_INTERVALS largest, as JSON
+MAX_INTERVAL_BYTES = 8 << 20
+MAX_PACKED_STACKS = 20_000
 
 
 def _packed(a: np.ndarray) -> str:
@@ -86,7 +90,13 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
     pts_index = bands.index.astype(np.int64)
     alive_count = (np.searchsorted(np.sort(start), pts_index, side="right")
                    - np.searchsorted(np.sort(end), pts_index, side="right"))
-    if size.size > MAX_INTERVALS:
+    packed: dict[str, Any] | None = None
+    if size.size > MAX_INTERVALS and np.unique(stack).size <= MAX_PACKED_STACKS and st.n < 2**31:
+        packed = {"start": _packed(start.astype("<i4")), "end": _packed(end.astype("<i4")),
+                  "size": _packed(size.astype("<f8"))}
+        if sum(len(v) for v in packed.values()) > MAX_INTERVAL_BYTES:
+            packed = None
+    if size.size > MAX_INTERVALS and packed is None:
         keep = np.sort(np.argpartition(-size, MAX_INTERVALS)[:MAX_INTERVALS])
         start, end, size, stack = start[keep], end[keep], size[keep], stack[keep]
     # interned stacks and frames for the intervals shipped
@@ -109,8 +119,15 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
             if r.device == st.device and r.time_us is not None:
                 markers.append([r.time_us, f"{r.name} {r.stage}"])
     summary = snap.summary(st.device)
+    if packed is not None:  # every block, packed: the script decodes them (and their start times) on load
+        packed["stack"] = _packed(stack_index.astype("<i4"))
+        if st.x_is_time:
+            packed["t"] = _packed(np.where(np.isnan(t_start), -1.0, t_start).astype("<f8"))
+        start = end = size = np.zeros(0, np.int64)
+        stack_index = np.zeros(0, np.int64)
+        t_start = np.zeros(0)
     return {
-        "source": snap.source, "device": st.device, "devices": list(snap.devices), "x_unit": bands.x_unit,
+        "source": snap.source, "iv_packed": packed, "device": st.device, "devices": list(snap.devices), "x_unit": bands.x_unit,
         "events": st.n, "x": bands.x.tolist(), "index": bands.index.tolist(), "total": bands.total.tolist(),
         "floor": bands.floor.tolist(), "names": list(bands.names), "values": bands.values.tolist(),
         "colors": [PALETTE[i % len(PALETTE)] for i in range(len(bands.names) - 1)] + ["#c8c8c8"],
@@ -123,6 +140,23 @@ def viewer_data(snap: MemorySnapshot, device: int | None = None, *, top: int = 8
         "peak_point": int(np.argmax(bands.total)) if bands.total.size else 0,
         "peak_bytes": summary.peak_allocated_bytes,
     }
+
+
+def intervals(data: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, size, stack index) of the blocks a viewer's data holds, packed or not (for tests and tools)."""
+    import base64
+    import gzip
+
+    p = data.get("iv_packed")
+    if not p:
+        return (np.asarray(data["iv_start"], np.int64), np.asarray(data["iv_end"], np.int64),
+                np.asarray(data["iv_size"], np.int64), np.asarray(data["iv_stack"], np.int64))
+
+    def un(key: str, dtype: str) -> np.ndarray:
+        return np.frombuffer(gzip.decompress(base64.b64decode(p[key])), dtype)
+
+    return (un("start", "<i4").astype(np.int64), un("end", "<i4").astype(np.int64), un("size", "<f8").astype(np.int64),
+            un("stack", "<i4").astype(np.int64))
 
 
 def viewer_css() -> str:

@@ -59,6 +59,8 @@ def _check_viewer(page, root: str, bands: int) -> None:
 
 
 def test_offline_html_file(page, snapshots_dir, tmp_path):
+    from nbdebug.core.memory._window import WindowModel
+
     snap = load_snapshot(snapshots_dir / FILE)
     out = tmp_path / "viewer.html"
     snap.to_html(out)
@@ -84,6 +86,11 @@ def test_offline_html_file(page, snapshots_dir, tmp_path):
         event, allocated = page.locator(".nbd-mem .moment-summary").evaluate(
             "el => [+el.querySelector('.event').textContent, +el.querySelector('.allocated').dataset.bytes]")
         assert allocated == int(st.allocated[event])
+        # every block is in the file: the list is complete, nothing is said to be left out
+        summary = page.locator(".nbd-mem .moment-summary").inner_text()
+        assert "not in this file" not in summary
+        listed = int(summary.split(" blocks listed")[0].split("; ")[-1])
+        assert listed == WindowModel(snap).alive_page(event, 0, 1)["count"]
     DOCS.mkdir(exist_ok=True)
     page.locator(".nbd-mem").screenshot(path=str(DOCS / "memory_viewer.png"))
 
@@ -251,3 +258,33 @@ def test_live_viewer_with_several_devices_answers_each_device(lab, page, snapsho
     expected = WindowModel(load_snapshot(path), 2).alive_page(int(event), 0, 50)
     assert f"{expected['count']} blocks alive" in text, text
     assert not page.locator('.jp-OutputArea-output .nbd-mem[data-device="1"]').is_visible()
+
+
+def test_offline_file_lists_every_block_past_the_json_limit(page, tmp_path):
+    """More blocks than the JSON list holds: the file packs them all and a click still lists every live block."""
+    import pickle
+
+    from nbdebug.core.memory._window import WindowModel
+    from nbdebug.render.memory_viewer import MAX_INTERVALS
+
+    frames = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
+    trace = [{"action": "alloc", "addr": 0x7F0000000000 + i * 4096, "size": 512 * (1 + i % 7), "stream": 0,
+              "time_us": 1_000_000 + i, "frames": frames} for i in range(MAX_INTERVALS + 500)]
+    trace += [{"action": a, "addr": 0x7F0000000000 + i * 4096, "size": 512 * (1 + i % 7), "stream": 0,
+               "time_us": 2_000_000 + i, "frames": frames}
+              for i in range(0, MAX_INTERVALS, 3) for a in ("free_requested", "free_completed")]
+    src = tmp_path / "many.pickle"
+    src.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace]}))
+    snap = load_snapshot(src)
+    out = tmp_path / "many.html"
+    snap.to_html(out)
+    page.context.set_offline(True)
+    page.goto(out.as_uri())
+    page.wait_for_function("() => /the peak/.test(document.querySelector('.nbd-mem .moment-summary').textContent)",
+                           timeout=30_000)
+    box = page.locator(".nbd-mem svg.chart").bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.85, box["y"] + box["height"] * 0.5)
+    event, text = page.locator(".nbd-mem .moment-summary").evaluate(
+        "el => [+el.querySelector('.event').textContent, el.innerText]")
+    expected = WindowModel(snap).alive_page(event, 0, 1)
+    assert "not in this file" not in text and f"{expected['count']} blocks listed" in text, text

@@ -98,6 +98,15 @@ async function loadFine(){
   else { x = new Float64Array(delta.length); for (let i = 0; i < x.length; i++) x[i] = i; }
   F = {n: delta.length, x, delta, band};
 }
+async function loadIntervals(){
+  // every block of the trace, packed (when the file holds them all): "alive at this moment" is then complete
+  const p = D.iv_packed; if (!p || typeof DecompressionStream === 'undefined') return;
+  const start = await unpack(p.start, Int32Array), end = await unpack(p.end, Int32Array);
+  const size = await unpack(p.size, Float64Array), stack = await unpack(p.stack, Int32Array);
+  const t = p.t ? await unpack(p.t, Float64Array) : null;
+  D.iv_t = t ? Array.from(t, v => v < 0 ? null : v) : new Array(size.length).fill(null);
+  D.iv_start = start; D.iv_end = end; D.iv_size = size; D.iv_stack = stack;
+}
 function fineWindow(x0, x1, width){
   // events with x0 <= x <= x1 (and the one before, so the first step starts at the right height)
   let a = 0, b = F.n;
@@ -350,6 +359,6 @@ whenBridge(6000).then(() => {
   if (cell){ const mo = new MutationObserver(hideDeadLink);
     mo.observe(cell, {subtree: true, childList: true, characterData: true}); setTimeout(() => mo.disconnect(), 60000); }
 })
-  .then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }))
+  .then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }).then(() => loadIntervals().catch(() => {})))
   .then(() => { if (N) return goPeak(); });
 })(ROOT_ID);
