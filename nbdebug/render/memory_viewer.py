@@ -3,9 +3,13 @@
 The script and the stylesheet are package data (``static/viewer.js``, ``static/viewer.css``), inlined into both the
 notebook output and the exported file; colours follow JupyterLab's theme variables.
 
-It stays responsive for a trace of millions of events because the browser never sees the events: Python sends a
-downsampled envelope of the stacked timeline (each time slice keeps its highest point, with exact bytes per band),
-the largest allocations as lifetime intervals (for "what was alive at this moment"), and exact tables.
+It stays responsive for a trace of millions of events: Python sends an overview envelope of the stacked timeline
+(each time slice keeps its highest point, with exact bytes per band) as JSON, and packs every event (bytes, band,
+time step) and every block (lifetime, size, stack) as gzip'd typed arrays that the script decodes; zooming in
+rebuilds any window exactly from the nearest overview point, and "alive at this moment" lists every block.  Past
+their size budgets the file keeps the overview and the largest blocks, and says so on screen.  Where no script
+runs (an untrusted notebook, GitHub), a static picture of the chart and a note stand in for the interactive parts.
+With a kernel, ``snap.view()`` (``memory_widget``) lets Python answer the same viewer.
 """
 
 from __future__ import annotations
