@@ -491,3 +491,33 @@ def test_a_trace_with_more_blocks_than_the_json_list_embeds_them_all_packed(tmp_
     p = snap.state().n - 1
     assert int(size[(start <= p) & (p < end)].sum()) == int(snap.state().allocated[p])
     assert stack.max() < len(data["stacks"])
+
+
+def test_the_file_stays_within_its_size_budget_per_event(tmp_path):
+    """<= 20 MiB for 1M events, i.e. about 21 bytes an event, with every event and every block embedded."""
+    import pickle
+    import random
+
+    rng = random.Random(0)
+    stacks = [[{"filename": f"/home/u/proj/model_{i % 7}.py", "line": 10 + i, "name": f"layer{i}"},
+               {"filename": "/home/u/proj/train.py", "line": 40 + i % 5, "name": "step"}] for i in range(300)]
+    trace, live, t = [], [], 1_750_000_000_000_000
+    n_events = 200_000
+    while len(trace) < n_events:
+        t += rng.randrange(1, 6)
+        if live and (len(live) > 3000 or rng.random() < 0.5):
+            addr, size, frames = live.pop(rng.randrange(len(live)))
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
+        else:
+            addr, size = 0x7F0000000000 + len(trace) * 4096, rng.choice((512, 4096, 1 << 20, 3 << 20, 8 << 20))
+            frames = rng.choice(stacks)
+            live.append((addr, size, frames))
+            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
+    path = tmp_path / "big.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [trace[:n_events]]}))
+    snap = load_snapshot(path)
+    data = viewer_data(snap)
+    assert data["fine"] is not None and data["iv_packed"] is not None  # every event and every block are in it
+    doc = viewer_document(snap)
+    assert len(doc.encode()) <= n_events * (20 << 20) / 1_000_000, len(doc)
