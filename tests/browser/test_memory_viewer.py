@@ -91,6 +91,8 @@ def test_offline_html_file(page, snapshots_dir, tmp_path):
         assert "not in this file" not in summary
         listed = int(summary.split(" blocks listed")[0].split("; ")[-1])
         assert listed == WindowModel(snap).alive_page(event, 0, 1)["count"]
+    page.locator(".nbd-mem button.reset").click()  # the whole trace again, for the screenshot
+    page.locator(".nbd-mem button.peak").click()
     DOCS.mkdir(exist_ok=True)
     page.locator(".nbd-mem").screenshot(path=str(DOCS / "memory_viewer.png"))
 
