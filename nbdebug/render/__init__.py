@@ -20,6 +20,7 @@ MODULES = (
     "nbdebug.render.memory",
     "nbdebug.render.memory_viewer",
     "nbdebug.render.memory_plot",
+    "nbdebug.render.memory_widget",
     "nbdebug.render.training",
     "nbdebug.render.xla",
     "nbdebug.render.compile",

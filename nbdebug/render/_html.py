@@ -6,13 +6,19 @@ The stylesheet is package data (``static/nbdebug.css``), shared by notebook pane
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
+import re
 from collections.abc import Iterable, Sequence
 
 from nbdebug._units import fmt_bytes, fmt_seconds
 
-__all__ = ["CSS", "STYLE", "static", "esc", "panel", "table", "kv_table", "code_block", "fmt_bytes", "fmt_seconds"]
+__all__ = ["CSS", "STYLE", "static", "esc", "panel", "table", "kv_table", "code_block", "picture", "svg_data_uri",
+           "INTERACTIVE_NOTE", "fmt_bytes", "fmt_seconds"]
+
+#: shown where a renderer ran no script (untrusted notebook, GitHub, nbviewer); a live script removes it
+INTERACTIVE_NOTE = "re-run the cell or trust the notebook for the interactive view"
 
 
 @functools.cache
@@ -63,3 +69,47 @@ def kv_table(items: Iterable[tuple[object, object]]) -> str:
 def code_block(code: str) -> str:
     """Escaped ``<pre><code>``."""
     return f"<pre><code>{esc(code)}</code></pre>"
+
+
+# -- pictures that survive any renderer ---------------------------------------------------------------------
+# A notebook reopened from disk is untrusted: JupyterLab (and GitHub) sanitise its HTML, which drops <style>,
+# <script> and inline <svg> (keeping the SVG's text, so a chart flattens into "loss0.85step 199..."), but keeps
+# <img> with a data: URI and the ``hidden`` attribute.  So every chart is sent twice: the inline SVG, themed by
+# the panel's CSS, inside a ``hidden`` element that only the panel's own stylesheet reveals, and the same SVG as a
+# self-contained image (own background and colours) that the same stylesheet hides.  Trusted: the themed SVG;
+# sanitised: the image; no stylesheet at all: the image.
+
+_IMAGE_STYLE = ("<style>text{fill:#1f2328;font-family:system-ui,-apple-system,'Segoe UI',sans-serif}"
+                ".nbd-muted{fill:#59636e}</style>")
+
+
+def svg_data_uri(svg: str) -> str:
+    """``svg`` as a stand-alone ``data:image/svg+xml;base64`` URI: light background and colours of its own (an
+    image sees none of the page's CSS; its ``var(--x, fallback)`` colours take their fallbacks)."""
+    m = re.match(r"\s*<svg\b[^>]*>", svg)
+    if m is None:
+        raise ValueError("svg_data_uri expects markup starting with an <svg> element")
+    opening = m.group(0)
+    if "xmlns=" not in opening:  # an SVG image without its namespace is not drawn at all
+        opening = opening.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
+    w = re.search(r'\bwidth="([\d.]+)"', opening)
+    h = re.search(r'\bheight="([\d.]+)"', opening)
+    if "viewBox" not in opening and w and h:
+        opening = opening.replace("<svg", f'<svg viewBox="0 0 {w.group(1)} {h.group(1)}"', 1)
+    back = '<rect x="0" y="0" width="100%" height="100%" fill="#ffffff"/>'
+    body = opening + _IMAGE_STYLE + back + svg[m.end():]
+    return "data:image/svg+xml;base64," + base64.b64encode(body.encode("utf-8")).decode("ascii")
+
+
+def picture(svg: str, alt: str, *, width: int | None = None, css_class: str = "") -> str:
+    """An SVG chart that shows in every renderer: themed inline SVG where the panel's stylesheet runs, the same
+    chart as an ``<img>`` where HTML is sanitised (untrusted notebooks, GitHub) or has no stylesheet."""
+    if not svg:
+        return ""
+    if width is None:
+        w = re.search(r'\bwidth="(\d+)"', svg[:400])
+        width = int(w.group(1)) if w else None
+    size = f' width="{width}"' if width else ""
+    cls = f"nbd-pic {css_class}".strip()
+    return (f'<span class="{esc(cls)}"><span class="nbd-pic-live" hidden="hidden">{svg}</span>'
+            f'<img class="nbd-pic-img" alt="{esc(alt)}"{size} src="{svg_data_uri(svg)}"></span>')

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from nbdebug.core.memory._results import (
     Annotations,
+    DiffRow,
     Fragmentation,
     MemoryPeak,
     MemoryTimeline,
@@ -17,10 +18,10 @@ from nbdebug.core.memory._results import (
 )
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
-from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, table
+from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
 from nbdebug.render.findings import findings_html, findings_text
-from nbdebug.render.memory_plot import svg_sparkline
+from nbdebug.render.memory_plot import svg_diverging, svg_sparkline, svg_two_timelines
 
 __all__ = [
     "summary_text", "summary_html", "snapshot_text", "timeline_text", "timeline_html", "peak_text", "peak_html",
@@ -194,12 +195,29 @@ def sites_html(t: TopSites) -> str:
                  sites_table_html(t.sites, limit=max(len(t.sites), 1), count="allocations"))
 
 
+def unlisted_note(f: Fragmentation) -> str:
+    """Why "largest free block" can be far below "reserved but free" ("" for a complete snapshot).
+
+    A snapshot may list blocks for only part of its segments; a complete one's blocks tile every segment.
+    """
+    if not f.unlisted_bytes:
+        return ""
+    n = sum(1 for s in f.segments if s.unlisted_bytes)
+    return (f"{fmt_bytes(f.unlisted_bytes)} of the reserved bytes ({f.unlisted_bytes / max(f.reserved_bytes, 1):.0%}, "
+            f"in {n} of {len(f.segments)} segments) lie in no block the snapshot lists: they count as reserved but "
+            "free, but how they are split into free blocks is not recorded, so the largest free block is that of "
+            "the listed blocks only")
+
+
 @renders(Fragmentation, "text")
 def fragmentation_text(f: Fragmentation) -> str:
     """Plain text of ``Fragmentation``."""
+    largest = "largest listed free block" if f.unlisted_bytes else "largest free block"
     lines = [f"Device {f.device}: reserved {fmt_bytes(f.reserved_bytes)}, allocated {fmt_bytes(f.allocated_bytes)}, "
              f"reserved but free {fmt_bytes(f.free_bytes)} (fragmentation {f.fragmentation:.0%})",
-             f"  largest free block {fmt_bytes(f.largest_free_block)} in {len(f.segments)} segments"]
+             f"  {largest} {fmt_bytes(f.largest_free_block)} in {len(f.segments)} segments"]
+    if f.unlisted_bytes:
+        lines.append("  " + unlisted_note(f))
     for o in f.ooms:
         lines.append(f"  OOM: requested {fmt_bytes(o.requested_bytes)} vs largest free block "
                      f"{fmt_bytes(o.largest_free_block)}; CUDA free {fmt_bytes(o.device_free_bytes)}")
@@ -213,7 +231,10 @@ def fragmentation_html(f: Fragmentation) -> str:
     """HTML of ``Fragmentation``."""
     body = kv_table([("reserved", fmt_bytes(f.reserved_bytes)), ("allocated", fmt_bytes(f.allocated_bytes)),
                      ("reserved but free", fmt_bytes(f.free_bytes)),
-                     ("largest free block", fmt_bytes(f.largest_free_block))])
+                     ("largest listed free block" if f.unlisted_bytes else "largest free block",
+                      fmt_bytes(f.largest_free_block))])
+    if f.unlisted_bytes:
+        body += f'<div class="nbd-muted">{esc(unlisted_note(f))}</div>'
     body += "".join(f'<div class="nbd-first">OOM: requested {esc(fmt_bytes(o.requested_bytes))}, largest free block '
                     f"then {esc(fmt_bytes(o.largest_free_block))}, reserved but free "
                     f"{esc(fmt_bytes(o.cached_free_bytes))}, at {esc(o.site)}</div>" for o in f.ooms)
@@ -259,19 +280,59 @@ def diff_text(d: SnapshotDiff) -> str:
     return "\n".join(lines)
 
 
+def _curve(snap: object, device: int | None, *, by_event: bool = False,
+           points: int = 600) -> tuple[str, list[float], list[int], str]:
+    """One snapshot's allocated bytes from its first event (seconds, or events), its highest point per slice."""
+    import numpy as np
+
+    st = snap.state(device)  # type: ignore[attr-defined]
+    total = np.concatenate([[st.initial_allocated], st.allocated]).astype(np.int64)
+    if st.x_is_time and st.n and not by_event:
+        x = (np.concatenate([[st.x[0]], st.x]) - st.x[0]) / 1e6
+        unit = "seconds"
+    else:
+        x = np.arange(total.size, dtype=np.float64)
+        unit = "events"
+    if total.size > points:
+        edges = np.linspace(0, total.size, points + 1).astype(np.int64)
+        pick = [int(a + np.argmax(total[a:b])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        x, total = x[pick], total[pick]
+    return snap.source, x.tolist(), total.tolist(), unit  # type: ignore[attr-defined]
+
+
+def _diff_rows(rows: Sequence[DiffRow]) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
+                                      ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in rows[:30]]
+    if len(rows) > 30:
+        rest = rows[30:]
+        change = sum(r.delta_bytes for r in rest)
+        out.append((f"+{len(rest)} more sites", fmt_bytes(sum(r.before_bytes for r in rest)),
+                    fmt_bytes(sum(r.after_bytes for r in rest)), ("+" if change > 0 else "") + fmt_bytes(change)))
+    return out
+
+
 @renders(SnapshotDiff, "html")
 def diff_html(d: SnapshotDiff) -> str:
-    """HTML of ``SnapshotDiff``: bytes alive at the end of each snapshot, by site, largest change first."""
-    rows: list[tuple[object, ...]] = [(r.site, fmt_bytes(r.before_bytes), fmt_bytes(r.after_bytes),
-                                       ("+" if r.delta_bytes > 0 else "") + fmt_bytes(r.delta_bytes)) for r in d.rows[:30]]
-    if len(d.rows) > 30:
-        rest = d.rows[30:]
-        change = sum(r.delta_bytes for r in rest)
-        rows.append((f"+{len(rest)} more sites", fmt_bytes(sum(r.before_bytes for r in rest)),
-                     fmt_bytes(sum(r.after_bytes for r in rest)), ("+" if change > 0 else "") + fmt_bytes(change)))
+    """HTML of ``SnapshotDiff``: both timelines on one axis, what grew or shrank by site at the peak and at the end."""
     body = kv_table([("before", f"{d.before}: {fmt_bytes(d.before_bytes)} alive"),
                      ("after", f"{d.after}: {fmt_bytes(d.after_bytes)} alive")])
-    body += table(["site", "before", "after", "change"], rows, numeric=(1, 2, 3))
+    peak_rows = d.peak_rows()
+    if d._before is not None and d._after is not None:
+        b, a = _curve(d._before, d._device), _curve(d._after, d._device)
+        unit = a[3] if a[3] == b[3] else "events"
+        if a[3] != b[3]:  # one has times, the other not: both by event
+            b, a = _curve(d._before, d._device, by_event=True), _curve(d._after, d._device, by_event=True)
+        body += "<h4>allocated over time, both from their first event</h4>"
+        body += picture(svg_two_timelines(b[:3], a[:3], x_label=unit), "allocated memory of both snapshots")
+    if peak_rows:
+        body += "<h4>at the peak: what grew or shrank, by site</h4>"
+        body += picture(svg_diverging([(r.site, r.delta_bytes) for r in peak_rows], title="change at the peak"),
+                        "change at the peak by site")
+        body += table(["site", "before", "after", "change"], _diff_rows(peak_rows), numeric=(1, 2, 3))
+    body += "<h4>at the end: what grew or shrank, by site</h4>"
+    body += picture(svg_diverging([(r.site, r.delta_bytes) for r in d.rows], title="change at the end"),
+                    "change at the end by site")
+    body += table(["site", "before", "after", "change"], _diff_rows(d.rows), numeric=(1, 2, 3))
     delta = d.after_bytes - d.before_bytes
     return panel(f"Snapshot diff: {('+' if delta > 0 else '')}{fmt_bytes(delta)} alive", body)
 

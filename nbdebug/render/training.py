@@ -16,7 +16,7 @@ from nbdebug.core._gradhistory import GradHistory
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import ReproReport
 from nbdebug.core.nan import ReplayResult
-from nbdebug.render._html import esc, kv_table, panel, table
+from nbdebug.render._html import esc, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
 from nbdebug.render.findings import findings_html, findings_text
 
@@ -117,7 +117,7 @@ def svg_line(
         parts.append(f'<text x="{legend_x}" y="{pad_t + 12}" font-size="10" fill="{color}">{esc(label)}</text>')
         legend_x += 8 + 6 * len(label)
     parts.append("</svg>")
-    return "".join(parts)
+    return picture("".join(parts), title or "chart")
 
 
 def svg_bars(labels: Sequence[str], values: Sequence[float], *, title: str = "", width: int = 520) -> str:
@@ -151,7 +151,7 @@ def svg_bars(labels: Sequence[str], values: Sequence[float], *, title: str = "",
             mark = "no gradient" if v == 0 else "NaN/Inf"
             parts.append(f'<text x="{pad_l}" y="{y + 10}" font-size="10" fill="#cf222e">{mark}</text>')
     parts.append("</svg>")
-    return "".join(parts)
+    return picture("".join(parts), f"{title} (log scale)")
 
 
 # -- gradient history --------------------------------------------------------------------------------------

@@ -129,6 +129,10 @@ def test_every_panel_is_readable(lab, page, theme):
     _set_theme(page, theme)
     panels = page.locator(".jp-OutputArea-output .nbdebug")
     assert panels.count() >= len(CELLS) - 2, f"only {panels.count()} panels rendered"
+    # trusted: every chart is the themed inline SVG; its stand-in image (for sanitised renderers) stays hidden
+    assert page.locator(".jp-OutputArea-output .nbd-pic-live svg").count() >= 4
+    assert page.locator(".jp-OutputArea-output img.nbd-pic-img").count() >= 4
+    assert not any(i.is_visible() for i in page.locator(".jp-OutputArea-output img.nbd-pic-img").all())
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 100, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -173,6 +173,9 @@ class SegmentRow:
     segment_type: str
     expandable: bool
     pool: str
+    #: bytes of the segment that no listed block covers (0 in a complete snapshot: blocks tile their segment);
+    #: part of ``free_bytes``, but where in it the free space lies, and so its largest free block, is unknown
+    unlisted_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,8 @@ class Fragmentation(Result):
     largest_free_block: int
     segments: tuple[SegmentRow, ...]
     ooms: tuple[OomRow, ...]
+    #: reserved bytes in no listed block (see ``SegmentRow.unlisted_bytes``); counted in ``free_bytes``
+    unlisted_bytes: int = 0
 
 
     @property
@@ -212,8 +217,10 @@ class Fragmentation(Result):
 
     @property
     def fragmentation(self) -> float:
-        """``1 - largest free block / free bytes`` (0: one free block; near 1: free memory in crumbs)."""
-        return 0.0 if self.free_bytes <= 0 else 1.0 - self.largest_free_block / self.free_bytes
+        """``1 - largest free block / free bytes`` (0: one free block; near 1: free memory in crumbs), over the
+        listed blocks only (bytes in no listed block have no known layout)."""
+        listed = self.free_bytes - self.unlisted_bytes
+        return 0.0 if listed <= 0 else 1.0 - self.largest_free_block / listed
 
     def _summary_line(self) -> str:
         return (f"device {self.device}: {fmt_bytes(self.free_bytes)} reserved but free, largest block "
@@ -286,6 +293,20 @@ class SnapshotDiff(Result):
     before_bytes: int
     after_bytes: int
     rows: tuple[DiffRow, ...]
+    # the two snapshots (for the pictures: both timelines on one axis, the peaks by site); not part of the data
+    _before: Any = field(default=None, compare=False)
+    _after: Any = field(default=None, compare=False)
+    _device: int | None = field(default=None, compare=False)
+
+    def peak_rows(self) -> tuple[DiffRow, ...]:
+        """Bytes alive at each snapshot's peak, by site, largest change first (empty without the snapshots)."""
+        if self._before is None or self._after is None:
+            return ()
+        a = {s.site: s.bytes for s in self._before.peak(self._device).by_site}
+        b = {s.site: s.bytes for s in self._after.peak(self._device).by_site}
+        rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
+        rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
+        return tuple(rows)
 
 
     def _summary_line(self) -> str:

@@ -262,12 +262,15 @@ class MemorySnapshot(Result):
         d = self._device(device)
         m = self.model
         rows = []
-        for s in sorted((s for s in m.segments if s.device == d), key=lambda s: -s.total_size):
+        # bytes each segment's listed blocks cover: less than its size when the snapshot lists only some blocks
+        listed = np.bincount(m.block_segment, weights=m.block_size, minlength=len(m.segments))
+        for i, s in sorted(((i, s) for i, s in enumerate(m.segments) if s.device == d), key=lambda t: -t[1].total_size):
             rows.append(SegmentRow(address=s.address, total_bytes=s.total_size, allocated_bytes=s.allocated_bytes,
                                    free_bytes=s.total_size - s.allocated_bytes,
                                    largest_free_block=s.largest_free_block, blocks=s.blocks,
                                    segment_type=s.segment_type, expandable=s.is_expandable,
-                                   pool="default" if s.pool_id == (0, 0) else f"private {s.pool_id}"))
+                                   pool="default" if s.pool_id == (0, 0) else f"private {s.pool_id}",
+                                   unlisted_bytes=max(0, s.total_size - int(listed[i]))))
         reserved = sum(r.total_bytes for r in rows)
         allocated = sum(r.allocated_bytes for r in rows)
         largest = max((r.largest_free_block for r in rows), default=0)
@@ -286,7 +289,7 @@ class MemorySnapshot(Result):
         ooms = tuple(oom_rows)
         return Fragmentation(device=d, reserved_bytes=reserved, allocated_bytes=allocated,
                              free_bytes=reserved - allocated, largest_free_block=largest, segments=tuple(rows),
-                             ooms=ooms)
+                             ooms=ooms, unlisted_bytes=sum(r.unlisted_bytes for r in rows))
 
     def never_freed(self, start: float | None = None, end: float | None = None, *,
                     device: int | None = None) -> NeverFreed:
@@ -332,7 +335,7 @@ class MemorySnapshot(Result):
         rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
         rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
         return SnapshotDiff(before=self.source, after=other.source, before_bytes=sum(a.values()),
-                            after_bytes=sum(b.values()), rows=tuple(rows))
+                            after_bytes=sum(b.values()), rows=tuple(rows), _before=self, _after=other, _device=device)
 
     def summary(self, device: int | None = None, *, top: int = 10) -> SnapshotSummary:
         """The headline numbers (the JSON contract of ``python -m nbdebug snapshot --json``)."""
@@ -395,6 +398,11 @@ class MemorySnapshot(Result):
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(doc)
         return doc
+
+    def view(self, device: int | None = None) -> Any:
+        """The live viewer in a notebook (needs ipywidgets): the kernel answers each zoom exactly, down to single
+        events, and each moment with every block alive.  Without a kernel, ``to_html`` or the plain display."""
+        return display_registry().memory_widget.live_viewer(self, device)
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""

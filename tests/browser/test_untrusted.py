@@ -1,0 +1,131 @@
+"""Panels in a notebook reopened from disk, untrusted, in a real JupyterLab (Light and Dark).
+
+The notebook is written with its outputs by another process (as one from git, a colleague or GitHub is), so
+JupyterLab does not trust it: it runs no script and sanitises the HTML (no <style>, no inline <svg>).  Every chart
+must still show as a picture, no chart may flatten into a run of its labels, and the memory viewer must say how to
+get its interactive view.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nbdebug.render._html import INTERACTIVE_NOTE
+from tests.browser.conftest import DOCS
+
+pytestmark = pytest.mark.browser
+
+
+def _outputs(shell) -> list[tuple[str, dict]]:
+    """(source, mime bundle) of cells made in this process: doctor, GradMonitor history, snapshot viewer, timeline."""
+    import torch
+    from torch import nn
+
+    import nbdebug
+    from nbdebug.core.grads import GradMonitor
+
+    torch.manual_seed(0)
+    clf = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), nn.Softmax(dim=1))
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    report = nbdebug.doctor(clf, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(clf.parameters(), lr=0.1), steps=30)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with GradMonitor(net, num_classes=3, live=False) as mon:
+        for _ in range(20):
+            loss = nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            mon.log_loss(loss)
+            opt.step()
+    snap = nbdebug.load_snapshot(nbdebug.examples.path("snapshots/forward_fp32_128.pickle"))
+    results = [("nbdebug.doctor(...)", report), ("mon.history", mon.history), ("snap", snap),
+               ("snap.timeline()", snap.timeline())]
+    out = []
+    for source, obj in results:
+        data, _ = shell.display_formatter.format(obj)
+        out.append((source, data))
+    return out
+
+
+def _svg_text(html: str) -> list[str]:
+    """The text of each inline SVG chart, run together as a sanitiser that keeps text would show it."""
+    runs = []
+    for svg in re.findall(r"<svg\b.*?</svg>", html, flags=re.S):
+        pieces = re.findall(r">([^<]+)<", svg)
+        if len(pieces) >= 2:  # labels run together: the tell-tale of a flattened chart
+            runs.append("".join(pieces))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def untrusted_notebook(lab, shell):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    flat: list[str] = []
+    for i, (source, data) in enumerate(_outputs(shell)):
+        cell = nbformat.v4.new_code_cell(source, execution_count=i + 1)
+        cell.outputs = [nbformat.v4.new_output("execute_result", data=data, execution_count=i + 1)]
+        nb.cells.append(cell)
+        flat += _svg_text(data.get("text/html", ""))
+    nbformat.write(nb, lab.root / "untrusted.ipynb")  # unsigned: JupyterLab will not trust it
+    assert flat, "no chart in the outputs: nothing to check"
+    return "untrusted.ipynb", flat
+
+
+def _open(lab, page, name: str) -> None:
+    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="domcontentloaded")
+    page.wait_for_function(
+        """(name) => {
+            if (!window.jupyterapp) return false;
+            const w = [...window.jupyterapp.shell.widgets('main')].find(x => x.context && x.context.path === name);
+            if (!w || !w.context.isReady) return false;
+            window.__nbdPanel = w;
+            return w.node.querySelectorAll('.jp-OutputArea-output').length >= 4;
+        }""",
+        arg=name,
+        timeout=90_000,
+    )
+    page.wait_for_timeout(1000)
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_reopened_untrusted_notebook_shows_every_chart(lab, page, untrusted_notebook, theme):
+    from tests.browser.test_themes import _set_theme
+
+    name, flat = untrusted_notebook
+    _open(lab, page, name)
+    _set_theme(page, theme)
+    trusted = page.evaluate("() => window.__nbdPanel.content.widgets.map(c => c.model.trusted)")
+    assert trusted and not any(trusted), "the notebook should open untrusted"
+    out = ".jp-OutputArea-output"
+    assert page.locator(f"{out} script").count() == 0 and page.locator(f"{out} svg").count() == 0  # sanitised
+    # every chart is a decoded, visible picture
+    images = page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel + ' img')].map(i => ({
+            src: i.src.slice(0, 26), ok: i.complete && i.naturalWidth > 0,
+            w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""", out)
+    charts = [i for i in images if i["src"] == "data:image/svg+xml;base64,"]
+    assert len(charts) >= 5, images
+    assert all(i["ok"] and i["w"] > 100 and i["h"] > 30 for i in charts), charts
+    # no chart flattened into text ("loss0.8511.390step 199chance..."), in any output
+    text = " ".join(page.locator(out).all_inner_texts())
+    squashed = " ".join(text.split())
+    for run in flat:
+        assert " ".join(run.split()) not in squashed, run
+    # the viewer: its static chart and the note; not its controls, which do nothing without the script
+    viewer = page.locator(f"{out} .nbd-mem")
+    assert INTERACTIVE_NOTE in viewer.inner_text()
+    assert viewer.locator("img").first.is_visible()
+    assert not viewer.locator("button:has-text('go to peak')").is_visible()
+    assert "click the chart" not in viewer.inner_text()
+    DOCS.mkdir(exist_ok=True)
+    tag = theme.split()[-1].lower()
+    page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", f"{out} .nbd-mem")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(DOCS / f"untrusted_viewer_{tag}.png"))
+    page.locator(f"{out} details.nbdebug", has_text="doctor").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(DOCS / f"untrusted_doctor_{tag}.png"))
