@@ -132,12 +132,22 @@ def _control(fd: int) -> None:
             if line.strip() == "dump":
                 frames = _frames_of_main()
                 send("dumped", stack=_stack_text(frames), frames=frames, fr=_fr_entries())
-    # end of file: the launcher is gone (the kernel died or was restarted) -- never outlive it, and remove the
-    # run folder that the launcher can no longer remove
+    # end of file: the launcher is gone (SIGKILL, SIGTERM, the kernel restarted) -- never outlive it: remove the
+    # run folder that the launcher can no longer remove, then end this rank's whole process group (this rank leads
+    # its own session), so that what the user's code started (os.fork, subprocess) goes too
+    _end_everything()
+
+
+def _end_everything() -> None:
     if _RUN_DIR:
         import shutil
 
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
     os._exit(70)
 
 
@@ -159,6 +169,15 @@ def _install_init_defaults(pg_timeout: float, cell_mode: bool) -> None:
 
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group  # type: ignore[assignment]
+
+
+def _flush_arrivals() -> None:
+    checks = sys.modules.get("nbdebug.core.dist._checks")
+    if checks is not None:
+        try:
+            checks.flush_arrivals()
+        except Exception:  # a report detail must never fail the user's run
+            pass
 
 
 def _clean_traceback(exc: BaseException) -> str:
@@ -227,6 +246,7 @@ def main(run_dir: str) -> int:
                 with open(spec["source_path"], encoding="utf-8") as fh:
                     code = compile(fh.read(), spec["source_path"], "exec")
                 exec(code, namespace)
+                _flush_arrivals()
                 send("finished")  # before destroy_process_group: peers may fail as soon as the group goes away
                 if dist.is_initialized():
                     dist.destroy_process_group()
@@ -235,6 +255,7 @@ def main(run_dir: str) -> int:
 
                 sys.argv = [spec["source_path"], *spec.get("argv", [])]
                 runpy.run_path(spec["source_path"], run_name="__main__")
+                _flush_arrivals()
                 send("finished")
         except SystemExit as e:
             if e.code not in (0, None):
