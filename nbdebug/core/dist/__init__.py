@@ -27,6 +27,7 @@ from nbdebug.core.dist._checks import (
     step_report,
 )
 from nbdebug.core.dist._failures import classify, explain_detail_mismatch
+from nbdebug.core.dist._instrument import Instrumented, instrument
 from nbdebug.core.dist._launch import Backend, Echo, run, run_script
 from nbdebug.core.dist._nccl import NcclLog, parse_nccl_log
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult, RunInterrupted, StackGroup
@@ -34,5 +35,5 @@ from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult, Run
 __all__ = [
     "run", "run_script", "Backend", "Echo", "DistRun", "RankResult", "Hang", "StackGroup", "CheckRecord", "RunInterrupted",
     "check_consistency", "ConsistencyReport", "check_data_order", "DataOrderReport", "log_step", "StepReport",
-    "step_report", "parse_nccl_log", "NcclLog", "classify", "explain_detail_mismatch",
+    "step_report", "parse_nccl_log", "NcclLog", "classify", "explain_detail_mismatch", "instrument", "Instrumented",
 ]
