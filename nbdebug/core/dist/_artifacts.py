@@ -257,7 +257,7 @@ def _read_error_file(path: str, doc: dict[str, Any], out: Collected) -> None:
     if isinstance(extra, dict):
         ts = _int(extra.get("timestamp"))
         when = float(ts) if ts is not None and 0 <= ts < 2**40 else None
-    nb = doc.get("nbdebug") if isinstance(doc.get("nbdebug"), dict) else {}
+    nb: dict[str, Any] = doc["nbdebug"] if isinstance(doc.get("nbdebug"), dict) else {}
     t = nb.get("time")
     if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 2**40:
         when = float(t)
@@ -325,7 +325,7 @@ def _read_text(path: str, text: str, out: Collected) -> None:
     for rank, rlines in by_rank.items():
         _read_rank_lines(path, rank, rlines, out, kinds, prefixed=True)
     if plain:
-        header_rank = None
+        header_rank: int | None = None
         for ln in plain[:50]:
             h = _HEADER.search(ln)
             if h:
@@ -333,9 +333,9 @@ def _read_text(path: str, text: str, out: Collected) -> None:
                 break
         if _summary(path, plain, out):
             kinds.add("launcher_summary")
-        rank = header_rank if header_rank is not None else (file_rank if not by_rank else None)
-        if rank is not None and rank <= _MAX_RANK:
-            _read_rank_lines(path, rank, plain, out, kinds, prefixed=False)
+        owner = header_rank if header_rank is not None else (file_rank if not by_rank else None)
+        if owner is not None and owner <= _MAX_RANK:
+            _read_rank_lines(path, owner, plain, out, kinds, prefixed=False)
         else:
             nccl = [ln for ln in plain if _NCCL_LINE.match(ln)]
             if nccl:

@@ -288,6 +288,7 @@ def instrument(path: str | os.PathLike[str] | None = None, *, hang_after: float 
         previous_hook(tp, value, tb)
 
     sys.excepthook = excepthook
+    _on_sigterm(state)
     threading.Thread(target=_watch, args=(state, float(hang_after)), daemon=True, name="nbdebug-hang-watch").start()
 
     def at_exit() -> None:
@@ -299,6 +300,67 @@ def instrument(path: str | os.PathLike[str] | None = None, *, hang_after: float 
     result = Instrumented(path=folder, rank=rank, world_size=world, host=host, files=files, env=env)
     _ACTIVE["result"] = result
     return result
+
+
+def _on_sigterm(state: dict[str, Any]) -> None:
+    """On SIGTERM (torchrun ending the other ranks after a failure, ``scancel``), leave the stacks and the Flight
+    Recorder entries first, then die of SIGTERM as before.
+
+    A rank blocked in a collective cannot run a Python signal handler (its main thread is in C++), so the signal is
+    also seen through ``signal.set_wakeup_fd`` by a thread, which does the same.  Only installed when SIGTERM has
+    its default action and no wakeup fd is in use.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # pragma: no cover  (only the main thread may)
+        os.close(r)
+        os.close(w)
+        return
+    if old != -1:  # someone else (an event loop) owns the wakeup fd: leave it alone
+        signal.set_wakeup_fd(old)
+        os.close(r)
+        os.close(w)
+        return
+    once = threading.Lock()
+
+    def leave_and_die(from_main: bool) -> None:
+        if not once.acquire(blocking=False):
+            return
+        try:
+            with state["lock"]:
+                _stamp(state["stacks"], "terminated (SIGTERM)", state["rank"], state["host"])
+                faulthandler.dump_traceback(file=state["stacks"], all_threads=True)
+                state["stacks"].flush()
+            if not os.path.exists(state["fr"]):
+                _dump_fr(state["fr"], with_stacks=False)
+        finally:
+            if from_main:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            else:  # only the main thread may call signal.signal(); libc's signal() may be called from any thread
+                import ctypes
+
+                ctypes.CDLL(None).signal(int(signal.SIGTERM), 0)  # 0 == SIG_DFL
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def watch() -> None:
+        while True:
+            try:
+                got = os.read(r, 64)
+            except OSError:
+                return
+            if not got:
+                return
+            if int(signal.SIGTERM) in got:
+                leave_and_die(from_main=False)
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: leave_and_die(from_main=True))
+    threading.Thread(target=watch, daemon=True, name="nbdebug-sigterm").start()
 
 
 def _write_error_file(path: str, exc: BaseException, tb: Any, rank: int, host: str) -> None:
