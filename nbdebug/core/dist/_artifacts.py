@@ -346,8 +346,6 @@ def _read_text(path: str, text: str, out: Collected) -> None:
                          "dump, NCCL log or rank log)")
     for k in kinds:
         out.count(k)
-    if by_rank:
-        out.count("rank_log")
 
 
 def _attribute_nccl(nccl: list[str], out: Collected) -> None:
@@ -485,13 +483,10 @@ def _main_thread_frames(text: str) -> list[dict[str, Any]]:
     for block in blocks:
         if not _THREAD.match(block):
             continue
-        frames = parse_faulthandler(block)
-        if not frames:
-            continue
-        files = " ".join(str(f["file"]) for f in frames)
-        if "_instrument.py" in files or "nbdebug/core/dist/_bootstrap.py" in files:
-            continue
-        candidates.append(frames)
+        # nbdebug's own frames are plumbing: a dump taken by its SIGTERM handler runs on top of the user's code
+        frames = [f for f in parse_faulthandler(block) if not str(f["file"]).endswith("nbdebug/core/dist/_instrument.py")]
+        if frames:
+            candidates.append(frames)
     # the main thread's outermost frame is the script (<module>), a worker's is threading's _bootstrap
     main = [f for f in candidates if f and not str(f[0]["file"]).endswith("threading.py")]
     return (main or candidates or [[]])[0]

@@ -1,0 +1,198 @@
+"""Post-mortem of real jobs: four 4-rank gloo jobs under real torchrun on 127.0.0.1, each with one faulty rank
+(skips a collective, mismatched size, raises, exits), every rank calling ``nbdebug.dist.instrument()``.  The jobs
+run once per module (in parallel); every test reads what they left.  A 1,024-rank folder is built from the
+real dumps by relabelling ranks and hosts (tests/dist_scale.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nbdebug import dist
+from nbdebug.errors import DistUsageError, NbdebugError
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.timeout(240)
+
+JOB = REPO / "tests" / "data" / "dist" / "faulty_job.py"
+SCENARIOS = ("skip", "size", "raise", "exit")
+
+
+def _line(needle: str) -> int:
+    return next(i for i, ln in enumerate(JOB.read_text().splitlines(), 1) if needle in ln)
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jobs")
+    procs = {}
+    for mode in SCENARIOS:
+        folder = root / mode
+        folder.mkdir()
+        env = {**os.environ, "ARTIFACTS": str(folder), "MODE": mode, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+               "PG_TIMEOUT": "12", "HANG_AFTER": "3", "SKIP_SLEEP": "120"}
+        log = open(folder / "torchrun.log", "w")  # noqa: SIM115  (closed below)
+        procs[mode] = (subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", str(JOB)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True), log)
+    try:
+        deadline = time.monotonic() + 200
+        for mode, (proc, log) in procs.items():
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            log.close()
+    finally:
+        for proc, log in procs.values():
+            if proc.poll() is None:  # only the launchers these tests started, and their ranks
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            log.close()
+    return {mode: root / mode for mode in SCENARIOS}
+
+
+def test_a_rank_that_skips_a_collective_is_named_with_its_line(jobs):
+    pm = dist.postmortem(jobs["skip"])
+    assert pm.primary_rank == 1
+    d = pm.divergence
+    assert d is not None and d.seq == 4 and "all_reduce" in d.op
+    assert d.missing == (1,) and d.entered == (0, 2, 3)
+    assert f"faulty_job.py:{_line('time.sleep')}" in d.missing_where[1]  # from its stack dump
+    assert "Thread 0x" in d.missing_stack[1]
+    fourth = next(i for i, ln in enumerate(JOB.read_text().splitlines(), 1) if ln == "dist.all_reduce(grad)")
+    assert f"faulty_job.py:{fourth}" in d.entered_where
+    assert set(pm.consequences) == {0, 2, 3}
+    assert pm.diagnosis is None  # the culprit raised nothing: it was elsewhere
+    states = pm.by_state()
+    assert states["primary"] == (1,)
+    assert {f.kind for f in pm.findings} >= {"postmortem_primary", "hang_divergence"}
+
+
+def test_a_mismatched_size_names_the_odd_rank_not_the_one_that_aborted(jobs):
+    pm = dist.postmortem(jobs["size"])
+    m = pm.mismatches[0]
+    assert m.seq == 4 and m.field == "sizes" and m.culprits == (1,)
+    assert m.groups["[[9]]"] == (1,)
+    assert pm.primary_rank == 1
+    assert "[[9]]" in pm.primary_reason and "sizes" in pm.primary_reason
+
+
+def test_a_rank_that_raises_is_primary_with_the_explainers_diagnosis(jobs):
+    pm = dist.postmortem(jobs["raise"])
+    assert pm.primary_rank == 1
+    assert "Target 12 is out of bounds" in pm.primary_reason
+    assert pm.diagnosis is not None and pm.diagnosis.category == "target_out_of_bounds"
+    assert {0, 2} <= set(pm.consequences)  # "Connection closed by peer": victims, not causes
+    victims = [r for r in pm.ranks if r.rank in (0, 2)]
+    assert all(r.state == "consequence" and "Connection closed by peer" in r.error for r in victims)
+    row = next(r for r in pm.ranks if r.rank == 1)
+    assert f"faulty_job.py:{_line('loss = F.cross_entropy')}" in row.where
+
+
+def test_a_rank_that_exits_is_primary(jobs):
+    pm = dist.postmortem(jobs["exit"])
+    assert pm.primary_rank == 1
+    assert "exit" in pm.primary_reason and "code 3" in pm.primary_reason
+    assert pm.divergence is not None and 1 in pm.divergence.missing
+
+
+def test_ranks_are_matched_across_files_and_hosts_named(jobs):
+    pm = dist.postmortem(jobs["skip"])
+    assert pm.world_size == 4
+    host = socket.gethostname()
+    assert [h.host for h in pm.hosts] == [host] and pm.hosts[0].ranks == (0, 1, 2, 3)
+    assert not pm.bad_hosts  # one host: nothing to stand out from
+    for r in pm.ranks:
+        assert {"flight_recorder", "stacks", "log"} <= set(r.artifacts), r
+    assert pm.files["flight_recorder"] == 4 and pm.files["launcher_summary"] == 1
+    df = pm.to_pandas()
+    assert list(df["rank"]) == [0, 1, 2, 3] and set(df["state"]) == {"primary", "consequence"}
+
+
+def test_files_are_recognised_by_content_not_by_name(jobs, tmp_path):
+    # every file under a meaningless name: error files, stacks and logs say their rank themselves; Flight Recorder
+    # dumps carry it only in their name (as for fr_trace), so they keep a rank-numbered name
+    for i, f in enumerate(sorted(jobs["raise"].iterdir())):
+        name = f"artifact{i:02d}.dat" if not f.name.startswith("fr_rank_") else f"dump_rank{f.name[8:]}"
+        shutil.copy(f, tmp_path / name)
+    a, b = dist.postmortem(jobs["raise"]), dist.postmortem(tmp_path)
+    assert (b.primary_rank, b.consequences, b.diagnosis.category) == (a.primary_rank, a.consequences,
+                                                                    a.diagnosis.category)
+    assert b.files == a.files
+
+
+def test_text_html_and_cli(jobs):
+    pm = dist.postmortem(jobs["skip"])
+    text = str(pm)
+    assert "primary failure on rank 1" in text and "never by rank(s) 1" in text and "Ranks by state" in text
+    html = pm._repr_mimebundle_()["text/html"]
+    assert "Ranks by state" in html and "<script" not in html
+    out = subprocess.run([sys.executable, "-m", "nbdebug", "postmortem", str(jobs["skip"]), "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 1, out.stderr
+    data = json.loads(out.stdout)
+    assert data["primary_rank"] == 1 and data["divergence"]["missing"] == [1]
+    bad = subprocess.run([sys.executable, "-m", "nbdebug", "postmortem", str(jobs["skip"] / "nope")],
+                         capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert bad.returncode == 1 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_several_paths_and_globs(jobs):
+    one = dist.postmortem(jobs["raise"])
+    parts = dist.postmortem([str(p) for p in sorted(jobs["raise"].iterdir())])
+    glob = dist.postmortem(str(jobs["raise"] / "*"))
+    assert one.primary_rank == parts.primary_rank == glob.primary_rank == 1
+
+
+def test_1024_ranks_relabelled_from_real_dumps_name_the_bad_node(jobs, tmp_path):
+    from tests.dist_scale import build_scaled
+
+    info = build_scaled(jobs["skip"], tmp_path, 1024, ranks_per_host=8, bad_host=5)
+    pm = dist.postmortem(tmp_path)
+    assert pm.world_size == 1024
+    assert pm.divergence is not None and pm.divergence.missing == tuple(info["bad_ranks"])
+    assert pm.bad_hosts == (info["bad_host"],)
+    assert pm.primary_rank == info["bad_ranks"][0]
+    assert len(pm.hosts) == 128
+    html = pm._repr_mimebundle_()["text/html"]
+    assert html.count("<tr") < 60  # ranks grouped, never one row each
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "junk", "bytes"])
+def test_bad_input_is_one_clear_error(tmp_path, make):
+    if make == "missing":
+        arg = tmp_path / "does-not-exist"
+    elif make == "empty":
+        arg = tmp_path
+    elif make == "junk":
+        (tmp_path / "a.bin").write_bytes(b"\x00\x01garbage")
+        (tmp_path / "b.txt").write_text("hello\n")
+        (tmp_path / "fr_rank_0").write_bytes(b"\x80\x04corrupt")
+        arg = tmp_path
+    else:
+        arg = b"/tmp"
+    with pytest.raises(DistUsageError) as e:
+        dist.postmortem(arg)
+    assert isinstance(e.value, NbdebugError)
+    assert "expected" in str(e.value)
+
+
+def test_a_pickle_with_a_global_is_refused_never_run(tmp_path):
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "fr_rank_0").write_bytes(pickle.dumps({"entries": [Boom()], "pg_config": {}}))
+    (tmp_path / "error_rank0.json").write_text(json.dumps({"message": "RuntimeError: boom"}))
+    pm = dist.postmortem(tmp_path)
+    assert not (tmp_path / "pwned").exists()
+    assert any("refused global" in n for n in pm.notes)
+    assert pm.primary_rank == 0
