@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -45,7 +44,7 @@ def jobs(tmp_path_factory):
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True), log)
     try:
         deadline = time.monotonic() + 200
-        for mode, (proc, log) in procs.items():
+        for proc, log in procs.values():
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             log.close()
     finally:
