@@ -59,6 +59,7 @@ class Collected:
     unattributed_nccl: list[str] = field(default_factory=list)
     root_cause_rank: int | None = None  # torchrun's "Root Cause (first observed failure)"
     world_size: int | None = None
+    group_sizes: dict[str, int] = field(default_factory=dict)
 
     def rank(self, r: int) -> RankEvidence:
         ev = self.ranks.get(r)
@@ -241,9 +242,11 @@ def _read_fr_doc(path: str, doc: dict[str, Any], out: Collected, form: str) -> N
     if isinstance(cfg, dict):
         for c in cfg.values():
             if isinstance(c, dict) and isinstance(c.get("ranks"), str) and len(c["ranks"]) < 10_000_000:
-                members = re.findall(r"[0-9]{1,8}", c["ranks"])
-                if members and (out.world_size is None or len(members) > out.world_size):
-                    out.world_size = len(members)
+                n = out.group_sizes.get(c["ranks"])  # every rank's dump repeats the same list: count it once
+                if n is None:
+                    n = out.group_sizes[c["ranks"]] = len(re.findall(r"[0-9]{1,8}", c["ranks"]))
+                if n and (out.world_size is None or n > out.world_size):
+                    out.world_size = n
 
 
 # -- error files -------------------------------------------------------------------------------------------------
