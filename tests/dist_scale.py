@@ -69,3 +69,33 @@ def build_scaled(src: str | os.PathLike[str], out: str | os.PathLike[str], nrank
             text = re.sub(r"host \S+ pid [0-9]+", f"host {host} pid {pid}", text)
             (out / new_name).write_text(text)
     return {"bad_ranks": bad_ranks, "bad_host": f"node{bad_host:04d}", "nranks": nranks}
+
+
+def export_example(src: str | os.PathLike[str], dst: str | os.PathLike[str], replace: dict[str, str]) -> None:
+    """Copy a job's artifact folder with paths and names rewritten (``replace``: old -> new, in order), inside
+    Flight Recorder dumps too: how nbdebug/examples/dist/postmortem_* were made from real runs."""
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+
+    def fix(text: str) -> str:
+        for old, new in replace.items():
+            text = text.replace(old, new)
+        return text
+
+    def walk(value):
+        if isinstance(value, str):
+            return fix(value)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(walk(v) for v in value)
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        return value
+
+    for f in sorted(src.iterdir()):
+        data = f.read_bytes()
+        if data[:1] == b"\x80":
+            (dst / f.name).write_bytes(pickle.dumps(walk(_Plain(io.BytesIO(data)).load()), protocol=2))
+        else:
+            (dst / f.name).write_text(fix(data.decode("utf-8", errors="replace")))

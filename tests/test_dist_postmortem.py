@@ -129,7 +129,7 @@ def test_files_are_recognised_by_content_not_by_name(jobs, tmp_path):
 def test_text_html_and_cli(jobs):
     pm = dist.postmortem(jobs["skip"])
     text = str(pm)
-    assert "primary failure on rank 1" in text and "never by rank(s) 1" in text and "Ranks by state" in text
+    assert "hang at collective #4: rank(s) 1 never arrived" in text and "never by rank(s) 1" in text and "Ranks by state" in text
     html = pm._repr_mimebundle_()["text/html"]
     assert "Ranks by state" in html and "<script" not in html
     out = subprocess.run([sys.executable, "-m", "nbdebug", "postmortem", str(jobs["skip"]), "--json"],

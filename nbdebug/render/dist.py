@@ -314,6 +314,10 @@ def _ranks_short(ranks: tuple[int, ...], limit: int = 120) -> str:
 
 
 def _pm_headline(pm: PostMortem) -> tuple[str, str]:
+    d = pm.divergence
+    if d is not None and pm.primary_rank in d.missing and pm.diagnosis is None and not pm.mismatches:
+        return (f"post-mortem: {pm.world_size} ranks — hang at collective #{d.seq}: rank(s) "
+                f"{_ranks_short(d.missing, 40)} never arrived"), "error"
     if pm.primary_rank is not None:
         return f"post-mortem: {pm.world_size} ranks — primary failure on rank {pm.primary_rank}", "error"
     if pm.divergence is not None:
