@@ -53,21 +53,22 @@ x = torch.ones(16)
 for _ in range(20):
     dist.all_reduce(x)
 n = 300
-t0 = time.perf_counter()
-for _ in range(n):
-    dist.all_reduce(x)
-bare = (time.perf_counter() - t0) / n
-t0 = time.perf_counter()
-for i in range(n):
-    dist.all_reduce(x)
-    log_step(1.0, step=i)
-logged = (time.perf_counter() - t0) / n
-t0 = time.perf_counter()
-for i in range(n):
-    dist.all_reduce(x)
-    log_step(1.0, step=i, arrivals_every=1)
-every = (time.perf_counter() - t0) / n
-print(f"STEP {bare} {logged} {every}")
+
+
+def per_step(every):
+    # the best of 5 rounds (timeit's rule): on a shared machine one descheduling adds 100+ ms to a round
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for i in range(n):
+            dist.all_reduce(x)
+            if every is not None:
+                log_step(1.0, step=i, arrivals_every=every)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+print(f"STEP {per_step(None)} {per_step(50)} {per_step(1)}")
 """
 
 

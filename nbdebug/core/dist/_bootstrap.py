@@ -130,6 +130,12 @@ def _control(fd: int) -> None:
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             if line.strip() == "dump":
+                checks = sys.modules.get("nbdebug.core.dist._checks")
+                if checks is not None:  # the steps logged so far belong in the report of a hang
+                    try:
+                        checks.flush_steps()
+                    except Exception:
+                        pass
                 frames = _frames_of_main()
                 send("dumped", stack=_stack_text(frames), frames=frames, fr=_fr_entries())
     # end of file: the launcher is gone (SIGKILL, SIGTERM, the kernel restarted) -- never outlive it: remove the
@@ -262,6 +268,7 @@ def main(run_dir: str) -> int:
                 send("exc", type="SystemExit", message=f"SystemExit: {e.code}", traceback=_clean_traceback(e))
             raise
         except BaseException as e:
+            _flush_arrivals()  # the steps logged before the failure belong in the report
             send("exc", type=type(e).__name__, message=f"{type(e).__name__}: {e}", traceback=_clean_traceback(e))
             raise
 

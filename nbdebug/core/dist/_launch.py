@@ -238,11 +238,13 @@ class _Session:
             r.checks.append(payload)
         elif ev == "step":
             r.steps.append(payload)
+        elif ev == "steps":
+            r.steps.extend(s for s in payload.get("steps") or () if isinstance(s, dict))
         elif ev == "arrivals":
             if r.steps:  # read once at the end: they belong with the steps already logged
                 r.steps[-1] = {**r.steps[-1], "arrivals": [*(r.steps[-1].get("arrivals") or ()),
                                                            *(payload.get("arrivals") or ())]}
-        return ev in ("tick", "ready", "check", "step", "exc", "done", "started", "finished")
+        return ev in ("tick", "ready", "check", "step", "steps", "exc", "done", "started", "finished")
 
     def _rename(self, text: str) -> str:
         source = self.spec.get("source_path", "")
