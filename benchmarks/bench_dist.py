@@ -150,7 +150,7 @@ def bench_postmortem(env: dict[str, str], nranks: int = 4096) -> None:
                 cfg["0"] = {**cfg.pop(""), "name": "0", "desc": "default_pg"}
             f.write_bytes(pickle.dumps(doc))
         fixed, t_fixed, peak = _child(frt, env)
-        m = re.search(r"missing ranks: \{([0-9, ]*)\}", fixed.stdout)
+        m = re.search(r"missing ranks: \{([0-9, ]*)\}", fixed.stdout + fixed.stderr)
         theirs = sorted(int(x) for x in m.group(1).split(",")) if m else None
         agree = theirs == res["missing"]
         print(f"fr_trace on the renamed copy: exit {fixed.returncode}, {t_fixed:.2f} s"
