@@ -195,3 +195,57 @@ def test_a_pickle_with_a_global_is_refused_never_run(tmp_path):
     assert not (tmp_path / "pwned").exists()
     assert any("refused global" in n for n in pm.notes)
     assert pm.primary_rank == 0
+
+
+INSTRUMENTED = """
+import os, signal, sys, time
+import nbdebug.dist as d
+info = d.instrument(sys.argv[1], hang_after=1)
+assert d.instrument(sys.argv[1]) is info  # a second call is the first one
+print("hello from the rank", flush=True)
+print("env", os.environ["TORCH_FR_BUFFER_SIZE"], os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"], flush=True)
+os.kill(os.getpid(), signal.SIGUSR1)
+time.sleep(2)  # the watcher sees a stall of 1 s
+
+class Odd(Exception):
+    def __str__(self):
+        raise KeyboardInterrupt
+
+if sys.argv[2] == "odd":
+    raise Odd()
+raise ValueError("labels out of range")
+"""
+
+
+@pytest.mark.parametrize("kind", ["plain", "odd"])
+def test_instrument_leaves_torch_formats_and_never_hides_the_users_error(tmp_path, kind):
+    script = tmp_path / "train.py"
+    script.write_text(INSTRUMENTED)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "art"), kind], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO), "RANK": "3", "WORLD_SIZE": "4"})
+    assert out.returncode == 1
+    assert ("ValueError: labels out of range" if kind == "plain" else "Odd") in out.stderr  # the user's traceback
+    art = tmp_path / "art"
+    err = json.loads((art / "error_rank3.json").read_text())
+    assert set(err["message"]) == {"message", "extraInfo"}  # torchelastic's format
+    assert err["nbdebug"]["rank"] == 3 and "py_callstack" in err["message"]["extraInfo"]
+    log = (art / "rank3.log").read_text().splitlines()
+    assert "[rank3]:hello from the rank" in log and all(ln.startswith("[rank3]:") for ln in log if ln)
+    stacks = (art / "stacks_rank3.txt").read_text()
+    assert stacks.count("most recent call first") >= 2  # SIGUSR1, then the stall
+    assert "has not moved for" in stacks
+    pm = dist.postmortem(art)
+    assert pm.primary_rank == 3 and pm.world_size == 4
+    if kind == "plain":
+        assert "labels out of range" in pm.primary_reason
+
+
+def test_instrument_refuses_bad_arguments(tmp_path):
+    from nbdebug.errors import InvalidArgumentError
+
+    for bad in ({"hang_after": 0}, {"hang_after": "1"}, {"fr_buffer": -1}):
+        with pytest.raises(InvalidArgumentError):
+            dist.instrument(tmp_path, **bad)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidArgumentError, match="cannot create"):
+        dist.instrument(tmp_path / "file" / "sub")

@@ -147,7 +147,7 @@ def _describe(exc: BaseException) -> str:
     """``"Type: message"``, even for an exception whose ``__str__`` raises."""
     try:
         message = str(exc)
-    except Exception as e:  # the user's exception must not break the panel that explains it
+    except BaseException as e:  # even KeyboardInterrupt from a __str__: the user's exception must reach them
         message = f"<message could not be shown: {type(e).__name__}>"
     return f"{type(exc).__name__}: {message}"
 

@@ -186,6 +186,15 @@ def _flush_arrivals() -> None:
             pass
 
 
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"``, also for an exception whose ``__str__`` raises (even KeyboardInterrupt)."""
+    try:
+        message = str(exc)
+    except BaseException:  # the user's own exception must still reach them, not this one
+        message = "<the exception's message could not be shown: its __str__ raised>"
+    return f"{type(exc).__name__}: {message}"
+
+
 def _clean_traceback(exc: BaseException) -> str:
     te = traceback.TracebackException.from_exception(exc)
     te.stack = traceback.StackSummary.from_list(
@@ -269,7 +278,7 @@ def main(run_dir: str) -> int:
             raise
         except BaseException as e:
             _flush_arrivals()  # the steps logged before the failure belong in the report
-            send("exc", type=type(e).__name__, message=f"{type(e).__name__}: {e}", traceback=_clean_traceback(e))
+            send("exc", type=type(e).__name__, message=_describe(e), traceback=_clean_traceback(e))
             raise
 
     try:

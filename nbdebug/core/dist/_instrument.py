@@ -367,7 +367,7 @@ def _write_error_file(path: str, exc: BaseException, tb: Any, rank: int, host: s
     """torchelastic's error-file format (``ErrorHandler.record_exception``), with rank, host and a precise time."""
     try:
         message = f"{type(exc).__name__}: {exc}"
-    except BaseException:  # an exception whose __str__ fails (or raises KeyboardInterrupt) still gets a file
+    except BaseException:  # noqa: B036  # an exception whose __str__ fails (or raises KeyboardInterrupt) still gets a file
         message = f"{type(exc).__name__}: <str() of the exception failed>"
     now = time.time()
     data = {
