@@ -429,9 +429,13 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
         ev.kinds.add("stacks")
         is_pyspy = any(re.match(r"^Thread [0-9]{1,10} \((?:active|idle)", ln) for ln in lines)
         stack_text, reason = _last_dump(lines)
-        frames = parse_pyspy(stack_text) if is_pyspy else _main_thread_frames(stack_text)
+        if is_pyspy:
+            frames, block = parse_pyspy(stack_text), stack_text
+        else:
+            frames, block = _main_thread_frames(stack_text)
         if frames and (not ev.stack_frames or not prefixed):
-            ev.stack, ev.stack_frames, ev.stack_file, ev.stack_reason = stack_text, frames, path, reason
+            shown = (f"# {reason}\n{block.strip()}" if reason else block.strip())
+            ev.stack, ev.stack_frames, ev.stack_file, ev.stack_reason = shown, frames, path, reason
     # a Python traceback printed by the rank (its last one)
     starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")]
     if starts:
@@ -479,17 +483,20 @@ def _last_dump(lines: list[str]) -> tuple[str, str]:
     return best
 
 
-def _main_thread_frames(text: str) -> list[dict[str, Any]]:
-    """The main thread of a faulthandler dump: not nbdebug's watcher, not a torch/threading worker."""
+def _main_thread_frames(text: str) -> tuple[list[dict[str, Any]], str]:
+    """The main thread of a faulthandler dump (its frames and its block of text): not nbdebug's watcher, not a
+    torch/threading worker."""
     blocks = re.split(r"^(?=(?:Current thread|Thread) 0x)", text, flags=re.M)
-    candidates = []
+    candidates: list[tuple[list[dict[str, Any]], str]] = []
     for block in blocks:
         if not _THREAD.match(block):
             continue
         # nbdebug's own frames are plumbing: a dump taken by its SIGTERM handler runs on top of the user's code
         frames = [f for f in parse_faulthandler(block) if not str(f["file"]).endswith("nbdebug/core/dist/_instrument.py")]
         if frames:
-            candidates.append(frames)
+            kept = [ln for ln in block.splitlines() if "nbdebug/core/dist/_instrument.py" not in ln
+                    and not ln.startswith(("Extension modules:", "# nbdebug:"))]
+            candidates.append((frames, "\n".join(kept)))
     # the main thread's outermost frame is the script (<module>), a worker's is threading's _bootstrap
-    main = [f for f in candidates if f and not str(f[0]["file"]).endswith("threading.py")]
-    return (main or candidates or [[]])[0]
+    main = [c for c in candidates if not str(c[0][0]["file"]).endswith("threading.py")]
+    return (main or candidates or [([], "")])[0]
