@@ -249,3 +249,21 @@ def test_instrument_refuses_bad_arguments(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(InvalidArgumentError, match="cannot create"):
         dist.instrument(tmp_path / "file" / "sub")
+
+
+def test_a_node_with_network_errors_in_its_nccl_log_is_named(jobs, tmp_path):
+    from tests.dist_scale import build_scaled
+
+    build_scaled(jobs["raise"], tmp_path, 64, ranks_per_host=8, bad_host=2)  # ranks 16-23 all raise
+    # NCCL_DEBUG_FILE=nccl_%h_%p.log of rank 48 on node0006: its init line names the rank, then IB fails
+    (tmp_path / "nccl_node0006_100048.log").write_text(
+        "node0006:100048:100100 [0] NCCL INFO comm 0x55d0c0 rank 48 nranks 64 cudaDev 0 busId 1b000 - Init COMPLETE\n"
+        "node0006:100048:100112 [0] NCCL WARN NET/IB : Got completion from peer 10.1.0.7<40718> with error 12, "
+        "opcode 0, len 0, vendor err 129 (Recv)\n")
+    pm = dist.postmortem(tmp_path)
+    bad = {h.host: h.reason for h in pm.hosts if h.bad}
+    assert set(bad) == {"node0002", "node0006"}
+    assert "all 8 of its ranks" in bad["node0002"] and "NET/IB" in bad["node0006"]
+    assert pm.primary_rank == 16
+    assert any(f.kind == "bad_node" for f in pm.findings)
+    assert "Bad node: node0006" in str(pm)
