@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nbdebug.core.dist import PostMortem
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +24,17 @@ def run(args: argparse.Namespace) -> int:
     from nbdebug.core.dist import postmortem
 
     pm = postmortem(args.paths)
+    try:
+        _print(pm, args)
+    except BrokenPipeError:  # `... | head`: the reader has gone, which is not an error of ours
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0 if pm.ok else 1
+
+
+def _print(pm: PostMortem, args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(pm.to_dict(), indent=2))
     else:
@@ -29,4 +44,3 @@ def run(args: argparse.Namespace) -> int:
             for r in pm.ranks:
                 print(f"  rank {r.rank} ({r.host or '?'}): {r.state}" + (f" - {r.error}" if r.error else "")
                       + (f" [{r.where}]" if r.where else ""))
-    return 0 if pm.ok else 1

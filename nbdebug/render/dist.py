@@ -6,6 +6,7 @@ Each has a text and an HTML renderer; findings go through ``render.findings``, t
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
 from nbdebug.core.dist._nccl import NcclLog
@@ -313,6 +314,15 @@ def _ranks_short(ranks: tuple[int, ...], limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f", ... ({len(ranks)} ranks)"
 
 
+def _by_place(where: dict[int, str] | Any) -> list[tuple[str, tuple[int, ...]]]:
+    """Ranks that were at the same place, together: ``[(place, ranks)]``, most ranks first."""
+    groups: dict[str, list[int]] = {}
+    for r, w in where.items():
+        if w:
+            groups.setdefault(w, []).append(r)
+    return sorted(((w, tuple(sorted(rs))) for w, rs in groups.items()), key=lambda x: (-len(x[1]), x[1]))
+
+
 def _pm_headline(pm: PostMortem) -> tuple[str, str]:
     d = pm.divergence
     if d is not None and pm.primary_rank in d.missing and pm.diagnosis is None and not pm.mismatches:
@@ -344,9 +354,8 @@ def postmortem_text(pm: PostMortem) -> str:
         out += ["", f"{word}: collective #{d.seq} ({d.op or '?'}, process group {d.process_group})",
                 f"  entered by rank(s) {_ranks_short(d.entered)}" + (f" at {d.entered_where}" if d.entered_where else ""),
                 f"  never by rank(s) {_ranks_short(d.missing)}"]
-        for r, w in list(d.missing_where.items())[:8]:
-            if w:
-                out.append(f"    rank {r}: {w}")
+        for w, ranks in _by_place(d.missing_where)[:8]:
+            out.append(f"    rank(s) {_ranks_short(ranks, 60)}: {w}")
     for m in pm.mismatches[:5]:
         sides = "; ".join(f"{v} on rank(s) {_ranks_short(rs, 60)}" for v, rs in m.groups.items())
         out.append(f"\nMismatch at collective #{m.seq} ({m.field}): {sides}"

@@ -523,6 +523,16 @@ def _hosts(states: list[RankState], c: Collected, primary: int | None) -> tuple[
     return tuple(sorted(out, key=lambda h: (not h.bad, h.host)))
 
 
+def _places(where: Mapping[int, str]) -> tuple[str, ...]:
+    """``rank(s) 40-47: train.py:33 in <module>``: ranks at the same place together, most ranks first."""
+    groups: dict[str, list[int]] = {}
+    for r, w in where.items():
+        if w:
+            groups.setdefault(w, []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    return tuple(f"rank(s) {rank_ranges(rs)}: {w}" for w, rs in ordered[:8])
+
+
 def _gaps(c: Collected, world: int, divergence: Divergence | None) -> tuple[list[str], list[tuple[str, str, str]]]:
     missing: list[str] = []
     nxt: list[tuple[str, str, str]] = []
@@ -579,7 +589,7 @@ def _findings(primary: int | None, reason: str, divergence: Divergence | None, m
             f"collective #{divergence.seq} ({divergence.op or '?'}, process group {divergence.process_group}) was "
             f"entered by rank(s) {rank_ranges(divergence.entered)} and never by rank(s) "
             f"{rank_ranges(divergence.missing)}",
-            where=tuple(f"rank {r}: {w}" for r, w in list(divergence.missing_where.items())[:8] if w),
+            where=_places(divergence.missing_where),
             evidence={"seq": divergence.seq, "entered": len(divergence.entered), "missing": len(divergence.missing)}))
     for m in mismatches[:3]:
         out.append(finding(
