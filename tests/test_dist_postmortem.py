@@ -267,3 +267,31 @@ def test_a_node_with_network_errors_in_its_nccl_log_is_named(jobs, tmp_path):
     assert pm.primary_rank == 16
     assert any(f.kind == "bad_node" for f in pm.findings)
     assert "Bad node: node0006" in str(pm)
+
+
+def test_real_nccl_watchdog_logs_alone():
+    # two public logs (sources on their first line): only NCCL watchdog timeouts, all at the same SeqNum
+    from nbdebug import examples
+
+    pm = dist.postmortem(examples.path("dist/watchdog_timeout.log"))
+    assert not pm.ok and pm.primary_rank is None and pm.divergence is None
+    assert set(pm.by_state()["consequence"]) == {0, 1, 2}
+    assert "left no error here" in pm.primary_reason
+    assert any(f.kind == "postmortem_no_cause" for f in pm.findings)
+    assert "TORCH_FR_BUFFER_SIZE" in {k for k, _, _ in pm.next_time}
+    prefixed = dist.postmortem(examples.path("errors/nccl_timeout__interleaved_llamafactory.txt"))  # "[80746] [rank0]:"
+    assert prefixed.by_state()["consequence"] == (0, 4)
+
+
+def test_ranks_timing_out_at_different_seqnums_diverge(tmp_path):
+    from nbdebug import examples
+
+    text = examples.path("dist/watchdog_timeout.log").read_text()
+    # rank 2 stuck one collective earlier than its peers (the log relabelled: one SeqNum changed)
+    text = text.replace("[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808",
+                        "[Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=807")
+    (tmp_path / "job.err").write_text(text)
+    pm = dist.postmortem(tmp_path)
+    assert pm.divergence is not None and pm.divergence.seq == 808
+    assert pm.divergence.missing == (2,) and pm.divergence.entered == (0, 1)
+    assert pm.primary_rank == 2

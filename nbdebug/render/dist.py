@@ -334,6 +334,8 @@ def _pm_headline(pm: PostMortem) -> tuple[str, str]:
         return f"post-mortem: {pm.world_size} ranks — hang at collective #{pm.divergence.seq}", "error"
     if pm.mismatches:
         return f"post-mortem: {pm.world_size} ranks — mismatched collective #{pm.mismatches[0].seq}", "error"
+    if pm.primary_reason:
+        return f"post-mortem: {pm.world_size} ranks — failed; the first cause left no error here", "error"
     return f"post-mortem: {pm.world_size} ranks — no failure found in the artifacts", "ok"
 
 

@@ -47,6 +47,7 @@ class RankEvidence:
     exitcode: int | None = None
     exit_time: str = ""
     nccl: list[str] = field(default_factory=list)
+    nccl_timeout: tuple[int, str] | None = None  # (SeqNum, OpType) of NCCL's watchdog timeout
     log: list[str] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)
 
@@ -284,7 +285,11 @@ def _read_error_file(path: str, doc: dict[str, Any], out: Collected) -> None:
 
 # -- text: stacks, NCCL logs, rank-prefixed logs, torchrun's summary -------------------------------------------
 
-_PREFIX = re.compile(r"^\[(?:rank|default)([0-9]{1,7})\]:")
+# "[rank3]:" (torchrun), "[default3]:" (torchrun --tee); after a short prefix of its own (a line number, a
+# kubectl timestamp) too
+_PREFIX = re.compile(r"^.{0,40}?\[(?:rank|default)([0-9]{1,7})\]:")
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=([0-9]{1,18}), "
+                       r"OpType=([A-Za-z_]{1,40})")
 _HEADER = re.compile(r"# nbdebug: (?:rank ([0-9]{1,7}) of ([0-9]{1,7}) \(local rank [0-9]{1,7}\) host (\S{1,200}) "
                      r"pid ([0-9]{1,10})|(.{0,200}?); rank ([0-9]{1,7}) host (\S{1,200}) pid ([0-9]{1,10}))")
 _NCCL_LINE = re.compile(r"^(?P<host>[A-Za-z0-9_.\-]{1,200}):(?P<pid>[0-9]{1,10}):[0-9]{1,10} \[[0-9]{1,5}\] NCCL "
@@ -449,6 +454,16 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
             ev.kinds.add("log")
             if not any(m == message for _, m, _, _ in ev.errors):
                 ev.errors.append((None, message, tb, path))
+    for ln in lines:
+        w = _WATCHDOG.search(ln)
+        if w:  # NCCL's watchdog: the collective (by SeqNum) this rank was stuck in
+            ev.nccl_timeout = (int(w.group(1)), w.group(2))
+            message = ln[ln.find("[Rank "):].strip() if "[Rank " in ln else ln.strip()
+            if not any(m == message for _, m, _, _ in ev.errors):
+                ev.errors.append((None, message, "", path))
+            kinds.add("nccl_log")
+            ev.kinds.add("nccl_log")
+            break
     fatal = next((ln.strip() for ln in lines if ln.startswith(("Fatal Python error:", "terminate called"))), "")
     if fatal and not ev.errors:
         what = next((ln.strip() for ln in lines if ln.strip().startswith("what():")), "")

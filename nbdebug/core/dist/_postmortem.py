@@ -168,8 +168,9 @@ class PostMortem(Result):
 
     @property
     def ok(self) -> bool:
-        """No failure, hang or mismatch was found."""
-        return self.primary_rank is None and self.divergence is None and not self.mismatches
+        """No failure, hang or mismatch was found, and no rank reported an error."""
+        return (self.primary_rank is None and self.divergence is None and not self.mismatches
+                and not any(r.error for r in self.ranks))
 
     @property
     def bad_hosts(self) -> tuple[str, ...]:
@@ -189,6 +190,8 @@ class PostMortem(Result):
             return f"{head}, primary failure on rank {self.primary_rank}"
         if self.divergence is not None:
             return f"{head}, hang at collective #{self.divergence.seq}"
+        if not self.ok:
+            return f"{head}, failed; the first cause left no error"
         return f"{head}, no failure found"
 
     def _records(self) -> list[dict[str, Any]]:
@@ -339,9 +342,26 @@ def _divergence(c: Collected, world: int) -> tuple[Divergence | None, list[Misma
     return divergence, mismatches, last
 
 
+def _nccl_divergence(c: Collected) -> Divergence | None:
+    """Without Flight Recorder dumps: NCCL's watchdog lines say which SeqNum each rank timed out in; ranks stuck
+    at a lower SeqNum never reached the collective the others waited in."""
+    seqs = {r: ev.nccl_timeout for r, ev in c.ranks.items() if ev.nccl_timeout is not None}
+    if len({s for s, _ in seqs.values()}) < 2:
+        return None
+    top = max(s for s, _ in seqs.values())
+    op = next(o for s, o in seqs.values() if s == top)
+    return Divergence(
+        seq=top, op=op, process_group="(from NCCL's watchdog)",
+        entered=tuple(sorted(r for r, (s, _) in seqs.items() if s == top)),
+        missing=tuple(sorted(r for r, (s, _) in seqs.items() if s < top)),
+    )
+
+
 def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
     world = max([c.world_size or 0, max(c.ranks) + 1, *(ev.world_size or 0 for ev in c.ranks.values())])
     divergence, mismatches, last = _divergence(c, world)
+    if divergence is None:
+        divergence = _nccl_divergence(c)
     if divergence is not None:
         # the ranks without a dump never showed they entered it either: say so, do not count them in
         where, stacks = {}, {}
@@ -408,10 +428,12 @@ def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
         reason = (f"collective #{mismatch.seq} was issued with different {_FIELD_WORDS[mismatch.field]} "
                   f"({_groups_text(mismatch)}); which side is wrong cannot be told from these dumps alone")
     elif victims:
-        primary = victims[0]
-        reason = (f"only secondary errors were found; rank {primary} reported first: "
-                  f"{_clip(errors[primary][1], 300)}. The rank that caused them left no error: look at the ranks "
-                  "with no artifact")
+        timed = [r for r in victims if errors[r][0] is not None]
+        example = f"rank {timed[0]} first: {_clip(errors[timed[0]][1], 300).rstrip('.')}" if timed else \
+            f"e.g. rank {victims[0]}: {_clip(errors[victims[0]][1], 300).rstrip('.')}"
+        reason = (f"every error found is a consequence of another rank's failure or stall (rank(s) "
+                  f"{rank_ranges(victims)}; {example}); the rank that caused them left no error here: look for the "
+                  "ranks without an artifact, or collect Flight Recorder dumps and stacks next time")
 
     # per-rank state
     consequences: set[int] = set()
@@ -443,7 +465,7 @@ def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
             state = "waiting"
         elif ev.exitcode == 0:
             state = "finished"
-        if state in ("consequence", "killed", "waiting") and primary is not None:
+        if state in ("consequence", "killed", "waiting") and (primary is not None or divergence is not None):
             consequences.add(r)
         msg = e[1] if e else (f"exit code {ev.exitcode} {signal_name(ev.exitcode)}".strip()
                               if ev.exitcode not in (None, 0) else "")
@@ -583,6 +605,8 @@ def _findings(primary: int | None, reason: str, divergence: Divergence | None, m
         after = f"; rank(s) {rank_ranges(consequences)} failed or were stopped as a consequence" if consequences else ""
         out.append(finding("postmortem_primary", reason + after, where=(f"rank {primary}",),
                            evidence={"rank": primary, "consequences": len(consequences)}))
+    elif reason and divergence is None and not mismatches:
+        out.append(finding("postmortem_no_cause", reason, evidence={"ranks_with_errors": len(errors)}))
     if divergence is not None:
         out.append(finding(
             "hang_divergence",

@@ -548,6 +548,16 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://github.com/pytorch/pytorch/issues/152623"),
     ),
     Entry(
+        slug="postmortem_no_cause",
+        title="Only consequences were found",
+        contexts=(),
+        fixes=(Fix("Look at the ranks that left no artifact: the one that crashed, hung or took another path is "
+                   "among them"),
+               Fix("Next time, record which collective each rank was in, and its stack",
+                   "import nbdebug.dist\nnbdebug.dist.instrument('/shared/artifacts')  # before init_process_group"),),
+        sources=("https://github.com/pytorch/pytorch/issues/152623",),
+    ),
+    Entry(
         slug="hang_divergence",
         title="Ranks stopped issuing the same collectives",
         contexts=(),
