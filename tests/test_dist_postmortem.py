@@ -295,3 +295,18 @@ def test_ranks_timing_out_at_different_seqnums_diverge(tmp_path):
     assert pm.divergence is not None and pm.divergence.seq == 808
     assert pm.divergence.missing == (2,) and pm.divergence.entered == (0, 1)
     assert pm.primary_rank == 2
+
+
+def test_postmortem_magic(ip):
+    from IPython.utils.capture import capture_output
+
+    from nbdebug import examples
+
+    folder = examples.folder("dist/postmortem_crash")
+    pm = ip.run_line_magic("postmortem", f"{folder} -o crash_pm")
+    assert pm.primary_rank == 1 and ip.user_ns["crash_pm"] is pm
+    assert "rank 1 failed first" in ip.display_formatter.format(pm)[0]["text/html"]
+    with capture_output() as out:
+        result = ip.run_cell(f"%postmortem {folder / 'nope'}")
+    assert result.error_in_exec is not None and "does not exist" in str(result.error_in_exec)
+    assert "Traceback" not in out.stdout + out.stderr  # a UsageError: one line
