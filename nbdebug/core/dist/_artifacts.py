@@ -79,7 +79,8 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused global {module}.{name}: a Flight Recorder dump has none")
 
 
-_NAME_RANK = re.compile(r"(?:rank|_r|default)[_\-]?([0-9]{1,7})(?![0-9])|([0-9]{1,7})(?:\.[A-Za-z]{1,5})?$",
+# "rank3", "rank_3", "fr_rank_3", "default3", "_r3"; or fr_trace's "<prefix>_<rank>" without an extension ("trace_5")
+_NAME_RANK = re.compile(r"(?:rank|_r|default)[_\-]?([0-9]{1,7})(?![0-9])|^[A-Za-z][A-Za-z_\-]{0,60}[_\-]([0-9]{1,7})$",
                         re.I)
 
 
@@ -341,14 +342,13 @@ def _read_text(path: str, text: str, out: Collected) -> None:
                 break
         if _summary(path, plain, out):
             kinds.add("launcher_summary")
-        owner = header_rank if header_rank is not None else (file_rank if not by_rank else None)
+        nccl = [ln for ln in plain if _NCCL_LINE.match(ln)]
+        owner = header_rank if header_rank is not None else (file_rank if not by_rank and not nccl else None)
         if owner is not None and owner <= _MAX_RANK:
             _read_rank_lines(path, owner, plain, out, kinds, prefixed=False)
-        else:
-            nccl = [ln for ln in plain if _NCCL_LINE.match(ln)]
-            if nccl:
-                kinds.add("nccl_log")
-                _attribute_nccl(nccl, out)
+        elif nccl:  # NCCL_DEBUG_FILE output (host:pid:tid lines): the rank comes from NCCL's own init lines
+            kinds.add("nccl_log")
+            _attribute_nccl(nccl, out)
     if not kinds and not by_rank and not any(_HEADER.search(ln) for ln in plain[:5]):
         out.notes.append(f"{path}: no artifact recognised in it (not an error file, stack dump, Flight Recorder "
                          "dump, NCCL log or rank log)")

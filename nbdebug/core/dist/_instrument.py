@@ -136,14 +136,31 @@ class _Tee(io.TextIOBase):
         return getattr(self._stream, name)
 
 
-def _dump_fr(path: str, with_stacks: bool) -> bool:
-    """Write this process's Flight Recorder buffer (torch's pickle) to ``path``; False when there is none."""
+_WRITTEN: dict[str, tuple[int, bool]] = {}  # path -> (entries, with stacks) of the dump written there
+
+
+def _dump_fr(path: str, with_stacks: bool, tries: int = 1) -> bool:
+    """Write this process's Flight Recorder buffer (torch's pickle) to ``path``; False when nothing was written.
+
+    A dump never replaces one that holds more entries (or as many, with stacks): a dump taken while the process
+    group is failing can come back empty.  An empty dump is retried ``tries`` times, 0.2 s apart.
+    """
+    import pickle
+
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    try:
-        dump = torch._C._distributed_c10d._dump_fr_trace(True, with_stacks, False)
-    except Exception:
+    for attempt in range(max(1, tries)):
+        try:
+            dump = torch._C._distributed_c10d._dump_fr_trace(True, with_stacks, False)
+            entries = len(pickle.loads(dump).get("entries") or ())  # this process's own dump: plain data
+        except Exception:
+            return False
+        if entries or attempt == tries - 1:
+            break
+        time.sleep(0.2)
+    had = _WRITTEN.get(path)
+    if had is not None and (had[0] > entries or (had[0] == entries and (had[1] or not with_stacks))):
         return False
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -152,6 +169,7 @@ def _dump_fr(path: str, with_stacks: bool) -> bool:
         os.replace(tmp, path)  # a reader never sees half a dump
     except OSError:
         return False
+    _WRITTEN[path] = (entries, with_stacks)
     return True
 
 
@@ -181,7 +199,7 @@ def _watch(state: dict[str, Any], hang_after: float) -> None:
                 _stamp(fh, f"main thread has not moved for {now - since:.1f} s", state["rank"], state["host"])
                 faulthandler.dump_traceback(file=fh, all_threads=True)
                 fh.flush()
-            _dump_fr(state["fr"], with_stacks=False)  # 1 ms; the launcher may kill this rank any moment now
+            _dump_fr(state["fr"], with_stacks=False, tries=3)  # 1 ms; the launcher may kill this rank any moment
             _dump_fr(state["fr"], with_stacks=True)  # then with the Python frames (about 1 s the first time)
 
 
@@ -293,8 +311,7 @@ def instrument(path: str | os.PathLike[str] | None = None, *, hang_after: float 
 
     def at_exit() -> None:
         state["stop"] = True
-        if not os.path.exists(files["flight_recorder"]):  # a rank that ended early: its entries show how far it got
-            _dump_fr(files["flight_recorder"], with_stacks=False)
+        _dump_fr(files["flight_recorder"], with_stacks=False)  # a rank that ended early: how far it got
 
     atexit.register(at_exit)
     result = Instrumented(path=folder, rank=rank, world_size=world, host=host, files=files, env=env)
@@ -337,8 +354,7 @@ def _on_sigterm(state: dict[str, Any]) -> None:
                 _stamp(state["stacks"], "terminated (SIGTERM)", state["rank"], state["host"])
                 faulthandler.dump_traceback(file=state["stacks"], all_threads=True)
                 state["stacks"].flush()
-            if not os.path.exists(state["fr"]):
-                _dump_fr(state["fr"], with_stacks=False)
+            _dump_fr(state["fr"], with_stacks=False)  # kept only if it holds more than what is there
         finally:
             if from_main:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -439,7 +439,9 @@ def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
     consequences: set[int] = set()
     states: list[RankState] = []
     mismatched = set(mismatch.culprits) if mismatch else set()
-    for r in range(world) if world <= 1_000_000 else sorted(c.ranks):
+    # every rank of the job gets a row (those without an artifact too), unless the job size is implausible
+    # next to what was seen (a hostile or mislabelled file): then only the ranks seen
+    for r in range(world) if world <= max(100_000, 4 * len(c.ranks)) else sorted(c.ranks):
         found = c.ranks.get(r)
         if found is None:
             states.append(RankState(rank=r, host="", state="no artifact"))
