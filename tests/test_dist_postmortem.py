@@ -87,9 +87,10 @@ def test_a_rank_that_raises_is_primary_with_the_explainers_diagnosis(jobs):
     assert pm.primary_rank == 1
     assert "Target 12 is out of bounds" in pm.primary_reason
     assert pm.diagnosis is not None and pm.diagnosis.category == "target_out_of_bounds"
-    assert {0, 2} <= set(pm.consequences)  # "Connection closed by peer": victims, not causes
+    # "Connection closed by peer" (or, on a loaded machine, gloo's own timeout): victims, not causes
+    assert {0, 2} <= set(pm.consequences)
     victims = [r for r in pm.ranks if r.rank in (0, 2)]
-    assert all(r.state == "consequence" and "Connection closed by peer" in r.error for r in victims)
+    assert all(r.state == "consequence" and dist.classify(r.error)[0] == "victim" for r in victims), victims
     row = next(r for r in pm.ranks if r.rank == 1)
     assert f"faulty_job.py:{_line('loss = F.cross_entropy')}" in row.where
 
