@@ -368,12 +368,14 @@ def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
         for r in divergence.missing:
             ev = c.ranks[r]
             err = _error_of(ev)
-            where[r] = (_where(ev.stack_frames) or (_where(_tb_frames(err[2])) if err else "")
+            # a rank that raised: its traceback says where it was; a stack dump may have been taken later, while
+            # it was already handling the error (or being terminated)
+            where[r] = ((_where(_tb_frames(err[2])) if err and err[2] else "") or _where(ev.stack_frames)
                         or (f"last collective #{last[r][0]} ({last[r][1]})" if r in last else ""))
-            if ev.stack:
+            if err is not None and err[2]:
+                stacks[r] = err[2]
+            elif ev.stack:
                 stacks[r] = ev.stack
-            elif err is not None and err[2]:
-                stacks[r] = err[2]  # its traceback says where it was
         divergence = Divergence(divergence.seq, divergence.op, divergence.process_group, divergence.entered,
                                 divergence.missing, where, stacks, divergence.entered_where)
 
@@ -474,7 +476,7 @@ def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
         states.append(RankState(
             rank=r, host=ev.host, state=state, error=_clip(msg, 500), error_time=e[0] if e else None,
             exitcode=ev.exitcode, last_seq=last[r][0] if r in last else None, last_op=last[r][1] if r in last else "",
-            where=_where(ev.stack_frames) or (_where(_tb_frames(e[2])) if e else ""),
+            where=(_where(_tb_frames(e[2])) if e and e[2] else "") or _where(ev.stack_frames),
             artifacts=tuple(sorted(ev.kinds)),
         ))
     hosts = _hosts(states, c, primary)
