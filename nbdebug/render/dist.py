@@ -409,7 +409,7 @@ def postmortem_html(pm: PostMortem) -> str:
     groups = rank_groups(pm)
     parts.append("<h4>Ranks by state</h4>" + table(
         ["state", "ranks", "which", "error", "where"],
-        [(state, len(ranks), _ranks_short(ranks, 80), error, where) for state, ranks, error, where in groups],
+        [(state, len(ranks), _ranks_short(ranks, 80), clip(error, 100), where) for state, ranks, error, where in groups],
         numeric=(1,)))
     if pm.hosts:
         shown = [h for h in pm.hosts if h.bad] or list(pm.hosts[:10])
