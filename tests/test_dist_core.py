@@ -419,6 +419,19 @@ def test_dist_enricher_survives_an_exception_whose_str_raises():
     assert dist_enricher(Weird(), base) is base  # distributed by type, but nothing known in its text
 
 
+def test_dist_enricher_survives_a_str_that_raises_keyboard_interrupt():
+    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.ipython._dist import dist_enricher
+
+    class Nasty(RuntimeError):
+        def __str__(self):
+            raise KeyboardInterrupt
+
+    Nasty.__module__ = "torch.distributed"
+    base = Diagnosis(category="unknown", title="?", summary="?")
+    assert dist_enricher(Nasty(), base) is base  # no KeyboardInterrupt escapes in place of the user's error
+
+
 def test_dist_enricher_does_not_repeat_the_fixes_of_the_diagnosis():
     from nbdebug.core.fixes import explain
     from nbdebug.ipython._dist import dist_enricher

@@ -1,4 +1,5 @@
-"""``%%torchrun``: run a cell on N local ranks and explain failures and hangs; a diagnosis section for dist errors."""
+"""``%%torchrun``: run a cell on N local ranks and explain failures and hangs; ``%postmortem``: read a cluster job's
+artifacts; a diagnosis section for dist errors."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from nbdebug.ipython._state import ExtensionState
@@ -43,7 +44,7 @@ def _refuse_ipython_syntax(shell: Any, cell: str) -> None:
 
 @magics_class
 class DistMagics(Magics):
-    """The ``%%torchrun`` cell magic."""
+    """The ``%%torchrun`` cell magic and the ``%postmortem`` line magic."""
 
     nbd_state: ExtensionState
 
@@ -134,6 +135,38 @@ class DistMagics(Magics):
             user_ns[args.output] = result
         return result
 
+    @magic_arguments()
+    @argument("paths", nargs="+", metavar="PATH", help="folders, files or globs of a job's per-rank artifacts")
+    @argument("-o", "--output", metavar="NAME", help="also bind the PostMortem to this variable")
+    @line_magic
+    def postmortem(self, line: str) -> Any:
+        """Read a distributed job's per-rank artifacts and say what went wrong.
+
+        Usage::
+
+            %postmortem /shared/artifacts/my-job [more paths or globs] [-o pm]
+
+        The same as ``nbdebug.dist.postmortem(paths)``: the primary failure with its diagnosis, the ranks that
+        died as a consequence, where a hang diverged (by Flight Recorder sequence id) and who never arrived,
+        mismatched collectives, bad nodes, and what to collect next time.  Returns a ``PostMortem``.
+        """
+        try:
+            args = parse_argstring(self.postmortem, line)
+        except UsageError:
+            raise
+        except Exception as e:  # argparse errors on odd quoting
+            raise UsageError(f"%postmortem {line!r}: {e}") from e
+        from nbdebug.core.dist import postmortem
+        from nbdebug.errors import DistUsageError
+
+        try:
+            result = postmortem(args.paths)
+        except DistUsageError as e:
+            raise UsageError(f"%postmortem: {e}") from e
+        if args.output and self.shell is not None:
+            self.shell.user_ns[args.output] = result
+        return result
+
 
 _DIST_TEXT = re.compile(r"torch\.distributed|ProcessGroup|c10d|gloo|NCCL|WorkNCCL|monitoredBarrier|TCPStore|"
                         r"rendezvous|MASTER_(?:ADDR|PORT)|init_process_group")
@@ -147,7 +180,7 @@ def _describe(exc: BaseException) -> str:
     """``"Type: message"``, even for an exception whose ``__str__`` raises."""
     try:
         message = str(exc)
-    except Exception as e:  # the user's exception must not break the panel that explains it
+    except BaseException as e:  # even KeyboardInterrupt from a __str__: the user's exception must reach them
         message = f"<message could not be shown: {type(e).__name__}>"
     return f"{type(exc).__name__}: {message}"
 
@@ -207,7 +240,7 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
 
 
 def register(state: ExtensionState) -> None:
-    """Register ``%%torchrun`` and the distributed-error diagnosis section."""
+    """Register ``%%torchrun``, ``%postmortem`` and the distributed-error diagnosis section."""
     state.register_magics(DistMagics)
     state.add_enricher(dist_enricher)
 

@@ -5,8 +5,12 @@ Each has a text and an HTML renderer; findings go through ``render.findings``, t
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
 from nbdebug.core.dist._nccl import NcclLog
+from nbdebug.core.dist._postmortem import PostMortem, rank_ranges
 from nbdebug.core.dist._types import DistRun, Hang, RankResult
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
@@ -14,7 +18,8 @@ from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text
 from nbdebug.render.findings import findings_html, findings_text
 
 __all__ = ["dist_run_text", "dist_run_html", "hang_text", "hang_html", "rank_text", "rank_html", "check_text",
-           "check_html", "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html", "clip"]
+           "check_html", "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html", "clip",
+           "postmortem_text", "postmortem_html", "rank_groups"]
 
 
 def clip(text: str, limit: int) -> str:
@@ -275,3 +280,150 @@ def step_report_html(s: StepReport) -> str:
     body += findings_html(s.findings, empty="no straggler, losses agree")
     return panel(f"Steps: slowest rank {s.slowest_rank} at {s.slowdown:.2f}x median", body,
                  kind="warning" if s.findings else "ok")
+
+
+# -- post-mortem ---------------------------------------------------------------------------------------------------
+
+_NUMBERS = re.compile(r"\[[0-9.:]{1,60}\]:[0-9]{1,6}|0x[0-9a-fA-F]{1,16}|[0-9]{2,}")
+
+
+def rank_groups(pm: PostMortem, limit: int = 40) -> list[tuple[str, tuple[int, ...], str, str]]:
+    """Ranks grouped by (state, error with numbers blanked): ``(state, ranks, error, where)``, worst first.
+
+    Thousands of ranks that failed the same way make one row; ports, addresses and counts do not split groups.
+    """
+    order = {s: i for i, s in enumerate(pm.by_state())}
+    groups: dict[tuple[str, str], list[int]] = {}
+    sample: dict[tuple[str, str], tuple[str, str]] = {}
+    for r in pm.ranks:
+        key = (r.state, _NUMBERS.sub("N", clip(r.error, 160)))
+        groups.setdefault(key, []).append(r.rank)
+        sample.setdefault(key, (clip(r.error, 160), r.where))
+    rows = sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), -len(kv[1])))
+    out = [(state, tuple(ranks), *sample[(state, sig)]) for (state, sig), ranks in rows]
+    if len(out) > limit:  # past the limit, one row per state
+        rest: dict[str, list[int]] = {}
+        for state, ranks, _, _ in out[limit - 1:]:
+            rest.setdefault(state, []).extend(ranks)
+        out = out[:limit - 1] + [(state, tuple(sorted(rs)), "(various errors)", "") for state, rs in rest.items()]
+    return out
+
+
+def _ranks_short(ranks: tuple[int, ...], limit: int = 120) -> str:
+    text = rank_ranges(ranks)
+    return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f", ... ({len(ranks)} ranks)"
+
+
+def _by_place(where: dict[int, str] | Any) -> list[tuple[str, tuple[int, ...]]]:
+    """Ranks that were at the same place, together: ``[(place, ranks)]``, most ranks first."""
+    groups: dict[str, list[int]] = {}
+    for r, w in where.items():
+        if w:
+            groups.setdefault(w, []).append(r)
+    return sorted(((w, tuple(sorted(rs))) for w, rs in groups.items()), key=lambda x: (-len(x[1]), x[1]))
+
+
+def _pm_headline(pm: PostMortem) -> tuple[str, str]:
+    d = pm.divergence
+    if d is not None and pm.primary_rank in d.missing and pm.diagnosis is None and not pm.mismatches:
+        return (f"post-mortem: {pm.world_size} ranks — hang at collective #{d.seq}: rank(s) "
+                f"{_ranks_short(d.missing, 40)} never arrived"), "error"
+    if pm.primary_rank is not None:
+        return f"post-mortem: {pm.world_size} ranks — primary failure on rank {pm.primary_rank}", "error"
+    if pm.divergence is not None:
+        return f"post-mortem: {pm.world_size} ranks — hang at collective #{pm.divergence.seq}", "error"
+    if pm.mismatches:
+        return f"post-mortem: {pm.world_size} ranks — mismatched collective #{pm.mismatches[0].seq}", "error"
+    if pm.primary_reason:
+        return f"post-mortem: {pm.world_size} ranks — failed; the first cause left no error here", "error"
+    return f"post-mortem: {pm.world_size} ranks — no failure found in the artifacts", "ok"
+
+
+@renders(PostMortem, "text")
+def postmortem_text(pm: PostMortem) -> str:
+    """The full plain-text post-mortem: verdict, primary failure, hang, mismatches, nodes, ranks grouped, gaps."""
+    title, _ = _pm_headline(pm)
+    out = [title, "  read: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(pm.files.items()))]
+    if pm.primary_reason:
+        out += ["", f"Primary failure: {pm.primary_reason}"]
+    if pm.consequences:
+        out.append(f"  as a consequence: rank(s) {_ranks_short(pm.consequences)}")
+    if pm.diagnosis is not None:
+        out += ["", f"Diagnosis of rank {pm.primary_rank}'s error:", diagnosis_text(pm.diagnosis)]
+    d = pm.divergence
+    if d is not None:
+        word = "Hang" if pm.diagnosis is None else "Ranks diverged"
+        out += ["", f"{word}: collective #{d.seq} ({d.op or '?'}, process group {d.process_group})",
+                f"  entered by rank(s) {_ranks_short(d.entered)}" + (f" at {d.entered_where}" if d.entered_where else ""),
+                f"  never by rank(s) {_ranks_short(d.missing)}"]
+        for w, ranks in _by_place(d.missing_where)[:8]:
+            out.append(f"    rank(s) {_ranks_short(ranks, 60)}: {w}")
+    for m in pm.mismatches[:5]:
+        sides = "; ".join(f"{v} on rank(s) {_ranks_short(rs, 60)}" for v, rs in m.groups.items())
+        out.append(f"\nMismatch at collective #{m.seq} ({m.field}): {sides}"
+                   + (f" -> odd one(s): {_ranks_short(m.culprits, 60)}" if m.culprits else " (a tie: no majority)"))
+    bad = [h for h in pm.hosts if h.bad]
+    if bad:
+        out += [""] + [f"Bad node: {h.host} (rank(s) {_ranks_short(h.ranks, 60)}): {h.reason}" for h in bad]
+    if pm.hosts:
+        out.append(f"\nHosts: {len(pm.hosts)}" + (f", {len(bad)} bad" if bad else ""))
+    out += ["", "Ranks by state:"]
+    for state, ranks, error, where in rank_groups(pm):
+        out.append(f"  {state:<14} {len(ranks):>6}  rank(s) {_ranks_short(ranks, 80)}"
+                   + (f"  {error}" if error else "") + (f"  [{where}]" if where else ""))
+    if pm.findings:
+        out += ["", findings_text(pm.findings)]
+    if pm.next_time:
+        out += ["", "Set next time:"] + [f"  {k}={v}  # {why}" for k, v, why in pm.next_time]
+    if pm.notes:
+        out += ["", f"Skipped {len(pm.notes)} file(s):"] + [f"  {n}" for n in pm.notes[:10]]
+    return "\n".join(out)
+
+
+@renders(PostMortem, "html")
+def postmortem_html(pm: PostMortem) -> str:
+    """A panel: verdict and primary failure open; ranks grouped by state (one row per group, never per rank)."""
+    title, kind = _pm_headline(pm)
+    parts = []
+    if pm.primary_reason:
+        parts.append(f'<div class="nbd-first"><b>Primary failure</b> — {esc(pm.primary_reason)}</div>')
+    if pm.consequences:
+        parts.append(f"<p>As a consequence: rank(s) {esc(_ranks_short(pm.consequences))}</p>")
+    if pm.diagnosis is not None:
+        parts.append(diagnosis_html(pm.diagnosis))
+    d = pm.divergence
+    if d is not None:
+        rows = [("collective", f"#{d.seq} {d.op} (process group {d.process_group})"),
+                ("entered by", _ranks_short(d.entered)), ("never by", _ranks_short(d.missing))]
+        if d.entered_where:
+            rows.append(("waiting at", d.entered_where))
+        parts.append("<h4>Hang</h4>" + kv_table(rows))
+        for r, stack in list(d.missing_stack.items())[:4]:
+            parts.append(f"<details><summary>stack of rank {esc(r)} (never arrived)</summary>"
+                         f"{code_block(stack[-6000:])}</details>")
+    if pm.mismatches:
+        parts.append("<h4>Mismatched collectives</h4>" + table(
+            ["seq", "what", "values (ranks)", "odd one(s)"],
+            [(m.seq, m.field, "; ".join(f"{v}: {_ranks_short(rs, 40)}" for v, rs in m.groups.items()),
+              _ranks_short(m.culprits, 40) if m.culprits else "tie") for m in pm.mismatches[:10]], numeric=(0,)))
+    groups = rank_groups(pm)
+    parts.append("<h4>Ranks by state</h4>" + table(
+        ["state", "ranks", "which", "error", "where"],
+        [(state, len(ranks), _ranks_short(ranks, 80), clip(error, 100), where) for state, ranks, error, where in groups],
+        numeric=(1,)))
+    if pm.hosts:
+        shown = [h for h in pm.hosts if h.bad] or list(pm.hosts[:10])
+        parts.append(f"<h4>Hosts ({len(pm.hosts)})</h4>" + table(
+            ["host", "ranks", "states", "bad node"],
+            [(h.host, _ranks_short(h.ranks, 40), ", ".join(f"{k} {v}" for k, v in h.states.items()),
+              h.reason if h.bad else "") for h in shown]))
+    if pm.findings:
+        parts.append(findings_html(pm.findings))
+    if pm.next_time:
+        parts.append("<h4>Set next time</h4>" + table(["variable", "value", "why"], pm.next_time))
+    info = [("artifacts read", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(pm.files.items()))),
+            ("ranks", pm.world_size)]
+    if pm.notes:
+        info.append(("files skipped", f"{len(pm.notes)} (first: {pm.notes[0]})"))
+    parts.append(kv_table(info))
+    return panel(title, "".join(parts), kind=kind)

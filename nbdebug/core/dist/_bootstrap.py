@@ -130,14 +130,30 @@ def _control(fd: int) -> None:
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             if line.strip() == "dump":
+                checks = sys.modules.get("nbdebug.core.dist._checks")
+                if checks is not None:  # the steps logged so far belong in the report of a hang
+                    try:
+                        checks.flush_steps()
+                    except Exception:
+                        pass
                 frames = _frames_of_main()
                 send("dumped", stack=_stack_text(frames), frames=frames, fr=_fr_entries())
-    # end of file: the launcher is gone (the kernel died or was restarted) -- never outlive it, and remove the
-    # run folder that the launcher can no longer remove
+    # end of file: the launcher is gone (SIGKILL, SIGTERM, the kernel restarted) -- never outlive it: remove the
+    # run folder that the launcher can no longer remove, then end this rank's whole process group (this rank leads
+    # its own session), so that what the user's code started (os.fork, subprocess) goes too
+    _end_everything()
+
+
+def _end_everything() -> None:
     if _RUN_DIR:
         import shutil
 
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
     os._exit(70)
 
 
@@ -159,6 +175,24 @@ def _install_init_defaults(pg_timeout: float, cell_mode: bool) -> None:
 
     init_process_group.__doc__ = original.__doc__
     dist.init_process_group = init_process_group  # type: ignore[assignment]
+
+
+def _flush_arrivals() -> None:
+    checks = sys.modules.get("nbdebug.core.dist._checks")
+    if checks is not None:
+        try:
+            checks.flush_arrivals()
+        except Exception:  # a report detail must never fail the user's run
+            pass
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"``, also for an exception whose ``__str__`` raises (even KeyboardInterrupt)."""
+    try:
+        message = str(exc)
+    except BaseException:  # the user's own exception must still reach them, not this one
+        message = "<the exception's message could not be shown: its __str__ raised>"
+    return f"{type(exc).__name__}: {message}"
 
 
 def _clean_traceback(exc: BaseException) -> str:
@@ -227,6 +261,7 @@ def main(run_dir: str) -> int:
                 with open(spec["source_path"], encoding="utf-8") as fh:
                     code = compile(fh.read(), spec["source_path"], "exec")
                 exec(code, namespace)
+                _flush_arrivals()
                 send("finished")  # before destroy_process_group: peers may fail as soon as the group goes away
                 if dist.is_initialized():
                     dist.destroy_process_group()
@@ -235,13 +270,15 @@ def main(run_dir: str) -> int:
 
                 sys.argv = [spec["source_path"], *spec.get("argv", [])]
                 runpy.run_path(spec["source_path"], run_name="__main__")
+                _flush_arrivals()
                 send("finished")
         except SystemExit as e:
             if e.code not in (0, None):
                 send("exc", type="SystemExit", message=f"SystemExit: {e.code}", traceback=_clean_traceback(e))
             raise
         except BaseException as e:
-            send("exc", type=type(e).__name__, message=f"{type(e).__name__}: {e}", traceback=_clean_traceback(e))
+            _flush_arrivals()  # the steps logged before the failure belong in the report
+            send("exc", type=type(e).__name__, message=_describe(e), traceback=_clean_traceback(e))
             raise
 
     try:

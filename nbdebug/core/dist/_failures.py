@@ -58,7 +58,7 @@ def signal_name(exitcode: int | None) -> str:
         return f"signal {-exitcode}"
 
 
-_FP = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\)\)?,? but Rank (\d+) is running "
+_FP = re.compile(r"Rank ([0-9]{1,9}) is running collective: CollectiveFingerPrint\((.*?)\)\)?,? but Rank ([0-9]{1,9}) is running "
                  r"collective: CollectiveFingerPrint\((.*?)\)\)?\.\s*Collectives differ in the following aspects:\s*(.*)",
                  re.S)
 _FIELD = re.compile(r"(SequenceNumber|OpType|TensorShape|TensorDtypes)=(\[[^\]]*\]|[^,]*)")

@@ -51,8 +51,8 @@ def _where(f: Mapping[str, Any] | None) -> str:
     return f"{f.get('file')}:{f.get('line')} in {f.get('func')}"
 
 
-_PYSPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
-_FH_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+_PYSPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>.+):(?P<line>[0-9]{1,18})\)\s*$")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>[0-9]{1,18}) in (?P<func>\S+)')
 
 
 def parse_pyspy(text: str) -> list[dict[str, Any]]:
@@ -89,7 +89,7 @@ def parse_faulthandler(text: str, main_thread_hex: str | None = None) -> list[di
     return frames[::-1]
 
 
-_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>[0-9]{1,18}), in (?P<func>\S+)')
 
 
 def parse_traceback(text: str) -> list[dict[str, Any]]:

@@ -153,6 +153,8 @@ def _reader(rank: int, kind: str, pipe: IO[bytes], q: queue.Queue[tuple[int, str
 
 
 def _kill_group(r: _Rank) -> None:
+    """Kill a rank and everything it started: each rank leads its own session, so its process group holds its
+    children (``os.fork``, ``subprocess``) too, also after the rank itself has exited."""
     for target in ("group", "pid"):
         try:
             if target == "group":
@@ -236,7 +238,13 @@ class _Session:
             r.checks.append(payload)
         elif ev == "step":
             r.steps.append(payload)
-        return ev in ("tick", "ready", "check", "step", "exc", "done", "started", "finished")
+        elif ev == "steps":
+            r.steps.extend(s for s in payload.get("steps") or () if isinstance(s, dict))
+        elif ev == "arrivals":
+            if r.steps:  # read once at the end: they belong with the steps already logged
+                r.steps[-1] = {**r.steps[-1], "arrivals": [*(r.steps[-1].get("arrivals") or ()),
+                                                           *(payload.get("arrivals") or ())]}
+        return ev in ("tick", "ready", "check", "step", "steps", "exc", "done", "started", "finished")
 
     def _rename(self, text: str) -> str:
         source = self.spec.get("source_path", "")
@@ -274,7 +282,10 @@ class _Session:
                             first_failure = now
                 alive = [r for r in self.ranks if r.exit_time is None]
                 if not alive:
-                    # every rank ended: collect what is still in the pipes (bounded)
+                    # every rank ended: what a rank started (os.fork, subprocess) ends with it, and no longer holds
+                    # the rank's pipes open; then collect what is still in the pipes (bounded)
+                    for r in self.ranks:
+                        _kill_group(r)
                     deadline = now + 3.0
                     while any(r.open_streams > 0 for r in self.ranks) and time.monotonic() < deadline:
                         self._drain(time.monotonic() + 0.1)
@@ -591,14 +602,42 @@ def _prepare_env(env: Mapping[str, str] | None, nprocs: int, port: int, backend:
     return base
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached the launcher during a run: end the ranks, remove the run folder, then let it act."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
 def _launch(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[str, str] | None,
             echo: Echo | None, flight_recorder: bool, detail: bool, keep_files: bool, run_dir: str,
             notes: list[str]) -> DistRun:
+    # SIGTERM (a job scheduler, `kill`): without a handler the launcher would die before killing the ranks' process
+    # groups; the ranks would still notice (their control pipe closes), but only after a moment
+    previous: Any = None
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+            installed = True
+        except (ValueError, OSError):  # pragma: no cover  (not the main thread of the main interpreter)
+            pass
     try:
         result = _launch_in(spec, nprocs, timeout, env, echo, flight_recorder, detail, run_dir, notes)
+    except _Terminated:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if installed:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            installed = False
+        signal.raise_signal(signal.SIGTERM)  # what SIGTERM would have done without us
+        raise KeyboardInterrupt("terminated (SIGTERM) during a distributed run") from None
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     if not keep_files:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result

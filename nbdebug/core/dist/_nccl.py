@@ -90,17 +90,33 @@ class NcclLog(Result):
 
 
 _VERSION = re.compile(r"NCCL version (\S+)")
-_DRIVER = re.compile(r"cudaDriverVersion (\d+)")
-_PREFIX = re.compile(r"^(?:\[[^\]]*\]:?)*\s*(?:\S*<stdout>:)?(?P<host>[A-Za-z0-9_.<>\-]+):(?P<pid>\d+):(?P<tid>\d+) \[\d+\]")
-_RANK = re.compile(r"\brank (\d+) nranks (\d+)|\[Rank (\d+)\]|\[rank(\d+)\]")
-_IFACE = re.compile(r"\[\d+\]([A-Za-z0-9_.\-]+):([0-9A-Fa-f:.%A-Za-z_\-]+)<\d+>")
-_IFACE_OLD = re.compile(r"Using (?:interface )?([A-Za-z0-9_.\-]+):([0-9A-Fa-f:.%]+)<\d+>")
-_IB = re.compile(r"\[\d+\](mlx\d+_\d+:\d+/\w+)")
+_DRIVER = re.compile(r"cudaDriverVersion ([0-9]{1,18})")
+# launchers put "[rank0]:", "[default0]:" or "[1,0]<stdout>:" before NCCL's own "host:pid:tid [dev]"; the leading
+# bracket groups are skipped by _strip_brackets (a regex for them backtracks quadratically on "[a]:[a]:[a]:...")
+_PREFIX = re.compile(r"\s*(?:[^\s<]*<stdout>:)?(?P<host>[A-Za-z0-9_.\-]+(?:<[A-Za-z0-9_.\-]*>)?[A-Za-z0-9_.\-]*):"
+                     r"(?P<pid>[0-9]{1,18}):(?P<tid>[0-9]{1,18}) \[[0-9]{1,18}\]")
+
+
+def _strip_brackets(line: str) -> str:
+    """``[rank0]:[x] host:...`` -> ``host:...`` (leading ``[...]`` / ``[...]:`` groups, linear time)."""
+    i = 0
+    while i < len(line) and line[i] == "[":
+        end = line.find("]", i)
+        if end < 0:
+            break
+        i = end + 1
+        if i < len(line) and line[i] == ":":
+            i += 1
+    return line[i:]
+_RANK = re.compile(r"\brank ([0-9]{1,18}) nranks ([0-9]{1,18})|\[Rank ([0-9]{1,18})\]|\[rank([0-9]{1,18})\]")
+_IFACE = re.compile(r"\[[0-9]{1,18}\]([A-Za-z0-9_.\-]+):([0-9A-Fa-f:.%A-Za-z_\-]+)<[0-9]{1,18}>")
+_IFACE_OLD = re.compile(r"Using (?:interface )?([A-Za-z0-9_.\-]+):([0-9A-Fa-f:.%]+)<[0-9]{1,18}>")
+_IB = re.compile(r"\[[0-9]{1,18}\](mlx[0-9]{1,18}_[0-9]{1,18}:[0-9]{1,18}/\w+)")
 _VIA = re.compile(r"via (?:(direct shared memory|direct pointer)|([A-Za-z0-9]+(?:/[A-Za-z_0-9]+)?))")
 _NETWORK = re.compile(r"Using network (\w+)")
 _ENV = re.compile(r"(NCCL_[A-Z_]+) set (?:by environment )?to (\S+)")
-_TIMEOUT = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
-                      r"OpType=(\w+).*?Timeout\(ms\)=(\d+)\)")
+_TIMEOUT = re.compile(r"\[Rank ([0-9]{1,18})\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=([0-9]{1,18}), "
+                      r"OpType=(\w+).*?Timeout\(ms\)=([0-9]{1,18})\)")
 
 
 def _transport(m: re.Match[str]) -> str:
@@ -140,13 +156,14 @@ def parse_nccl_log(text: str) -> NcclLog:
     timeouts: list[dict[str, Any]] = []
     hits: dict[str, tuple[Entry, list[str]]] = {}
     for line in text.splitlines():
+        line = line[:4000]  # NCCL's lines are short; a longer one is cut before any pattern sees it
         if line.startswith("# source:"):
             continue
         if (m := _VERSION.search(line)) and not version:
             version = m.group(1)
         if (m := _DRIVER.search(line)) and not cuda_driver:
             cuda_driver = m.group(1)
-        if m := _PREFIX.match(line):
+        if m := _PREFIX.match(_strip_brackets(line)):
             hosts.setdefault(m.group("host"))
         for m in _RANK.finditer(line):
             if m.group(1) is not None:

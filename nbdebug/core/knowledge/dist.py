@@ -536,6 +536,68 @@ ENTRIES: tuple[Entry, ...] = (
                    "sampler.set_epoch(epoch)\n    for batch in loader: ..."),),
         sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",),
     ),
+    # post-mortem of a job from its per-rank artifacts (nbdebug.dist.postmortem)
+    Entry(
+        slug="postmortem_primary",
+        title="The failure that came first",
+        contexts=(),
+        fixes=(Fix("Fix this rank's error first: the other ranks' errors (timeouts, closed connections) follow "
+                   "from it"),
+               Fix("Reproduce it on one machine with the same data shard",
+                   "python -m nbdebug torchrun -n 4 train.py   # or %%torchrun -n 4 in a notebook"),),
+        sources=("https://pytorch.org/docs/stable/elastic/errors.html",
+                 "https://github.com/pytorch/pytorch/issues/152623"),
+    ),
+    Entry(
+        slug="postmortem_no_cause",
+        title="Only consequences were found",
+        contexts=(),
+        fixes=(Fix("Look at the ranks that left no artifact: the one that crashed, hung or took another path is "
+                   "among them"),
+               Fix("Next time, record which collective each rank was in, and its stack",
+                   "import nbdebug.dist\nnbdebug.dist.instrument('/shared/artifacts')  # before init_process_group"),),
+        sources=("https://github.com/pytorch/pytorch/issues/152623",),
+    ),
+    Entry(
+        slug="hang_divergence",
+        title="Ranks stopped issuing the same collectives",
+        contexts=(),
+        fixes=(Fix("Look at what the missing ranks did instead (their stack): a collective inside `if rank == ...`, "
+                    "an early `break`/`return`, fewer batches, or a slow step (checkpoint, data loading)"),
+               Fix("Give every rank the same number of batches",
+                   "sampler = DistributedSampler(ds, drop_last=True)"),
+               Fix("Make mismatches raise at once while debugging", "TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ..."),),
+        sources=("https://docs.pytorch.org/tutorials/prototype/flight_recorder_tutorial.html",
+                 "https://github.com/pytorch/pytorch/issues/152623"),
+    ),
+    Entry(
+        slug="fr_collective_mismatch",
+        title="Ranks issued a collective differently",
+        contexts=(),
+        fixes=(Fix("Make every rank pass tensors of the same shape and dtype to each collective (pad, or "
+                   "all_gather the sizes first)"),
+               Fix("Catch it where it happens", "TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ..."),),
+        sources=("https://docs.pytorch.org/tutorials/prototype/flight_recorder_tutorial.html",),
+    ),
+    Entry(
+        slug="bad_node",
+        title="One node stands out",
+        contexts=(),
+        fixes=(Fix("Drain the node and rerun without it", "scontrol update nodename=NODE state=drain reason=nbdebug"),
+               Fix("Exclude it from the next job", "sbatch --exclude=NODE job.sh"),
+               Fix("Check its GPUs and network", "nvidia-smi -q -d ECC,PAGE_RETIREMENT; dmesg | grep -i xid"),),
+        sources=("https://docs.nvidia.com/deploy/xid-errors/index.html",
+                 "https://slurm.schedmd.com/scontrol.html"),
+    ),
+    Entry(
+        slug="postmortem_gaps",
+        title="Artifacts missing to say more",
+        severity=Severity.INFO,
+        contexts=(),
+        fixes=(Fix("Call instrument() at the top of the training script next time",
+                   "import nbdebug.dist\nnbdebug.dist.instrument('/shared/artifacts')  # before init_process_group"),),
+        sources=("https://docs.pytorch.org/tutorials/prototype/flight_recorder_tutorial.html",),
+    ),
 )
 
 THRESHOLDS: tuple[Threshold, ...] = (
