@@ -187,11 +187,12 @@ def test_planted_findings_name_the_place():
     assert set(f.where) == {"head_b.weight", "head_b.bias"}
     r = doctor(**quick, **_case("nonfinite_forward"))
     f = next(f for f in r.findings if f.kind == "nonfinite_forward")
-    assert f.where == ("2",)
+    assert f.where == ("model.2",)
     r = doctor(**quick, **_case("dead_activations"))
-    assert next(f for f in r.findings if f.kind == "dead_activations").where == ("1",)
+    assert next(f for f in r.findings if f.kind == "dead_activations").where == ("model.1 = ReLU()",)
     r = doctor(**quick, **_case("vanishing_gradients"))
-    assert "0" in next(f for f in r.findings if f.kind == "vanishing_gradients").where
+    assert "model.0 = Linear(in_features=10, out_features=16, bias=True)" in next(
+        f for f in r.findings if f.kind == "vanishing_gradients").where
 
 
 def test_detached_encoder_gets_no_gradient():
@@ -281,7 +282,11 @@ def test_doctor_uses_the_optimizers_hyperparameters():
     ("call", "match"),
     [
         (lambda: doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss()),
-         r"batch must be \(inputs, targets\), got Tensor"),
+         r"batch must be \(inputs, targets\), .*got Tensor"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), None),
+         "loss_fn is None, but the batch is \\(inputs, targets\\)"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss(), time_budget=0),
+         "time_budget must be a number of seconds > 0 or None, got 0"),
         (lambda: doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss()),
          "expected a torch.nn.Module, got str"),
         (lambda: doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss()), "no trainable parameters"),
