@@ -98,6 +98,7 @@ def recreate_optimizer(opt: Any, params_of: Any, lr: float | None = None) -> Any
         if ps:
             groups.append({"params": ps, **hp})
     cls = type(opt)
+    sig: Any
     try:
         sig = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):  # pragma: no cover - a C-level constructor
@@ -410,7 +411,7 @@ class _Doctor:
 
         b = inputs
         if isinstance(self.batch, (tuple, list)) and len(self.batch) == 2:
-            b = type(self.batch)((inputs, self.targets))
+            b = [inputs, self.targets] if isinstance(self.batch, list) else (inputs, self.targets)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # self.log() outside a Trainer
             res = work.training_step(b, 0)
@@ -584,7 +585,7 @@ class _Doctor:
         where = e.module
         if where not in ("(loss)", "(input)") and not where.startswith("(loss"):
             where = self.label("" if where == "(model)" else where)
-        detail = f" ({e.detail})" if getattr(e, "detail", None) else ""
+        detail = f" ({e.stats['location']})" if e.stats.get("location") else ""
         self.add(kind, f"{what}, first in {where}{detail} ({_stats_text(e.stats)})", (where,))
 
     def frozen_check(self) -> None:
@@ -829,17 +830,18 @@ class _Doctor:
         if mon is not None:
             mon.attach()
         t0 = time.perf_counter()
+        holder: list[Any] = []
+
+        def closure() -> Any:
+            opt.zero_grad(set_to_none=True)
+            _, loss = self.loss_of(work, inputs)
+            loss.backward()
+            holder.append(loss)
+            return loss
+
         try:
             for i in range(n):
-                holder: list[Any] = []
-
-                def closure() -> Any:
-                    opt.zero_grad(set_to_none=True)
-                    _, loss = self.loss_of(work, inputs)
-                    loss.backward()
-                    holder.append(loss)
-                    return loss
-
+                holder.clear()
                 closure()
                 _step(opt, closure)
                 loss_t.append(holder[0].detach().float())
@@ -988,16 +990,17 @@ class _Doctor:
         def run() -> list[Any]:
             work, opt = self.fresh()
             vals = []
+            holder: list[Any] = []
+
+            def closure() -> Any:
+                opt.zero_grad(set_to_none=True)
+                _, loss = self.loss_of(work, self.inputs)
+                loss.backward()
+                holder.append(loss)
+                return loss
+
             for _ in range(n):
-                holder: list[Any] = []
-
-                def closure() -> Any:
-                    opt.zero_grad(set_to_none=True)
-                    _, loss = self.loss_of(work, self.inputs)
-                    loss.backward()
-                    holder.append(loss)
-                    return loss
-
+                holder.clear()
                 closure()
                 _step(opt, closure)
                 vals.append(holder[0].detach().float().reshape(-1))
