@@ -433,3 +433,50 @@ def test_doctor_leaves_the_callers_batch_alone_when_forward_writes_into_its_inpu
     before = x.clone()
     nbdebug.doctor(InPlace(), (x, y), nn.CrossEntropyLoss(), steps=5)
     assert torch.equal(x, before)
+
+
+# -- every optimizer of torch.optim is re-created on the copy -------------------------------------------------
+def _optimizer_classes():
+    return sorted((c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)
+                   and c is not torch.optim.Optimizer), key=lambda c: c.__name__)
+
+
+class SparseBag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 4, sparse=True)
+
+    def forward(self, idx):
+        return self.emb(idx).sum(1)
+
+
+@pytest.mark.parametrize("cls", _optimizer_classes(), ids=lambda c: c.__name__)
+def test_doctor_recreates_every_torch_optimizer(cls):
+    from nbdebug.core.doctor._run import recreate_optimizer
+
+    torch.manual_seed(0)
+    if cls is torch.optim.SparseAdam:
+        model, batch = SparseBag(), (torch.randint(0, 20, (8, 3)), torch.randint(0, 4, (8,)))
+    else:  # Muon takes 2-D parameters only
+        model = nn.Sequential(nn.Linear(10, 16, bias=False), nn.ReLU(), nn.Linear(16, 4, bias=False))
+        batch = _cls_batch(16)
+    kwargs = {"lr": 0.01} if cls in (torch.optim.SGD,) else {}
+    opt = cls(model.parameters(), **kwargs)
+    copy_ = recreate_optimizer(opt, lambda p: p)
+    assert type(copy_) is cls
+    strip = lambda g: {k: v for k, v in g.items() if k != "params"}  # noqa: E731
+    assert [strip(g) for g in copy_.param_groups] == [strip(g) for g in opt.param_groups]
+    r = doctor(model, batch, nn.CrossEntropyLoss(), opt, steps=3, baseline=False, reproducibility=False)
+    assert r.initial_loss is not None and len(r.losses) == 3, r
+
+
+def test_doctor_keeps_adamw_settings_and_lr_override():
+    from nbdebug.core.doctor._run import recreate_optimizer
+
+    m = mlp()
+    opt = torch.optim.AdamW([{"params": m[0].parameters(), "weight_decay": 0.5}, {"params": m[2].parameters()}],
+                            lr=1e-3, betas=(0.8, 0.9))
+    new = recreate_optimizer(opt, lambda p: p, lr=0.1)
+    assert [g["lr"] for g in new.param_groups] == [0.1, 0.1]
+    assert [g["weight_decay"] for g in new.param_groups] == [0.5, 0.01]
+    assert new.param_groups[0]["betas"] == (0.8, 0.9)

@@ -745,7 +745,7 @@ class _Doctor:
         for name, mod in work.named_modules():
             grads = [p.grad for p in mod.parameters(recurse=False) if p.requires_grad and p.grad is not None]
             if grads:
-                flat = torch.cat([g.detach().float().reshape(-1) for g in grads])
+                flat = torch.cat([_values(g).float().reshape(-1) for g in grads])
                 flow.append((name or "(model)", float(flat.pow(2).mean().sqrt())))
         self.grad_flow = flow
         pos = [(n, v) for n, v in flow if v > 0 and math.isfinite(v)]
@@ -788,8 +788,8 @@ class _Doctor:
             return
         first = next(((nm, p) for nm, p in work.named_parameters() if p.requires_grad and p.dim() >= 2), None)
         if first is not None and first[1].grad is not None and distinct_x:
-            g = first[1].grad
-            others = [p.grad for nm, p in work.named_parameters() if p.grad is not None and nm != first[0]]
+            g = _values(first[1].grad)
+            others = [_values(p.grad) for nm, p in work.named_parameters() if p.grad is not None and nm != first[0]]
             if not bool(g.any()) and any(bool(o.any()) for o in others):
                 mod = first[0].rsplit(".", 1)[0] if "." in first[0] else ""
                 self.add("ignores_input", f"the gradient reaching the first layer's weights ({first[0]}) is exactly "
@@ -1128,6 +1128,18 @@ def _stats_text(stats: dict[str, Any]) -> str:
     if "shape" in stats:
         parts.append(f"shape {tuple(stats['shape'])}")
     return ", ".join(parts) or "non-finite"
+
+
+def _values(g: Any) -> Any:
+    """A gradient's stored values: a sparse gradient (Embedding(sparse=True)) has no reshape."""
+    import torch
+
+    g = g.detach()
+    if g.layout is torch.sparse_coo:
+        return g.coalesce().values()
+    if g.layout is not torch.strided:
+        return g.values()
+    return g
 
 
 def _leaves(obj: Any) -> list[Any]:
