@@ -53,18 +53,22 @@ def analyze_loss(
         )
     spikes: list[tuple[int, float, float]] = []
     factor = threshold("loss_spike_factor")
+    k = threshold("loss_spike_mad")
     for i in range(window, len(finite)):
         recent = [v for _, v in finite[i - window : i]]
         med = _median(recent)
+        # the loss's own variability: minibatch noise at a low loss easily triples it, which is not a spike
+        mad = 1.4826 * _median([abs(r - med) for r in recent])
         s, v = finite[i]
-        if med > 0 and v > factor * med:
+        if med > 0 and v > factor * med and v > med + k * mad:
             spikes.append((s, v, med))
     if spikes:
         s, v, med = max(spikes, key=lambda t: t[1] / t[2])
         findings.append(
             finding(
                 "loss_spike",
-                f"{len(spikes)} loss spike(s); the largest at step {s}: {v:.4g} vs a recent median of {med:.4g}",
+                f"{len(spikes)} loss spike(s); the largest at step {s}: {v:.4g} vs a recent median of {med:.4g} "
+                f"(above {factor:g}x the median and {k:g} robust deviations of the loss's own noise)",
             )
         )
     if len(finite) >= 2 * window:
