@@ -305,7 +305,8 @@ def test_bad_input_is_one_clear_error(call, match):
 
 
 def test_batch_from_the_dataloader():
-    x, y = _cls_batch(64)
+    x, _ = _cls_batch(64)
+    y = x[:, :4].argmax(1)  # labels that follow from the inputs (random ones are labels_unrelated)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
     r = doctor(mlp(), None, nn.CrossEntropyLoss(), dataloader=loader, steps=150, baseline=False, reproducibility=False)
     assert r.ok and "dataloader_bottleneck" not in r.kinds

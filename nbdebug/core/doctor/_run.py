@@ -364,6 +364,7 @@ class _Doctor:
         self.progress = _Progress(kw["progress"])
         self.lr_used: float | None = None
         self.unstable = ""  # why the overfit run is unstable ("" when it is not)
+        self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
 
     def add(self, kind: str, message: str, where: Iterable[str] = (), severity: str | None = None,
             fixes: Any = None, evidence: Any = None) -> None:
@@ -552,7 +553,7 @@ class _Doctor:
         self.sensitivity_check(_logits(out) if out is not None else y, work)
         self.dead_check(dead_probe, "at init")
         # overfit one batch
-        self.losses = self.train(work, opt, self.inputs, monitor=True, steps=self.plan_steps(0.5),
+        self.losses = self.train(work, opt, self.inputs, monitor=True, deadline=self.deadline(0.6),
                                  phase="overfit one batch", early_stop=True)
         self.overfit_checks()
         probe2 = _DeadProbe(work)
@@ -562,6 +563,8 @@ class _Doctor:
         finally:
             probe2.remove()
         self.dead_check(probe2, "after training", skip_if_found=True)
+        if self.kw["dataloader"] is not None:
+            self.generalisation_check(work)
         if self.kw["baseline"]:
             self.baseline_check()
         if self.kw["reproducibility"]:
@@ -571,15 +574,13 @@ class _Doctor:
         self.consequences()
         return self.report()
 
-    def plan_steps(self, share: float) -> int:
-        """Steps that fit ``share`` of the time left in the budget (at least 10, at most ``steps``)."""
+    def deadline(self, share: float) -> float | None:
+        """When a phase given ``share`` of the time left in the budget must stop (None: no budget)."""
         budget = self.kw["time_budget"]
-        if budget is None or self.step_time <= 0:
-            return self.steps
+        if budget is None:
+            return None
         left = budget - (time.perf_counter() - self.t0)
-        per = self.step_time * 1.3  # the optimizer step and the monitor's hooks
-        n = int(max(left, 0.0) * share / per)
-        return max(min(self.steps, n), min(self.steps, 10))
+        return time.perf_counter() + max(left, 0.0) * share
 
     def nonfinite(self, kind: str, what: str, e: NonFiniteError) -> None:
         where = e.module
@@ -613,11 +614,11 @@ class _Doctor:
         sev = "warning" if frac >= 0.5 else "info"
         self.add("frozen_parameters",
                  f"{len(frozen)} of {len(named)} parameter tensors are frozen (requires_grad=False): "
-                 f"{_units_count(nf)} of {_units_count(total)} weights ({frac:.0%} of the model), in "
+                 f"{_units_count(nf)} of {_units_count(total)} weights ({_pct(frac)} of the model), in "
                  f"{', '.join(groups[:6]) or ', '.join(sorted(frozen_names)[:6])}; only "
                  f"{', '.join(heads[:6])} will train", where, severity=sev,
                  evidence={"frozen_fraction": round(frac, 4), "frozen_tensors": len(frozen)})
-        self.check("frozen parameters", f"{frac:.0%} of the weights")
+        self.check("frozen parameters", f"{_pct(frac)} of the weights")
 
     def input_scale_check(self) -> None:
         import torch
@@ -809,13 +810,20 @@ class _Doctor:
             sev = "error" if worst >= 1.0 else "warning"
             desc = ", ".join(f"{n}: {frac:.0%}" for n, frac in bad[:6])
             fixes = _NORMALISE_FIXES if self.has("unnormalised_inputs") else None
-            self.add("dead_activations", f"ReLU units silent for every sample of the batch {when} ({desc})",
+            why = ""
+            if when == "after training" and fixes is None:
+                # alive at init, dead after the overfit run: the updates pushed them off
+                lr = f" (lr={self.lr_used:g})" if self.lr_used is not None else ""
+                why = f"; they fired at init, so the updates killed them: the learning rate is too high{lr}"
+                fixes = _LOWER_LR_FIXES
+            self.add("dead_activations", f"ReLU units silent for every sample of the batch {when} ({desc}){why}",
                      [self.label(n) for n, _ in bad], severity=sev, fixes=fixes)
         if dead:
             self.check(f"dead ReLU units {when}", ", ".join(f"{n}: {frac:.0%}" for n, frac in dead[:6]))
 
     def train(self, work: Any, opt: Any, inputs: Any, *, monitor: bool = False, steps: int | None = None,
-              phase: str = "", early_stop: bool = False, stop_below: float | None = None) -> list[float]:
+              phase: str = "", early_stop: bool = False, stop_below: float | None = None,
+              deadline: float | None = None) -> list[float]:
         import torch
 
         from nbdebug.core.grads import GradMonitor
@@ -846,8 +854,13 @@ class _Doctor:
                 _step(opt, closure)
                 loss_t.append(holder[0].detach().float())
                 if (i + 1) % 10 == 0:
-                    per = (time.perf_counter() - t0) / (i + 1)
-                    self.progress(phase, i + 1, n, per)
+                    now = time.perf_counter()
+                    per = (now - t0) / (i + 1)
+                    self.progress(phase, i + 1, n if deadline is None else min(n, i + 1 + int(
+                        max(deadline - now, 0) / max(per, 1e-9))), per)
+                    if deadline is not None and now > deadline and i + 1 >= _MIN_STEPS:
+                        self.cut_by_budget = self.cut_by_budget or monitor
+                        break
                     if target is not None or stop_below is not None:
                         recent = torch.stack(loss_t[-5:]).cpu()
                         if not bool(torch.isfinite(recent).all()):
@@ -916,7 +929,13 @@ class _Doctor:
                      evidence={"lr": self.lr_used, "final": final})
             return
         earlier = min(self.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
-        if final > threshold("overfit_fail_rel") * abs(init):
+        if self.cut_by_budget and final < 0.95 * earlier:
+            budget = self.kw["time_budget"]
+            self.add("cannot_overfit", msg + f"; the run stopped at the time budget ({budget:g} s) while the loss was "
+                     f"still falling ({earlier:.4g} at step {int(0.6 * n)}), so there is no verdict yet",
+                     severity="info", fixes=(Fix("give the doctor more time",
+                                                 "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),))
+        elif final > threshold("overfit_fail_rel") * abs(init):
             self.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
         elif final < 0.8 * earlier:
             self.add("cannot_overfit", msg + f"; it is still falling ({earlier:.4g} at step {int(0.6 * n)}): "
@@ -942,6 +961,68 @@ class _Doctor:
                            *f.fixes[:1]),
                     evidence={**dict(f.evidence), "consequence_of": cause.kind})
 
+    def _accuracy(self, out: Any, targets: Any) -> tuple[float, float] | None:
+        """(accuracy, majority-class rate) of a classifier's output on ``targets``; None when not a classifier."""
+        import torch
+
+        y = _logits(out)
+        if y is None or not isinstance(targets, torch.Tensor):
+            return None
+        if self.task == "classification":
+            if self.class_dim != 1 and y.dim() >= 3:
+                pred = y.argmax(dim=-1)
+            else:
+                pred = y.argmax(dim=1)
+            valid = targets != self.ignore_index()
+        elif self.task == "binary":
+            pred = (y.reshape(targets.shape) > (0.5 if self.loss_name in ("BCELoss", "binary_cross_entropy") else 0))
+            pred = pred.to(targets.dtype)
+            valid = torch.ones_like(targets, dtype=torch.bool)
+        else:
+            return None
+        if pred.shape != targets.shape or not bool(valid.any()):
+            return None
+        t = targets[valid]
+        acc = float((pred[valid] == t).float().mean())
+        majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
+        return acc, majority
+
+    def generalisation_check(self, work: Any) -> None:
+        """After fitting batch 1, is another batch predicted better than by always guessing its commonest class?
+        Labels shuffled apart from the inputs can still be memorised, but never generalise."""
+        import torch
+
+        if self.task not in ("classification", "binary") or not self.losses or self.unstable:
+            return
+        init = self.initial_loss if self.initial_loss is not None else self.losses[0]
+        if min(self.losses[-max(1, len(self.losses) // 10):]) > threshold("overfit_rel") * abs(init):
+            return  # batch 1 is not fitted: nothing to generalise from
+        it = iter(self.kw["dataloader"])
+        try:
+            next(it)
+            other = _to(next(it), self.device)
+        except StopIteration:
+            return
+        try:
+            with torch.no_grad():
+                if self.mode == "hf":
+                    out, targets = self.forward(work, other), other.get("labels")
+                else:
+                    out, targets = _call(work, other[0]), other[1]
+        except Exception as e:  # a second batch of another shape: no verdict
+            self.check("second batch", f"could not run: {e!r}")
+            return
+        got = self._accuracy(out, targets)
+        if got is None:
+            return
+        acc, majority = got
+        self.check("second batch after fitting the first", f"accuracy {acc:.0%} (commonest class: {majority:.0%})")
+        if acc <= majority + threshold("generalise_margin"):
+            self.add("labels_unrelated", f"after fitting one batch, the model predicts another batch with "
+                     f"{acc:.0%} accuracy, no better than always guessing its commonest class ({majority:.0%}): it "
+                     "memorised the first batch's labels, which do not follow from the inputs", ("targets",),
+                     evidence={"accuracy": acc, "majority": majority})
+
     def baseline_check(self) -> None:
         if not self.losses:
             return
@@ -957,6 +1038,9 @@ class _Doctor:
             return
         if self.unstable:
             self.check("zero-input baseline", "skipped: the real run is unstable")
+            return
+        if self.cut_by_budget:
+            self.check("zero-input baseline", "skipped: the real run stopped at the time budget")
             return
         if self.has("ignores_input"):
             self.check("zero-input baseline", "skipped: the output does not depend on the input")
@@ -1130,6 +1214,13 @@ def _stats_text(stats: dict[str, Any]) -> str:
     return ", ".join(parts) or "non-finite"
 
 
+def _pct(frac: float) -> str:
+    """A share as a percentage that never rounds a part up to the whole (99.95%, not 100%)."""
+    if 0.99 < frac < 1.0 or 0.0 < frac < 0.01:
+        return f"{frac:.2%}"
+    return f"{frac:.0%}"
+
+
 def _values(g: Any) -> Any:
     """A gradient's stored values: a sparse gradient (Embedding(sparse=True)) has no reshape."""
     import torch
@@ -1211,6 +1302,8 @@ def _instability(losses: list[float], init: float) -> str:
                 f"around {now:.4g})")
     return ""
 
+
+_MIN_STEPS = 20  # the overfit run takes at least this many steps whatever the budget
 
 _NORMALISE_FIXES = (
     Fix("normalise the inputs to about unit scale (divide pixels by 255, then standardise)",
