@@ -27,8 +27,15 @@ def _find_model(shell: Any, expr: str | None, magic: str) -> Any:
             model = eval(expr, shell.user_ns)  # noqa: S307 - the user's own expression, in the user's namespace
         except Exception as e:
             raise UsageError(f"%%{magic}: could not evaluate the model expression {expr!r}: {e!r}") from e
+        if torch is not None and not isinstance(model, torch.nn.Module):
+            from nbdebug.core.grads import model_of
+
+            inner = model_of(model)  # a Hugging Face / Lightning Trainer, an accelerate-prepared model
+            if inner is not None:
+                return inner
         if torch is None or not isinstance(model, torch.nn.Module):
-            raise UsageError(f"%%{magic}: {expr!r} is a {type(model).__name__}, expected a torch.nn.Module")
+            raise UsageError(f"%%{magic}: {expr!r} is a {type(model).__name__}, expected a torch.nn.Module or a "
+                             "Trainer holding one (transformers.Trainer, lightning.Trainer after fit started)")
         return model
     if torch is None:
         raise UsageError(f"%%{magic}: torch is not imported in this session; name the model: %%{magic} MODEL")
@@ -66,7 +73,8 @@ class TrainingMagics(Magics):
     shell: Any
 
     @magic_arguments()
-    @argument("model", nargs="?", help="expression naming the model (default: the only nn.Module in the namespace)")
+    @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
+              "nn.Module in the namespace)")
     @argument("--replay", action="store_true", help="replay the failing step to name the op and its source line")
     @argument("-o", "--output", metavar="NAME", help="also bind the NonFiniteError (or None) to NAME")
     @cell_magic
@@ -117,7 +125,8 @@ class TrainingMagics(Magics):
         return run_body(self.shell, cell, magic="nanhunt", context=_Sentinel(sentinel), report=report)
 
     @magic_arguments()
-    @argument("model", nargs="?", help="expression naming the model (default: the only nn.Module in the namespace)")
+    @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
+              "nn.Module in the namespace)")
     @argument("--every", type=int, default=1, help="record every N-th optimizer step")
     @argument("--classes", type=int, default=None, help="number of classes (flags a loss plateau at chance level)")
     @argument("--no-live", action="store_true", help="do not show the live panel while the cell runs")
