@@ -14,12 +14,31 @@ from typing import Any
 from nbdebug.core._findings import Finding
 from nbdebug.core.knowledge import finding, threshold
 
-__all__ = ["analyze_loss", "chance_loss", "describe_tensor"]
+__all__ = ["analyze_loss", "chance_loss", "depth_correlation", "describe_tensor"]
 
 
 def chance_loss(num_classes: int) -> float:
     """Cross-entropy of a uniform guess over ``num_classes`` classes: ``-log(1/C)``."""
     return math.log(num_classes)
+
+
+def depth_correlation(values: Sequence[float]) -> float:
+    """Spearman correlation of ``values`` with their position: 1 when they grow steadily from first to last.
+
+    Vanishing gradients are a decay with depth (small near the input, large near the output); a spread alone is
+    not: at a standard init attention's query/key gradients are tiny next to large ones in every block.
+    """
+    n = len(values)
+    if n < 3:
+        return 0.0
+    order = sorted(range(n), key=lambda i: values[i])
+    ranks = [0.0] * n
+    for r, i in enumerate(order):
+        ranks[i] = float(r)
+    mean = (n - 1) / 2
+    cov = sum((i - mean) * (ranks[i] - mean) for i in range(n))
+    var = sum((i - mean) ** 2 for i in range(n))
+    return cov / var if var else 0.0
 
 
 def _median(xs: Sequence[float]) -> float:

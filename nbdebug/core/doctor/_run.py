@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from nbdebug.core._dynamics import chance_loss
+from nbdebug.core._dynamics import chance_loss, depth_correlation
 from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard, check_reproducible
@@ -756,7 +756,7 @@ class _Doctor:
             ratio = lo[1] / hi[1]
             # vanishing is a decay with depth (small near the input, large near the output), not a spread: at a
             # standard init attention's query/key gradients are tiny next to large ones in every block
-            rho = _rank_correlation([math.log(v) for _, v in pos])
+            rho = depth_correlation([math.log(v) for _, v in pos])
             if ratio < threshold("vanish_ratio") and rho >= threshold("vanish_depth_correlation"):
                 small = [n for n, v in pos if v / hi[1] < threshold("vanish_ratio")]
                 self.add("vanishing_gradients", f"per-layer RMS gradients shrink toward the input, spanning "
@@ -1263,21 +1263,6 @@ def _units_count(n: int) -> str:
     from nbdebug._units import fmt_count
 
     return fmt_count(n)
-
-
-def _rank_correlation(values: list[float]) -> float:
-    """Spearman correlation of ``values`` with their position (1: they grow steadily with depth)."""
-    n = len(values)
-    if n < 3:
-        return 0.0
-    order = sorted(range(n), key=lambda i: values[i])
-    ranks = [0.0] * n
-    for r, i in enumerate(order):
-        ranks[i] = float(r)
-    mean = (n - 1) / 2
-    cov = sum((i - mean) * (ranks[i] - mean) for i in range(n))
-    var = sum((i - mean) ** 2 for i in range(n))
-    return cov / var if var else 0.0
 
 
 def _instability(losses: list[float], init: float) -> str:
