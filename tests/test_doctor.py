@@ -481,3 +481,21 @@ def test_doctor_keeps_adamw_settings_and_lr_override():
     assert [g["lr"] for g in new.param_groups] == [0.1, 0.1]
     assert [g["weight_decay"] for g in new.param_groups] == [0.5, 0.01]
     assert new.param_groups[0]["betas"] == (0.8, 0.9)
+
+
+def test_time_budget_stops_the_overfit_run_and_says_there_is_no_verdict():
+    x, y = _cls_batch(64)
+    m = mlp()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=1e-3), steps=100_000,
+               time_budget=0.5, reproducibility=False, progress=False)
+    assert 20 <= len(r.losses) < 100_000 and r.steps == len(r.losses)
+    f = next(f for f in r.findings if f.kind == "cannot_overfit")
+    assert f.severity == "info" and "time budget" in f.message and "time_budget=None" in f.fixes[0].code
+    assert "ignores_input" not in r.kinds and not r.baseline_losses  # no verdict: no baseline either
+
+
+def test_overfit_run_stops_early_once_the_batch_is_fitted():
+    x, y = _cls_batch(16)
+    r = doctor(mlp(), (x, y), nn.CrossEntropyLoss(), steps=2000, baseline=False, reproducibility=False)
+    assert len(r.losses) < 2000 and r.losses[-1] < 0.1 * r.initial_loss
+    assert not any(f.kind == "cannot_overfit" for f in r.findings)

@@ -929,12 +929,13 @@ class _Doctor:
                      evidence={"lr": self.lr_used, "final": final})
             return
         earlier = min(self.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
-        if self.cut_by_budget and final < 0.95 * earlier:
+        if self.cut_by_budget and final < 0.995 * earlier:
             budget = self.kw["time_budget"]
             self.add("cannot_overfit", msg + f"; the run stopped at the time budget ({budget:g} s) while the loss was "
                      f"still falling ({earlier:.4g} at step {int(0.6 * n)}), so there is no verdict yet",
                      severity="info", fixes=(Fix("give the doctor more time",
-                                                 "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),))
+                                                 "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),
+                                             _RAISE_LR_FIXES[0]))
         elif final > threshold("overfit_fail_rel") * abs(init):
             self.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
         elif final < 0.8 * earlier:
@@ -1160,7 +1161,7 @@ class _Doctor:
             findings=tuple(self.findings),
             task=self.task,
             num_classes=self.num_classes,
-            steps=self.steps,
+            steps=len(self.losses) or self.steps,
             losses=tuple(self.losses),
             baseline_losses=tuple(self.baseline_losses),
             initial_loss=self.initial_loss,
