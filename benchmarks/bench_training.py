@@ -6,7 +6,7 @@ implementation built from its config: 11.2 M parameters, the torchvision layout)
 round by round and each figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare
 step's median.
 
-    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,resnet18,bert]
+    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,resnet18,bert,doctor]
 """
 
 from __future__ import annotations
@@ -152,19 +152,39 @@ def bench_real(name, model, x, y, loss_fn, rounds, steps):
         v.stack.close()
 
 
+def bench_doctor(model, x, y):
+    """Wall time of doctor() on ResNet-18 (batch 32, 32x32, steps=200) against its default 60 s budget: a healthy
+    model (the overfit run stops once the batch is fitted) and one that cannot learn (lr=1e-8: every phase runs
+    to its deadline)."""
+    from nbdebug.core.doctor import doctor
+
+    batch = {"pixel_values": x, "labels": y}
+    print("\ndoctor on resnet18, batch 32 of 32x32 images, steps=200, time_budget=60 s (default)")
+    for label, opt in [("healthy (Adam 3e-3)", None),
+                       ("cannot learn (Adam lr=1e-8)", torch.optim.Adam(model.parameters(), lr=1e-8))]:
+        t = time.perf_counter()
+        r = doctor(model, batch, None, opt, steps=200, progress=False)
+        took = time.perf_counter() - t
+        print(f"  {label:<30} {took:6.1f} s = {took / 60:.2f}x the budget; {len(r.losses)} overfit steps; "
+              f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default="transformer,resnet18,bert",
-                    help="comma-separated: transformer (the house LM), resnet18, bert")
+    ap.add_argument("--models", default="transformer,resnet18,bert,doctor",
+                    help="comma-separated: transformer (the house LM), resnet18, bert, doctor (doctor's wall time "
+                         "on resnet18)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     chosen = {m.strip() for m in args.models.split(",") if m.strip()}
     for name, model, x, y, loss_fn in real_models():
         if name in chosen:
             bench_real(name, model, x, y, loss_fn, max(3, args.rounds // 2), max(2, args.steps // 3))
+        if name == "resnet18" and "doctor" in chosen:
+            bench_doctor(model, x, y)
     if "transformer" not in chosen:
         return
     torch.manual_seed(0)

@@ -1066,7 +1066,11 @@ class _Doctor:
         if gap <= 0.01 * abs(init):
             return  # nothing learned at all: cannot_overfit says so
         share = (init - zero) / gap
-        if zero <= real + threshold("zero_input_margin") * gap:
+        # the zero-input run must itself learn that much: a zero input can start lower (e.g. at chance level
+        # behind BatchNorm) without learning anything
+        zero_gap = self.baseline_losses[0] - zero
+        margin = threshold("zero_input_margin")
+        if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap:
             how = "as low as" if zero <= real else f"{share:.0%} of the way to"
             self.add("ignores_input", f"with all inputs zeroed the model's loss goes from {init:.4g} to {zero:.4g}, "
                      f"{how} the {real:.4g} it reaches with the real inputs: it learns the target statistics, not "
