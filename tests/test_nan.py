@@ -580,3 +580,45 @@ def test_message_of_a_freed_tensor_says_what_it_contains():
     with pytest.raises(NonFiniteError) as info:
         s._raise(0, 7)
     assert "None" not in str(info.value) and "contains NaN" in str(info.value)
+
+
+def test_error_panel_leads_with_the_forward_op_and_does_not_suggest_replay_again(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    class Second(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(torch.log(self.fc(x)))  # log of negative numbers
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Second(), nn.Linear(8, 3))
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model, replay=True):
+            F.cross_entropy(model(torch.randn(16, 4)), torch.zeros(16, dtype=torch.long)).backward()
+    e = info.value
+    assert e.op == "torch.log" and "torch.log(self.fc(x))" in e.source
+    d = diagnose_exception(get_state(ip), e)
+    assert d.first_step.startswith("torch.log produced the first non-finite value at ")
+    assert "Backward0" not in d.first_step
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert list(dict(section.facts))[:5] == ["module", "step (from 0)", "phase", "op", "source"]
+    assert not any("replay" in (f.title + f.code) for f in section.fixes) and not section.notes
+    assert not any("detect_anomaly" in (f.title + f.code) for f in d.fixes)
+
+
+def test_error_panel_names_the_code_between_modules(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    torch.manual_seed(0)
+    model = LogBetween()
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model):
+            model(torch.randn(4, 8))
+    d = diagnose_exception(get_state(ip), info.value)
+    assert "between fc2 and fc3 in LogBetween.forward" in d.first_step
+    assert "between fc2 and fc3 in LogBetween.forward" in d.title
