@@ -298,3 +298,34 @@ def test_nonfinite_in_a_real_model_is_placed():
         with nbdebug.nan_sentinel(model):
             model(**token_batch())
     assert info.value.module == "bert.encoder.layer.1.output.dense" and info.value.phase == "forward"
+
+
+def _minibatch_run(corrupt_at=None):
+    from nbdebug.core.grads import GradMonitor
+
+    x_all, y_all = digits(1797)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.Adam(m.parameters(), 3e-3)
+    g = torch.Generator().manual_seed(0)
+    with GradMonitor(m, num_classes=10) as mon:
+        for step in range(400):
+            idx = torch.randint(0, len(x_all), (16,), generator=g)
+            x, y = x_all[idx], y_all[idx]
+            if step == corrupt_at:  # a corrupted batch: raw values, labels shifted by one
+                x, y = x * 50.0, (y + 1) % 10
+            loss = F.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            mon.log_loss(loss)
+            opt.step()
+    return mon.history
+
+
+def test_loss_spike_is_quiet_on_minibatch_noise_and_finds_a_corrupted_batch():
+    # batches of 16 at a low loss: one misclassified sample makes the loss 5-15x its median (31 such steps here)
+    h = _minibatch_run()
+    assert "loss_spike" not in {f.kind for f in h.findings}, h.findings
+    bad = _minibatch_run(corrupt_at=300)
+    f = next(f for f in bad.findings if f.kind == "loss_spike")
+    assert "at step 300" in f.message

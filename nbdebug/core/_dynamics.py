@@ -73,13 +73,17 @@ def analyze_loss(
     spikes: list[tuple[int, float, float]] = []
     factor = threshold("loss_spike_factor")
     k = threshold("loss_spike_mad")
+    over_max = threshold("loss_spike_over_max")
     for i in range(window, len(finite)):
         recent = [v for _, v in finite[i - window : i]]
         med = _median(recent)
         # the loss's own variability: minibatch noise at a low loss easily triples it, which is not a spike
         mad = 1.4826 * _median([abs(r - med) for r in recent])
         s, v = finite[i]
-        if med > 0 and v > factor * med and v > med + k * mad:
+        # and far above anything in the window: at a low loss, one misclassified sample in a small batch makes
+        # a heavy tail that the median and its deviation understate
+        if med > 0 and v > factor * med and v > med + k * mad and \
+                v > over_max * max(x for _, x in finite[max(0, i - 5 * window) : i]):
             spikes.append((s, v, med))
     if spikes:
         s, v, med = max(spikes, key=lambda t: t[1] / t[2])
@@ -87,7 +91,8 @@ def analyze_loss(
             finding(
                 "loss_spike",
                 f"{len(spikes)} loss spike(s); the largest at step {s}: {v:.4g} vs a recent median of {med:.4g} "
-                f"(above {factor:g}x the median and {k:g} robust deviations of the loss's own noise)",
+                f"(above {factor:g}x the median, {k:g} robust deviations of the loss's own noise and {over_max:g}x the "
+                f"highest of the last {5 * window} values)",
             )
         )
     if len(finite) >= 2 * window:
