@@ -170,3 +170,14 @@ def test_live_panel_that_cannot_show_leaves_no_hook_behind():
     with pytest.raises(ModuleNotFoundError):
         mon.attach()
     assert len(_global_optimizer_pre_hooks) == before and not mon.attached
+
+
+def test_gradmonitor_magic_needs_no_ipywidgets_and_leaves_no_hook(ip, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # `import ipywidgets` raises ImportError
+    before = len(_global_optimizer_pre_hooks)
+    torch.manual_seed(0)
+    ip.user_ns.update(model=nn.Linear(4, 2), X=torch.randn(8, 4))
+    ip.user_ns["opt"] = torch.optim.SGD(ip.user_ns["model"].parameters(), lr=0.1)
+    ip.run_cell_magic("gradmonitor", "model -o h", "for _ in range(3):\n    model(X).sum().backward(); opt.step()")
+    assert ip.user_ns["h"].steps_seen == 3
+    assert len(_global_optimizer_pre_hooks) == before
