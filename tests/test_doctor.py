@@ -483,10 +483,22 @@ def test_doctor_keeps_adamw_settings_and_lr_override():
     assert new.param_groups[0]["betas"] == (0.8, 0.9)
 
 
+class SlowStep(nn.Module):
+    """A step that takes at least 20 ms, so that a 0.5 s budget ends the overfit run at its minimum of 20 steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        time.sleep(0.02)
+        return self.net(x)
+
+
 def test_time_budget_stops_the_overfit_run_and_says_there_is_no_verdict():
     x, y = _cls_batch(64)
-    m = mlp()
-    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=1e-3), steps=100_000,
+    m = SlowStep()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=5e-2), steps=100_000,
                time_budget=0.5, reproducibility=False, progress=False)
     assert 20 <= len(r.losses) < 100_000 and r.steps == len(r.losses)
     f = next(f for f in r.findings if f.kind == "cannot_overfit")

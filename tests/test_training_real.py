@@ -329,3 +329,14 @@ def test_loss_spike_is_quiet_on_minibatch_noise_and_finds_a_corrupted_batch():
     bad = _minibatch_run(corrupt_at=300)
     f = next(f for f in bad.findings if f.kind == "loss_spike")
     assert "at step 300" in f.message
+
+
+def test_hf_batch_without_labels_is_one_clear_error():
+    from nbdebug.errors import InvalidArgumentError
+
+    b = token_batch()
+    del b["labels"]
+    with pytest.raises(InvalidArgumentError, match="returned no loss; expected labels in the batch"):
+        doctor(tiny_bert(), b, **QUICK)
+    with pytest.raises(InvalidArgumentError, match="loss_fn is None, but the batch is"):
+        doctor(mlp(), digits(), **QUICK)

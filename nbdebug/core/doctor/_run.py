@@ -922,21 +922,22 @@ class _Doctor:
                      f"({lr})", severity="error", fixes=_LOWER_LR_FIXES,
                      evidence={"lr": self.lr_used, "final": final, "min": min(self.losses)})
             return
-        if abs(init - final) < threshold("overfit_still_rel") * abs(init):
-            self.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}; the updates are too small "
-                     "to change the model", severity="error", fixes=_RAISE_LR_FIXES if (
-                         self.lr_used is not None and self.lr_used < threshold("tiny_lr")) else None,
-                     evidence={"lr": self.lr_used, "final": final})
-            return
         earlier = min(self.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
-        if self.cut_by_budget and final < 0.995 * earlier:
+        if self.cut_by_budget and final < 0.999 * earlier:
             budget = self.kw["time_budget"]
             self.add("cannot_overfit", msg + f"; the run stopped at the time budget ({budget:g} s) while the loss was "
                      f"still falling ({earlier:.4g} at step {int(0.6 * n)}), so there is no verdict yet",
                      severity="info", fixes=(Fix("give the doctor more time",
                                                  "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),
                                              _RAISE_LR_FIXES[0]))
-        elif final > threshold("overfit_fail_rel") * abs(init):
+            return
+        if abs(init - final) < threshold("overfit_still_rel") * abs(init):
+            self.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}; the updates are too small "
+                     "to change the model", severity="error", fixes=_RAISE_LR_FIXES if (
+                         self.lr_used is not None and self.lr_used < threshold("tiny_lr")) else None,
+                     evidence={"lr": self.lr_used, "final": final})
+            return
+        if final > threshold("overfit_fail_rel") * abs(init):
             self.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
         elif final < 0.8 * earlier:
             self.add("cannot_overfit", msg + f"; it is still falling ({earlier:.4g} at step {int(0.6 * n)}): "
