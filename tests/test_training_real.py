@@ -340,3 +340,12 @@ def test_hf_batch_without_labels_is_one_clear_error():
         doctor(tiny_bert(), b, **QUICK)
     with pytest.raises(InvalidArgumentError, match="loss_fn is None, but the batch is"):
         doctor(mlp(), digits(), **QUICK)
+
+
+def test_dataloader_of_hugging_face_dict_batches():
+    b = token_batch(32)
+    rows = [{k: v[i] for k, v in b.items()} for i in range(32)]
+    loader = torch.utils.data.DataLoader(rows, batch_size=8)
+    r = doctor(tiny_bert(), loader, **HEAVY)
+    assert r.task == "classification" and r.num_classes == 3 and r.initial_loss is not None
+    assert any(name == "dataloader wait" for name, _ in r.checks), r.checks
