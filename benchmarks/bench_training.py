@@ -1,9 +1,12 @@
-"""Overhead of GradMonitor and nan_sentinel on a small transformer's training step (CPU), side by side.
+"""Overhead of GradMonitor and nan_sentinel on real training steps (CPU), side by side.
 
-Every variant trains its own copy of the same model; variants are interleaved round by round and each
-figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare step's median.
+Models: a small transformer LM (the house model), ResNet-18 (batch 32 of 32x32 images; the transformers
+implementation built from its config: 11.2 M parameters, the torchvision layout) and a tiny BERT classifier
+(transformers, from a config).  Every variant trains its own copy of the same model; variants are interleaved
+round by round and each figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare
+step's median.
 
-    python benchmarks/bench_training.py [--rounds 9] [--steps 10]
+    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,resnet18,bert,doctor]
 """
 
 from __future__ import annotations
@@ -52,9 +55,37 @@ def naive_checks(model):
             _ = p.grad.norm().item()
 
 
+def lm_loss(out, y):
+    return F.cross_entropy(out.reshape(-1, VOCAB), y.reshape(-1))
+
+
+def hf_loss(out, y):
+    return F.cross_entropy(out.logits, y)
+
+
+def real_models():
+    """(name, model, inputs, targets, loss) of the real architectures; None when transformers is missing."""
+    try:
+        import transformers
+    except ImportError:
+        print("transformers is not installed: ResNet-18 and BERT skipped (pip install transformers)")
+        return []
+    torch.manual_seed(0)
+    resnet = transformers.ResNetForImageClassification(transformers.ResNetConfig(
+        layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512], embedding_size=64, num_labels=10))
+    bert = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
+        max_position_embeddings=128, num_labels=3))
+    return [
+        ("resnet18", resnet, torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,)), hf_loss),
+        ("bert", bert, torch.randint(0, 1000, (16, 64)), torch.randint(0, 3, (16,)), hf_loss),
+    ]
+
+
 class Variant:
-    def __init__(self, name, base, kind):
+    def __init__(self, name, base, kind, loss_fn=lm_loss):
         self.name, self.kind = name, kind
+        self.loss_fn = loss_fn
         self.model = copy.deepcopy(base)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.stack = ExitStack()
@@ -77,8 +108,7 @@ class Variant:
     def step(self, x, y):
         ctx = torch.autograd.detect_anomaly() if self.kind == "anomaly" else ExitStack()
         with ctx:
-            logits = self.model(x)
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+            loss = self.loss_fn(self.model(x), y)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
         if self.kind == "naive":
@@ -95,13 +125,68 @@ class Variant:
         return (time.perf_counter() - t) / steps, (time.thread_time() - c) / steps
 
 
+def bench_real(name, model, x, y, loss_fn, rounds, steps):
+    """GradMonitor and nan_sentinel on one real architecture: CPU-time ratios to the bare step."""
+    variants = [Variant(n, model, k, loss_fn) for n, k in [
+        ("bare step", "bare"), ("GradMonitor (every step)", "monitor"), ("nan_sentinel", "sentinel")]]
+    for v in variants:
+        v.model.train()
+        v.run(x, y, 1)
+    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
+    wall: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(rounds):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            w, c = v.run(x, y, steps)
+            cpu[v.name].append(c)
+            wall[v.name].append(w)
+    bare, bare_wall = statistics.median(cpu["bare step"]), statistics.median(wall["bare step"])
+    n = sum(p.numel() for p in model.parameters())
+    print(f"\n{name}: {n / 1e6:.2f} M parameters, batch {tuple(x.shape)}, median of {rounds} interleaved rounds x "
+          f"{steps} steps")
+    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15"}
+    for v in variants:
+        med = statistics.median(cpu[v.name])
+        print(f"  {v.name:<28} {med * 1e3:9.2f} ms/step {med / bare:6.3f}x cpu "
+              f"{statistics.median(wall[v.name]) / bare_wall:6.3f}x wall  {targets.get(v.name, '')}")
+    for v in variants:
+        v.stack.close()
+
+
+def bench_doctor(model, x, y):
+    """Wall time of doctor() on ResNet-18 (batch 32, 32x32, steps=200) against its default 60 s budget: a healthy
+    model (the overfit run stops once the batch is fitted) and one that cannot learn (lr=1e-8: every phase runs
+    to its deadline)."""
+    from nbdebug.core.doctor import doctor
+
+    batch = {"pixel_values": x, "labels": y}
+    print("\ndoctor on resnet18, batch 32 of 32x32 images, steps=200, time_budget=60 s (default)")
+    for label, opt in [("healthy (Adam 3e-3)", None),
+                       ("cannot learn (Adam lr=1e-8)", torch.optim.Adam(model.parameters(), lr=1e-8))]:
+        t = time.perf_counter()
+        r = doctor(model, batch, None, opt, steps=200, progress=False)
+        took = time.perf_counter() - t
+        print(f"  {label:<30} {took:6.1f} s = {took / 60:.2f}x the budget; {len(r.losses)} overfit steps; "
+              f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default="transformer,resnet18,bert,doctor",
+                    help="comma-separated: transformer (the house LM), resnet18, bert, doctor (doctor's wall time "
+                         "on resnet18)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    chosen = {m.strip() for m in args.models.split(",") if m.strip()}
+    for name, model, x, y, loss_fn in real_models():
+        if name in chosen:
+            bench_real(name, model, x, y, loss_fn, max(3, args.rounds // 2), max(2, args.steps // 3))
+        if name == "resnet18" and "doctor" in chosen:
+            bench_doctor(model, x, y)
+    if "transformer" not in chosen:
+        return
     torch.manual_seed(0)
     base = TinyTransformer()
     x = torch.randint(0, VOCAB, (BATCH, SEQ))

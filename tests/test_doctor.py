@@ -187,11 +187,12 @@ def test_planted_findings_name_the_place():
     assert set(f.where) == {"head_b.weight", "head_b.bias"}
     r = doctor(**quick, **_case("nonfinite_forward"))
     f = next(f for f in r.findings if f.kind == "nonfinite_forward")
-    assert f.where == ("2",)
+    assert f.where == ("model.2",)
     r = doctor(**quick, **_case("dead_activations"))
-    assert next(f for f in r.findings if f.kind == "dead_activations").where == ("1",)
+    assert next(f for f in r.findings if f.kind == "dead_activations").where == ("model.1 = ReLU()",)
     r = doctor(**quick, **_case("vanishing_gradients"))
-    assert "0" in next(f for f in r.findings if f.kind == "vanishing_gradients").where
+    assert "model.0 = Linear(in_features=10, out_features=16, bias=True)" in next(
+        f for f in r.findings if f.kind == "vanishing_gradients").where
 
 
 def test_detached_encoder_gets_no_gradient():
@@ -281,7 +282,11 @@ def test_doctor_uses_the_optimizers_hyperparameters():
     ("call", "match"),
     [
         (lambda: doctor(mlp(), torch.randn(3, 10), nn.CrossEntropyLoss()),
-         r"batch must be \(inputs, targets\), got Tensor"),
+         r"batch must be \(inputs, targets\), .*got Tensor"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), None),
+         "loss_fn is None, but the batch is \\(inputs, targets\\)"),
+        (lambda: doctor(mlp(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss(), time_budget=0),
+         "time_budget must be a number of seconds > 0 or None, got 0"),
         (lambda: doctor("model", (torch.randn(3, 10), torch.zeros(3)), nn.CrossEntropyLoss()),
          "expected a torch.nn.Module, got str"),
         (lambda: doctor(nn.ReLU(), (torch.randn(3, 10), torch.zeros(3)), nn.MSELoss()), "no trainable parameters"),
@@ -300,7 +305,8 @@ def test_bad_input_is_one_clear_error(call, match):
 
 
 def test_batch_from_the_dataloader():
-    x, y = _cls_batch(64)
+    x, _ = _cls_batch(64)
+    y = x[:, :4].argmax(1)  # labels that follow from the inputs (random ones are labels_unrelated)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
     r = doctor(mlp(), None, nn.CrossEntropyLoss(), dataloader=loader, steps=150, baseline=False, reproducibility=False)
     assert r.ok and "dataloader_bottleneck" not in r.kinds
@@ -428,3 +434,80 @@ def test_doctor_leaves_the_callers_batch_alone_when_forward_writes_into_its_inpu
     before = x.clone()
     nbdebug.doctor(InPlace(), (x, y), nn.CrossEntropyLoss(), steps=5)
     assert torch.equal(x, before)
+
+
+# -- every optimizer of torch.optim is re-created on the copy -------------------------------------------------
+def _optimizer_classes():
+    return sorted((c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, torch.optim.Optimizer)
+                   and c is not torch.optim.Optimizer), key=lambda c: c.__name__)
+
+
+class SparseBag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 4, sparse=True)
+
+    def forward(self, idx):
+        return self.emb(idx).sum(1)
+
+
+@pytest.mark.parametrize("cls", _optimizer_classes(), ids=lambda c: c.__name__)
+def test_doctor_recreates_every_torch_optimizer(cls):
+    from nbdebug.core.doctor._run import recreate_optimizer
+
+    torch.manual_seed(0)
+    if cls is torch.optim.SparseAdam:
+        model, batch = SparseBag(), (torch.randint(0, 20, (8, 3)), torch.randint(0, 4, (8,)))
+    else:  # Muon takes 2-D parameters only
+        model = nn.Sequential(nn.Linear(10, 16, bias=False), nn.ReLU(), nn.Linear(16, 4, bias=False))
+        batch = _cls_batch(16)
+    kwargs = {"lr": 0.01} if cls in (torch.optim.SGD,) else {}
+    opt = cls(model.parameters(), **kwargs)
+    copy_ = recreate_optimizer(opt, lambda p: p)
+    assert type(copy_) is cls
+    strip = lambda g: {k: v for k, v in g.items() if k != "params"}  # noqa: E731
+    assert [strip(g) for g in copy_.param_groups] == [strip(g) for g in opt.param_groups]
+    r = doctor(model, batch, nn.CrossEntropyLoss(), opt, steps=3, baseline=False, reproducibility=False)
+    assert r.initial_loss is not None and len(r.losses) == 3, r
+
+
+def test_doctor_keeps_adamw_settings_and_lr_override():
+    from nbdebug.core.doctor._run import recreate_optimizer
+
+    m = mlp()
+    opt = torch.optim.AdamW([{"params": m[0].parameters(), "weight_decay": 0.5}, {"params": m[2].parameters()}],
+                            lr=1e-3, betas=(0.8, 0.9))
+    new = recreate_optimizer(opt, lambda p: p, lr=0.1)
+    assert [g["lr"] for g in new.param_groups] == [0.1, 0.1]
+    assert [g["weight_decay"] for g in new.param_groups] == [0.5, 0.01]
+    assert new.param_groups[0]["betas"] == (0.8, 0.9)
+
+
+class SlowStep(nn.Module):
+    """A step that takes at least 20 ms, so that a 0.5 s budget ends the overfit run at its minimum of 20 steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        time.sleep(0.02)
+        return self.net(x)
+
+
+def test_time_budget_stops_the_overfit_run_and_says_there_is_no_verdict():
+    x, y = _cls_batch(64)
+    m = SlowStep()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=5e-2), steps=100_000,
+               time_budget=0.5, reproducibility=False, progress=False)
+    assert 20 <= len(r.losses) < 100_000 and r.steps == len(r.losses)
+    f = next(f for f in r.findings if f.kind == "cannot_overfit")
+    assert f.severity == "info" and "time budget" in f.message and "time_budget=None" in f.fixes[0].code
+    assert "ignores_input" not in r.kinds and not r.baseline_losses  # no verdict: no baseline either
+
+
+def test_overfit_run_stops_early_once_the_batch_is_fitted():
+    x, y = _cls_batch(16)
+    r = doctor(mlp(), (x, y), nn.CrossEntropyLoss(), steps=2000, baseline=False, reproducibility=False)
+    assert len(r.losses) < 2000 and r.losses[-1] < 0.1 * r.initial_loss
+    assert not any(f.kind == "cannot_overfit" for f in r.findings)

@@ -285,6 +285,10 @@ LOSS_CASES = [
     ("falling", [2.0 * 0.97**i for i in range(100)], 10, set()),
     ("spike", [1.0 - 0.001 * i if i != 70 else 9.0 for i in range(100)], None, {"loss_spike"}),
     ("nan", [1.0] * 30 + [math.nan] * 5, None, {"loss_spike"}),
+    # minibatch noise at a low loss (healthy late training): 3x the median is within its own variability
+    ("minibatch-noise", list(0.05 * np.random.default_rng(0).exponential(1.0, 200)), None, {"loss_plateau"}),
+    ("spike-on-noise", [v if i != 150 else 2.0 for i, v in
+                        enumerate(0.05 * np.random.default_rng(0).exponential(1.0, 200))], None, {"loss_spike", "loss_plateau"}),
     ("plateau", [0.7 + 1e-4 * math.sin(i) for i in range(100)], None, {"loss_plateau"}),
     ("chance", [math.log(10) + 1e-3 * math.sin(i) for i in range(100)], 10, {"chance_plateau"}),
     ("plateau-not-chance", [0.5 + 1e-4 * math.sin(i) for i in range(100)], 10, {"loss_plateau"}),

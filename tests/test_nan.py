@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import weakref
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from IPython.utils.capture import capture_output
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 import nbdebug
+from nbdebug.core import nan as nan_mod
 from nbdebug.core.nan import LOSS, nan_sentinel
 from nbdebug.errors import NonFiniteError
 
@@ -489,3 +491,134 @@ def test_no_hook_is_left_on_an_output_the_user_keeps():
         last = model(torch.randn(3, 4))  # a forward whose step never ends inside the block
         kept.append(last)
     assert all(not t._backward_hooks for t in kept), [len(t._backward_hooks or {}) for t in kept]
+
+
+# -- blame that lands on the culprit --------------------------------------------------------------------------
+class LogBetween(nn.Module):
+    """A NaN made by the parent's own code between fc2 and fc3 (fc3's input is already NaN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = torch.log(self.fc2(h) - 10.0)  # negative -> NaN, made here, not in fc3
+        return self.fc3(h)
+
+
+class Wrapper(nn.Module):
+    """The same bug one level down: the culprit is ``body``'s forward, named by its qualified name."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = LogBetween()
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_nan_made_between_modules_is_blamed_on_the_parents_code():
+    torch.manual_seed(0)
+    model = LogBetween()
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model):
+            model(torch.randn(4, 8))
+    e = info.value
+    assert e.module == "" and e.phase == "forward"
+    assert "between fc2 and fc3 in LogBetween.forward" in str(e)
+    assert e.stats["location"] == "between fc2 and fc3 in LogBetween.forward"
+    model = Wrapper()
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model):
+            model(torch.randn(4, 8))
+    assert info.value.module == "body"
+    assert "between body.fc2 and body.fc3 in LogBetween.forward" in str(info.value)
+
+
+def test_doctor_uses_the_same_attribution():
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+    r = nbdebug.doctor(LogBetween(), (x, y), nn.CrossEntropyLoss(), steps=5, baseline=False, reproducibility=False)
+    f = next(f for f in r.findings if f.kind == "nonfinite_forward")
+    assert "between fc2 and fc3 in LogBetween.forward" in f.message and f.where == ("model",)
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def test_replay_blames_the_loss_code_not_the_last_backward_function():
+    torch.manual_seed(0)
+    model = Head()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    temperature = 0.0
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model, replay=True):
+            logits = model(torch.randn(4, 8))
+            loss = F.cross_entropy(logits / temperature, torch.tensor([0, 1, 2, 3]))
+            loss.backward()
+            opt.step()
+    e = info.value
+    assert e.phase == "backward" and e.module == nan_mod.LOSS
+    assert e.op is None and e.anomaly is None, "the model's backward only carries the loss's NaN on"
+    assert "AddmmBackward0" not in str(e) and "the loss code after the model produced it" in str(e)
+
+
+def test_message_of_a_freed_tensor_says_what_it_contains():
+    s = nan_mod.NanSentinel(nn.Linear(2, 2))
+    s._flags = [torch.tensor(float("nan"))]
+    gone = torch.zeros(3, 2)
+    ref = weakref.ref(gone)
+    del gone
+    s._where = [("forward", 0, ref, (3, 2), "torch.float32")]
+    with pytest.raises(NonFiniteError) as info:
+        s._raise(0, 7)
+    assert "None" not in str(info.value) and "contains NaN" in str(info.value)
+
+
+def test_error_panel_leads_with_the_forward_op_and_does_not_suggest_replay_again(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    class Second(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(torch.log(self.fc(x)))  # log of negative numbers
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Second(), nn.Linear(8, 3))
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model, replay=True):
+            F.cross_entropy(model(torch.randn(16, 4)), torch.zeros(16, dtype=torch.long)).backward()
+    e = info.value
+    assert e.op == "torch.log" and "torch.log(self.fc(x))" in e.source
+    d = diagnose_exception(get_state(ip), e)
+    assert d.first_step.startswith("torch.log produced the first non-finite value at ")
+    assert "Backward0" not in d.first_step
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert list(dict(section.facts))[:5] == ["module", "step (from 0)", "phase", "op", "source"]
+    assert not any("replay" in (f.title + f.code) for f in section.fixes) and not section.notes
+    assert not any("detect_anomaly" in (f.title + f.code) for f in d.fixes)
+
+
+def test_error_panel_names_the_code_between_modules(ip):
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    torch.manual_seed(0)
+    model = LogBetween()
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model):
+            model(torch.randn(4, 8))
+    d = diagnose_exception(get_state(ip), info.value)
+    assert "between fc2 and fc3 in LogBetween.forward" in d.first_step
+    assert "between fc2 and fc3 in LogBetween.forward" in d.title

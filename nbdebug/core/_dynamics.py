@@ -14,12 +14,31 @@ from typing import Any
 from nbdebug.core._findings import Finding
 from nbdebug.core.knowledge import finding, threshold
 
-__all__ = ["analyze_loss", "chance_loss", "describe_tensor"]
+__all__ = ["analyze_loss", "chance_loss", "depth_correlation", "describe_tensor"]
 
 
 def chance_loss(num_classes: int) -> float:
     """Cross-entropy of a uniform guess over ``num_classes`` classes: ``-log(1/C)``."""
     return math.log(num_classes)
+
+
+def depth_correlation(values: Sequence[float]) -> float:
+    """Spearman correlation of ``values`` with their position: 1 when they grow steadily from first to last.
+
+    Vanishing gradients are a decay with depth (small near the input, large near the output); a spread alone is
+    not: at a standard init attention's query/key gradients are tiny next to large ones in every block.
+    """
+    n = len(values)
+    if n < 3:
+        return 0.0
+    order = sorted(range(n), key=lambda i: values[i])
+    ranks = [0.0] * n
+    for r, i in enumerate(order):
+        ranks[i] = float(r)
+    mean = (n - 1) / 2
+    cov = sum((i - mean) * (ranks[i] - mean) for i in range(n))
+    var = sum((i - mean) ** 2 for i in range(n))
+    return cov / var if var else 0.0
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -53,18 +72,27 @@ def analyze_loss(
         )
     spikes: list[tuple[int, float, float]] = []
     factor = threshold("loss_spike_factor")
+    k = threshold("loss_spike_mad")
+    over_max = threshold("loss_spike_over_max")
     for i in range(window, len(finite)):
         recent = [v for _, v in finite[i - window : i]]
         med = _median(recent)
+        # the loss's own variability: minibatch noise at a low loss easily triples it, which is not a spike
+        mad = 1.4826 * _median([abs(r - med) for r in recent])
         s, v = finite[i]
-        if med > 0 and v > factor * med:
+        # and far above anything in the window: at a low loss, one misclassified sample in a small batch makes
+        # a heavy tail that the median and its deviation understate
+        if med > 0 and v > factor * med and v > med + k * mad and \
+                v > over_max * max(x for _, x in finite[max(0, i - 5 * window) : i]):
             spikes.append((s, v, med))
     if spikes:
         s, v, med = max(spikes, key=lambda t: t[1] / t[2])
         findings.append(
             finding(
                 "loss_spike",
-                f"{len(spikes)} loss spike(s); the largest at step {s}: {v:.4g} vs a recent median of {med:.4g}",
+                f"{len(spikes)} loss spike(s); the largest at step {s}: {v:.4g} vs a recent median of {med:.4g} "
+                f"(above {factor:g}x the median, {k:g} robust deviations of the loss's own noise and {over_max:g}x the "
+                f"highest of the last {5 * window} values)",
             )
         )
     if len(finite) >= 2 * window:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._dynamics import analyze_loss
+from nbdebug.core._dynamics import analyze_loss, depth_correlation
 from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import finding, threshold
@@ -191,14 +191,19 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
         if ok_cols.any():
             per[ok_cols] = np.nanmedian(masked[:, ok_cols], axis=0)
         pos = per[per > 0]
-        if len(pos) >= 2 and pos.min() / pos.max() < threshold("vanish_ratio"):
+        # a decay with depth, not a spread: tiny query/key gradients next to large ones are normal at init
+        rho = depth_correlation([float(np.log(v)) for v in pos]) if len(pos) >= 3 else 0.0
+        if len(pos) >= 3 and pos.min() / pos.max() < threshold("vanish_ratio") and \
+                rho >= threshold("vanish_depth_correlation"):
             lo = int(np.argmin(np.where(per > 0, per, np.inf)))
             hi = int(np.argmax(per))
             yield finding(
                 "vanishing_gradients",
-                f"per-module gradient norms span {pos.max() / pos.min():.3g}x: {h.modules[lo]} gets {per[lo]:.3g}, "
-                f"{h.modules[hi]} gets {per[hi]:.3g}",
+                f"per-module gradient norms shrink toward the input, spanning {pos.max() / pos.min():.3g}x: "
+                f"{h.modules[lo]} gets {per[lo]:.3g}, {h.modules[hi]} gets {per[hi]:.3g} (rank correlation of "
+                f"gradient size with depth {rho:.2f})",
                 (h.modules[lo],),
+                evidence={"spread": float(pos.max() / pos.min()), "depth_correlation": round(rho, 3)},
             )
     if h.losses:
         yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)

@@ -30,7 +30,7 @@ from nbdebug.core._gradhistory import GradHistory, GradSpike, grad_findings
 from nbdebug.core.knowledge import threshold
 from nbdebug.errors import InvalidArgumentError
 
-__all__ = ["GradMonitor", "GradHistory", "GradSpike", "unwrap_model"]
+__all__ = ["GradMonitor", "GradHistory", "GradSpike", "unwrap_model", "model_of"]
 
 _WRAPPERS = {"DistributedDataParallel", "DataParallel", "OptimizedModule"}
 MAX_REFRESH_HZ = 2.0
@@ -50,6 +50,26 @@ def unwrap_model(model: Any) -> Any:
             continue
         break
     return model
+
+
+def model_of(obj: Any) -> Any:
+    """The ``torch.nn.Module`` a training object drives (None when it holds none).
+
+    A Hugging Face ``Trainer`` (``.model``), a Lightning ``Trainer`` (``.lightning_module``), an accelerate-prepared
+    or DDP/compiled model, or the module itself.  Duck-typed: no framework is imported.  None when ``obj`` holds no module.
+    """
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return unwrap_model(obj)
+    for attr in ("lightning_module", "model", "module"):
+        try:
+            inner = getattr(obj, attr, None)
+        except Exception:  # a property that raises before fit() (Lightning) holds no model yet
+            inner = None
+        if isinstance(inner, torch.nn.Module):
+            return unwrap_model(inner)
+    return None
 
 
 @dataclass
@@ -206,7 +226,12 @@ class GradMonitor:
             self._wrap_scaler()
         self._attached = True
         if self._live_view is not None and self.view is None:
-            self.view = self._live_view(self)
+            try:
+                self.view = self._live_view(self)
+            except BaseException:
+                # a view that cannot be shown leaves nothing behind: no optimizer hook outlives the failure
+                self.detach()
+                raise
         return self
 
     def detach(self) -> None:

@@ -52,6 +52,7 @@ class ReplayResult(Result):
     op: str | None
     source: str | None
     anomaly: str | None
+    note: str | None = None
 
     def _summary_line(self) -> str:
         return self.op or "not reproduced"
@@ -60,9 +61,12 @@ class ReplayResult(Result):
         """One line: the op and its source line, and what detect_anomaly said."""
         parts = []
         if self.op:
-            parts.append(f"first non-finite op: {self.op}" + (f" at {self.source}" if self.source else ""))
+            parts.append(f"first non-finite op in the forward pass: {self.op}"
+                         + (f" at {self.source}" if self.source else ""))
+        if self.note:
+            parts.append(self.note)
         if self.anomaly:
-            parts.append(f"detect_anomaly: {self.anomaly}")
+            parts.append(f"(detail, backward: {self.anomaly})" if self.op else f"detect_anomaly: {self.anomaly}")
         return "; ".join(parts) if parts else "the replay did not reproduce the non-finite value"
 
 
@@ -140,7 +144,8 @@ def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: lis
     params = [p for p in model.parameters() if p.requires_grad]
     buffers = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=False).items() if "running" in k or "num_batches" in k}
     cpu_rng = torch.get_rng_state()
-    op = source = anomaly = None
+    op = source = anomaly = note = None
+    bad_out = [g for g in output_grads if g is not None and not bool(torch.isfinite(g).all())]
     try:
         for args, kwargs, rng in calls:
             if rng is not None:
@@ -153,6 +158,14 @@ def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: lis
                         with mode:
                             out = model(*args, **kwargs)
                         outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+                        if outs and bad_out and mode.op is None:
+                            # the model's forward is finite and the gradient the loss sent back is not: the
+                            # model's backward only carries the loss's NaN on (detect_anomaly would name the
+                            # last layer's backward function)
+                            note = ("the model's forward pass is finite; the gradient reaching the model's output "
+                                    "is already non-finite: the loss code after the model produced it (look for a "
+                                    "division by 0, e.g. a temperature of 0, log(0) or sqrt(0) there)")
+                            outs = []
                         if outs:
                             grads = [
                                 g if g is not None and g.shape == t.shape else torch.ones_like(t)
@@ -171,7 +184,7 @@ def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: lis
                                 anomaly += f" (forward call: {f[0]}:{f[1]} in {f[2]}: {f[3].strip()})"
             if mode.op is not None and op is None:
                 op, source = mode.op, mode.source
-            if op is not None or anomaly is not None:
+            if op is not None or anomaly is not None or note is not None:
                 break
     finally:
         torch.set_rng_state(cpu_rng)
@@ -179,7 +192,7 @@ def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: lis
             for k, v in model.state_dict(keep_vars=True).items():
                 if k in buffers:
                     v.copy_(buffers[k])
-    return ReplayResult(op=op, source=source, anomaly=anomaly)
+    return ReplayResult(op=op, source=source, anomaly=anomaly, note=note)
 
 
 class NanSentinel:
@@ -234,6 +247,10 @@ class NanSentinel:
         # id(tensor) -> (tensor, producer index, consumer indices, {"model_output": bool}); this forward only
         self._seen: dict[int, tuple[Any, int, list[int], dict[str, bool]]] = {}
         self._fwd_seen: dict[int, Any] = {}
+        # id(tensor) -> index of its "between" flag; flag index -> the module that finished just before
+        self._between: dict[int, int] = {}
+        self._prev: dict[int, int] = {}
+        self._last_done = -1
         self._calls: list[tuple[Any, Any, Any]] = []
         self._out_grads: list[Any] = []
         self._forwards = 0
@@ -295,6 +312,7 @@ class NanSentinel:
                 self.check(advance=True)
         for t in _tensors((args, kwargs)):
             if t.is_floating_point():
+                self._fwd_seen[id(t)] = t
                 self._flags.append(_finite_probe(t))
                 self._where.append(("data", -2, weakref.ref(t), tuple(t.shape), str(t.dtype)))
         self._forwards += 1
@@ -309,6 +327,23 @@ class NanSentinel:
         def hook(module: Any, inputs: Any, output: Any) -> None:
             if self._replaying:
                 return
+            # inputs made by the parent's own code between two modules (not a checked output, not the batch)
+            for t in _tensors(inputs):
+                if t.is_floating_point():
+                    key = id(t)
+                    seen = self._fwd_seen.get(key)
+                    if seen is t:
+                        j = self._between.get(key)
+                        if j is not None and self._is_ancestor(idx, self._where[j][1]):
+                            # an enclosing module took the same tensor: the code that made it is around that one
+                            w = self._where[j]
+                            self._where[j] = (w[0], idx, w[2], w[3], w[4])
+                        continue
+                    self._fwd_seen[key] = t
+                    self._between[key] = len(self._flags)
+                    self._prev[len(self._flags)] = self._last_done
+                    self._flags.append(_finite_probe(t))
+                    self._where.append(("between", idx, t, tuple(t.shape), str(t.dtype)))
             for t in _tensors(output):
                 if t.is_floating_point():
                     key = id(t)
@@ -327,6 +362,7 @@ class NanSentinel:
                             self._watch(t, producer=-1)
                             entry = self._seen[id(t)]
                         entry[2].append(idx)
+            self._last_done = idx
             if idx == 0:
                 for t in _tensors(output):
                     entry = self._seen.get(id(t))
@@ -335,10 +371,17 @@ class NanSentinel:
                 # the model's forward is done: hold no activation beyond what autograd itself keeps
                 self._seen.clear()
                 self._fwd_seen.clear()
-                self._where = [(k, i, weakref.ref(t) if k == "forward" and not isinstance(t, weakref.ref) else t, sh, dt)
+                self._between.clear()
+                self._where = [(k, i, weakref.ref(t) if k in ("forward", "between") and not isinstance(t, weakref.ref) else t, sh, dt)
                                for k, i, t, sh, dt in self._where]
 
         return hook
+
+    def _is_ancestor(self, a: int, b: int) -> bool:
+        """Module ``a`` encloses module ``b`` (strictly)."""
+        if a == b or b < 0:
+            return False
+        return a == 0 or self.names[b].startswith(self.names[a] + ".")
 
     def _watch(self, t: Any, producer: int) -> None:
         entry = self._seen.get(id(t))
@@ -450,10 +493,24 @@ class NanSentinel:
             probe = float(self._flags[first])
             stats = {"shape": shape, "dtype": dtype.replace("torch.", ""),
                      "contains": "NaN" if math.isnan(probe) else "Inf"}
-        if kind in ("data", "forward"):
+        location = None
+        if kind in ("data", "forward", "between"):
             phase = "forward"
             if kind == "data":
                 module, what = "(input)", "the model's input (the batch itself)"
+            elif kind == "between":
+                # every module that ran before produced finite outputs: the parent's own code made this value
+                parent = self._parent[idx] if idx > 0 else 0
+                module = self.names[parent]
+                prev = self._prev.get(first, -1)
+                cls = type(self._modules[parent]).__name__
+                child = self.names[idx]
+                if prev >= 0 and prev != parent and self._is_ancestor(parent, prev):
+                    location = f"between {self.names[prev]} and {child} in {cls}.forward"
+                else:
+                    location = f"before {child} in {cls}.forward"
+                what = (f"input of module {child!r} ({type(self._modules[idx]).__name__}), made by code {location} "
+                        "(every module before it produced finite outputs)")
             else:
                 module = self.names[idx]
                 what = f"output of module {module!r} ({type(self._modules[idx]).__name__})"
@@ -466,8 +523,6 @@ class NanSentinel:
                 "output": "gradient of the model's output (produced by the loss)",
                 "parameter": f"gradient of a parameter of module {module!r}",
             }[kind]
-        if module == "":
-            module = "(model)"
         replay = None
         if self.replay and self._calls:
             self._replaying = True
@@ -475,10 +530,14 @@ class NanSentinel:
                 replay = replay_step(self.model, self._calls, self._out_grads)
             finally:
                 self._replaying = False
-        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf", "contains") if stats.get(k))
+        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf") if stats.get(k))
         msg = f"non-finite values in the {phase} pass at step {step}: {what}"
-        if counts:
-            msg += f" [{counts} of {stats.get('numel')}; shape {stats.get('shape')}]"
+        if counts and stats.get("numel") is not None:
+            msg += f" [{counts} of {stats['numel']} values; shape {stats.get('shape')}]"
+        elif stats.get("contains"):  # the tensor is gone: what the device-side probe saw
+            msg += f" [contains {stats['contains']}; shape {stats.get('shape')}]"
+        if location is not None:
+            stats = {**stats, "location": location}
         if replay is not None:
             msg += "\nreplay: " + replay.describe()
         raise NonFiniteError(

@@ -27,8 +27,15 @@ def _find_model(shell: Any, expr: str | None, magic: str) -> Any:
             model = eval(expr, shell.user_ns)  # noqa: S307 - the user's own expression, in the user's namespace
         except Exception as e:
             raise UsageError(f"%%{magic}: could not evaluate the model expression {expr!r}: {e!r}") from e
+        if torch is not None and not isinstance(model, torch.nn.Module):
+            from nbdebug.core.grads import model_of
+
+            inner = model_of(model)  # a Hugging Face / Lightning Trainer, an accelerate-prepared model
+            if inner is not None:
+                return inner
         if torch is None or not isinstance(model, torch.nn.Module):
-            raise UsageError(f"%%{magic}: {expr!r} is a {type(model).__name__}, expected a torch.nn.Module")
+            raise UsageError(f"%%{magic}: {expr!r} is a {type(model).__name__}, expected a torch.nn.Module or a "
+                             "Trainer holding one (transformers.Trainer, lightning.Trainer after fit started)")
         return model
     if torch is None:
         raise UsageError(f"%%{magic}: torch is not imported in this session; name the model: %%{magic} MODEL")
@@ -66,7 +73,8 @@ class TrainingMagics(Magics):
     shell: Any
 
     @magic_arguments()
-    @argument("model", nargs="?", help="expression naming the model (default: the only nn.Module in the namespace)")
+    @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
+              "nn.Module in the namespace)")
     @argument("--replay", action="store_true", help="replay the failing step to name the op and its source line")
     @argument("-o", "--output", metavar="NAME", help="also bind the NonFiniteError (or None) to NAME")
     @cell_magic
@@ -117,7 +125,8 @@ class TrainingMagics(Magics):
         return run_body(self.shell, cell, magic="nanhunt", context=_Sentinel(sentinel), report=report)
 
     @magic_arguments()
-    @argument("model", nargs="?", help="expression naming the model (default: the only nn.Module in the namespace)")
+    @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
+              "nn.Module in the namespace)")
     @argument("--every", type=int, default=1, help="record every N-th optimizer step")
     @argument("--classes", type=int, default=None, help="number of classes (flags a loss plateau at chance level)")
     @argument("--no-live", action="store_true", help="do not show the live panel while the cell runs")
@@ -218,29 +227,57 @@ def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
     module = _safe(getattr(exc, "module", ""))
     step = _safe(getattr(exc, "step", "?"))
     phase = _safe(getattr(exc, "phase", ""))
-    facts: list[tuple[str, Any]] = [("module", module), ("step (from 0)", step), ("phase", phase)]
-    for key in ("op", "source", "anomaly"):
-        value = getattr(exc, key, None)
-        if value:
-            facts.append(("detect_anomaly" if key == "anomaly" else key, _safe(value)))
     stats = getattr(exc, "stats", None)
-    if isinstance(stats, dict):
-        facts += [(f"tensor {_safe(k, 40)}", _safe(v)) for k, v in list(stats.items())[:12]]
+    stats = stats if isinstance(stats, dict) else {}
+    location = _safe(stats.get("location", "")) if stats.get("location") else ""
+    op, source, anomaly = (getattr(exc, k, None) for k in ("op", "source", "anomaly"))
+    replayed = "\nreplay: " in str(exc)
+    facts: list[tuple[str, Any]] = [("module", module or "(the model's own forward)"), ("step (from 0)", step),
+                                    ("phase", phase)]
+    if location:
+        facts.append(("made by", location))
+    if op:  # the forward op first: the backward function is only detail
+        facts.append(("op", _safe(op)))
+    if source:
+        facts.append(("source", _safe(source)))
+    replay_note = ""
+    if replayed:
+        replay_note = str(exc).split("\nreplay: ", 1)[1].splitlines()[0]
+    if anomaly:
+        facts.append(("detect_anomaly", _safe(anomaly)))
+    facts += [(f"tensor {_safe(k, 40)}", _safe(v)) for k, v in list(stats.items())[:12] if k != "location"]
     e = entry("nonfinite_forward" if phase == "forward" else "nonfinite_gradient")
+    fixes = e.fixes
     notes: tuple[str, ...] = ()
-    if not getattr(exc, "op", None):
+    if not op and not replayed:
         notes = ("nan_sentinel(model, replay=True) or %%nanhunt --replay names the op and its source line",)
-    text = f"{e.title}: first seen in {module!r}, step {step} (from 0), {phase} pass."
-    section = Section(title="NaN/Inf sentinel", text=text, facts=tuple(facts), fixes=e.fixes, notes=notes)
-    where = f" in {module!r}" if module else ""
+    if replayed:  # replay is already on: do not suggest it again
+        fixes = tuple(f for f in fixes if "replay" not in f.title and "replay" not in f.code)
+        if not op:
+            notes = (f"replay: {_safe(replay_note, 400)}",)
+    if op:
+        first = f"{_safe(op)} produced the first non-finite value" + (f" at {_safe(source)}" if source else "")
+    elif location:
+        first = f"look at the code {location}: every module before it produced finite outputs"
+    elif replayed and replay_note:
+        first = _safe(replay_note, 400)
+    else:
+        first = ""
+    where_text = f"in {module!r}" if module else "in the model's own forward"
+    text = f"{e.title}: first seen {where_text}" + (f" ({location})" if location else "") + \
+        f", step {step} (from 0), {phase} pass."
+    section = Section(title="NaN/Inf sentinel", text=text, facts=tuple(facts), fixes=fixes, notes=notes)
+    where = f" in {module!r}" if module else (f" ({location})" if location else "")
+    extra = {"first_step": first} if first else {}
     return dataclasses.replace(
         diagnosis,
+        **extra,
         sections=(*diagnosis.sections, section),
         # the sentinel knows more than the message: where, when and in which pass the value appeared
         category=diagnosis.category if diagnosis.known else "nan_loss",
         title=f"NaN/Inf in the {phase} pass{where} at step {step}",
         summary=f"{e.title}: first seen{where}, step {step} (from 0), {phase} pass",
-        fixes=(*e.fixes, *diagnosis.fixes),
+        fixes=(*fixes, *(f for f in diagnosis.fixes if not (replayed and "anomaly" in (f.title + f.code)))),
     )
 
 

@@ -20,6 +20,8 @@ RANDOMNESS = "https://pytorch.org/docs/stable/notes/randomness.html"
 DATA = "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading"
 CROSS_ENTROPY = "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html"
 CS231N = "https://cs231n.github.io/neural-networks-1/#actfun"
+FINETUNE = "https://pytorch.org/tutorials/beginner/finetuning_torchvision_models_tutorial.html"
+CS231N_PRE = "https://cs231n.github.io/neural-networks-2/#datapre"
 OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
 
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
@@ -60,6 +62,44 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("check for an output scale (temperature, a multiplier) applied to the logits"),
         ),
         sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="activation_on_logits",
+        title="An activation on the logits before a loss that expects raw logits",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("remove the final ReLU/sigmoid: the last Linear's output is the logits",
+                "model = nn.Sequential(*list(model.children())[:-1])  # or drop the activation in forward"),
+            Fix("for multi-label targets use BCEWithLogitsLoss on the raw outputs (no sigmoid in the model)",
+                "loss = F.binary_cross_entropy_with_logits(logits, y.float())"),
+        ),
+        sources=(CROSS_ENTROPY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="frozen_parameters",
+        title="Part of the model is frozen (requires_grad=False)",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("if the whole model should train, unfreeze it", "for p in model.parameters(): p.requires_grad_(True)"),
+            Fix("if freezing the backbone is deliberate, check that the optimizer gets the head's parameters",
+                "opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)"),
+        ),
+        sources=(FINETUNE,),
+        contexts=(),
+    ),
+    Entry(
+        slug="unnormalised_inputs",
+        title="Inputs far from unit scale",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("divide raw pixels by 255, then standardise per channel",
+                "x = (x / 255.0 - x_mean) / x_std  # or transforms.Normalize(mean, std) after ToTensor()"),
+            Fix("standardise tabular features with training-set statistics",
+                "x = (x - x_train.mean(0)) / x_train.std(0).clamp_min(1e-8)"),
+        ),
+        sources=(KARPATHY, CS231N_PRE),
         contexts=(),
     ),
     Entry(
@@ -155,6 +195,18 @@ ENTRIES: tuple[Entry, ...] = (
         fixes=(
             Fix("check that the forward pass uses its input (not a constant, a cached tensor or a detached copy)"),
             Fix("decode one batch and check that inputs and targets line up"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="labels_unrelated",
+        title="Labels that do not follow from the inputs",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("shuffle inputs and labels together (one permutation for both, or shuffle=True in the DataLoader)",
+                "perm = torch.randperm(len(X)); X, y = X[perm], y[perm]"),
+            Fix("decode a few samples with their labels and look at them"),
         ),
         sources=(KARPATHY,),
         contexts=(),
@@ -269,6 +321,22 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "growth of the global gradient norm (late / early median) that counts as exploding", PASCANU),
     Threshold("vanish_ratio", 1e-4, "smallest/largest per-layer gradient norm ratio below which gradients vanish",
               PASCANU),
+    Threshold("vanish_depth_correlation", 0.6,
+              "rank correlation of per-layer gradient size with depth above which a spread is a vanishing decay",
+              PASCANU),
+    Threshold("input_scale_std", 5.0, "input std (or |mean|) above which inputs count as unnormalised", CS231N_PRE),
+    Threshold("overfit_still_rel", 0.02, "relative loss change on one batch below which the loss has not moved",
+              KARPATHY),
+    Threshold("tiny_lr", 1e-5, "learning rate below which a loss that does not move is blamed on the lr", KARPATHY),
+    Threshold("loss_spike_mad", 8.0,
+              "loss above its recent median by this many median absolute deviations (and the factor) is a spike",
+              _NBDEBUG),
+    Threshold("generalise_margin", 0.1,
+              "accuracy on a second batch above the commonest-class rate needed to show that labels follow inputs",
+              KARPATHY),
+    Threshold("loss_spike_over_max", 1.5,
+              "loss above this many times the highest of its last 5 windows (and the factor) is a spike",
+              _NBDEBUG),
     Threshold("vanish_abs", 1e-8, "global gradient norm below which the gradients have vanished", _NBDEBUG),
     Threshold("loss_spike_factor", 3.0, "loss above this many times its recent median counts as a spike", _NBDEBUG),
     Threshold("plateau_rel_change", 0.01, "relative change of the windowed loss below which it is a plateau",
@@ -280,7 +348,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("overfit_abs", 0.05, "final loss below which overfitting one batch counts as done", KARPATHY),
     Threshold("init_loss_rel", 0.5, "relative distance of the initial loss from -log(1/C) that is 'far'", KARPATHY),
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
-    Threshold("zero_input_margin", 0.5, "zero-input final loss must exceed this share of the initial loss gap",
+    Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
               KARPATHY),
     Threshold("data_wait_fraction", 0.5, "share of step time spent waiting for the DataLoader that is a bottleneck",
               DATA),
