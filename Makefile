@@ -15,7 +15,7 @@ $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[all]" --group dev
+	$(PY) -m pip install -q -e ".[all]" --group dev "$(TORCH_SPEC)"  # the pin keeps pip from swapping torch for a CUDA build
 	touch $@
 
 $(VENV_XLA)/.stamp: pyproject.toml
