@@ -19,11 +19,12 @@ import time
 import pytest
 
 from nbdebug.core.memory import load_snapshot
-from nbdebug.core.memory._unpickle import MEMORY_BASE, MEMORY_FACTOR, SCAN_LIMIT, check_opcodes
+from nbdebug.core.memory._unpickle import check_opcodes
 from nbdebug.errors import SnapshotError
 from tests.conftest import REPO
 
 MEMO_BOMB = b"\x80\x02}r\x00\x00\x00\x20."  # LONG_BINPUT into memo slot 2**29: 8 GB in the C unpickler
+BIG = 8 << 20  # a file size well past what any small-file shortcut would cover
 
 
 def _child(blob: bytes, tmp_path, *, cap_gib: int = 3, timeout: float = 120) -> dict:
@@ -64,27 +65,47 @@ def test_nine_byte_memo_bomb_is_refused_with_tiny_memory(tmp_path):
     assert got["rss_mib"] < 64, got  # the C unpickler alone would clear 8 GB for this file
 
 
-def test_memo_bomb_inside_a_large_file_hits_the_memory_budget(tmp_path):
-    """Past the opcode walk's size limit the address-space guard refuses the same bomb, fast."""
-    pad = SCAN_LIMIT + 1024
+def test_memo_bomb_inside_a_large_file_is_refused_unread(tmp_path):
+    """The opcode walk covers files of any size (over a memory map: no copy of the file), so the same bomb after
+    8 MiB of padding is refused before unpickling, in memory about the file's size."""
+    pad = BIG + 1024
     blob = b"\x80\x02(X" + pad.to_bytes(4, "little") + b"a" * pad + b"r\x00\x00\x00\x20."
     got = _child(blob, tmp_path, cap_gib=6)
     assert got["outcome"] == "refused", got
-    assert f"{MEMORY_FACTOR}x its size" in got["message"], got
+    assert "LONG_BINPUT asks for memo slot 536,870,912" in got["message"], got
     assert got["rss_mib"] < 3 * pad / 2**20 + 64, got
 
 
-def test_memory_budget_is_put_back(tmp_path):
+def test_loading_changes_no_process_wide_limit(tmp_path, monkeypatch):
+    """A kernel's other threads, and any child it starts while a file loads, must never see a changed limit."""
     import resource
 
-    before = resource.getrlimit(resource.RLIMIT_AS)
+    calls = []
+    monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a))
     with pytest.raises(SnapshotError):
         load_snapshot(MEMO_BOMB)
     big = tmp_path / "big.pickle"
-    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (SCAN_LIMIT + 10)}, protocol=4))
+    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (BIG + 10)}, protocol=4))
     load_snapshot(big)
-    assert resource.getrlimit(resource.RLIMIT_AS) == before
-    assert MEMORY_BASE >= 1 << 28
+    assert calls == []
+
+
+def test_flight_recorder_reader_refuses_the_memo_bomb(tmp_path):
+    """The post-mortem reads Flight Recorder pickles with the same guards: the bomb is a note, not 8 GB."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "fr_rank_0").write_bytes(MEMO_BOMB)
+    folder = folder / "fr_rank_0"
+    code = textwrap.dedent("""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        from nbdebug.core.dist._artifacts import collect
+        print("\\n".join(collect([sys.argv[1]]).notes))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LONG_BINPUT" in done.stdout and "refused unread" in done.stdout, done.stdout[-2000:]
 
 
 @pytest.mark.parametrize("blob, expected", [
@@ -292,7 +313,7 @@ def test_large_unframed_pickles_load_as_fast_as_framed_ones(snapshots_dir, tmp_p
 
     one = pickle.loads((snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_a.pickle").read_bytes())
     raw = {"segments": one["segments"], "device_traces": [copy.deepcopy(one["device_traces"][0]) for _ in range(12)],
-           "pad": "x" * SCAN_LIMIT}  # past the opcode walk: the file is read through the bounded reader
+           "pad": "x" * BIG}  # a large file: read through the bounded reader after the walk
     seconds = {}
     for protocol in (2, 4):
         path = tmp_path / f"p{protocol}.pickle"

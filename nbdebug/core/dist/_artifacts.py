@@ -13,13 +13,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbdebug.core.dist._hang import parse_faulthandler, parse_pyspy, parse_traceback
+from nbdebug.errors import SnapshotError
 
 __all__ = ["RankEvidence", "Collected", "collect", "MAX_FILE_BYTES"]
 
@@ -70,13 +70,6 @@ class Collected:
 
     def count(self, kind: str) -> None:
         self.files[kind] = self.files.get(kind, 0) + 1
-
-
-class _NoGlobals(pickle.Unpickler):
-    """Flight Recorder dumps hold only dicts, lists, tuples, strings and numbers: any global is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused global {module}.{name}: a Flight Recorder dump has none")
 
 
 # "rank3", "rank_3", "fr_rank_3", "default3", "_r3"; or fr_trace's "<prefix>_<rank>" without an extension ("trace_5")
@@ -158,7 +151,15 @@ def _read_one(path: str, data: bytes, out: Collected) -> None:
 
 def _read_fr_pickle(path: str, data: bytes, out: Collected) -> None:
     try:
-        doc = _NoGlobals(io.BytesIO(data)).load()
+        from nbdebug.core.memory._unpickle import SafeUnpickler, check_opcodes
+
+        # Flight Recorder dumps hold only dicts, lists, tuples, strings and numbers: the snapshot reader's guards fit
+        # (every global refused; memo indexes, lengths and frames beyond the file refused before unpickling)
+        check_opcodes(data, "the file", kind="Flight Recorder dump", writer="torch.distributed's Flight Recorder")
+        doc = SafeUnpickler(io.BytesIO(data)).load()
+    except SnapshotError as e:  # refused by the opcode walk: its message says why
+        out.notes.append(f"{path}: skipped, {str(e)[:300]}")
+        return
     except Exception as e:  # a corrupted or hostile pickle: any failure is "not a dump"
         out.notes.append(f"{path}: not readable as a Flight Recorder dump ({type(e).__name__}: {str(e)[:120]})")
         return

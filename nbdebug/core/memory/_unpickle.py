@@ -6,20 +6,19 @@ numbers, booleans and None.  Such a pickle needs no global at all, so the unpick
 unsafe and nothing in it runs.  It subclasses the C unpickler, so loading keeps the speed of ``pickle.load``.
 
 The C unpickler trusts the numbers in the file: a 9-byte pickle whose ``LONG_BINPUT`` names memo slot 2**29 makes
-it allocate and clear 8 GB before anything is checked.  Two guards bound every file:
-
-- an opcode walk (:func:`check_opcodes`, for files up to :data:`SCAN_LIMIT` and wherever the second guard is not
-  available) refuses memo indexes, string lengths and frames larger than the file could hold, with the offset;
-- on Linux the unpickler runs under an address-space limit of :data:`MEMORY_FACTOR` times the file's size plus
-  :data:`MEMORY_BASE` (``RLIMIT_AS``, the previous limit put back right after): whatever a large file asks for
-  beyond that is refused as ``MemoryError`` in the allocation that asks, before memory is touched.  Reads are
-  capped at the bytes the file has left, so a huge length never allocates a huge buffer.
+it allocate and clear 8 GB before anything is checked.  So every file first gets an opcode walk
+(:func:`check_opcodes`, linear, over a memory map of the file so it adds no copy) that refuses memo indexes, string
+lengths and frames larger than the file could hold, with the offset; those are the only allocations the C
+unpickler sizes from a number in the file.  Reads are also capped at the bytes the file has left, so a huge length
+never allocates a huge buffer.  Nothing here changes process-wide limits: a kernel's other threads and any child
+it starts are never affected by a load.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import mmap
 import os
 import pickle
 import re
@@ -29,12 +28,7 @@ from typing import Any
 
 from nbdebug.errors import SnapshotError
 
-__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "no_gc", "SCAN_LIMIT", "MEMORY_FACTOR",
-           "MEMORY_BASE"]
-
-SCAN_LIMIT = 8 << 20  # files up to this size get the exact opcode walk (about 0.1 s at 8 MiB)
-MEMORY_FACTOR = 32  # real snapshots unpickle into 5-8x their size
-MEMORY_BASE = 1 << 30
+__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "no_gc"]
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -95,7 +89,7 @@ class _Bounded:
 _SIMPLE = re.compile(
     rb"(?:h[\s\S]|[}\])(\x94useaN\x88\x89\x85\x86\x87t0l1d2]|j[\s\S]{4}|[Kq][\s\S]|M[\s\S]{2}|J[\s\S]{4}|G[\s\S]{8}|"
     + b"|".join(b"\\x8a" + re.escape(bytes([k])) + (b"[\\s\\S]{%d}" % k if k else b"") for k in range(9))
-    + rb")*+")
+    + rb")*" + (b"+" if sys.version_info >= (3, 11) else b""))  # possessive where the engine has it (3.11+)
 _LINE, _PAIR = -1, -9  # argument up to a newline; two such lines (GLOBAL, INST)
 _PREFIXED = {-2: (1, False), -3: (4, True), -4: (4, False), -5: (8, False)}  # pickletools' length-prefix codes
 _TABLE: dict[int, tuple[str, int]] = {}
@@ -114,7 +108,8 @@ def _table() -> dict[int, tuple[str, int]]:
     return _TABLE
 
 
-def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
+def check_opcodes(data: bytes | memoryview | mmap.mmap, name: str = "the pickle", *,
+                  kind: str = "snapshot", writer: str = "torch.cuda.memory._dump_snapshot") -> None:
     """Walk the opcodes of ``data`` and refuse any that asks for more than the file could hold.
 
     A memo index (``PUT``/``BINPUT``/``LONG_BINPUT``) beyond the file's length, a string, bytes or long whose
@@ -123,21 +118,20 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
     refuses them with their name.
     """
     table = _table()
-    view = memoryview(data).cast("B")
-    n = len(view)
-    raw = bytes(view) if not isinstance(data, bytes) else data
+    raw: Any = data if isinstance(data, (bytes, mmap.mmap)) else bytes(memoryview(data).cast("B"))
+    n = len(raw)
     run = _SIMPLE.match
     pos = 0
 
     def refuse(what: str) -> SnapshotError:
-        return SnapshotError(f"{name} is not a readable snapshot: {what} at byte {pos} of a {n}-byte file; a pickle "
-                             "written by torch.cuda.memory._dump_snapshot never does this, so it was refused unread")
+        return SnapshotError(f"{name} is not a readable {kind}: {what} at byte {pos} of a {n}-byte file; a pickle "
+                             f"written by {writer} never does this, so it was refused unread")
 
     while True:
-        pos = run(raw, pos).end()  # type: ignore[union-attr]  # a possessive * always matches
+        pos = run(raw, pos).end()  # type: ignore[union-attr]  # a * always matches
         if pos >= n:
             raise SnapshotError(f"{name} is truncated (the pickle ends at byte {n} without its STOP opcode); "
-                                "expected a complete snapshot file")
+                                f"expected a complete {kind} file")
         code = raw[pos]
         entry = table.get(code)
         if entry is None:
@@ -150,7 +144,7 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
             end = start + width
             if end > n:
                 raise SnapshotError(f"{name} is truncated (its {opname} at byte {pos} needs {width} more bytes); "
-                                    "expected a complete snapshot file")
+                                    f"expected a complete {kind} file")
             if opname == "LONG_BINPUT":
                 index = int.from_bytes(raw[start:end], "little")
                 if index > n:
@@ -164,7 +158,7 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
             k, signed = _PREFIXED[width]
             if start + k > n:
                 raise SnapshotError(f"{name} is truncated (in the {opname} at byte {pos}); expected a complete "
-                                    "snapshot file")
+                                    f"{kind} file")
             length = int.from_bytes(raw[start:start + k], "little", signed=signed)
             if length < 0 or length > n - start - k:
                 raise refuse(f"{opname} of {length:,} bytes (only {n - start - k:,} follow)")
@@ -175,7 +169,7 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
                 end = raw.find(b"\n", end + 1)
             if end < 0:
                 raise SnapshotError(f"{name} is truncated (its {opname} at byte {pos} has no end of line); "
-                                    "expected a complete snapshot file")
+                                    f"expected a complete {kind} file")
             if opname == "PUT":
                 digits = raw[start:end].strip()
                 if not digits.isdigit() or len(digits) > 20 or int(digits) > n:
@@ -183,11 +177,7 @@ def check_opcodes(data: bytes | memoryview, name: str = "the pickle") -> None:
             pos = end + 1
 
 
-# --- the address-space guard -----------------------------------------------------------------------------------
-def _guard_available() -> bool:
-    return sys.platform.startswith("linux") and os.path.exists("/proc/self/statm")
-
-
+# --- reading ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector (unpickling a million dicts otherwise spends two thirds of its time in
@@ -203,29 +193,6 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-@contextlib.contextmanager
-def _memory_guard(size: int) -> Iterator[int]:
-    """Limit this process's address space to what it uses now plus a budget for a ``size``-byte file."""
-    import resource
-
-    budget = MEMORY_BASE + MEMORY_FACTOR * size
-    with open("/proc/self/statm", "rb") as fh:
-        used = int(fh.read().split()[0]) * resource.getpagesize()
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = used + budget
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    if soft != resource.RLIM_INFINITY and soft <= limit:
-        yield budget  # a tighter limit is already in place
-        return
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    try:
-        yield budget
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-# --- reading ---------------------------------------------------------------------------------------------------
 def _describe(source: str, data_head: bytes) -> str:
     if not data_head:
         return f"{source} is empty"
@@ -236,28 +203,24 @@ def _describe(source: str, data_head: bytes) -> str:
     return f"{source} does not start like a pickle (first bytes {data_head[:8]!r})"
 
 
-def _size_text(size: int) -> str:
-    from nbdebug._units import fmt_bytes
-
-    return fmt_bytes(size)
-
-
 def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, label: str | None = None) -> Any:
     """Unpickle ``source`` (a path or the bytes of a file) with :class:`SafeUnpickler`, in bounded memory.
 
     Raises
     ------
     SnapshotError
-        Not a pickle, truncated, unsafe (asks for a global), or asks for more memory than its size could justify;
-        the message names the file.
+        Not a pickle, truncated, unsafe (asks for a global), or an opcode asks for more than the file could hold
+        (a memo index, a length, a frame); the message names the file.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         name = label or "the given bytes"
-        blob = source if isinstance(source, bytes) else bytes(source)  # any buffer, contiguous or not
-        fh: Any = io.BytesIO(blob)
-        size = len(blob)
+        data = source if isinstance(source, bytes) else bytes(source)  # any buffer, contiguous or not
+        blob: bytes | None = data
+        fh: Any = io.BytesIO(data)
+        size = len(data)
     else:
         name = label or repr(os.fspath(source))
+        blob = None
         try:
             fh = open(source, "rb")  # noqa: SIM115 - closed below
             size = os.fstat(fh.fileno()).st_size
@@ -276,18 +239,20 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
                                     "pickle, or the snapshot dict as JSON") from e
         if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
             raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
-        guarded = _guard_available()
-        if size <= SCAN_LIMIT or not guarded:
-            data = fh.read()
-            fh.close()
-            fh = io.BytesIO(data)
-            check_opcodes(data, name)
-        budget = 0
+        if blob is not None:
+            check_opcodes(blob, name)
+        else:
+            try:
+                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # the walk adds no copy of the file
+            except (OSError, ValueError):  # not a regular file (a pipe, a special file): read it whole
+                blob = fh.read()
+                fh = io.BytesIO(blob)
+                check_opcodes(blob, name)
+            else:
+                with mapped:
+                    check_opcodes(mapped, name)
         try:
             with no_gc():
-                if guarded:
-                    with _memory_guard(size) as budget:
-                        return SafeUnpickler(_Bounded(fh, size)).load()
                 return SafeUnpickler(_Bounded(fh, size)).load()
         except UnsafePickleError as e:
             raise SnapshotError(
@@ -297,12 +262,8 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
         except EOFError as e:
             raise SnapshotError(f"{name} is truncated (the pickle ends early); expected a complete snapshot file") from e
         except MemoryError as e:
-            if not budget:
-                raise
-            raise SnapshotError(
-                f"{name} asks for more than {_size_text(budget)} of memory while unpickling, which a "
-                f"{_size_text(size)} snapshot cannot need ({MEMORY_FACTOR}x its size plus {_size_text(MEMORY_BASE)}); "
-                "refused: a memo index, length or object count in it is larger than the file could hold") from e
+            raise SnapshotError(f"{name} could not be read: the machine ran out of memory while unpickling "
+                                "it; expected a snapshot that fits in memory") from e
         except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
                 OverflowError, RecursionError, UnicodeDecodeError) as e:
             raise SnapshotError(f"{name} is not a readable pickle ({type(e).__name__}: {e}); "
