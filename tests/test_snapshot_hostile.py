@@ -19,12 +19,11 @@ import time
 import pytest
 
 from nbdebug.core.memory import load_snapshot
-from nbdebug.core.memory._unpickle import check_opcodes
+from nbdebug.core.memory._unpickle import MEMORY_BASE, SCAN_LIMIT, check_opcodes
 from nbdebug.errors import SnapshotError
 from tests.conftest import REPO
 
 MEMO_BOMB = b"\x80\x02}r\x00\x00\x00\x20."  # LONG_BINPUT into memo slot 2**29: 8 GB in the C unpickler
-BIG = 8 << 20  # a file size well past what any small-file shortcut would cover
 
 
 def _child(blob: bytes, tmp_path, *, cap_gib: int = 3, timeout: float = 120) -> dict:
@@ -65,29 +64,69 @@ def test_nine_byte_memo_bomb_is_refused_with_tiny_memory(tmp_path):
     assert got["rss_mib"] < 64, got  # the C unpickler alone would clear 8 GB for this file
 
 
-def test_memo_bomb_inside_a_large_file_is_refused_unread(tmp_path):
-    """The opcode walk covers files of any size (over a memory map: no copy of the file), so the same bomb after
-    8 MiB of padding is refused before unpickling, in memory about the file's size."""
-    pad = BIG + 1024
-    blob = b"\x80\x02(X" + pad.to_bytes(4, "little") + b"a" * pad + b"r\x00\x00\x00\x20."
-    got = _child(blob, tmp_path, cap_gib=6)
+def _bomb_after(pad: int) -> bytes:
+    return b"\x80\x02(X" + pad.to_bytes(4, "little") + b"a" * pad + b"r\x00\x00\x00\x20."
+
+
+def test_memo_bomb_inside_a_large_file_hits_the_memory_budget(tmp_path):
+    """Past the opcode walk's size, on the main thread without CUDA, the address-space guard refuses the bomb."""
+    pad = SCAN_LIMIT + 1024
+    got = _child(_bomb_after(pad), tmp_path, cap_gib=6)
     assert got["outcome"] == "refused", got
-    assert "LONG_BINPUT asks for memo slot 536,870,912" in got["message"], got
+    assert "of memory while unpickling" in got["message"], got
     assert got["rss_mib"] < 3 * pad / 2**20 + 64, got
 
 
-def test_loading_changes_no_process_wide_limit(tmp_path, monkeypatch):
-    """A kernel's other threads, and any child it starts while a file loads, must never see a changed limit."""
+def test_large_file_from_a_thread_is_walked_never_limited(tmp_path, monkeypatch):
+    """Another thread (or a process with CUDA initialised) never gets a process-wide limit: the walk refuses it."""
     import resource
+    import threading
 
     calls = []
     monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a))
+    path = tmp_path / "bomb.pickle"
+    path.write_bytes(_bomb_after(SCAN_LIMIT + 1024))
+    outcome = []
+
+    def load():
+        try:
+            load_snapshot(path)
+        except SnapshotError as e:
+            outcome.append(str(e))
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    worker.join(120)
+    assert outcome and "LONG_BINPUT asks for memo slot 536,870,912" in outcome[0], outcome
+    assert calls == []
+
+
+def test_large_file_beside_cuda_is_walked_never_limited(tmp_path, monkeypatch):
+    import resource
+
+    import torch
+
+    calls = []
+    monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    path = tmp_path / "bomb.pickle"
+    path.write_bytes(_bomb_after(SCAN_LIMIT + 1024))
+    with pytest.raises(SnapshotError, match="LONG_BINPUT asks for memo slot"):
+        load_snapshot(path)
+    assert calls == []
+
+
+def test_memory_budget_is_put_back(tmp_path):
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
     with pytest.raises(SnapshotError):
         load_snapshot(MEMO_BOMB)
     big = tmp_path / "big.pickle"
-    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (BIG + 10)}, protocol=4))
+    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (SCAN_LIMIT + 10)}, protocol=4))
     load_snapshot(big)
-    assert calls == []
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    assert MEMORY_BASE >= 1 << 28
 
 
 def test_flight_recorder_reader_refuses_the_memo_bomb(tmp_path):
@@ -313,7 +352,7 @@ def test_large_unframed_pickles_load_as_fast_as_framed_ones(snapshots_dir, tmp_p
 
     one = pickle.loads((snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_a.pickle").read_bytes())
     raw = {"segments": one["segments"], "device_traces": [copy.deepcopy(one["device_traces"][0]) for _ in range(12)],
-           "pad": "x" * BIG}  # a large file: read through the bounded reader after the walk
+           "pad": "x" * SCAN_LIMIT}  # past the opcode walk: the file is read through the bounded reader
     seconds = {}
     for protocol in (2, 4):
         path = tmp_path / f"p{protocol}.pickle"

@@ -6,12 +6,17 @@ numbers, booleans and None.  Such a pickle needs no global at all, so the unpick
 unsafe and nothing in it runs.  It subclasses the C unpickler, so loading keeps the speed of ``pickle.load``.
 
 The C unpickler trusts the numbers in the file: a 9-byte pickle whose ``LONG_BINPUT`` names memo slot 2**29 makes
-it allocate and clear 8 GB before anything is checked.  So every file first gets an opcode walk
-(:func:`check_opcodes`, linear, over a memory map of the file so it adds no copy) that refuses memo indexes, string
-lengths and frames larger than the file could hold, with the offset; those are the only allocations the C
-unpickler sizes from a number in the file.  Reads are also capped at the bytes the file has left, so a huge length
-never allocates a huge buffer.  Nothing here changes process-wide limits: a kernel's other threads and any child
-it starts are never affected by a load.
+it allocate and clear 8 GB before anything is checked.  Reads are capped at the bytes the file has left, so a huge
+length never fills a huge buffer; the memo is the allocation left to bound, and two guards do it:
+
+- an opcode walk (:func:`check_opcodes`, linear, over a memory map of the file so it adds no copy) refuses memo
+  indexes, string lengths and frames larger than the file could hold, with the offset.  Every file up to
+  :data:`SCAN_LIMIT` gets it, and every file at all where the second guard is not used;
+- a file larger than that, read on the main thread of a Linux process where CUDA is not initialised, is unpickled
+  under an address-space limit of :data:`MEMORY_FACTOR` times its size plus :data:`MEMORY_BASE` above what the
+  process uses now (``RLIMIT_AS``, put back right after, one load at a time): the walk costs about as much as
+  ``pickle.load`` itself on a 100 MB snapshot.  The limit is process-wide while it holds, which is why it is never
+  used beside CUDA (whose address-space reservations it would break) or from another thread.
 """
 
 from __future__ import annotations
@@ -23,12 +28,20 @@ import os
 import pickle
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+from nbdebug._units import fmt_bytes
 from nbdebug.errors import SnapshotError
 
-__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "no_gc"]
+__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "no_gc", "SCAN_LIMIT",
+           "MEMORY_FACTOR", "MEMORY_BASE"]
+
+SCAN_LIMIT = 32 << 20  # files up to this size always get the opcode walk (about 0.35 s at 32 MiB)
+MEMORY_FACTOR = 32  # real snapshots unpickle into 5-8x their size
+MEMORY_BASE = 1 << 30
+_GUARD_LOCK = threading.Lock()
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -177,6 +190,43 @@ def check_opcodes(data: bytes | memoryview | mmap.mmap, name: str = "the pickle"
             pos = end + 1
 
 
+# --- the address-space guard (large files only) ----------------------------------------------------------------
+def _guard_usable() -> bool:
+    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/statm"):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    torch = sys.modules.get("torch")
+    try:
+        return not (torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without a usable cuda module: treat as initialised, walk instead
+        return False
+
+
+@contextlib.contextmanager
+def _memory_guard(size: int) -> Iterator[int]:
+    """Limit the address space to what the process uses now plus a budget for a ``size``-byte file; the limit in
+    effect (yielded) is the tighter of that and one already in place.  One guard at a time (a lock), so two loads
+    can never leave each other's limit behind."""
+    import resource
+
+    with _GUARD_LOCK:
+        with open("/proc/self/statm", "rb") as fh:
+            used = int(fh.read().split()[0]) * resource.getpagesize()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = used + MEMORY_BASE + MEMORY_FACTOR * size
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        if soft != resource.RLIM_INFINITY and soft <= limit:
+            yield max(soft - used, 0)  # a tighter limit is already in place: that is the one that holds
+            return
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        try:
+            yield limit - used
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 # --- reading ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
@@ -239,7 +289,10 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
                                     "pickle, or the snapshot dict as JSON") from e
         if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
             raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
-        if blob is not None:
+        guarded = size > SCAN_LIMIT and _guard_usable()
+        if guarded:
+            pass
+        elif blob is not None:
             check_opcodes(blob, name)
         else:
             try:
@@ -251,8 +304,12 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
             else:
                 with mapped:
                     check_opcodes(mapped, name)
+        budget = 0
         try:
             with no_gc():
+                if guarded:
+                    with _memory_guard(size) as budget:
+                        return SafeUnpickler(_Bounded(fh, size)).load()
                 return SafeUnpickler(_Bounded(fh, size)).load()
         except UnsafePickleError as e:
             raise SnapshotError(
@@ -262,6 +319,11 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
         except EOFError as e:
             raise SnapshotError(f"{name} is truncated (the pickle ends early); expected a complete snapshot file") from e
         except MemoryError as e:
+            if budget:
+                raise SnapshotError(
+                    f"{name} asks for more than {fmt_bytes(budget)} of memory while unpickling, which a "
+                    f"{fmt_bytes(size)} snapshot cannot need; refused: a memo index, length or object count in it "
+                    "is larger than the file could hold") from e
             raise SnapshotError(f"{name} could not be read: the machine ran out of memory while unpickling "
                                 "it; expected a snapshot that fits in memory") from e
         except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
