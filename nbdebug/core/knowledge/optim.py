@@ -30,6 +30,8 @@ ENTRIES: tuple[Entry, ...] = (
             "Resuming an optimizer state saved for a different model or a different set of trainable parameters "
             "(layers added, removed, frozen or unfrozen since the checkpoint).",
             "A generator (model.parameters()) consumed once before being given to the optimizer.",
+            "The same parameter in two parameter groups: a group built from model.parameters() next to a group for "
+            "a sub-module whose parameters it already holds (raised when the optimizer is built).",
             "Tensors that are results of operations (w * 0.1, .to(device) after requires_grad) passed as parameters.",
         ),
         fixes=(
