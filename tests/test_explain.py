@@ -603,3 +603,42 @@ def test_parameter_in_two_groups_is_a_construction_error_not_a_resume():
     # the resume errors keep their reading
     d = explain("ValueError: loaded state dict has a different number of parameter groups")
     assert "state being loaded" in d.summary and not d.fixes[0].title.startswith("Deduplicate")
+
+
+def _loss_warning(target: str, pred: str) -> str:
+    return (f"UserWarning: Using a target size (torch.Size({target})) that is different to the input size "
+            f"(torch.Size({pred})). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.")
+
+
+def test_loss_broadcast_says_every_with_every_only_when_it_is():
+    """Review 8: target [1] vs input [] broadcasts harmlessly; only a broadcast shape larger than both inputs
+    compares every prediction with every target."""
+    d = explain(_loss_warning("[1]", "[]"))
+    assert d.category == "loss_broadcast" and "harmless here" in d.summary
+    assert "every prediction with every target" not in d.summary and "wrong thing" not in d.summary
+    d = explain(_loss_warning("[32]", "[32, 1]"))
+    assert "every prediction with every target" in d.summary and "[32, 32]" in d.summary and "harmless" not in d.summary
+    d = explain(_loss_warning("[4]", "[4, 4]"))  # repeated, not every-with-every, and not harmless either
+    assert "is repeated" in d.summary and "harmless" not in d.summary and "every target" not in d.summary
+    d = explain("UserWarning: Using a target size (torch.Size([3, 2])) that is different to the input size")
+    assert d.category == "loss_broadcast" and "print both shapes" in d.summary
+
+
+def test_a_bare_launch_failure_is_not_called_a_hardware_fault():
+    """Review 9: 'unspecified launch failure' without an Xid, ECC or off-the-bus evidence points at a kernel first."""
+    for text in ("RuntimeError: CUDA error: unspecified launch failure",
+                 "RuntimeError: CUDA error: unspecified launch failure\n"
+                 "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, Ch 0000, MMU Fault"):
+        d = explain(text)
+        assert d.category == "cuda_hardware_fault"
+        assert "not from the program" not in d.summary and "not your code" not in d.title
+        assert "custom CUDA kernel" in d.summary.split(".")[1] and "second" in d.summary
+        assert "CUDA_LAUNCH_BLOCKING=1" in d.fixes[0].code
+    assert "Xid 31 is not among" in d.notes[-1]
+    for text, where in (("RuntimeError: CUDA error: uncorrectable ECC error encountered", "ECC"),
+                        ("RuntimeError: CUDA error: unspecified launch failure\n"
+                         "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", "(Xid 79)")):
+        d = explain(text)
+        assert d.summary.startswith("The GPU reported a fault that comes from the hardware") and where in d.summary
+        assert not d.notes and d.fixes[0].title == "Find the node and the GPU, and read the kernel log"

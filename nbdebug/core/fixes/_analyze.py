@@ -344,12 +344,34 @@ def _cuda_unavailable(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+# what shows the hardware (or driver) is at fault, beyond a kernel that failed to run: the Xids of a failing GPU
+# (the same list as the entry's pattern; Xid 13/31/43 are usually the program's own faults), ECC, off the bus
+_HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+_HARDWARE_EVIDENCE = re.compile(r"ECC|(?i:fallen off the bus|\bGPU is lost\b)")
+
+
 def _hardware(facts: dict[str, Any], text: str) -> Analysis:
-    if facts.get("fault") == "unspecified launch failure" and "xid" not in facts:
-        return ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
-                "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
-                "watchdog; when it happens at random steps, the GPU or its power supply."], []
-    return [], []
+    xid = facts.get("xid")
+    if xid in _HARDWARE_XIDS or _HARDWARE_EVIDENCE.search(text):
+        where = "".join(part for part, value in ((f": {facts.get('fault')}", facts.get("fault")),
+                                                 (f" (Xid {xid})", xid in _HARDWARE_XIDS)) if value)
+        facts["hardware_detail"] = (f"The GPU reported a fault that comes from the hardware or the driver, not from "
+                                    f"the program{where}. Every process on that GPU fails; the same code usually runs "
+                                    "elsewhere.")
+        return [], []
+    facts["hardware_detail"] = ("A kernel on the GPU failed to run ('unspecified launch failure'), with no sign of a "
+                                "hardware fault in the text (no Xid of a failing GPU, no ECC error, no GPU fallen off "
+                                "the bus). Suspect a custom CUDA kernel (an extension) or an out-of-bounds access in "
+                                "one first, and the GPU or its power supply second.")
+    notes = ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
+             "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
+             "watchdog; when it happens at random steps, the GPU or its power supply."]
+    if isinstance(xid, int):
+        notes.append(f"Xid {xid} is not among the Xids of a failing GPU: Xid 13, 31 and 43 usually come from the program "
+                     "itself (an illegal instruction or an out-of-bounds memory access in a kernel).")
+    return notes, [Fix("Find the kernel that failed, then check the GPU",
+                       "CUDA_LAUNCH_BLOCKING=1 python train.py  # the traceback now stops at the kernel that failed\n"
+                       "sudo dmesg -T | grep -i xid            # Xid 48/79/94/95: the GPU; none: look at the kernel")]
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -368,12 +390,24 @@ def _loss_broadcast(facts: dict[str, Any], text: str) -> Analysis:
     shape = _broadcast_shape(pred, target)
     if shape is None:
         return [], []
-    facts["broadcast_note"] = f"the loss is averaged over shape {list(shape)}"
     n_pred, n_target, n_out = (max(1, _prod(t)) for t in (pred, target, shape))
     if n_out > max(n_pred, n_target):
+        facts["broadcast_detail"] = (f"They are broadcast against each other, so the loss compares every prediction "
+                                     f"with every target (the loss is averaged over shape {list(shape)}) and the model "
+                                     "learns the wrong thing without any error.")
         return [f"Input {list(pred)} and target {list(target)} broadcast to {list(shape)}: {n_out} differences instead "
                 f"of {max(n_pred, n_target)}, every prediction compared with every target. The loss still decreases, "
                 "towards the mean of the targets, not the right answer for each sample."], []
+    if n_pred == n_target:  # only dimensions of size 1 differ: element i still meets element i
+        facts["broadcast_detail"] = (f"They broadcast to shape {list(shape)}, with no more elements than either of "
+                                     "them, so each prediction still meets only its own target: harmless here. Reshape "
+                                     "one of them to match the other to silence the warning.")
+        return [], []
+    small, big = (target, pred) if n_target < n_pred else (pred, target)
+    facts["broadcast_detail"] = (f"They broadcast to shape {list(shape)}: the smaller one, {list(small)}, is repeated "
+                                 f"along the dimensions it lacks to fill {list(big)}. That is right only if the same "
+                                 f"values apply to every repetition; if {list(small)} holds one value per sample, it is "
+                                 "matched against the wrong dimension and the model learns the wrong thing.")
     return [], []
 
 

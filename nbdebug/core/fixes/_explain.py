@@ -54,7 +54,8 @@ _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch"
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
 _PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note",
-          "hardware_detail", "first_step_detail", "matmul_kind")
+          "hardware_detail", "first_step_detail", "matmul_kind",
+          "broadcast_detail")
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
