@@ -405,9 +405,9 @@ def _loss_broadcast(facts: dict[str, Any], text: str) -> Analysis:
         return [], []
     small, big = (target, pred) if n_target < n_pred else (pred, target)
     facts["broadcast_detail"] = (f"They broadcast to shape {list(shape)}: the smaller one, {list(small)}, is repeated "
-                                 f"along the dimensions it lacks to fill {list(big)}. That is right only if the same "
-                                 f"values apply to every repetition; if {list(small)} holds one value per sample, it is "
-                                 "matched against the wrong dimension and the model learns the wrong thing.")
+                                 f"along its missing or size-1 dimensions to fill {list(big)}, so each of its values "
+                                 "is compared with several of the other's. That is right only if this reuse is "
+                                 "intended; otherwise the model learns the wrong thing: make the two shapes equal.")
     return [], []
 
 
