@@ -518,6 +518,37 @@ def test_the_forgotten_flatten_is_said_first():
     # a plain size mismatch stays a size mismatch
     plain = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
     assert "Flatten" not in plain.fixes[0].title and not plain.notes
+    assert "Flatten" not in " ".join(f.title for f in text.fixes[1:]) and "in_features match" not in text.fixes[1].title
+
+
+def test_matmul_transpose_is_not_guessed_from_a_coincidence():
+    """Review 7: a batch size equal to in_features, or out_features equal to the input's features, is no evidence
+    of a transposed operand: the in_features fix (what the summary says) comes first, a transpose at most after."""
+    d = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (128x512 and 128x10)")
+    assert "in_features=128" in d.summary
+    assert d.fixes[0].title.startswith("Make in_features match") and "nn.Linear(512, 10)" in d.fixes[0].code
+    assert not any("Transpose" in f.title for f in d.fixes)
+    assert d.notes and "coincidence" in d.notes[0]
+    d = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x10 and 20x10)")
+    assert d.fixes[0].title.startswith("Make in_features match") and "nn.Linear(10, 10)" in d.fixes[0].code
+    assert not any("Transpose" in f.title or "w.T" in f.code for f in d.fixes)
+    assert "rather than an nn.Linear" in d.notes[0]
+    # a pasted traceback that shows the Linear: its mat2 is weight.T, which the user cannot transpose
+    linear = ('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    out = model(x)\n'
+              '  File "/usr/lib/python3/site-packages/torch/nn/modules/linear.py", line 125, in forward\n'
+              '    return F.linear(input, self.weight, self.bias)\n'
+              'RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x10 and 20x10)\n')
+    d = explain(linear)
+    assert d.fixes[0].title.startswith("Make in_features match") and not d.notes
+    # a pasted traceback of a plain x @ w: no Linear, so the transpose is the reading
+    plain = linear.replace("return F.linear(input, self.weight, self.bias)", "return x @ self.w")
+    d = explain(plain)
+    assert d.fixes[0].title == "Transpose the second operand" and "mat2 looks transposed" in d.notes[0]
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(128, 10)
+    d = explain(_raised(lambda: lin(torch.randn(128, 512))), roots={"lin": lin})
+    assert d.fixes[0].title.startswith("Make in_features match") and "nn.Linear(512, 10)" in d.fixes[0].code
+    assert not any("Transpose" in f.title for f in d.fixes)
 
 
 def test_channels_last_transposed_and_missing_dimensions():
@@ -529,7 +560,10 @@ def test_channels_last_transposed_and_missing_dimensions():
     assert len(d.notes) == len(set(d.notes))  # the module's input and the message tell it once
     lin = nn.Linear(10, 5)
     d = explain(_raised(lambda: lin(torch.randn(10, 4))), roots={"lin": lin})
-    assert "transposed" in d.first_step and d.fixes[0].code.startswith("x = x.T")
+    # a batch of 10 into in_features=10 is a coincidence, not a transposed input: in_features first, x.T after
+    assert d.fixes[0].title.startswith("Make in_features match") and "nn.Linear(4, 5)" in d.fixes[0].code
+    assert not any("Transpose" in f.title for f in d.fixes)
+    assert any(n.startswith("Only if the input [10, 4] is laid out (features, batch)") for n in d.notes)
     d = explain(_raised(lambda: torch.randn(4, 10) @ torch.randn(5, 10)))
     assert "mat2 looks transposed" in d.notes[0] and "w.T" in d.fixes[0].code
     seq = nn.Linear(64, 2)
@@ -551,3 +585,60 @@ def test_numpy_conversion_says_what_is_wrong_with_the_tensor():
     assert d.category == "numpy_conversion" and d.summary.endswith("this one requires grad.")
     d = explain("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor")
     assert d.summary.endswith("this one is on cuda:0.") and "requires grad" not in d.summary
+
+
+def test_parameter_in_two_groups_is_a_construction_error_not_a_resume():
+    """Review 6: 'more than one parameter group' is raised while the optimizer is built: deduplicate the groups."""
+    text = "ValueError: some parameters appear in more than one parameter group"
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError) as info:
+        torch.optim.SGD([{"params": lin.parameters()}, {"params": [lin.weight]}], lr=0.1)
+    for d in (explain(text), explain(info.value)):
+        assert d.category == "optimizer_setup"
+        assert d.summary.startswith("A parameter is listed in two parameter groups")
+        assert "saved" not in d.summary and "loaded" not in d.summary
+        assert d.fixes[0].title.startswith("Deduplicate the parameter groups") and "not in head" in d.fixes[0].code
+        assert "each parameter is in one" in d.first_step
+    # the resume errors keep their reading
+    d = explain("ValueError: loaded state dict has a different number of parameter groups")
+    assert "state being loaded" in d.summary and not d.fixes[0].title.startswith("Deduplicate")
+
+
+def _loss_warning(target: str, pred: str) -> str:
+    return (f"UserWarning: Using a target size (torch.Size({target})) that is different to the input size "
+            f"(torch.Size({pred})). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.")
+
+
+def test_loss_broadcast_says_every_with_every_only_when_it_is():
+    """Review 8: target [1] vs input [] broadcasts harmlessly; only a broadcast shape larger than both inputs
+    compares every prediction with every target."""
+    d = explain(_loss_warning("[1]", "[]"))
+    assert d.category == "loss_broadcast" and "harmless here" in d.summary
+    assert "every prediction with every target" not in d.summary and "wrong thing" not in d.summary
+    d = explain(_loss_warning("[32]", "[32, 1]"))
+    assert "every prediction with every target" in d.summary and "[32, 32]" in d.summary and "harmless" not in d.summary
+    d = explain(_loss_warning("[4]", "[4, 4]"))  # repeated, not every-with-every, and not harmless either
+    assert "is repeated" in d.summary and "harmless" not in d.summary and "every target" not in d.summary
+    d = explain("UserWarning: Using a target size (torch.Size([3, 2])) that is different to the input size")
+    assert d.category == "loss_broadcast" and "print both shapes" in d.summary
+
+
+def test_a_bare_launch_failure_is_not_called_a_hardware_fault():
+    """Review 9: 'unspecified launch failure' without an Xid, ECC or off-the-bus evidence points at a kernel first."""
+    for text in ("RuntimeError: CUDA error: unspecified launch failure",
+                 "RuntimeError: CUDA error: unspecified launch failure\n"
+                 "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, Ch 0000, MMU Fault"):
+        d = explain(text)
+        assert d.category == "cuda_hardware_fault"
+        assert "not from the program" not in d.summary and "not your code" not in d.title
+        assert "custom CUDA kernel" in d.summary.split(".")[1] and "second" in d.summary
+        assert "CUDA_LAUNCH_BLOCKING=1" in d.fixes[0].code
+    assert "Xid 31 is not among" in d.notes[-1]
+    for text, where in (("RuntimeError: CUDA error: uncorrectable ECC error encountered", "ECC"),
+                        ("RuntimeError: CUDA error: unspecified launch failure\n"
+                         "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", "(Xid 79)")):
+        d = explain(text)
+        assert d.summary.startswith("The GPU reported a fault that comes from the hardware") and where in d.summary
+        assert not d.notes and d.fixes[0].title == "Find the node and the GPU, and read the kernel log"

@@ -170,3 +170,76 @@ def test_text_report_of_a_warning_says_so():
     (record,) = caught
     text = str(explain(record))
     assert text.startswith("nbdebug warning [nonleaf_grad_access]") and "retain_grad" in text
+
+
+# a message object (not a Warning) whose __str__ works once, for the printed warning, then raises KeyboardInterrupt
+RAISING_STR = """
+import warnings
+warnings.simplefilter("always")
+class Message:
+    calls = 0
+    limit = {limit}
+    def __str__(self):
+        Message.calls += 1
+        if Message.calls > self.limit:
+            raise KeyboardInterrupt
+        return "Using a target size (torch.Size([3])) that is different to the input size (torch.Size([3, 1]))"
+warnings.warn(Message(), UserWarning)
+finished = True
+"""
+
+
+@pytest.mark.parametrize("limit", [1, 0])
+def test_a_message_whose_str_raises_leaves_the_cell_as_without_nbdebug(printed, ip, limit):
+    """Review 11: str(message) raising KeyboardInterrupt inside nbdebug's hook must not escape into the cell;
+    when it already raises for the printed warning, the cell fails as it would without nbdebug."""
+    cell = RAISING_STR.format(limit=limit)
+    ip.run_line_magic("nbdebug", "warnings off")
+    try:
+        ip.user_ns.pop("finished", None)
+        with capture_output():
+            without = ip.run_cell(cell)
+        finished_without = ip.user_ns.pop("finished", False)
+    finally:
+        ip.run_line_magic("nbdebug", "warnings on")
+    with capture_output() as out:
+        result = ip.run_cell(cell)
+    assert type(result.error_in_exec) is type(without.error_in_exec)
+    assert ip.user_ns.pop("finished", False) is finished_without
+    if limit:  # the warning was printed, the cell ran to its end, and no panel came of a message nbdebug can't read
+        assert result.error_in_exec is None and "Using a target size" in out.stderr and _panels(out) == []
+    else:
+        assert isinstance(result.error_in_exec, KeyboardInterrupt)
+
+
+def test_a_warning_in_a_worker_thread_is_not_lost_while_another_is_explained(printed, ip, monkeypatch):
+    """Review 11: the 'already explaining' guard is per thread: a warning raised in a worker thread while the main
+    thread explains another one still gets its panel (shown when the cell ends)."""
+    import threading
+
+    import nbdebug.core.fixes as fixes
+
+    real = fixes.explain
+    started = []
+
+    def warn_in_a_worker():
+        warnings.warn("Using a target size (torch.Size([5])) that is different to the input size "
+                      "(torch.Size([5, 1])). This will likely lead to incorrect results due to broadcasting.", stacklevel=1)
+
+    def explain_while_a_worker_warns(record, *args, **kwargs):
+        if not started and threading.current_thread() is threading.main_thread():
+            started.append(True)
+            worker = threading.Thread(target=warn_in_a_worker)
+            worker.start()
+            worker.join()
+        return real(record, *args, **kwargs)
+
+    monkeypatch.setattr(fixes, "explain", explain_while_a_worker_warns)
+    cell = ("import warnings\nwarnings.simplefilter('always')\n"
+            "warnings.warn('Using a target size (torch.Size([7])) that is different to the input size "
+            "(torch.Size([7, 1])). This will likely lead to incorrect results due to broadcasting.')\n")
+    with capture_output() as out:
+        assert ip.run_cell(cell).error_in_exec is None
+    assert started
+    panels = [p.data["text/plain"] for p in _panels(out, "loss_broadcast")]
+    assert len(panels) == 2 and any("[5, 5]" in p for p in panels) and any("[7, 7]" in p for p in panels)

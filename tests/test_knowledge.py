@@ -77,3 +77,18 @@ def test_warning_categories_are_marked_and_complete():
         e = knowledge.entry(slug)
         assert e.severity == Severity.WARNING and e.keywords and e.patterns and e.first_step
         assert any(s.startswith("https://") for s in e.sources) and all(f.code for f in e.fixes[:1])
+
+
+def test_scheduler_order_says_the_gradscaler_warning_is_harmless_first():
+    """Review 10: PyTorch warns on the first scheduler step only, and GradScaler skipping its first step (inf
+    gradients at scale 65536) triggers the warning with a correct loop: the first step must say so."""
+    from nbdebug.core.fixes import explain
+
+    d = explain("UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 "
+                "and later, you should call them in the opposite order: `optimizer.step()` before "
+                "`lr_scheduler.step()`.")
+    assert d.category == "scheduler_order"
+    first = d.first_step
+    assert first.startswith("Under GradScaler / AMP") and "single warning at the start is harmless" in first
+    assert "scaler.get_scale()" in first and "65536" in first and "step the optimizer first" in first
+    assert "harmless" in d.summary and "only the first step" in d.summary

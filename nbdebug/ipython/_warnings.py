@@ -40,7 +40,9 @@ class WarningWatcher:
         self._seen: set[tuple[str, int, str]] = set()
         self._pending: list[Any] = []  # panels for warnings raised off the main thread: shown when the cell ends
         self._keywords: tuple[str, ...] | None = None
-        self._busy = False  # a warning raised while one is being explained is not explained again
+        # a warning raised while one is being explained is not explained again; per thread, so that a warning
+        # raised in a worker thread while the main thread explains another one is not lost
+        self._local = threading.local()
 
     def enable(self) -> None:
         if self.on:
@@ -83,18 +85,25 @@ class WarningWatcher:
         return self._keywords
 
     def _consider(self, message: Any, category: Any, filename: str, lineno: int, line: str | None) -> None:
-        if not self.on or self._busy:
+        if not self.on or getattr(self._local, "busy", False):
             return
-        self._busy = True
+        self._local.busy = True
         try:
             if isinstance(category, type) and issubclass(category, _NOISE):
                 return
-            text = str(message).lower()
+            try:
+                # the message object is the user's: its __str__ may raise anything, KeyboardInterrupt included,
+                # which must not escape from showwarning because of nbdebug: then there is no panel
+                message_text = str(message)
+            except BaseException:  # noqa: BLE001
+                return
+            text = message_text.lower()
             if not any(k in text for k in self._candidates()):  # cheap: most warnings stop here
                 return
             from nbdebug.core.fixes import explain
 
-            record = warnings.WarningMessage(message, category, filename, lineno, None, line)
+            # the text, not the object: the explainer never calls the user's __str__ again
+            record = warnings.WarningMessage(message_text, category, filename, lineno, None, line)
             diagnosis = explain(record)
             if diagnosis.severity != "warning":
                 return
@@ -112,7 +121,7 @@ class WarningWatcher:
         except Exception as e:  # noqa: BLE001 - a warning must never become an error because of nbdebug
             print(f"nbdebug: the warning could not be explained ({type(e).__name__}: {e})", file=sys.stderr)
         finally:
-            self._busy = False
+            self._local.busy = False
 
     def _where(self, filename: str, lineno: int) -> str:
         """The user's line that led to the warning (the innermost frame of a notebook cell), else the warning's."""

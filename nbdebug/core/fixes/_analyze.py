@@ -175,7 +175,8 @@ def layout_hint(shape: Any, *, in_features: int | None = None, in_channels: int 
 
     ``shape`` is the input the layer received; ``in_features`` (Linear-like) or ``in_channels`` with ``spatial``
     dimensions (convolutions) is what it is configured for.  Tried in order: the forgotten flatten (trailing
-    dimensions multiply to ``in_features``), features in dimension 1 instead of last, a transposed 2-D input,
+    dimensions multiply to ``in_features``), features in dimension 1 instead of last (a 2-D input whose first
+    dimension equals ``in_features`` is not taken for transposed: a batch size may equal it by chance),
     channels-last into a channels-first convolution, a missing channel/batch dimension.  None when the layout
     explains nothing (then the sizes themselves disagree).
     """
@@ -191,10 +192,6 @@ def layout_hint(shape: Any, *, in_features: int | None = None, in_channels: int 
             return (f"The input {dims} has its {in_features} features in dimension 1 (channels-first), but a Linear "
                     "layer works on the last dimension: move them last (x.transpose(1, -1)).",
                     Fix("Move the feature dimension last", f"x = x.transpose(1, -1)  # {tuple(dims)} -> features last"))
-        if len(dims) == 2 and dims[0] == in_features:
-            return (f"The input {dims} looks transposed: its first dimension is in_features={in_features}. Pass "
-                    f"x.T, shape ({dims[1]}, {in_features}): batch first, features last.",
-                    Fix("Transpose the input: batch first, features last", f"x = x.T  # {tuple(dims)} -> ({dims[1]}, {dims[0]})"))
     if in_channels is not None and spatial and dims:
         if len(dims) == spatial + 2 and dims[1] != in_channels and dims[-1] == in_channels:
             code = _PERMUTE_TO_CHANNELS_FIRST.get(spatial, "x = x.movedim(-1, 1)")
@@ -208,29 +205,50 @@ def layout_hint(shape: Any, *, in_features: int | None = None, in_channels: int 
     return None
 
 
-def _matmul_hint(left: tuple[int, ...], right: tuple[int, ...]) -> tuple[str, Fix] | None:
-    """For "mat1 and mat2 shapes cannot be multiplied (a x b and c x d)": a flatten or a transpose that fits."""
+def _matmul_hint(left: tuple[int, ...], right: tuple[int, ...], kind: str = "") -> tuple[list[str], list[Fix]]:
+    """For "mat1 and mat2 shapes cannot be multiplied (a x b and c x d)": the notes and fixes that fit, best first.
+
+    ``kind`` is where the multiply came from, when the traceback shows it: ``"linear"`` (an nn.Linear /
+    F.linear, whose mat2 is weight.T: (in_features, out_features)), ``"matmul"`` (a plain x @ w, torch.mm,
+    torch.matmul: no in_features involved), or ``""`` (unknown: a pasted message).  A transpose is suggested
+    first only for a plain matmul; otherwise the in_features reading of the summary comes first and a transpose
+    is at most a note after it (a batch size equal to in_features is a coincidence, not evidence).
+    """
     a, b = left
     c, d = right
     if b == c:
-        return None
+        return [], []
     per_sample = c // b if b and c % b == 0 else 0
     if per_sample >= 4 and a % per_sample == 0:
         batch = a // per_sample
-        return (f"{a}x{b} and in_features={c}: if the batch size is {batch}, each sample holds {per_sample} x {b} = "
-                f"{c} values, exactly in_features, spread over extra dimensions (e.g. ({batch}, {per_sample}, {b})): "
-                "the input was probably not flattened. Flatten before this layer (x.flatten(1)).",
-                Fix("Flatten before this layer", "x = x.flatten(1)  # (N, C, H, W) -> (N, C*H*W)\n"
-                    "# in nn.Sequential: nn.Flatten() before the Linear"))
-    if a == c:
-        return (f"mat1 is {a}x{b} and mat2 {c}x{d}: mat1 looks transposed (its first dimension, {a}, is what mat2 "
-                f"expects). Use mat1.T ({b}x{a}), or x.T if x is (features, batch).",
-                Fix("Transpose the first operand", "out = x.T @ w  # or: layer(x.T)"))
-    if b == d:
-        return (f"mat1 is {a}x{b} and mat2 {c}x{d}: mat2 looks transposed (its second dimension, {d}, matches mat1's "
-                f"{b}). Use mat2.T ({d}x{c}): a weight stored as (out, in) is applied as x @ w.T.",
-                Fix("Transpose the second operand", "out = x @ w.T  # w stored as (out_features, in_features)"))
-    return None
+        return ([f"If the batch size is {batch}, each sample holds {per_sample} x {b} = {c} values, exactly "
+                 f"in_features, spread over extra dimensions (e.g. ({batch}, {per_sample}, {b})): the input was "
+                 "probably not flattened. Flatten before this layer (x.flatten(1))."],
+                [Fix("Flatten before this layer", "x = x.flatten(1)  # (N, C, H, W) -> (N, C*H*W)\n"
+                     "# in nn.Sequential: nn.Flatten() before the Linear")])
+    first = [Fix("Transpose the first operand", "out = x.T @ w")] if a == c else []
+    second = [Fix("Transpose the second operand", "out = x @ w.T  # w stored as (out_features, in_features)")] if b == d else []
+    if kind == "matmul":  # no Linear layer: the transpose readings are the only ones
+        notes = []
+        if first:
+            notes.append(f"mat1 is {a}x{b} and mat2 {c}x{d}: mat1 looks transposed (its first dimension, {a}, is what "
+                         f"mat2 expects). Use mat1.T ({b}x{a}).")
+        if second:
+            notes.append(f"mat1 is {a}x{b} and mat2 {c}x{d}: mat2 looks transposed (its second dimension, {d}, matches "
+                         f"mat1's {b}). Use mat2.T ({d}x{c}): a weight stored as (out, in) is applied as x @ w.T.")
+        return notes, first + second
+    fixes = [Fix("Make in_features match the input (or the layer before output in_features)",
+                 f"nn.Linear({b}, {d})  # in_features = the input's last dimension ({b}), not {c}\n"
+                 f"# or: nn.LazyLinear({d}) infers in_features on the first call")]
+    notes = []
+    if first:
+        notes.append(f"mat1 is {a}x{b}: if your input is laid out (features, batch) = ({b}, {a}) rather than "
+                     f"(batch, features), pass x.T; a batch size of {a} equal to in_features={c} is otherwise a "
+                     "coincidence, and the in_features fix above is the one to try first.")
+    if second and kind != "linear":  # a Linear's mat2 is its own weight.T: the user cannot transpose it
+        notes.append(f"mat1 is {a}x{b} and mat2 {c}x{d}: if this is your own x @ w rather than an nn.Linear, w may "
+                     f"be stored as (out, in): use x @ w.T ({d}x{c}).")
+    return notes, fixes
 
 
 def _shape(facts: dict[str, Any], text: str) -> Analysis:
@@ -241,10 +259,9 @@ def _shape(facts: dict[str, Any], text: str) -> Analysis:
         facts["shape_detail"] = (f"A matrix multiply got {left[0]}x{left[1]} and {right[0]}x{right[1]}: the inner "
                                  f"dimensions {left[1]} and {right[0]} must be equal. In a Linear layer this means the "
                                  f"input has {left[1]} features but the layer expects in_features={right[0]}.")
-        hint = _matmul_hint(tuple(left), tuple(right))
-        if hint is not None:
-            notes.append(hint[0])
-            fixes.append(hint[1])
+        more_notes, more_fixes = _matmul_hint(tuple(left), tuple(right), str(facts.get("matmul_kind", "")))
+        notes += more_notes
+        fixes += more_fixes
     elif "size_a" in facts and "size_b" in facts and "dim" in facts and "tensor_index" not in facts:
         facts["shape_detail"] = (f"Two tensors have sizes {facts['size_a']} and {facts['size_b']} in dimension "
                                  f"{facts['dim']}; element-wise operations need them equal (or 1 to broadcast).")
@@ -327,12 +344,34 @@ def _cuda_unavailable(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+# what shows the hardware (or driver) is at fault, beyond a kernel that failed to run: the Xids of a failing GPU
+# (the same list as the entry's pattern; Xid 13/31/43 are usually the program's own faults), ECC, off the bus
+_HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+_HARDWARE_EVIDENCE = re.compile(r"ECC|(?i:fallen off the bus|\bGPU is lost\b)")
+
+
 def _hardware(facts: dict[str, Any], text: str) -> Analysis:
-    if facts.get("fault") == "unspecified launch failure" and "xid" not in facts:
-        return ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
-                "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
-                "watchdog; when it happens at random steps, the GPU or its power supply."], []
-    return [], []
+    xid = facts.get("xid")
+    if xid in _HARDWARE_XIDS or _HARDWARE_EVIDENCE.search(text):
+        where = "".join(part for part, value in ((f": {facts.get('fault')}", facts.get("fault")),
+                                                 (f" (Xid {xid})", xid in _HARDWARE_XIDS)) if value)
+        facts["hardware_detail"] = (f"The GPU reported a fault that comes from the hardware or the driver, not from "
+                                    f"the program{where}. Every process on that GPU fails; the same code usually runs "
+                                    "elsewhere.")
+        return [], []
+    facts["hardware_detail"] = ("A kernel on the GPU failed to run ('unspecified launch failure'), with no sign of a "
+                                "hardware fault in the text (no Xid of a failing GPU, no ECC error, no GPU fallen off "
+                                "the bus). Suspect a custom CUDA kernel (an extension) or an out-of-bounds access in "
+                                "one first, and the GPU or its power supply second.")
+    notes = ["'unspecified launch failure' alone does not prove a hardware fault: when it happens at the same "
+             "operation every time, suspect a custom CUDA kernel (extension) or, on a desktop GPU, the display "
+             "watchdog; when it happens at random steps, the GPU or its power supply."]
+    if isinstance(xid, int):
+        notes.append(f"Xid {xid} is not among the Xids of a failing GPU: Xid 13, 31 and 43 usually come from the program "
+                     "itself (an illegal instruction or an out-of-bounds memory access in a kernel).")
+    return notes, [Fix("Find the kernel that failed, then check the GPU",
+                       "CUDA_LAUNCH_BLOCKING=1 python train.py  # the traceback now stops at the kernel that failed\n"
+                       "sudo dmesg -T | grep -i xid            # Xid 48/79/94/95: the GPU; none: look at the kernel")]
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -351,20 +390,25 @@ def _loss_broadcast(facts: dict[str, Any], text: str) -> Analysis:
     shape = _broadcast_shape(pred, target)
     if shape is None:
         return [], []
-    facts["broadcast_note"] = f"the loss is averaged over shape {list(shape)}"
-    n_pred, n_target, n_out = (max(1, _numel(t)) for t in (pred, target, shape))
+    n_pred, n_target, n_out = (max(1, _prod(t)) for t in (pred, target, shape))
     if n_out > max(n_pred, n_target):
+        facts["broadcast_detail"] = (f"They are broadcast against each other, so the loss compares every prediction "
+                                     f"with every target (the loss is averaged over shape {list(shape)}) and the model "
+                                     "learns the wrong thing without any error.")
         return [f"Input {list(pred)} and target {list(target)} broadcast to {list(shape)}: {n_out} differences instead "
                 f"of {max(n_pred, n_target)}, every prediction compared with every target. The loss still decreases, "
                 "towards the mean of the targets, not the right answer for each sample."], []
+    if n_pred == n_target:  # only dimensions of size 1 differ: element i still meets element i
+        facts["broadcast_detail"] = (f"They broadcast to shape {list(shape)}, with no more elements than either of "
+                                     "them, so each prediction still meets only its own target: harmless here. Reshape "
+                                     "one of them to match the other to silence the warning.")
+        return [], []
+    small, big = (target, pred) if n_target < n_pred else (pred, target)
+    facts["broadcast_detail"] = (f"They broadcast to shape {list(shape)}: the smaller one, {list(small)}, is repeated "
+                                 f"along its missing or size-1 dimensions to fill {list(big)}, so each of its values "
+                                 "is compared with several of the other's. That is right only if this reuse is "
+                                 "intended; otherwise the model learns the wrong thing: make the two shapes equal.")
     return [], []
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _grad_strides(facts: dict[str, Any], text: str) -> Analysis:
@@ -386,6 +430,18 @@ def _optimizer(facts: dict[str, Any], text: str) -> Analysis:
     if "empty parameter list" in text:
         facts["setup_detail"] = ("The optimizer was given no parameters: the model (or the filter applied to its "
                                  "parameters) yielded nothing to optimise.")
+    elif "more than one parameter group" in text:
+        # raised while the optimizer is built (add_param_group), not when a state is loaded
+        facts["setup_detail"] = ("A parameter is listed in two parameter groups: each parameter may be in only one "
+                                 "group. Deduplicate the groups, typically a 'rest' group built from "
+                                 "model.parameters() that also holds the parameters given a group of their own.")
+        facts["first_step_detail"] = ("Print, for each parameter group, the names of its parameters and look for a name "
+                                      "that is in two groups; build the groups so that each parameter is in one.")
+        return [], [Fix("Deduplicate the parameter groups: each parameter in one group only",
+                        "head = {id(p) for p in model.head.parameters()}\n"
+                        "rest = [p for p in model.parameters() if id(p) not in head]\n"
+                        "optimizer = torch.optim.AdamW([{'params': rest},\n"
+                        "                               {'params': model.head.parameters(), 'lr': 1e-3}], lr=1e-4)")]
     elif "parameter group" in text:
         facts["setup_detail"] = ("The optimizer state being loaded was saved for a different set of parameters: the "
                                  "number of parameter groups, or of parameters in a group, differs from this optimizer.")

@@ -154,8 +154,12 @@ def _layer_hint(module: Any, shapes: dict[str, list[int]]) -> list[str]:
     if hint is not None:
         return [hint[0]]
     if isinstance(in_features, int) and first and first[-1] != in_features:
-        return [f"This layer expects in_features={in_features} but its input's last dimension is {first[-1]}: "
-                f"either the layer before produces {first[-1]} features, or in_features should be {first[-1]}."]
+        notes = [f"This layer expects in_features={in_features} but its input's last dimension is {first[-1]}: "
+                 f"either the layer before produces {first[-1]} features, or in_features should be {first[-1]}."]
+        if len(first) == 2 and first[0] == in_features:  # a batch size equal to in_features may be a coincidence
+            notes.append(f"Only if the input {first} is laid out (features, batch) rather than (batch, features): "
+                         f"pass x.T, shape ({first[1]}, {first[0]}).")
+        return notes
     if isinstance(in_channels, int) and spatial and len(first) > spatial:
         got = first[-(spatial + 1)]  # channels come right before the spatial dims, batched or not
         if got != in_channels:

@@ -18,9 +18,11 @@ is anchored by a lookbehind, so that a long run of matching characters is scanne
 
 from __future__ import annotations
 
+import linecache
 import re
 import string
 import warnings
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,7 +53,9 @@ _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch"
                            "target_out_of_bounds", "index_out_of_range", "inplace_autograd"})
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
-_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note")
+_PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note",
+          "hardware_detail", "first_step_detail", "matmul_kind",
+          "broadcast_detail")
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
@@ -306,6 +310,44 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
     return _FORMATTER.vformat(text, (), values).strip()
 
 
+# the source line of a traceback frame: Python's ("  File "x.py", line 3, in f" then the line) or IPython's ("----> 3 ...")
+_FRAME_SOURCE = re.compile(r'^[ \t]*File "[^"\n]{0,500}", line \d+, in [^\n]{0,200}\n(?P<src>[^\n]{0,1000})'
+                           r"|^-{2,}> ?\d+ (?P<arrow>[^\n]{0,1000})", re.M)
+_PLAIN_MATMUL = re.compile(r"@|\b(?:mm|matmul|bmm)\(")
+
+
+def _matmul_kind(raw: str) -> str:
+    """Where a "mat1 and mat2" error came from, by the traceback's last source line.
+
+    ``"linear"`` (F.linear / an nn.Linear: mat2 is the layer's weight.T), ``"matmul"`` (a plain x @ w, torch.mm,
+    torch.matmul), or ``""`` when the text does not show it (a message without frames, any other call).
+    """
+    last = next(iter(deque(_FRAME_SOURCE.finditer(raw[-_MAX_CHARS:]), maxlen=1)), None)
+    if last is None:
+        return ""
+    src = (last.group("src") or last.group("arrow") or "").strip()
+    if "linear(" in src.lower():
+        return "linear"
+    return "matmul" if _PLAIN_MATMUL.search(src) else ""
+
+
+def _last_frame_text(exc: BaseException) -> str:
+    """The innermost frame of an exception's traceback, as Python prints it (file line, then its source)."""
+    tb = exc.__traceback__
+    for _ in range(10_000):
+        if tb is None or tb.tb_next is None:
+            break
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    try:
+        code = tb.tb_frame.f_code
+        src = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+        return f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n    {src}\n'
+    except Exception:  # a frame without a readable source
+        return ""
+
+
 def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
@@ -416,6 +458,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     facts = _parse_facts(compiled, text)
     notes: list[str] = []
     first_fixes: list[Fix] = []
+    if entry.slug == "shape_mismatch":
+        facts["matmul_kind"] = _matmul_kind(_last_frame_text(error) if isinstance(error, BaseException) else raw)
     analyse = ANALYSERS.get(entry.slug)
     if analyse is not None:
         more_notes, more_fixes = analyse(facts, text)
@@ -426,10 +470,13 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
             facts.setdefault("reported_through", other.entry.slug)
             notes.append(f"Also in the text: {other.entry.title.lower()} — that is how the failure was reported; "
                          f"the cause diagnosed here came first.")
-    first_step = entry.first_step
+    # an analyser that knows better than the entry's generic first step (``first_step_detail``) replaces it
+    first_step = str(facts.get("first_step_detail") or entry.first_step)
     if isinstance(error, BaseException) and entry.slug in _MODULE_SLUGS:
         module_facts, module_notes = module_context(error, roots)
         facts.update(module_facts)
+        if any(n.startswith("Only if the input") for n in module_notes):  # the layer's input says it better
+            notes = [n for n in notes if not n.startswith("mat1 is")]
         notes = module_notes + notes
         if "module" in module_facts and entry.slug in ("shape_mismatch", "dtype_mismatch", "device_mismatch"):
             first_step = (f"Look at {module_facts['module']} = {module_facts['module_type']}: compare what it is "

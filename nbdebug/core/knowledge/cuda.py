@@ -452,11 +452,9 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="cuda_hardware_fault",
-        title="GPU hardware or driver fault (not your code)",
-        summary=(
-            "The GPU reported a fault that comes from the hardware or the driver, not from the program"
-            "[[: {fault}]][[ (Xid {xid})]]. Every process on that GPU fails; the same code usually runs elsewhere."
-        ),
+        title="GPU fault: a crashed kernel, or the hardware or driver",
+        # the analyser says which: hardware only with evidence of it (an Xid, ECC errors, a GPU off the bus)
+        summary="{hardware_detail}",
         keywords=("unspecified launch failure", "ecc error", "fallen off the bus", "xid", "cudaerrorlaunchfailure",
                   "ecc_uncorrectable", "eccuncorrectable", "gpu is lost"),
         patterns=(
@@ -470,6 +468,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"\bGPU is lost\b",
         ),
         priority=91,
+        extra={"hardware_detail_default": "A kernel on the GPU failed. Without an Xid, an ECC error or a GPU fallen "
+               "off the bus in the logs, suspect a custom CUDA kernel or an out-of-bounds access first and the "
+               "hardware second."},
         facts=(
             (r"(?P<fault>unspecified launch failure|uncorrectable ECC error encountered|fallen off the bus|GPU is lost)",
              {"fault": "str"}),
@@ -492,7 +493,8 @@ ENTRIES: tuple[Entry, ...] = (
                 "CUDA_VISIBLE_DEVICES=<other id> python train.py"),
         ),
         first_step="Note the host and GPU, run nvidia-smi -q -d ECC and dmesg | grep -i xid there: Xid 48/79/94/95 or "
-        "uncorrectable ECC counts mean the GPU is faulty; drain it and rerun elsewhere.",
+        "uncorrectable ECC counts mean the GPU is faulty (drain it and rerun elsewhere); no Xid and the same "
+        "operation failing every time point at a kernel instead (rerun with CUDA_LAUNCH_BLOCKING=1 to find it).",
         sources=("https://docs.nvidia.com/deploy/xid-errors/index.html",
                  "https://github.com/vllm-project/vllm/issues/5222"),
     ),

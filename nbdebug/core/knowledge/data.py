@@ -320,17 +320,19 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="loss_broadcast",
-        title="Loss input and target have different shapes: broadcasting trains the wrong objective",
+        title="Loss input and target have different shapes: broadcasting can train the wrong objective",
         severity=Severity.WARNING,
         summary=(
             "The loss got a target and an input of different shapes[[ (target {target_shape}, input {input_shape})]]. "
-            "They are broadcast against each other, so the loss compares every prediction with every target[[ ({broadcast_note})]] and "
-            "the model learns the wrong thing without any error."
+            "{broadcast_detail}"
         ),
         keywords=("using a target size",),
         patterns=(r"Using a target size \((?:torch\.Size\()?\[[\w,\s]*\]\)?\) that is different to\s+(?:the\s+)?input size",),
         priority=30,
-        extra={"warning": "yes"},
+        extra={"warning": "yes",
+               "broadcast_detail_default": "They are broadcast against each other: when the broadcast shape has more "
+               "elements than either of them, the loss compares every prediction with every target and the model "
+               "learns the wrong thing without any error; print both shapes to see which case this is."},
         facts=(
             (r"Using a target size \((?:torch\.Size\()?(?P<target_shape>\[[\d, ]*\])\)?\) that is different to the "
              r"input size \((?:torch\.Size\()?(?P<input_shape>\[[\d, ]*\])", {"target_shape": "shape", "input_shape": "shape"}),

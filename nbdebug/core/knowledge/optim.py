@@ -30,6 +30,8 @@ ENTRIES: tuple[Entry, ...] = (
             "Resuming an optimizer state saved for a different model or a different set of trainable parameters "
             "(layers added, removed, frozen or unfrozen since the checkpoint).",
             "A generator (model.parameters()) consumed once before being given to the optimizer.",
+            "The same parameter in two parameter groups: a group built from model.parameters() next to a group for "
+            "a sub-module whose parameters it already holds (raised when the optimizer is built).",
             "Tensors that are results of operations (w * 0.1, .to(device) after requires_grad) passed as parameters.",
         ),
         fixes=(
@@ -51,9 +53,11 @@ ENTRIES: tuple[Entry, ...] = (
         title="lr_scheduler.step() called before optimizer.step()",
         severity=Severity.WARNING,
         summary=(
-            "The learning-rate scheduler stepped before the optimizer did. The first value of the schedule is "
-            "skipped, and when this happens every iteration the whole schedule is off by one step (or, with "
-            "GradScaler skipping steps, the schedule runs ahead of the updates)."
+            "scheduler.step() ran before any optimizer.step() had. PyTorch checks only the first step, so this is "
+            "either a loop that steps the scheduler first (the first value of the schedule is skipped and the whole "
+            "schedule is off by one step), or, under mixed precision (GradScaler, the Hugging Face Trainer with "
+            "fp16), a correct loop whose first optimizer step GradScaler skipped because the gradients overflowed "
+            "at its initial scale: then it is harmless."
         ),
         keywords=("lr_scheduler.step()", "has been overridden after learning rate scheduler"),
         patterns=(
@@ -76,8 +80,11 @@ ENTRIES: tuple[Entry, ...] = (
                 "scale = scaler.get_scale()\nscaler.step(optimizer)\nscaler.update()\n"
                 "if scaler.get_scale() >= scale:  # not skipped\n    scheduler.step()"),
         ),
-        first_step="Look at the order of optimizer.step() and scheduler.step() in the training loop: the optimizer "
-        "must come first.",
+        first_step="Under GradScaler / AMP (or the Hugging Face Trainer with fp16), a single warning at the start is "
+        "harmless: the first step was skipped for inf gradients at scale 65536. To tell the two apart, look at the "
+        "loop: scaler.step(optimizer) (or optimizer.step()) before scheduler.step() and scaler.get_scale() "
+        "dropping from 65536.0 after the first step mean the skipped step; scheduler.step() first (or no scaler) "
+        "means the order is wrong: step the optimizer first.",
         sources=("https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate",),
     ),
     Entry(
