@@ -13,7 +13,7 @@ import numpy as np
 
 from nbdebug.core.memory._model import ALLOC, FREE_COMPLETED
 
-__all__ = ["Bands", "compute_bands", "event_sites"]
+__all__ = ["Bands", "compute_bands", "event_sites", "peaks_per_slice"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,17 @@ class Bands:
     names: tuple[str, ...]
     site_ids: tuple[int, ...]
     values: np.ndarray  # (bands, points)
+
+
+def peaks_per_slice(x: np.ndarray, total: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``x`` (non-decreasing) into ``slices`` equal spans: the index of each span's highest ``total`` (in
+    order) and each span's lowest ``total``, so a chart of the points keeps every peak and can shade every dip."""
+    span = max(float(x[-1] - x[0]), 1e-9)
+    bucket = np.minimum(((x - x[0]) / span * slices).astype(np.int64), slices - 1)
+    order = np.lexsort((total, bucket))
+    last = np.flatnonzero(np.r_[bucket[order][1:] != bucket[order][:-1], True])
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    return np.sort(order[last]), np.minimum.reduceat(total, starts)
 
 
 def event_sites(snap: object, device: int) -> tuple[np.ndarray, np.ndarray]:
@@ -69,13 +80,7 @@ def compute_bands(snap: object, device: int | None = None, *, top: int = 8, buck
         pts = np.arange(n + 1)
         floor = total.copy()
     else:
-        span = max(x_all[-1] - x_all[0], 1e-9)
-        bucket = np.minimum(((x_all - x_all[0]) / span * buckets).astype(np.int64), buckets - 1)
-        order = np.lexsort((total, bucket))
-        last = np.flatnonzero(np.r_[bucket[order][1:] != bucket[order][:-1], True])
-        pts = np.sort(order[last])
-        starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-        floor = np.minimum.reduceat(total, starts)
+        pts, floor = peaks_per_slice(x_all, total, buckets)
     # bands: the sites with most bytes alive at the peak
     p = int(np.argmax(total))
     ids = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,6 +285,15 @@ class DiffRow:
     delta_bytes: int
 
 
+def diff_rows(before: Sequence[SiteBytes], after: Sequence[SiteBytes]) -> tuple[DiffRow, ...]:
+    """Bytes by site in two snapshots, every site of either, largest change first."""
+    a = {r.site: r.bytes for r in before}
+    b = {r.site: r.bytes for r in after}
+    rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
+    rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
+    return tuple(rows)
+
+
 @dataclass(frozen=True, repr=False)
 class SnapshotDiff(Result):
     """Memory alive at the end of two snapshots, compared by allocation site."""
@@ -302,11 +312,7 @@ class SnapshotDiff(Result):
         """Bytes alive at each snapshot's peak, by site, largest change first (empty without the snapshots)."""
         if self._before is None or self._after is None:
             return ()
-        a = {s.site: s.bytes for s in self._before.peak(self._device).by_site}
-        b = {s.site: s.bytes for s in self._after.peak(self._device).by_site}
-        rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
-        rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
-        return tuple(rows)
+        return diff_rows(self._before.peak(self._device).by_site, self._after.peak(self._device).by_site)
 
 
     def _summary_line(self) -> str:

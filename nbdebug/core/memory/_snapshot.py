@@ -15,7 +15,6 @@ from nbdebug.core.memory._results import (
     AliveBlock,
     AnnotationRow,
     Annotations,
-    DiffRow,
     Fragmentation,
     MemoryPeak,
     MemoryTimeline,
@@ -26,6 +25,7 @@ from nbdebug.core.memory._results import (
     SnapshotDiff,
     SnapshotSummary,
     TopSites,
+    diff_rows,
 )
 from nbdebug.core.memory._sites import format_frame
 from nbdebug.core.memory._unpickle import no_gc, read_pickle
@@ -330,12 +330,10 @@ class MemorySnapshot(Result):
     def diff(self, other: MemorySnapshot | Any, device: int | None = None) -> SnapshotDiff:
         """Compare the memory alive at the end of this snapshot (before) and ``other`` (after), by site."""
         other = load_snapshot(other)
-        a = {s.site: s.bytes for s in self.final_blocks_by_site(device)}
-        b = {s.site: s.bytes for s in other.final_blocks_by_site(device)}
-        rows = [DiffRow(site, a.get(site, 0), b.get(site, 0), b.get(site, 0) - a.get(site, 0)) for site in a | b]
-        rows.sort(key=lambda r: (-abs(r.delta_bytes), r.site))
-        return SnapshotDiff(before=self.source, after=other.source, before_bytes=sum(a.values()),
-                            after_bytes=sum(b.values()), rows=tuple(rows), _before=self, _after=other, _device=device)
+        a, b = self.final_blocks_by_site(device), other.final_blocks_by_site(device)
+        return SnapshotDiff(before=self.source, after=other.source, before_bytes=sum(r.bytes for r in a),
+                            after_bytes=sum(r.bytes for r in b), rows=diff_rows(a, b), _before=self, _after=other,
+                            _device=device)
 
     def summary(self, device: int | None = None, *, top: int = 10) -> SnapshotSummary:
         """The headline numbers (the JSON contract of ``python -m nbdebug snapshot --json``)."""

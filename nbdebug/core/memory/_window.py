@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core.memory._bands import compute_bands, event_sites
+from nbdebug.core.memory._bands import compute_bands, event_sites, peaks_per_slice
 from nbdebug.errors import SnapshotError
 
 __all__ = ["WindowModel"]
@@ -81,13 +81,8 @@ class WindowModel:
             floor = total.copy()
             exact = True
         else:
-            span = max(float(x[i1 - 1] - x[i0]), 1e-9)
-            bucket = np.minimum(((x[i0:i1] - x[i0]) / span * width).astype(np.int64), width - 1)
-            order = np.lexsort((total, bucket))
-            last = np.flatnonzero(np.r_[bucket[order][1:] != bucket[order][:-1], True])
-            pts = i0 + np.sort(order[last])
-            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-            floor = np.minimum.reduceat(total, starts)
+            local, floor = peaks_per_slice(x[i0:i1], total, width)
+            pts = i0 + local
             exact = False
         values = self._series()[:, pts]
         return {"x": x[pts].tolist(), "index": (pts - 1).tolist(), "total": self.total[pts].tolist(),
