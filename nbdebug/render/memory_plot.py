@@ -18,19 +18,25 @@ PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 
 def svg_sparkline(values: Sequence[int], width: int = 260, height: int = 48) -> str:
     """A small SVG polyline of ``values`` (no script, no network), as a picture that shows in any renderer."""
-    vals = list(values)
-    if len(vals) < 2:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
         return ""
-    hi = max(max(vals), 1)
-    lo = min(min(vals), 0)
-    pts = " ".join(f"{i * (width - 2) / (len(vals) - 1) + 1:.1f},{height - 1 - (v - lo) / (hi - lo) * (height - 2):.1f}"
-                   for i, v in enumerate(vals))
+    hi = max(float(v.max()), 1.0)
+    lo = min(float(v.min()), 0.0)
+    # coordinates in tenths of a pixel (the viewBox is ten times the size), written as integers: one C-level join
+    # instead of a formatted string per point
+    xs = np.rint((np.arange(v.size) * ((width - 2) / (v.size - 1)) + 1) * 10)
+    ys = np.rint((height - 1 - (v - lo) / (hi - lo) * (height - 2)) * 10)
+    pts = " ".join(map(str, np.column_stack((xs, ys)).astype(np.int64).ravel().tolist()))
+    peak = fmt_bytes(int(hi))
     svg = (f'<svg width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="allocated memory over time">'
-           f'<title>{esc("peak " + fmt_bytes(hi))}</title>'
-           '<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="1.5" '
+           f'viewBox="0 0 {width * 10} {height * 10}" role="img" aria-label="allocated memory over time">'
+           f'<title>{esc("peak " + peak)}</title>'
+           '<polyline fill="none" style="stroke:var(--nbd-brand,var(--jp-brand-color1,#0969da))" stroke-width="15" '
            f'points="{pts}"/></svg>')
-    return picture(svg, f"allocated memory over time, peak {fmt_bytes(hi)}")
+    return picture(svg, f"allocated memory over time, peak {peak}")
 
 
 @renders(MemorySnapshot, "figure")

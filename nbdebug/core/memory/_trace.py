@@ -1,8 +1,8 @@
 """``memtrace()``: what a block of code allocated, at its peak and still alive after it, on CUDA or on CPU.
 
 On CUDA the allocator's own history is recorded (``torch.cuda.memory._record_memory_history``) and snapshotted at
-the end.  On CPU, ``torch.profiler`` with ``profile_memory``, ``record_shapes`` and ``with_stack`` records every
-allocation with its Python stack; the allocations are converted into the same snapshot model.  Recording is
+the end.  On CPU, PyTorch's profiler records every allocation and free with the Python calls above it (memory and
+the Python tracer only, see ``_cpu_record``); the allocations are converted into the same snapshot model.  Recording is
 switched off in ``finally`` whatever the block does (exception, ``KeyboardInterrupt``).
 """
 
@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
+from nbdebug.core.memory._cpu_record import CpuRecording, model_of, snapshot_dict_of, walk_allocations
 from nbdebug.core.memory._model import ALLOC
 from nbdebug.core.memory._results import SiteBytes
 from nbdebug.core.memory._snapshot import MemorySnapshot, load_snapshot
@@ -90,7 +91,7 @@ class MemTrace(Result):
         rows = [{"kind": "retained", **vars(s)} for s in self.retained_sites]
         return rows + [{"kind": "at_peak", **vars(s)} for s in self.top_sites]
 
-    @property
+    @cached_property
     def findings(self) -> tuple[Finding, ...]:
         """A ``memory_retained`` warning when the block kept at least ``memory_retained_min_bytes`` alive."""
         from nbdebug.core.knowledge import finding, threshold
@@ -117,8 +118,10 @@ class MemTrace(Result):
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
         import pickle
 
+        # a CPU recording keeps no snapshot dict: it is made from the model only when it is saved
+        raw = self._raw if self._raw is not None else snapshot_dict_of(self.snapshot.model)
         with open(os.path.expanduser(os.fspath(path)), "wb") as fh:
-            pickle.dump(self._raw, fh, protocol=4)
+            pickle.dump(raw, fh, protocol=4)
 
     def by_category(self) -> tuple[tuple[str, int], ...]:
         """Bytes alive at the peak by category (parameter, activation, gradient, optimizer state, temporary, ...).
@@ -127,8 +130,8 @@ class MemTrace(Result):
         recording must have been made with ``categories=True`` (``%%memtrace --categories``), which records the
         tensor shapes the memory profile needs.
         """
-        if self._profile is not None and not self.snapshot.model.categories:
-            if not getattr(self._profile, "record_shapes", True):
+        if self.device_kind == "cpu" and not self.snapshot.model.categories:
+            if self._profile is None or not getattr(self._profile, "record_shapes", True):
                 raise NbdebugError("by_category() needs a recording made with memtrace(..., categories=True) "
                                    "(%%memtrace --categories): the categories come from the profiler's tensor shapes, "
                                    "which are recorded only then")
@@ -148,66 +151,13 @@ def profile_to_snapshot_dict(prof: Any, keys: list[tuple[int, int]] | None = Non
     ``(ptr, start_ns)`` of each ``alloc`` entry, in order (to attach categories later).
 
     The stack of an allocation is the chain of Python calls above it: for each call, the frame that made it, at
-    the line of the call.  It is carried down one walk of the event tree (asking a node for its parents is slow).
+    the line of the call.  ``prof`` may also be the profiler's kineto results.
     """
-    from torch._C._profiler import _EventType
-
-    def _caller_frame(c: Any) -> dict[str, Any]:
-        # the profiler's Python tracer now and then hands back a name that is not valid UTF-8 (seen with torch
-        # 2.13 on CPU): keep the frame, with a placeholder, rather than lose the whole trace
-        try:
-            filename = c.file_name
-        except UnicodeDecodeError:
-            filename = "<unreadable file name>"
-        try:
-            name = c.function_name
-        except UnicodeDecodeError:
-            name = "<unreadable function name>"
-        return {"filename": filename, "line": c.line_number, "name": name}
-
-    # tags compared as ints: comparing the profiler's enum objects costs a call into C++ per node
-    alloc_tag, py_call, py_ccall = _EventType.Allocation.value, _EventType.PyCall.value, _EventType.PyCCall.value
-    found: list[tuple[int, Any, Any]] = []
-    todo: list[tuple[Any, Any]] = [(root, None) for root in prof.profiler.kineto_results.experimental_event_tree()]
-    pop, extend = todo.pop, todo.extend
-    while todo:
-        node, chain = pop()
-        tag = node.tag.value
-        if tag == alloc_tag:
-            f = node.extra_fields
-            if f.alloc_size != 0 and f.device.type == "cpu":
-                found.append((node.start_time_ns, f, chain))
-            continue
-        if tag == py_call or tag == py_ccall:  # the frame is read later, only if an allocation is under it
-            chain = (node, chain)
-        children = node.children
-        if children:
-            extend(zip(children, repeat(chain)))
-    found.sort(key=lambda item: item[0])
-    stacks: dict[int, list[dict[str, Any]]] = {}
-    frames_of: dict[int, dict[str, Any]] = {}  # id of a Python-call node (alive in the chains) -> its frame
-    trace: list[dict[str, Any]] = []
-    for t_ns, f, chain in found:
-        t_us = t_ns / 1000.0
-        if f.alloc_size > 0:
-            frames = stacks.get(id(chain))
-            if frames is None:
-                frames, c = [], chain
-                while c is not None:  # innermost call first
-                    frame = frames_of.get(id(c[0]))
-                    if frame is None:
-                        frame = frames_of[id(c[0])] = _caller_frame(c[0].extra_fields.caller)
-                    frames.append(frame)
-                    c = c[1]
-                stacks[id(chain)] = frames
-            trace.append({"action": "alloc", "addr": f.ptr, "size": f.alloc_size, "stream": 0, "time_us": t_us,
-                          "frames": frames})
-            if keys is not None:
-                keys.append((f.ptr, t_ns))
-        else:
-            for action in ("free_requested", "free_completed"):
-                trace.append({"action": action, "addr": f.ptr, "size": -f.alloc_size, "stream": 0, "time_us": t_us})
-    return {"segments": [], "device_traces": [trace]}
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", prof)
+    allocations = walk_allocations(results)
+    if keys is not None:
+        keys.extend(allocations.alloc_keys())
+    return snapshot_dict_of(model_of(allocations))
 
 
 def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: list[tuple[int, int]]) -> None:
@@ -275,7 +225,7 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
         series = np.maximum.reduceat(series, edges[:-1])
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
                     events=int(np.count_nonzero(act == ALLOC)), top_sites=top, retained_sites=retained_sites,
-                    timeline=tuple(int(v) for v in series), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
+                    timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
                     _alloc_keys=keys or [])
 
 
@@ -291,8 +241,8 @@ class MemTraceRecorder:
         self.categories = categories
         self.result: MemTrace | None = None
         self._kind = ""
-        self._prof: Any = None
-        self._finished_prof: Any = None
+        self._recording: Any = None
+        self._finished: Any = None
         self._raw: Any = None
         self._t0 = 0.0
 
@@ -321,22 +271,20 @@ class MemTraceRecorder:
         self._kind = self._resolve()
         self._t0 = time.perf_counter()
         if self._kind == "cpu":
-            from torch.profiler import ProfilerActivity, profile
-
             # Kineto prints "profiler_start/stop" lines into the cell unless its log level is raised; a user's
             # own setting wins, and ours is taken back when recording stops
             self._set_kineto = "KINETO_LOG_LEVEL" not in os.environ
             os.environ.setdefault("KINETO_LOG_LEVEL", "99")
+            # the categories need the operators and their input shapes (the memory profile's tensor identities),
+            # which cost a fifth of a step and more: recorded only when categories are asked for
+            recording = CpuRecording(ops=self.categories)
             try:
-                # shapes cost a fifth of a step and only the categories need them (the memory profile's
-                # tensor identities): recorded when categories are asked for
-                self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                                     record_shapes=self.categories, with_stack=True)
-                self._prof.__enter__()
+                recording.start()
             except BaseException:
-                self._prof = None
+                recording.stop()
                 self._restore_env()
                 raise
+            self._recording = recording
         else:
             import torch
 
@@ -350,11 +298,11 @@ class MemTraceRecorder:
     def stop(self) -> None:
         """Stop recording (always safe to call); the conversion into a ``MemTrace`` happens in :meth:`finish`."""
         if self._kind == "cpu":
-            prof, self._prof = self._prof, None
+            recording, self._recording = self._recording, None
             try:
-                if prof is not None:
-                    prof.__exit__(None, None, None)
-                    self._finished_prof = prof
+                if recording is not None:
+                    recording.stop()
+                    self._finished = recording
             finally:
                 self._restore_env()
         elif self._kind.startswith("cuda"):
@@ -381,14 +329,14 @@ class MemTraceRecorder:
         """
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
-            prof = self._finished_prof
-            if prof is None:
+            recording = self._finished
+            if recording is None or recording.results is None:
                 raise NbdebugError("memtrace: nothing was recorded (the recorder was never started)")
-            keys: list[tuple[int, int]] = []
-            raw = profile_to_snapshot_dict(prof, keys)
-            snap = load_snapshot(raw, name="memtrace (cpu)")
+            allocations = walk_allocations(recording.results)
+            snap = MemorySnapshot(model_of(allocations), source="memtrace (cpu)")
             snap.cells = dict(cells or {})
-            result = _build(snap, "cpu", seconds, prof, raw, keys)
+            keys = allocations.alloc_keys() if self.categories else []
+            result = _build(snap, "cpu", seconds, recording.profile, None, keys)
             if self.categories:
                 result.by_category()
         else:

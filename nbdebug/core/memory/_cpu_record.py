@@ -1,0 +1,288 @@
+"""CPU allocations with their Python stacks, recorded by PyTorch's profiler and turned straight into columns.
+
+What ``%%memtrace`` needs on CPU is every allocation and free (``profile_memory``) and the chain of Python calls
+above each (``with_stack``: the profiler's Python tracer).  ``torch.profiler.profile`` records more than that: an
+event for every ATen operator, through a RecordFunction callback on each op.  Restricting the profiler to the
+user-annotated scope drops those callbacks and their events, and nothing is lost for the attribution to lines:
+an allocation's stack is made of the Python calls above it, which the Python tracer records whatever the scopes.
+
+The recording is then converted without the intermediate snapshot dict: one walk of the event tree collects the
+allocations with their call chains, and the columnar model is built from numpy arrays.  The snapshot dict (the
+format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the recording is saved.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model
+from nbdebug.core.memory._sites import Frame, is_user_frame, pick_site
+
+__all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
+
+_EXTRA, _START = attrgetter("extra_fields"), attrgetter("start_time_ns")
+_ALLOC_SIZE, _PTR, _DEVICE_TYPE = attrgetter("alloc_size"), attrgetter("ptr"), attrgetter("device.type")
+_MAX_TEXT = 4096  # as the snapshot model keeps a frame's file and function name
+
+
+class CpuRecording:
+    """The profiler switched on for memory and Python stacks only, and off again; ``results`` once stopped.
+
+    With ``ops=True`` (the categories need the operators and their input shapes) ``torch.profiler.profile`` is
+    used as it is, with ``record_shapes``.
+    """
+
+    def __init__(self, *, ops: bool = False) -> None:
+        self.ops = ops
+        self.results: Any = None  # the profiler's kineto results (``experimental_event_tree()``)
+        self.profile: Any = None  # the torch.profiler.profile, when ops are recorded
+        self._on = False
+
+    def start(self) -> None:
+        """Start recording on this thread (raises what the profiler raises, e.g. when one is already on)."""
+        if self.ops:
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True)
+            prof.__enter__()
+            self.profile, self._on = prof, True
+            return
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._autograd import _enable_profiler, _prepare_profiler
+        from torch._C._profiler import (
+            ProfilerActivity,
+            ProfilerConfig,
+            ProfilerState,
+            RecordScope,
+            _ExperimentalConfig,
+        )
+
+        # state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental_config
+        config = ProfilerConfig(ProfilerState.KINETO, False, True, True, False, False, _ExperimentalConfig())
+        activities = {ProfilerActivity.CPU}
+        _prepare_profiler(config, activities)
+        # only user-annotated scopes (record_function): no callback and no event per ATen op (the scopes argument
+        # is missing from torch's type stubs)
+        enable: Any = _enable_profiler
+        enable(config, activities, {RecordScope.USER_SCOPE})
+        self._on = True
+        started = getattr(autograd_profiler, "_run_on_profiler_start", None)
+        if started is not None:  # what torch.profiler does: its Python-side "profiler is on" flag
+            started()
+
+    def stop(self) -> None:
+        """Stop recording (safe to call twice, or after a failed start)."""
+        if not self._on:
+            return
+        self._on = False
+        if self.profile is not None:
+            self.profile.__exit__(None, None, None)
+            self.results = self.profile.profiler.kineto_results
+            return
+        import torch.autograd.profiler as autograd_profiler
+        from torch._C._autograd import _disable_profiler
+
+        try:
+            self.results = _disable_profiler()
+        finally:
+            stopped = getattr(autograd_profiler, "_run_on_profiler_stop", None)
+            if stopped is not None:
+                stopped()
+
+
+class Allocations:
+    """The CPU allocations and frees of a recording, in time order, with interned stacks (innermost frame first).
+
+    ``t_ns``, ``ptr`` and ``size`` (negative for a free) are int64 arrays; ``stack`` is an int32 id into
+    ``stacks`` (-1 for a free); ``frames`` are ``(filename, line, function)``.
+    """
+
+    def __init__(self, t_ns: np.ndarray, ptr: np.ndarray, size: np.ndarray, stack: np.ndarray,
+                 frames: list[Frame], stacks: list[tuple[int, ...]]) -> None:
+        self.t_ns, self.ptr, self.size, self.stack = t_ns, ptr, size, stack
+        self.frames, self.stacks = frames, stacks
+
+    def alloc_keys(self) -> list[tuple[int, int]]:
+        """``(ptr, start_ns)`` of each allocation, in order (to find it again in the profiler's memory profile)."""
+        keep = self.size > 0
+        return list(zip(self.ptr[keep].tolist(), self.t_ns[keep].tolist()))
+
+
+def _caller_frame(c: Any) -> Frame:
+    """The frame that made a Python call (the call's ``caller``), at the line of the call."""
+    try:
+        frame = (c.file_name, c.line_number, c.function_name)
+    except UnicodeDecodeError:
+        # the profiler's Python tracer now and then hands back a name that is not valid UTF-8 (seen with torch
+        # 2.13 on CPU): keep the frame, with a placeholder, rather than lose the whole trace
+        frame = (_readable(c, "file_name", "<unreadable file name>"), c.line_number,
+                 _readable(c, "function_name", "<unreadable function name>"))
+    if len(frame[0]) > _MAX_TEXT or len(frame[2]) > _MAX_TEXT:  # C++ template names run to a few KB
+        frame = (_clip(frame[0]), frame[1], _clip(frame[2]))
+    return frame
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+
+
+def _readable(c: Any, attr: str, placeholder: str) -> str:
+    try:
+        return str(getattr(c, attr))
+    except UnicodeDecodeError:
+        return placeholder
+
+
+def _other_devices_possible() -> bool:
+    """Whether an accelerator is there, whose allocations the profiler would report beside the CPU's."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
+
+
+def walk_allocations(results: Any) -> Allocations:
+    """Collect the CPU allocations of a profiler recording, each with the Python calls above it.
+
+    One walk of the event tree.  Each node costs a call into C++ per attribute read, so the walk reads as little
+    as it can: a node's children (every node), a leaf's name (an allocation is the leaf named ``[memory]``), and
+    an inner node's kind only when an allocation lies under it.  The chain of inner nodes is carried down the walk
+    as a linked list (asking a node for its parent is slow).
+    """
+    from torch._C._profiler import _ExtraFields_Allocation, _ExtraFields_PyCall, _ExtraFields_PyCCall
+
+    py_calls = (_ExtraFields_PyCall, _ExtraFields_PyCCall)
+    found: list[tuple[Any, Any]] = []  # (allocation node, chain of the inner nodes above it)
+    add = found.append
+    todo: list[tuple[Any, Any]] = [(root, None) for root in reversed(results.experimental_event_tree())]
+    pop, extend = todo.pop, todo.extend
+    while todo:
+        node, chain = pop()
+        children = node.children
+        if children:
+            chain = (node, chain)
+            extend(zip(reversed(children), repeat(chain)))  # popped in their order: ties in time keep tree order
+            continue
+        try:
+            name = node.name
+        except UnicodeDecodeError:  # a Python call whose name the tracer garbled (torch 2.13 on CPU), not ours
+            continue
+        if name == "[memory]":
+            add((node, chain))
+
+    # the allocations' fields, each read in one C-level loop (a Python loop pays for its own bytecode on top)
+    nodes = [node for node, _ in found]
+    fields = list(map(_EXTRA, nodes))
+    if any(type(f) is not _ExtraFields_Allocation for f in fields):  # a user scope named "[memory]"
+        keep_i = [i for i, f in enumerate(fields) if type(f) is _ExtraFields_Allocation]
+        found, nodes, fields = [found[i] for i in keep_i], [nodes[i] for i in keep_i], [fields[i] for i in keep_i]
+    n = len(found)
+    size = np.fromiter(map(_ALLOC_SIZE, fields), dtype=np.int64, count=n)
+    if _other_devices_possible():
+        on_cpu = np.fromiter(map("cpu".__eq__, map(_DEVICE_TYPE, fields)), dtype=bool, count=n)
+    else:  # a CPU-only machine: reading each allocation's device costs a device object per allocation
+        on_cpu = np.ones(n, dtype=bool)
+    t_ns = np.fromiter(map(_START, nodes), dtype=np.int64, count=n)
+    ptr = np.fromiter(map(_PTR, fields), dtype=np.int64, count=n)
+    stack = np.full(n, -1, dtype=np.int32)
+
+    frames: list[Frame] = []
+    frame_ids: dict[Frame, int] = {}
+    stacks: list[tuple[int, ...]] = []
+    stack_ids: dict[tuple[int, ...], int] = {}
+    # id of a chain link (alive in `found`) -> the frame ids of its calls, innermost first; chains share their
+    # outer links, so each link is read once whatever the number of allocations under it
+    of_link: dict[int, tuple[int, ...]] = {}
+    of_chain: dict[int, int] = {}  # id of a whole chain -> its stack id
+    for i in np.flatnonzero((size > 0) & on_cpu).tolist():
+        chain = found[i][1]
+        sid = of_chain.get(id(chain), -1)
+        if sid < 0:
+            unread = []
+            c = chain
+            while c is not None and id(c) not in of_link:
+                unread.append(c)
+                c = c[1]
+            ids = of_link[id(c)] if c is not None else ()
+            for c in reversed(unread):  # outermost first, each link prepending its own frame
+                call = c[0].extra_fields
+                if type(call) in py_calls:
+                    frame = _caller_frame(call.caller)
+                    fid = frame_ids.get(frame)
+                    if fid is None:
+                        fid = frame_ids[frame] = len(frames)
+                        frames.append(frame)
+                    ids = (fid, *ids)
+                of_link[id(c)] = ids
+            sid = stack_ids.get(ids, -1)
+            if sid < 0:
+                sid = stack_ids[ids] = len(stacks)
+                stacks.append(ids)
+            of_chain[id(chain)] = sid
+        stack[i] = sid
+    keep = np.flatnonzero((size != 0) & on_cpu)
+    order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
+    return Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
+
+
+def model_of(a: Allocations) -> Model:
+    """The snapshot model of a CPU recording: one device, an ``alloc`` per allocation and a ``free_requested`` +
+    ``free_completed`` pair per free (the entries a CUDA trace has), no segments (the CPU allocator caches nothing)."""
+    is_free = a.size < 0
+    src = np.repeat(np.arange(a.size.size), np.where(is_free, 2, 1))  # entry -> event
+    n = src.size
+    action = np.full(n, ALLOC, dtype=np.int8)
+    first = np.ones(n, dtype=bool)
+    first[1:] = src[1:] != src[:-1]
+    freed = is_free[src]
+    action[freed & first] = FREE_REQUESTED
+    action[freed & ~first] = FREE_COMPLETED
+    stack = a.stack[src].astype(np.int32)
+    stack[freed] = -1
+    sites: list[Frame | None] = []
+    site_ids: dict[Frame | None, int] = {}
+    stack_site = np.empty(len(a.stacks), dtype=np.int32)
+    user = [is_user_frame(f) for f in a.frames]  # once per frame, not once per stack it is in
+    for sid, ids in enumerate(a.stacks):
+        first_user = next((f for f in ids if user[f]), -1)
+        site = a.frames[first_user] if first_user >= 0 else pick_site([a.frames[f] for f in ids])
+        stack_site[sid] = site_ids.setdefault(site, len(site_ids))
+        if stack_site[sid] == len(sites):
+            sites.append(site)
+    empty = np.zeros(0, dtype=np.int64)
+    return Model(
+        time_us=a.t_ns[src] / 1000.0, action=action, address=a.ptr[src], size=np.abs(a.size[src]),
+        stream=np.zeros(n, dtype=np.int64), device=np.zeros(n, dtype=np.int16), stack=stack,
+        category=np.full(n, -1, dtype=np.int8), categories=(), device_range={0: (0, n)}, frames=a.frames,
+        stacks=a.stacks, stack_site=stack_site, sites=sites, block_segment=empty, block_address=empty,
+        block_size=empty, block_requested=empty, block_state=np.zeros(0, dtype=np.int8),
+        block_stack=np.zeros(0, dtype=np.int32), segments=[], ooms=[], annotations=[])
+
+
+def snapshot_dict_of(model: Model) -> dict[str, Any]:
+    """The snapshot dict of a trace-only model (what ``torch.cuda.memory._snapshot()`` returns, for saving):
+    ``load_snapshot`` and PyTorch's memory_viz open the pickle of it."""
+    frame_dicts = [{"filename": f, "line": line, "name": name} for f, line, name in model.frames]
+    stack_lists = [[frame_dicts[i] for i in ids] for ids in model.stacks]
+    traces: list[list[dict[str, Any]]] = []
+    for dev in range(max(model.device_range, default=-1) + 1):
+        lo, hi = model.device_range.get(dev, (0, 0))
+        trace = []
+        for act, addr, size, t, sid in zip(model.action[lo:hi].tolist(), model.address[lo:hi].tolist(),
+                                           model.size[lo:hi].tolist(), model.time_us[lo:hi].tolist(),
+                                           model.stack[lo:hi].tolist()):
+            entry = {"action": ACTIONS[act], "addr": addr, "size": size, "stream": 0, "time_us": t}
+            if sid >= 0:
+                entry["frames"] = stack_lists[sid]
+            elif act == ALLOC:
+                entry["frames"] = []
+            trace.append(entry)
+        traces.append(trace)
+    return {"segments": [], "device_traces": traces}
+
