@@ -21,6 +21,7 @@ import numpy as np
 
 from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model
 from nbdebug.core.memory._sites import Frame, is_user_frame, pick_site
+from nbdebug.errors import NbdebugError
 
 __all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
 
@@ -43,7 +44,17 @@ class CpuRecording:
         self._on = False
 
     def start(self) -> None:
-        """Start recording on this thread (raises what the profiler raises, e.g. when one is already on)."""
+        """Start recording on this thread.
+
+        Raises ``NbdebugError`` when a profiler is already recording: starting another would end the user's own
+        profile without a word (torch replaces the session), and neither would get a complete trace.
+        """
+        from torch._C._autograd import _profiler_enabled
+
+        if _profiler_enabled():
+            raise NbdebugError("memtrace on CPU records through torch.profiler, and a profiler is already recording "
+                               "(a torch.profiler.profile that is still open); end it first, or read memory from that "
+                               "profile (profile_memory=True)")
         if self.ops:
             from torch.profiler import ProfilerActivity, profile
 
