@@ -13,7 +13,6 @@ format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the record
 
 from __future__ import annotations
 
-from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -171,26 +170,30 @@ def walk_allocations(results: Any) -> Allocations:
     py_calls = (_ExtraFields_PyCall, _ExtraFields_PyCCall)
     found: list[tuple[Any, Any]] = []  # (allocation node, chain of the inner nodes above it)
     add = found.append
-    todo: list[tuple[Any, Any]] = [(root, None) for root in reversed(results.experimental_event_tree())]
-    pop, extend = todo.pop, todo.extend
-    while todo:
-        node, chain = pop()
-        children = node.children
-        if children:
-            chain = (node, chain)
-            extend(zip(reversed(children), repeat(chain)))  # popped in their order: ties in time keep tree order
-            continue
-        try:
-            name = node.name
-        except UnicodeDecodeError:  # a Python call whose name the tracer garbled (torch 2.13 on CPU), not ours
-            continue
-        if name == "[memory]":
-            add((node, chain))
+    # depth first, in the tree's order (so that ties in time keep it): a stack of (iterator over a node's children,
+    # chain down to that node); a node's leaves are read in one tight loop
+    stack: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
+    push, pop = stack.append, stack.pop
+    while stack:
+        children, chain = stack[-1]
+        for node in children:
+            kids = node.children
+            if kids:
+                push((iter(kids), (node, chain)))
+                break
+            try:
+                name = node.name
+            except UnicodeDecodeError:  # a Python call whose name the tracer garbled (torch 2.13 on CPU), not ours
+                continue
+            if name == "[memory]":
+                add((node, chain))
+        else:
+            pop()
 
     # the allocations' fields, each read in one C-level loop (a Python loop pays for its own bytecode on top)
     nodes = [node for node, _ in found]
     fields = list(map(_EXTRA, nodes))
-    if any(type(f) is not _ExtraFields_Allocation for f in fields):  # a user scope named "[memory]"
+    if set(map(type, fields)) != {_ExtraFields_Allocation} and fields:  # a user scope named "[memory]"
         keep_i = [i for i, f in enumerate(fields) if type(f) is _ExtraFields_Allocation]
         found, nodes, fields = [found[i] for i in keep_i], [nodes[i] for i in keep_i], [fields[i] for i in keep_i]
     n = len(found)

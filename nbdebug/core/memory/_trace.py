@@ -221,8 +221,8 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
         top = ()
     series = np.concatenate([[0], above])
     if series.size > 200:  # keep each bucket's maximum so the peak stays visible
-        edges = np.linspace(0, series.size, 201).astype(np.int64)
-        series = np.maximum.reduceat(series, edges[:-1])
+        edges = np.arange(200, dtype=np.int64) * series.size // 200
+        series = np.maximum.reduceat(series, edges)
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
                     events=int(np.count_nonzero(act == ALLOC)), top_sites=top, retained_sites=retained_sites,
                     timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
