@@ -2,16 +2,19 @@
 
     python benchmarks/bench_memtrace.py [--dim 512] [--layers 2] [--runs 9]
 
-Four variants run interleaved, best of N each:
+Five variants run interleaved, best of N each:
   plain      the training step alone
-  profiler   the step inside torch.profiler(profile_memory, with_stack): the floor.  These are the events memtrace
-             needs for the same attribution to lines (every allocation and free, and the Python calls above it);
-             no recording of CPU allocations with stacks costs less in PyTorch today
+  profiler   the step inside torch.profiler(profile_memory, with_stack): the bare profiler, the floor the target is
+             measured against.  It records every allocation and free and the Python calls above each, which is
+             what the attribution to lines needs, and also an event per ATen operator, which it does not
   +shapes    the same with record_shapes, which memtrace adds only for --categories (the memory profile needs the
              shapes); memtrace recorded with it before, so it is the earlier floor
+  recording  what memtrace records on CPU, and nothing else: the profiler switched on for memory and Python calls
+             only (no per-operator callbacks), no conversion.  This is what a traced cell pays while it runs
   memtrace   the step inside nbdebug.memtrace("cpu"), including the conversion into a MemTrace and its text and
              HTML reports
-Target: nbdebug's own share, memtrace / profiler, <= 1.10x.
+Target: nbdebug's own share, memtrace / profiler, <= 1.10x.  Also printed: the recording alone against the
+profiler (the cost inside the cell), and the conversion and reports in ms and per recorded event.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from nbdebug.core.memory import memtrace
+    from nbdebug.core.memory._cpu_record import CpuRecording
     from nbdebug.render.memory import memtrace_html, memtrace_text
 
     def plain() -> None:
@@ -60,16 +64,27 @@ def main() -> None:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True):
             step()
 
+    def recording() -> None:
+        rec = CpuRecording()
+        rec.start()
+        try:
+            step()
+        finally:
+            rec.stop()
+
+    events: list[int] = []
+
     def traced() -> None:
         with memtrace("cpu") as rec:
             step()
         memtrace_text(rec.result)
         memtrace_html(rec.result)
+        events.append(rec.result.snapshot.events)
 
     import os
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # the same quiet profiler for every variant
-    variants = {"plain": plain, "profiler": profiler, "+shapes": shapes, "memtrace": traced}
+    variants = {"plain": plain, "profiler": profiler, "+shapes": shapes, "recording": recording, "memtrace": traced}
     for fn in variants.values():  # warm-up (optimizer state, profiler init)
         fn()
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -84,6 +99,10 @@ def main() -> None:
     for k, v in best.items():
         print(f"  {k:<9} {v * 1e3:8.1f} ms   {v / best['plain']:.2f}x plain")
     print(f"  nbdebug's own share, memtrace / profiler: {best['memtrace'] / best['profiler']:.2f}x  (target <= 1.10x)")
+    print(f"  inside the cell, recording / profiler: {best['recording'] / best['profiler']:.2f}x")
+    after = best["memtrace"] - best["recording"]
+    print(f"  conversion and reports after the cell: {after * 1e3:.2f} ms for {events[-1]} trace entries "
+          f"({after / max(events[-1], 1) * 1e6:.1f} us each)")
     print(f"  memtrace / profiler with shapes (the earlier floor): {best['memtrace'] / best['+shapes']:.2f}x")
 
 
