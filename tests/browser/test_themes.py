@@ -109,6 +109,20 @@ CONTRAST_JS = r"""
 }
 """
 
+MEMTRACE_SPARK_JS = r"""
+() => {
+  const panel = [...document.querySelectorAll('.jp-OutputArea-output details.nbdebug')]
+    .find(d => d.querySelector('summary').textContent.startsWith('memtrace'));
+  const svg = panel && panel.querySelector('.nbd-pic-live svg');
+  const line = svg && svg.querySelector('polyline');
+  if (!line) return null;
+  const s = svg.getBoundingClientRect(), l = line.getBoundingClientRect();
+  return {w: s.width, h: s.height, line_w: l.width, line_h: l.height, points: line.points.numberOfItems,
+          inside: l.left >= s.left - 1 && l.right <= s.right + 1 && l.top >= s.top - 1 && l.bottom <= s.bottom + 1,
+          stroke: getComputedStyle(line).stroke};
+}
+"""
+
 KINDS = {  # selector that must be present for each panel kind
     "error": "details.nbd-diagnosis",
     "viewer": ".nbdebug",
@@ -133,6 +147,11 @@ def test_every_panel_is_readable(lab, page, theme):
     assert page.locator(".jp-OutputArea-output .nbd-pic-live svg").count() >= 4
     assert page.locator(".jp-OutputArea-output img.nbd-pic-img").count() >= 4
     assert not any(i.is_visible() for i in page.locator(".jp-OutputArea-output img.nbd-pic-img").all())
+    # the %%memtrace sparkline: drawn inside its chart, across it, rising with the kept outputs
+    spark = page.evaluate(MEMTRACE_SPARK_JS)
+    assert spark and spark["inside"], spark
+    assert spark["line_w"] > 0.9 * spark["w"] and spark["line_h"] > 0.5 * spark["h"], spark
+    assert spark["points"] >= 4 and spark["stroke"] not in ("none", ""), spark
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 100, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]
@@ -142,6 +161,7 @@ def test_every_panel_is_readable(lab, page, theme):
     page.locator("details.nbdebug", has_text="doctor").first.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}.png"), full_page=False)
+    page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=str(DOCS / f"memtrace_{name}.png"))
     page.locator("details.nbd-diagnosis").last.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}_error.png"), full_page=False)

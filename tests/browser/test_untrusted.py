@@ -19,7 +19,8 @@ pytestmark = pytest.mark.browser
 
 
 def _outputs(shell) -> list[tuple[str, dict]]:
-    """(source, mime bundle) of cells made in this process: doctor, GradMonitor history, snapshot viewer, timeline."""
+    """(source, mime bundle) of cells made in this process: doctor, GradMonitor history, snapshot viewer, timeline,
+    a memtrace report."""
     import torch
     from torch import nn
 
@@ -40,8 +41,11 @@ def _outputs(shell) -> list[tuple[str, dict]]:
             mon.log_loss(loss)
             opt.step()
     snap = nbdebug.load_snapshot(nbdebug.examples.path("snapshots/forward_fp32_128.pickle"))
+    with nbdebug.memtrace("cpu") as rec:
+        kept = [net(torch.randn(64, 8)) for _ in range(4)]
     results = [("nbdebug.doctor(...)", report), ("mon.history", mon.history), ("snap", snap),
-               ("snap.timeline()", snap.timeline())]
+               ("snap.timeline()", snap.timeline()), ("rec.result", rec.result)]
+    del kept
     out = []
     for source, obj in results:
         data, _ = shell.display_formatter.format(obj)
@@ -109,8 +113,11 @@ def test_reopened_untrusted_notebook_shows_every_chart(lab, page, untrusted_note
             src: i.src.slice(0, 26), ok: i.complete && i.naturalWidth > 0,
             w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""", out)
     charts = [i for i in images if i["src"] == "data:image/svg+xml;base64,"]
-    assert len(charts) >= 5, images
+    assert len(charts) >= 6, images
     assert all(i["ok"] and i["w"] > 100 and i["h"] > 30 for i in charts), charts
+    # the memtrace report's sparkline is one of them
+    memtrace_pic = page.locator(f"{out} details.nbdebug", has_text="memtrace").locator("img.nbd-pic-img")
+    assert memtrace_pic.count() == 1 and memtrace_pic.is_visible()
     # no chart flattened into text ("loss0.8511.390step 199chance..."), in any output
     text = " ".join(page.locator(out).all_inner_texts())
     squashed = " ".join(text.split())

@@ -172,10 +172,10 @@ def walk_allocations(results: Any) -> Allocations:
     add = found.append
     # depth first, in the tree's order (so that ties in time keep it): a stack of (iterator over a node's children,
     # chain down to that node); a node's leaves are read in one tight loop
-    stack: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
-    push, pop = stack.append, stack.pop
-    while stack:
-        children, chain = stack[-1]
+    pending: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
+    push, pop = pending.append, pending.pop
+    while pending:
+        children, chain = pending[-1]
         for node in children:
             kids = node.children
             if kids:
