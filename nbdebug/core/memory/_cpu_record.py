@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model
-from nbdebug.core.memory._sites import Frame, is_user_frame, pick_site
+from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model, site_columns
+from nbdebug.core.memory._sites import Frame
 from nbdebug.errors import NbdebugError
 
 __all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
@@ -259,16 +259,7 @@ def model_of(a: Allocations) -> Model:
     action[freed & ~first] = FREE_COMPLETED
     stack = a.stack[src].astype(np.int32)
     stack[freed] = -1
-    sites: list[Frame | None] = []
-    site_ids: dict[Frame | None, int] = {}
-    stack_site = np.empty(len(a.stacks), dtype=np.int32)
-    user = [is_user_frame(f) for f in a.frames]  # once per frame, not once per stack it is in
-    for sid, ids in enumerate(a.stacks):
-        first_user = next((f for f in ids if user[f]), -1)
-        site = a.frames[first_user] if first_user >= 0 else pick_site([a.frames[f] for f in ids])
-        stack_site[sid] = site_ids.setdefault(site, len(site_ids))
-        if stack_site[sid] == len(sites):
-            sites.append(site)
+    stack_site, sites = site_columns(a.frames, a.stacks)
     empty = np.zeros(0, dtype=np.int64)
     return Model(
         time_us=a.t_ns[src] / 1000.0, action=action, address=a.ptr[src], size=np.abs(a.size[src]),

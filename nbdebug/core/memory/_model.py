@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core.memory._sites import Frame, pick_site
+from nbdebug.core.memory._sites import Frame, is_user_frame, pick_site
 from nbdebug.errors import SnapshotError
 
-__all__ = ["ACTIONS", "Model", "Segment", "OomEvent", "Annotation", "build_model"]
+__all__ = ["ACTIONS", "Model", "Segment", "OomEvent", "Annotation", "build_model", "site_columns"]
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "oom", "snapshot", "other")
@@ -348,6 +348,22 @@ def _blocks_of(seg: dict[str, Any], seg_index: int, interner: _Interner, out: di
     return allocated, largest_free
 
 
+def site_columns(frames: list[Frame], stacks: list[tuple[int, ...]]) -> tuple[np.ndarray, list[Frame | None]]:
+    """The site of each stack (``pick_site``) as ids into a list of distinct sites; each frame is classified once,
+    not once per stack it appears in."""
+    user = [is_user_frame(f) for f in frames]
+    sites: list[Frame | None] = []
+    site_ids: dict[Frame | None, int] = {}
+    stack_site = np.empty(len(stacks), dtype=np.int32)
+    for sid, ids in enumerate(stacks):
+        first_user = next((f for f in ids if user[f]), -1)
+        site = frames[first_user] if first_user >= 0 else pick_site([frames[f] for f in ids])
+        stack_site[sid] = site_ids.setdefault(site, len(site_ids))
+        if stack_site[sid] == len(sites):
+            sites.append(site)
+    return stack_site, sites
+
+
 def build_model(raw: Any, source: str) -> Model:
     """Turn an unpickled snapshot (dict or bare list of segments) into the columnar model."""
     notes: list[str] = []
@@ -483,14 +499,7 @@ def _build(raw: dict[str, Any], source: str, notes: list[str]) -> Model:
                                           _int(a.get("device", 0) or 0, "an annotation's device", 0, _MAX_DEVICE),
                                           _time(a.get("time_us"))))
     settings = raw.get("allocator_settings")
-    sites: list[Frame | None] = []
-    site_ids: dict[Frame | None, int] = {}
-    stack_site = np.empty(len(interner.stacks), dtype=np.int32)
-    for sid, ids in enumerate(interner.stacks):
-        site = pick_site([interner.frames[f] for f in ids])
-        stack_site[sid] = site_ids.setdefault(site, len(site_ids))
-        if stack_site[sid] == len(sites):
-            sites.append(site)
+    stack_site, sites = site_columns(interner.frames, interner.stacks)
     if bad_times:
         notes.append(f"{bad_times:,} trace entries have a time_us that is not a time (inf, NaN or beyond any date): "
                      "their device's x-axis is the event index")
