@@ -80,14 +80,16 @@ def device_state(model: Model, device: int) -> DeviceState:
     delta = np.where(is_alloc, size, 0) - np.where(is_free, size, 0)
     before_frees = np.flatnonzero(is_free & (alloc_of < 0))
 
-    seg_dev = np.array([s.device for s in model.segments], dtype=np.int64)
     seg_of_block = model.block_segment
-    on_dev = seg_dev[seg_of_block] == device if seg_of_block.size else np.zeros(0, bool)
-    active = on_dev & (model.block_state > 0)
-    alive_at_end = set(addr[np.flatnonzero(is_alloc & (free_of < 0))].tolist())
-    active_idx = np.flatnonzero(active)
-    before_blocks = np.array([b for b in active_idx.tolist() if int(model.block_address[b]) not in alive_at_end],
-                             dtype=np.int64)
+    if seg_of_block.size:  # blocks of the final state still active that the trace never allocated
+        seg_dev = np.array([s.device for s in model.segments], dtype=np.int64)
+        active = (seg_dev[seg_of_block] == device) & (model.block_state > 0)
+        alive_at_end = set(addr[np.flatnonzero(is_alloc & (free_of < 0))].tolist())
+        active_idx = np.flatnonzero(active)
+        before_blocks = np.array([b for b in active_idx.tolist() if int(model.block_address[b]) not in alive_at_end],
+                                 dtype=np.int64)
+    else:  # a trace without segments (a CPU recording, a trace-only dump)
+        active_idx = before_blocks = np.zeros(0, dtype=np.int64)
     initial = int(size[before_frees].sum()) + int(model.block_size[before_blocks].sum()) if n or before_blocks.size \
         else 0
     allocated = initial + np.cumsum(delta)

@@ -41,11 +41,18 @@ def _is_python(filename: str, line: int) -> bool:
 def is_user_frame(frame: Frame) -> bool:
     """True for a Python frame outside PyTorch and outside nbdebug's tracing code."""
     filename, line, _ = frame
-    if not _is_python(filename, line):
-        return False
-    if _INTERNAL.search(filename):
-        return False
-    return not filename.startswith(_NBDEBUG_DIR)
+    key = (filename, line > 0)
+    known = _USER_FILES.get(key)
+    if known is None:
+        if len(_USER_FILES) >= 65_536:  # the same few hundred files come back in every recording of a session
+            _USER_FILES.clear()
+        known = _USER_FILES[key] = (_is_python(filename, line) and not _INTERNAL.search(filename)
+                                    and not filename.startswith(_NBDEBUG_DIR))
+    return known
+
+
+# (filename, has a line) -> is_user_frame: the answer depends on nothing else
+_USER_FILES: dict[tuple[str, bool], bool] = {}
 
 
 def pick_site(stack: Sequence[Frame]) -> Frame | None:
