@@ -230,6 +230,41 @@ def test_nbdebug_frames_are_never_a_site():
     user = ("/home/me/train.py", 12, "step")
     assert pick_site([("??", 0, "c10::alloc"), own, user]) == user
     assert pick_site([own]) != own
+    # as PyTorch's tracer writes paths under sys.path (an installed nbdebug, IPython, torch)
+    relative = ("nbdebug/ipython/_cell.py", 67, "run_body")
+    ipython = ("IPython/core/interactiveshell.py", 2644, "run_cell_magic")
+    library = ("torch/nn/modules/module.py", 1789, "_call_impl")
+    assert pick_site([("??", 0, "c10::alloc"), relative]) is not relative
+    assert pick_site([relative, ipython]) == ipython  # the notebook's machinery, only when nothing else is there
+    assert pick_site([ipython, library]) == library
+
+
+def test_an_operator_in_the_cell_itself_is_the_cell_not_nbdebug_or_ipython(ip):
+    """``b = a @ a`` in a traced cell: the profiler records calls with their lines, and an operator is no call.
+    The allocation is the cell's own (its line not recorded), never the magic's machinery that ran the cell."""
+    ip.run_cell("import torch\na = torch.randn(500, 500)")
+    t = ip.run_cell_magic("memtrace", "--device cpu", "b = a @ a\nc = a + 1\nd = torch.relu(a)\n")
+    block = 500 * 500 * 4
+    (op,) = [s for s in t.retained_sites if "operator" in s.site]
+    assert op.bytes == 2 * block and op.site.startswith("In [") and "line is not recorded" in op.site
+    (relu,) = [s for s in t.retained_sites if s.line == 3]
+    assert relu.bytes == block and "d = torch.relu(a)" in relu.site
+    html = ip.display_formatter.format(t)[0]["text/html"]
+    for internal in ("_cell.py", "run_body", "nbdebug/", "interactiveshell", "run_cell_magic"):
+        assert internal not in html and all(internal not in s.site for s in t.retained_sites + t.top_sites)
+
+
+def test_an_operator_inside_a_function_keeps_the_calling_line_and_names_the_function_in_its_stack(ip):
+    ip.run_cell("import torch\nw = torch.randn(300, 300)\ndef project(x):\n    return x @ w\n")
+    t = ip.run_cell_magic("memtrace", "--device cpu", "x = torch.randn(300, 300)\ny = project(x)\n")
+    (site,) = [s for s in t.retained_sites if s.line == 2]
+    assert site.bytes == 300 * 300 * 4 and "y = project(x)" in site.site
+    snap = t.snapshot
+    m = snap.model
+    (i,) = [i for i in range(m.action.size) if m.size[i] == 300 * 300 * 4 and m.stack[i] >= 0
+            and "project" in " ".join(snap.stack_text(int(m.stack[i])))]
+    inner = snap.stack_text(int(m.stack[i]))[0]
+    assert "in project" in inner and "operator" in inner
 
 
 def test_the_classic_leak_is_named_and_the_fixed_loop_is_clean(ip):

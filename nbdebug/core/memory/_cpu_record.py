@@ -13,13 +13,14 @@ format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the record
 
 from __future__ import annotations
 
+import re
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model, site_columns
-from nbdebug.core.memory._sites import Frame
+from nbdebug.core.memory._sites import OPERATOR_LINE, Frame
 from nbdebug.errors import NbdebugError
 
 __all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
@@ -147,6 +148,37 @@ def _readable(c: Any, attr: str, placeholder: str) -> str:
         return placeholder
 
 
+_CALLEE = re.compile(r"(.*)\((\d+)\): (.*)", re.S)
+
+
+def _operator_frame(chain: Any, py_calls: tuple[type, ...]) -> Frame | None:
+    """The function an allocation was made in, when no recorded call made it (``a @ b``, ``x[i]``, ``a + 1``).
+
+    The Python tracer records calls, each with the line it was made at; an operator is no call, so its allocation
+    lands directly under the Python function running it.  That function (the callee of the innermost Python call,
+    whose name reads ``file(first line): function``) is then the allocation's innermost frame, with its line
+    marked as not recorded.  An allocation under a C function (``torch.relu``) needs nothing more: its call's
+    line is the caller frame.
+    """
+    from torch._C._profiler import _ExtraFields_PyCall
+
+    c = chain
+    while c is not None:
+        kind = type(c[0].extra_fields)
+        if kind in py_calls:
+            break
+        c = c[1]
+    if c is None or kind is not _ExtraFields_PyCall:
+        return None
+    try:
+        m = _CALLEE.fullmatch(c[0].name)
+    except UnicodeDecodeError:
+        return None
+    if m is None:  # a module call ("nn.Module: Linear_0") names no file
+        return None
+    return (_clip(m.group(1)), OPERATOR_LINE, _clip(m.group(3)))
+
+
 def _other_devices_possible() -> bool:
     """Whether an accelerator is there, whose allocations the profiler would report beside the CPU's."""
     import torch
@@ -234,6 +266,13 @@ def walk_allocations(results: Any) -> Allocations:
                         frames.append(frame)
                     ids = (fid, *ids)
                 of_link[id(c)] = ids
+            callee = _operator_frame(chain, py_calls)
+            if callee is not None:  # made by an operator in that function, not by a call: the function, no line
+                fid = frame_ids.get(callee)
+                if fid is None:
+                    fid = frame_ids[callee] = len(frames)
+                    frames.append(callee)
+                ids = (fid, *ids)
             sid = stack_ids.get(ids, -1)
             if sid < 0:
                 sid = stack_ids[ids] = len(stacks)

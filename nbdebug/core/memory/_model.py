@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core.memory._sites import Frame, is_user_frame, pick_site
+from nbdebug.core.memory._sites import Frame, frame_kind, pick_site
 from nbdebug.errors import SnapshotError
 
 __all__ = ["ACTIONS", "Model", "Segment", "OomEvent", "Annotation", "build_model", "site_columns"]
@@ -351,13 +351,18 @@ def _blocks_of(seg: dict[str, Any], seg_index: int, interner: _Interner, out: di
 def site_columns(frames: list[Frame], stacks: list[tuple[int, ...]]) -> tuple[np.ndarray, list[Frame | None]]:
     """The site of each stack (``pick_site``) as ids into a list of distinct sites; each frame is classified once,
     not once per stack it appears in."""
-    user = [is_user_frame(f) for f in frames]
+    kind = [frame_kind(f) for f in frames]
     sites: list[Frame | None] = []
     site_ids: dict[Frame | None, int] = {}
     stack_site = np.empty(len(stacks), dtype=np.int32)
     for sid, ids in enumerate(stacks):
-        first_user = next((f for f in ids if user[f]), -1)
-        site = frames[first_user] if first_user >= 0 else pick_site([frames[f] for f in ids])
+        site = None
+        for f in ids:  # the common case: a user frame with a line before anything else decides
+            if kind[f]:
+                site = frames[f] if kind[f] == 1 else None
+                break
+        if site is None:
+            site = pick_site([frames[f] for f in ids])
         stack_site[sid] = site_ids.setdefault(site, len(site_ids))
         if stack_site[sid] == len(sites):
             sites.append(site)
