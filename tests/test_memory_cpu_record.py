@@ -216,3 +216,35 @@ def test_a_recording_that_never_started_has_nothing_to_stop():
     rec = CpuRecording()
     rec.stop()
     assert rec.results is None and not torch._C._autograd._profiler_enabled()
+
+
+def test_the_report_from_the_allocations_equals_the_report_from_the_snapshot_model():
+    """memtrace on CPU computes its report straight from the allocations and builds the snapshot model only when
+    asked; both ways give the same numbers and sites."""
+    from nbdebug.core.memory._model import site_columns
+    from nbdebug.core.memory._snapshot import MemorySnapshot
+    from nbdebug.core.memory._trace import _build, _build_cpu
+
+    net, x, y = _net(), torch.randn(64, 32), torch.randn(64, 1)
+    opt = torch.optim.Adam(net.parameters())
+    _work(net, opt, x, y)
+    rec = CpuRecording()
+    rec.start()
+    try:
+        kept = [_work(net, opt, x, y) for _ in range(2)]
+        temporary = torch.ones(50_000)
+        del temporary
+    finally:
+        rec.stop()
+    a = walk_allocations(rec.results)
+    cols = site_columns(a.frames, a.stacks)
+    lazy = MemorySnapshot(lambda: model_of(a, cols), source="lazy")
+    lean = _build_cpu(a, lazy, cols, 0.0)
+    assert lazy._model is None  # the report did not need the model
+    full = _build(MemorySnapshot(model_of(a), source="full"), "cpu", 0.0)
+    for name in ("peak_bytes", "retained_bytes", "delta_bytes", "events", "top_sites", "retained_sites"):
+        assert getattr(lean, name) == getattr(full, name), name
+    assert lean.retained_bytes >= 2 * 4096 * 4 and lean.peak_bytes >= lean.retained_bytes + 50_000 * 4
+    assert max(lean.timeline) == max(full.timeline) >= lean.peak_bytes
+    assert lazy.summary().final_allocated_bytes - lazy.state().initial_allocated == lean.delta_bytes
+    del kept

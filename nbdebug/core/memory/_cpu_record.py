@@ -284,9 +284,10 @@ def walk_allocations(results: Any) -> Allocations:
     return Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
 
 
-def model_of(a: Allocations) -> Model:
+def model_of(a: Allocations, site_cols: tuple[np.ndarray, list[Frame | None]] | None = None) -> Model:
     """The snapshot model of a CPU recording: one device, an ``alloc`` per allocation and a ``free_requested`` +
-    ``free_completed`` pair per free (the entries a CUDA trace has), no segments (the CPU allocator caches nothing)."""
+    ``free_completed`` pair per free (the entries a CUDA trace has), no segments (the CPU allocator caches nothing).
+    ``site_cols`` are the stacks' sites when they are known already (``site_columns``)."""
     is_free = a.size < 0
     src = np.repeat(np.arange(a.size.size), np.where(is_free, 2, 1))  # entry -> event
     n = src.size
@@ -298,7 +299,7 @@ def model_of(a: Allocations) -> Model:
     action[freed & ~first] = FREE_COMPLETED
     stack = a.stack[src].astype(np.int32)
     stack[freed] = -1
-    stack_site, sites = site_columns(a.frames, a.stacks)
+    stack_site, sites = site_cols if site_cols is not None else site_columns(a.frames, a.stacks)
     empty = np.zeros(0, dtype=np.int64)
     return Model(
         time_us=a.t_ns[src] / 1000.0, action=action, address=a.ptr[src], size=np.abs(a.size[src]),

@@ -23,7 +23,7 @@ from nbdebug.core.memory._model import (
     Model,
 )
 
-__all__ = ["DeviceState", "device_state"]
+__all__ = ["DeviceState", "device_state", "pair_frees"]
 
 
 @dataclass
@@ -50,6 +50,26 @@ class DeviceState:
     final_active_blocks: int  # bytes in active blocks of the final segment state
 
 
+def pair_frees(is_alloc: np.ndarray, is_free: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each alloc's free (the next free of the same address) and each free's alloc, as local indices (-1: none).
+
+    Vectorized: the allocs and frees sorted by address, then by index, pair where an alloc is followed by a free.
+    """
+    n = addr.size
+    free_of = np.full(n, -1, dtype=np.int64)
+    alloc_of = np.full(n, -1, dtype=np.int64)
+    ii = np.flatnonzero(is_alloc | is_free)
+    if ii.size:
+        si = ii[np.lexsort((ii, addr[ii]))]
+        sa, salloc, sfree = addr[si], is_alloc[si], is_free[si]
+        pair = np.zeros(si.size, dtype=bool)
+        pair[:-1] = salloc[:-1] & sfree[1:] & (sa[:-1] == sa[1:])
+        k = np.flatnonzero(pair)
+        free_of[si[k]] = si[k + 1]
+        alloc_of[si[k + 1]] = si[k]
+    return free_of, alloc_of
+
+
 def device_state(model: Model, device: int) -> DeviceState:
     """Compute the derived columns of ``device``."""
     lo, hi = model.device_range.get(device, (0, 0))
@@ -62,21 +82,9 @@ def device_state(model: Model, device: int) -> DeviceState:
     # the allocator converts TSC ticks to µs; keep the axis non-decreasing even if a clock stepped back
     x = np.maximum.accumulate(t) if x_is_time else np.arange(n, dtype=np.float64)
 
-    # pair each alloc with the next free_completed of the same address (vectorized: sort by address, then index)
-    free_of = np.full(n, -1, dtype=np.int64)
-    alloc_of = np.full(n, -1, dtype=np.int64)
-    ii = np.flatnonzero((act == ALLOC) | (act == FREE_COMPLETED))
-    if ii.size:
-        order = np.lexsort((ii, addr[ii]))
-        si = ii[order]
-        sa, sact = addr[si], act[si]
-        pair = np.zeros(si.size, dtype=bool)
-        pair[:-1] = (sact[:-1] == ALLOC) & (sact[1:] == FREE_COMPLETED) & (sa[:-1] == sa[1:])
-        k = np.flatnonzero(pair)
-        free_of[si[k]] = si[k + 1]
-        alloc_of[si[k + 1]] = si[k]
     is_alloc = act == ALLOC
     is_free = act == FREE_COMPLETED
+    free_of, alloc_of = pair_frees(is_alloc, is_free, addr)
     delta = np.where(is_alloc, size, 0) - np.where(is_free, size, 0)
     before_frees = np.flatnonzero(is_free & (alloc_of < 0))
 

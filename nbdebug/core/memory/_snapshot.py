@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,11 @@ from nbdebug.core.memory._results import (
     TopSites,
     diff_rows,
 )
-from nbdebug.core.memory._sites import format_frame
+from nbdebug.core.memory._sites import Frame, format_frame
 from nbdebug.core.memory._unpickle import no_gc, read_pickle
 from nbdebug.errors import SnapshotError
 
-__all__ = ["load_snapshot", "MemorySnapshot"]
+__all__ = ["load_snapshot", "MemorySnapshot", "group_by_site"]
 
 _NO_STACK = "<no stack recorded>"
 BEFORE_TRACE = "<allocated before the trace began>"  # freed during the trace; only the free's stack is known
@@ -80,6 +80,32 @@ def load_snapshot(source: Any, *, name: str | None = None) -> MemorySnapshot:
     return MemorySnapshot(model, source=name or label)
 
 
+def group_by_site(stack_site: np.ndarray, sites: list[Frame | None], stacks: np.ndarray, sizes: np.ndarray,
+                  limit: int | None = None, *, cells: Mapping[str, str] | None = None) -> tuple[SiteBytes, ...]:
+    """Bytes and blocks by allocation site, largest first: ``stacks`` are stack ids (-1: no stack, ``_BEFORE``:
+    alive before the trace), ``stack_site`` and ``sites`` map them to sites (see ``site_columns``)."""
+    if not stacks.size:
+        return ()
+    site = np.where(stacks >= 0, stack_site[np.maximum(stacks, 0)] if stack_site.size else -1,
+                    np.maximum(stacks, _BEFORE))
+    # site ids are small integers from _BEFORE up: counted by bincount (np.unique sorts, several times slower)
+    shifted = site.astype(np.int64) - _BEFORE
+    count = np.bincount(shifted)
+    present = np.flatnonzero(count)
+    keys = present + _BEFORE
+    total = np.bincount(shifted, weights=sizes.astype(np.float64))[present]
+    count = count[present]
+    order = np.lexsort((keys, -total))
+    rows = []
+    for k in order[:limit] if limit else order:
+        sid = int(keys[k])
+        frame = sites[sid] if sid >= 0 else None
+        rows.append(SiteBytes(site=format_frame(frame, cells=cells) if sid != _BEFORE else BEFORE_TRACE,
+                              bytes=int(round(total[k])), count=int(count[k]), filename=frame[0] if frame else "",
+                              line=frame[1] if frame else 0, function=frame[2] if frame else ""))
+    return tuple(rows)
+
+
 class MemorySnapshot(Result):
     """A memory snapshot: columns of trace events, interned stacks, and the final segment state.
 
@@ -88,13 +114,23 @@ class MemorySnapshot(Result):
     :meth:`diff`.  ``to_html(path)`` writes a self-contained offline viewer; ``plot()`` draws the timeline.
     """
 
-    def __init__(self, model: Model, *, source: str = "") -> None:
-        self.model = model
+    def __init__(self, model: Model | Callable[[], Model], *, source: str = "") -> None:
+        # a model, or what builds it on first use (a %%memtrace report needs only its own few numbers)
+        self._model: Model | None = None if callable(model) else model
+        self._make_model = model if callable(model) else None
         self.source = source
         self._states: dict[int, DeviceState] = {}
         self._default: int | None = None
         # notebook cells' file names -> the names the user knows (``In [12]``), for site labels
         self.cells: dict[str, str] = {}
+
+    @property
+    def model(self) -> Model:
+        """The columnar model (columns per event, interned frames and stacks, segments)."""
+        if self._model is None:
+            assert self._make_model is not None
+            self._model, self._make_model = self._make_model(), None
+        return self._model
 
     # --- basics -----------------------------------------------------------------------------------------------
     @property
@@ -157,26 +193,7 @@ class MemorySnapshot(Result):
 
     # --- grouping helpers -----------------------------------------------------------------------------------
     def _group(self, stacks: np.ndarray, sizes: np.ndarray, limit: int | None = None) -> tuple[SiteBytes, ...]:
-        if not stacks.size:
-            return ()
-        site = np.where(stacks >= 0, self.model.stack_site[np.maximum(stacks, 0)] if self.model.stack_site.size
-                        else -1, np.maximum(stacks, _BEFORE))
-        # site ids are small integers from _BEFORE up: counted by bincount (np.unique sorts, several times slower)
-        shifted = site.astype(np.int64) - _BEFORE
-        count = np.bincount(shifted)
-        present = np.flatnonzero(count)
-        keys = present + _BEFORE
-        total = np.bincount(shifted, weights=sizes.astype(np.float64))[present]
-        count = count[present]
-        order = np.lexsort((keys, -total))
-        rows = []
-        for k in order[:limit] if limit else order:
-            sid = int(keys[k])
-            frame = self.model.sites[sid] if sid >= 0 else None
-            rows.append(SiteBytes(site=format_frame(frame, cells=self.cells) if sid != _BEFORE else BEFORE_TRACE, bytes=int(round(total[k])), count=int(count[k]),
-                                  filename=frame[0] if frame else "", line=frame[1] if frame else 0,
-                                  function=frame[2] if frame else ""))
-        return tuple(rows)
+        return group_by_site(self.model.stack_site, self.model.sites, stacks, sizes, limit, cells=self.cells)
 
     def _alive(self, st: DeviceState, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Live memory after local event ``p`` (-1: before the first event): (kind, index, size, stack).

@@ -22,10 +22,17 @@ import numpy as np
 from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
-from nbdebug.core.memory._cpu_record import CpuRecording, model_of, snapshot_dict_of, walk_allocations
-from nbdebug.core.memory._model import ALLOC
+from nbdebug.core.memory._cpu_record import (
+    Allocations,
+    CpuRecording,
+    model_of,
+    snapshot_dict_of,
+    walk_allocations,
+)
+from nbdebug.core.memory._device import pair_frees
+from nbdebug.core.memory._model import ALLOC, site_columns
 from nbdebug.core.memory._results import SiteBytes
-from nbdebug.core.memory._snapshot import MemorySnapshot, load_snapshot
+from nbdebug.core.memory._snapshot import MemorySnapshot, group_by_site, load_snapshot
 from nbdebug.errors import NbdebugError
 
 __all__ = ["MemTrace", "memtrace", "MemTraceRecorder", "profile_to_snapshot_dict", "cuda_recording"]
@@ -194,13 +201,49 @@ def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: l
 _KEEPS_TENSORS = re.compile(r"\.append\((?![^)]*\.(?:item|detach|tolist|cpu\(\)\.numpy)\(|[^)]*\bfloat\()")
 
 
+@dataclass(frozen=True)
+class _Events:
+    """One device's events as the report needs them: is an alloc, bytes, stack id, the index of the alloc's free
+    (-1: never freed), and allocated bytes after each event above the level before the first."""
+
+    is_alloc: np.ndarray
+    size: np.ndarray
+    stack: np.ndarray
+    free_of: np.ndarray
+    above: np.ndarray
+
+
 def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = None, raw: Any = None,
            keys: list[tuple[int, int]] | None = None) -> MemTrace:
+    """The report of a snapshot's default device, from its derived columns."""
     st = snap.state(snap.default_device)
-    m, lo = snap.model, st.lo
-    base = st.initial_allocated
-    if st.n:
-        above = st.allocated - base
+    m, lo, hi = snap.model, st.lo, st.lo + st.n
+    events = _Events(is_alloc=m.action[lo:hi] == ALLOC, size=m.size[lo:hi], stack=m.stack[lo:hi],
+                     free_of=st.free_of, above=st.allocated - st.initial_allocated)
+    return _report(events, snap._group, snap, device_kind, seconds, prof, raw, keys)
+
+
+def _build_cpu(allocations: Allocations, snap: MemorySnapshot, site_cols: tuple[np.ndarray, list[Any]],
+               seconds: float, prof: Any = None, keys: list[tuple[int, int]] | None = None) -> MemTrace:
+    """The report of a CPU recording straight from its allocations (one entry per allocation and per free), so
+    that the snapshot model is built only when something asks for it (the viewer, an analysis, ``save``)."""
+    signed = allocations.size
+    is_alloc = signed > 0
+    free_of, _ = pair_frees(is_alloc, ~is_alloc, allocations.ptr)
+    events = _Events(is_alloc=is_alloc, size=np.abs(signed), stack=allocations.stack, free_of=free_of,
+                     above=np.cumsum(signed))
+    stack_site, sites = site_cols
+
+    def group(stacks: np.ndarray, sizes: np.ndarray) -> tuple[SiteBytes, ...]:
+        return group_by_site(stack_site, sites, stacks, sizes, cells=snap.cells)
+
+    return _report(events, group, snap, "cpu", seconds, prof, None, keys)
+
+
+def _report(e: _Events, group: Any, snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any, raw: Any,
+            keys: list[tuple[int, int]] | None) -> MemTrace:
+    above = e.above
+    if above.size:
         # the peak is the largest rise above the lowest level reached before it: a cell that first frees what an
         # earlier cell kept (a list it rebinds) still shows the working memory its own loop needed
         level = np.concatenate([[0], above])
@@ -210,13 +253,12 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
         delta = int(above[-1])
     else:
         above, p, peak, delta = np.zeros(0, np.int64), -1, 0, 0
-    act = m.action[lo:lo + st.n]
-    kept = np.flatnonzero((act == ALLOC) & (st.free_of < 0))
-    retained = int(m.size[lo + kept].sum())
-    retained_sites = snap._group(m.stack[lo + kept].astype(np.int64), m.size[lo + kept])
+    kept = np.flatnonzero(e.is_alloc & (e.free_of < 0))
+    retained = int(e.size[kept].sum())
+    retained_sites = group(e.stack[kept].astype(np.int64), e.size[kept])
     if p >= 0 and peak > 0:
-        alive = np.flatnonzero((act[:p + 1] == ALLOC) & ((st.free_of[:p + 1] < 0) | (st.free_of[:p + 1] > p)))
-        top = snap._group(m.stack[lo + alive].astype(np.int64), m.size[lo + alive])
+        alive = np.flatnonzero(e.is_alloc[:p + 1] & ((e.free_of[:p + 1] < 0) | (e.free_of[:p + 1] > p)))
+        top = group(e.stack[alive].astype(np.int64), e.size[alive])
     else:
         top = ()
     series = np.concatenate([[0], above])
@@ -224,7 +266,7 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
         edges = np.arange(200, dtype=np.int64) * series.size // 200
         series = np.maximum.reduceat(series, edges)
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
-                    events=int(np.count_nonzero(act == ALLOC)), top_sites=top, retained_sites=retained_sites,
+                    events=int(np.count_nonzero(e.is_alloc)), top_sites=top, retained_sites=retained_sites,
                     timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
                     _alloc_keys=keys or [])
 
@@ -333,10 +375,12 @@ class MemTraceRecorder:
             if recording is None or recording.results is None:
                 raise NbdebugError("memtrace: nothing was recorded (the recorder was never started)")
             allocations = walk_allocations(recording.results)
-            snap = MemorySnapshot(model_of(allocations), source="memtrace (cpu)")
+            site_cols = site_columns(allocations.frames, allocations.stacks)
+            snap = MemorySnapshot(lambda: model_of(allocations, site_cols), source="memtrace (cpu)")
+            snap._default = 0
             snap.cells = dict(cells or {})
             keys = allocations.alloc_keys() if self.categories else []
-            result = _build(snap, "cpu", seconds, recording.profile, None, keys)
+            result = _build_cpu(allocations, snap, site_cols, seconds, recording.profile, keys)
             if self.categories:
                 result.by_category()
         else:
