@@ -65,17 +65,18 @@ def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str 
 
 def sparkline(values: Sequence[float], width: int = 48) -> str:
     """A one-line block-character chart of ``values`` (max of each bucket)."""
-    vals = list(values)
-    if not vals:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    if not v.size:
         return ""
-    if len(vals) > width:
-        step = len(vals) / width
-        vals = [max(vals[int(i * step):max(int((i + 1) * step), int(i * step) + 1)]) for i in range(width)]
-    lo, hi = min(vals), max(vals)
+    if v.size > width:  # the maximum of each of `width` buckets
+        v = np.maximum.reduceat(v, np.arange(width, dtype=np.int64) * v.size // width)
+    lo, hi = float(v.min()), float(v.max())
     blocks = " ▁▂▃▄▅▆▇█"
     if hi <= lo:
-        return blocks[4] * len(vals)
-    return "".join(blocks[1 + int((v - lo) / (hi - lo) * 7.999)] for v in vals)
+        return blocks[4] * v.size
+    return "".join(map(blocks.__getitem__, (1 + ((v - lo) / (hi - lo) * 7.999).astype(np.int64)).tolist()))
 
 
 @renders(SnapshotSummary, "text")

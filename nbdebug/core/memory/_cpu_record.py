@@ -151,24 +151,21 @@ def _readable(c: Any, attr: str, placeholder: str) -> str:
 _CALLEE = re.compile(r"(.*)\((\d+)\): (.*)", re.S)
 
 
-def _operator_frame(chain: Any, py_calls: tuple[type, ...]) -> Frame | None:
+def _operator_frame(chain: Any, kind_of_link: dict[int, type]) -> Frame | None:
     """The function an allocation was made in, when no recorded call made it (``a @ b``, ``x[i]``, ``a + 1``).
 
     The Python tracer records calls, each with the line it was made at; an operator is no call, so its allocation
     lands directly under the Python function running it.  That function (the callee of the innermost Python call,
     whose name reads ``file(first line): function``) is then the allocation's innermost frame, with its line
     marked as not recorded.  An allocation under a C function (``torch.relu``) needs nothing more: its call's
-    line is the caller frame.
+    line is the caller frame.  ``kind_of_link`` holds the type of each link's extra fields, read by the walk.
     """
-    from torch._C._profiler import _ExtraFields_PyCall
+    from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
 
     c = chain
-    while c is not None:
-        kind = type(c[0].extra_fields)
-        if kind in py_calls:
-            break
-        c = c[1]
-    if c is None or kind is not _ExtraFields_PyCall:
+    while c is not None and kind_of_link[id(c)] not in (_ExtraFields_PyCall, _ExtraFields_PyCCall):
+        c = c[1]  # an operator scope (record_function, an ATen op when they are recorded)
+    if c is None or kind_of_link[id(c)] is not _ExtraFields_PyCall:
         return None
     try:
         m = _CALLEE.fullmatch(c[0].name)
@@ -245,6 +242,7 @@ def walk_allocations(results: Any) -> Allocations:
     # id of a chain link (alive in `found`) -> the frame ids of its calls, innermost first; chains share their
     # outer links, so each link is read once whatever the number of allocations under it
     of_link: dict[int, tuple[int, ...]] = {}
+    kind_of_link: dict[int, type] = {}  # id of a chain link -> the type of its node's extra fields
     of_chain: dict[int, int] = {}  # id of a whole chain -> its stack id
     for i in np.flatnonzero((size > 0) & on_cpu).tolist():
         chain = found[i][1]
@@ -258,6 +256,7 @@ def walk_allocations(results: Any) -> Allocations:
             ids = of_link[id(c)] if c is not None else ()
             for c in reversed(unread):  # outermost first, each link prepending its own frame
                 call = c[0].extra_fields
+                kind_of_link[id(c)] = type(call)
                 if type(call) in py_calls:
                     frame = _caller_frame(call.caller)
                     fid = frame_ids.get(frame)
@@ -266,7 +265,7 @@ def walk_allocations(results: Any) -> Allocations:
                         frames.append(frame)
                     ids = (fid, *ids)
                 of_link[id(c)] = ids
-            callee = _operator_frame(chain, py_calls)
+            callee = _operator_frame(chain, kind_of_link) if chain is not None else None
             if callee is not None:  # made by an operator in that function, not by a call: the function, no line
                 fid = frame_ids.get(callee)
                 if fid is None:
