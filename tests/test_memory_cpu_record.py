@@ -248,3 +248,20 @@ def test_the_report_from_the_allocations_equals_the_report_from_the_snapshot_mod
     assert max(lean.timeline) == max(full.timeline) >= lean.peak_bytes
     assert lazy.summary().final_allocated_bytes - lazy.state().initial_allocated == lean.delta_bytes
     del kept
+
+
+def test_a_torch_profiler_recording_converts_to_a_snapshot_dict_that_loads():
+    from torch.profiler import ProfilerActivity, profile
+
+    from nbdebug.core.memory._trace import profile_to_snapshot_dict
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
+        kept = torch.ones(300_000)
+        torch.zeros(1000)
+    keys: list[tuple[int, int]] = []
+    raw = profile_to_snapshot_dict(prof, keys)
+    snap = load_snapshot(raw)
+    allocs = [e for e in raw["device_traces"][0] if e["action"] == "alloc"]
+    assert len(keys) == len(allocs) >= 2 and [k[0] for k in keys] == [e["addr"] for e in allocs]
+    assert kept.untyped_storage().nbytes() in {e["size"] for e in raw["device_traces"][0] if e["action"] == "alloc"}
+    assert snap.summary().final_allocated_bytes - snap.state().initial_allocated >= 1_200_000
