@@ -25,7 +25,9 @@ CELLS = [
     "capacity; 13.01 GiB already allocated; 1.28 GiB free; 13.30 GiB reserved in total by PyTorch)')\n"
     "enrich_oom(exc, nbdebug.explain(exc), oom_snap)",
     # %%memtrace on CPU
-    "%%memtrace --device cpu\nnet = nn.Linear(64, 64)\nkept = [net(torch.randn(32, 64)) for _ in range(3)]",
+    # (the last line allocates through an operator: no call, so no recorded line)
+    "%%memtrace --device cpu\nnet = nn.Linear(64, 64)\nkept = [net(torch.randn(32, 64)) for _ in range(3)]\n"
+    "gram = kept[0] @ kept[0].T",
     # snapshot viewer
     "nbdebug.load_snapshot(nbdebug.examples.path('snapshots/forward_fp32_128.pickle'))",
     # NaN sentinel: the error panel with its section, as the post-run hook would show it (only the last cell
@@ -147,6 +149,11 @@ def test_every_panel_is_readable(lab, page, theme):
     assert page.locator(".jp-OutputArea-output .nbd-pic-live svg").count() >= 4
     assert page.locator(".jp-OutputArea-output img.nbd-pic-img").count() >= 4
     assert not any(i.is_visible() for i in page.locator(".jp-OutputArea-output img.nbd-pic-img").all())
+    # the memtrace sites, in a real kernel: the operator's allocation is the cell's, never nbdebug's or IPython's
+    memtrace = page.locator("details.nbdebug", has_text="memtrace").first.inner_text()
+    assert "an operator such as @" in memtrace and "line 2" in memtrace, memtrace
+    for internal in ("_cell.py", "run_body", "nbdebug/", "interactiveshell", "ipykernel"):
+        assert internal not in memtrace, (internal, memtrace)
     # the %%memtrace sparkline: drawn inside its chart, across it, rising with the kept outputs
     spark = page.evaluate(MEMTRACE_SPARK_JS)
     assert spark and spark["inside"], spark
