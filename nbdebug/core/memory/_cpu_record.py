@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core.memory._model import ACTIONS, ALLOC, FREE_COMPLETED, FREE_REQUESTED, Model, site_columns
+from nbdebug.core.memory._model import (
+    ACTIONS,
+    ALLOC,
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    Model,
+    clip_text,
+    site_columns,
+)
 from nbdebug.core.memory._sites import OPERATOR_LINE, Frame
 from nbdebug.errors import NbdebugError
 
@@ -27,7 +35,6 @@ __all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snaps
 
 _EXTRA, _START = attrgetter("extra_fields"), attrgetter("start_time_ns")
 _ALLOC_SIZE, _PTR, _DEVICE_TYPE = attrgetter("alloc_size"), attrgetter("ptr"), attrgetter("device.type")
-_MAX_TEXT = 4096  # as the snapshot model keeps a frame's file and function name
 
 
 class CpuRecording:
@@ -132,13 +139,7 @@ def _caller_frame(c: Any) -> Frame:
         # 2.13 on CPU): keep the frame, with a placeholder, rather than lose the whole trace
         frame = (_readable(c, "file_name", "<unreadable file name>"), c.line_number,
                  _readable(c, "function_name", "<unreadable function name>"))
-    if len(frame[0]) > _MAX_TEXT or len(frame[2]) > _MAX_TEXT:  # C++ template names run to a few KB
-        frame = (_clip(frame[0]), frame[1], _clip(frame[2]))
-    return frame
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+    return (clip_text(frame[0]), frame[1], clip_text(frame[2]))  # C++ template names run to a few KB
 
 
 def _readable(c: Any, attr: str, placeholder: str) -> str:
@@ -151,21 +152,21 @@ def _readable(c: Any, attr: str, placeholder: str) -> str:
 _CALLEE = re.compile(r"(.*)\((\d+)\): (.*)", re.S)
 
 
-def _operator_frame(chain: Any, kind_of_link: dict[int, type]) -> Frame | None:
+def _operator_frame(chain: Any, of_link: dict[int, tuple[tuple[int, ...], type]]) -> Frame | None:
     """The function an allocation was made in, when no recorded call made it (``a @ b``, ``x[i]``, ``a + 1``).
 
     The Python tracer records calls, each with the line it was made at; an operator is no call, so its allocation
     lands directly under the Python function running it.  That function (the callee of the innermost Python call,
     whose name reads ``file(first line): function``) is then the allocation's innermost frame, with its line
     marked as not recorded.  An allocation under a C function (``torch.relu``) needs nothing more: its call's
-    line is the caller frame.  ``kind_of_link`` holds the type of each link's extra fields, read by the walk.
+    line is the caller frame.  ``of_link`` holds, per link, the type of its extra fields read by the walk.
     """
     from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
 
     c = chain
-    while c is not None and kind_of_link[id(c)] not in (_ExtraFields_PyCall, _ExtraFields_PyCCall):
+    while c is not None and of_link[id(c)][1] not in (_ExtraFields_PyCall, _ExtraFields_PyCCall):
         c = c[1]  # an operator scope (record_function, an ATen op when they are recorded)
-    if c is None or kind_of_link[id(c)] is not _ExtraFields_PyCall:
+    if c is None or of_link[id(c)][1] is not _ExtraFields_PyCall:
         return None
     try:
         m = _CALLEE.fullmatch(c[0].name)
@@ -173,7 +174,7 @@ def _operator_frame(chain: Any, kind_of_link: dict[int, type]) -> Frame | None:
         return None
     if m is None:  # a module call ("nn.Module: Linear_0") names no file
         return None
-    return (_clip(m.group(1)), OPERATOR_LINE, _clip(m.group(3)))
+    return (clip_text(m.group(1)), OPERATOR_LINE, clip_text(m.group(3)))
 
 
 def _other_devices_possible() -> bool:
@@ -239,10 +240,9 @@ def walk_allocations(results: Any) -> Allocations:
     frame_ids: dict[Frame, int] = {}
     stacks: list[tuple[int, ...]] = []
     stack_ids: dict[tuple[int, ...], int] = {}
-    # id of a chain link (alive in `found`) -> the frame ids of its calls, innermost first; chains share their
-    # outer links, so each link is read once whatever the number of allocations under it
-    of_link: dict[int, tuple[int, ...]] = {}
-    kind_of_link: dict[int, type] = {}  # id of a chain link -> the type of its node's extra fields
+    # id of a chain link (alive in `found`) -> (the frame ids of its calls, innermost first; the type of its node's
+    # extra fields); chains share their outer links, so each link is read once whatever the allocations under it
+    of_link: dict[int, tuple[tuple[int, ...], type]] = {}
     of_chain: dict[int, int] = {}  # id of a whole chain -> its stack id
     for i in np.flatnonzero((size > 0) & on_cpu).tolist():
         chain = found[i][1]
@@ -253,10 +253,9 @@ def walk_allocations(results: Any) -> Allocations:
             while c is not None and id(c) not in of_link:
                 unread.append(c)
                 c = c[1]
-            ids = of_link[id(c)] if c is not None else ()
+            ids = of_link[id(c)][0] if c is not None else ()
             for c in reversed(unread):  # outermost first, each link prepending its own frame
                 call = c[0].extra_fields
-                kind_of_link[id(c)] = type(call)
                 if type(call) in py_calls:
                     frame = _caller_frame(call.caller)
                     fid = frame_ids.get(frame)
@@ -264,8 +263,8 @@ def walk_allocations(results: Any) -> Allocations:
                         fid = frame_ids[frame] = len(frames)
                         frames.append(frame)
                     ids = (fid, *ids)
-                of_link[id(c)] = ids
-            callee = _operator_frame(chain, kind_of_link) if chain is not None else None
+                of_link[id(c)] = (ids, type(call))
+            callee = _operator_frame(chain, of_link) if chain is not None else None
             if callee is not None:  # made by an operator in that function, not by a call: the function, no line
                 fid = frame_ids.get(callee)
                 if fid is None:

@@ -24,7 +24,7 @@ import numpy as np
 from nbdebug.core.memory._sites import Frame, frame_kind, pick_site
 from nbdebug.errors import SnapshotError
 
-__all__ = ["ACTIONS", "Model", "Segment", "OomEvent", "Annotation", "build_model", "site_columns"]
+__all__ = ["ACTIONS", "Model", "Segment", "OomEvent", "Annotation", "build_model", "site_columns", "clip_text"]
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "oom", "snapshot", "other")
@@ -126,13 +126,18 @@ _MAX_TEXT = 4096  # longest filename or function name kept (C++ template names r
 _MAX_TIME_US = 2.5e17  # about the year 9900: any later (or inf/NaN) is not a time
 
 
+def clip_text(value: str) -> str:
+    """A file or function name as the model keeps it: at most ``_MAX_TEXT`` characters, then "..."."""
+    return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
+
+
 def _text(value: Any, what: str) -> str:
     if type(value) is not str:
         if value is None:
             return ""
         raise _Bad(f"a frame's {what} is a {type(value).__name__}; expected a string (frames are dicts with "
                    "'filename', 'line' and 'name')")
-    return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
+    return clip_text(value)
 
 
 def _frame_of(f: Any) -> Frame:
@@ -297,7 +302,7 @@ def _int(value: Any, what: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
 def _name(value: Any, default: str = "") -> str:
     """A string field (segment type, annotation name); anything else is not stringified, only named."""
     if type(value) is str:
-        return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
+        return clip_text(value)
     return default if value is None else f"<{type(value).__name__}>"
 
 

@@ -78,7 +78,7 @@ def pick_site(stack: Sequence[Frame]) -> Frame | None:
     # frames past nbdebug's cell runner are the notebook running the magic (its own "%%memtrace" line), not the cell
     inner = list(stack)
     for i, frame in enumerate(inner):
-        if _CELL_RUNNER.match(frame[0]) or frame[0].startswith(_RUNNER_DIR):
+        if _is_cell_runner(frame[0]):
             inner = inner[:i]
             break
     user = [f for f in inner if is_user_frame(f)]
@@ -104,7 +104,11 @@ def frame_kind(frame: Frame) -> int:
     """1 for a user frame with a line (a site), 2 for nbdebug's cell runner (no site lies past it), else 0."""
     if frame[1] != OPERATOR_LINE and is_user_frame(frame):
         return 1
-    return 2 if _CELL_RUNNER.match(frame[0]) or frame[0].startswith(_RUNNER_DIR) else 0
+    return 2 if _is_cell_runner(frame[0]) else 0
+
+
+def _is_cell_runner(filename: str) -> bool:
+    return _CELL_RUNNER.match(filename) is not None or filename.startswith(_RUNNER_DIR)
 
 
 def short_path(filename: str, parts: int = 2) -> str:
