@@ -160,7 +160,7 @@ def test_leak_is_a_retained_memory_finding_and_the_fix_is_not(ip):
     fixed = _trace(ip, FIXED)
     (found,) = leak.findings
     assert found.kind == "memory_retained" and found.severity == "warning"
-    assert found.where == (leak.retained_sites[0].site,) and found.evidence["retained_bytes"] == leak.retained_bytes
+    assert found.where[0] == leak.retained_sites[0].site and found.evidence["retained_bytes"] == leak.retained_bytes
     assert any("loss.item()" in f.code for f in found.fixes)
     assert fixed.findings == ()
     data = ip.display_formatter.format(leak)[0]
@@ -341,3 +341,126 @@ def test_categories_without_the_flag_say_how_to_get_them():
     assert rec.result.retained_bytes >= kept.numel() * 4
     with pytest.raises(NbdebugError, match=r"categories=True"):
         rec.result.by_category()
+
+
+# ---- what a training step keeps on purpose (gradients, optimizer state) is told apart from a leak ----
+
+TRAIN_SETUP = """
+import torch
+torch.manual_seed(0)
+_tm = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+_topt = torch.optim.Adam(_tm.parameters())
+_tb = [(torch.randn(64, 512), torch.randint(0, 10, (64,))) for _ in range(3)]
+"""
+
+TRAIN = """for xb, yb in _tb:
+    _topt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(_tm(xb), yb)
+    loss.backward()
+    _topt.step()
+"""
+
+
+def _run(ip, cell: str) -> MemTrace:
+    with capture_output():
+        ip.run_cell("%%memtrace --device cpu -o _tr\n" + cell, store_history=True)
+    return ip.user_ns["_tr"]
+
+
+def test_a_first_training_step_keeps_gradients_and_adam_state_which_is_no_leak(ip):
+    """The first steps of a training loop keep a gradient per parameter and Adam's two buffers per parameter: a
+    remark that says so, never the leak warning (whose fixes, loss.item() and no_grad, would be wrong here)."""
+    ip.run_cell(TRAIN_SETUP)
+    params = sum(p.numel() * p.element_size() for p in ip.user_ns["_tm"].parameters())
+    first = _run(ip, TRAIN)
+    parts = {p.kind: p for p in first.retained_parts}
+    assert parts["gradients"].bytes == params  # one .grad per parameter, exactly
+    assert 2 * params <= parts["optimizer state"].bytes < 2 * params + 64 * 4  # exp_avg, exp_avg_sq (+ step)
+    assert "loss.backward()" in parts["gradients"].sites[0].site and "_topt.step()" in parts["optimizer state"].sites[0].site
+    assert "other" not in parts or parts["other"].bytes < 1024**2
+    (f,) = first.findings
+    assert f.kind == "training_state" and f.severity == "info"
+    assert "not a leak" in f.message and "first step" in f.message and "zero_grad" in f.message
+    assert not any("loss.item()" in x.code or "no_grad" in x.code for x in f.fixes)
+    html = first._repr_html_()
+    assert 'class="nbdebug ok' in html and 'data-kind="training_state"' in html and "memory_retained" not in html
+
+    # run again: the gradients of the last step are kept, the previous ones were freed, Adam's state is reused
+    again = _run(ip, TRAIN)
+    assert abs(again.delta_bytes) < 1024**2 and again.retained_bytes >= params
+    (f,) = again.findings
+    assert f.kind == "training_state" and "did not grow" in f.message
+    assert [p.kind for p in again.retained_parts][0] == "gradients"
+
+
+def test_a_leak_beside_the_training_state_is_still_the_warning(ip):
+    ip.run_cell(TRAIN_SETUP + "_seen = {}\n")
+    # outputs kept in a dict, each with its graph (the activations of a batch of 512)
+    keep = "    _seen[len(_seen)] = _tm(xb.repeat(8, 1))\n"
+    leak = _run(ip, TRAIN.replace("    loss.backward()\n", "    loss.backward()\n" + keep))
+    (f,) = leak.findings
+    assert f.kind == "memory_retained" and f.severity == "warning"
+    assert "_seen[len(_seen)] = _tm(xb.repeat(8, 1))" in f.where[0]
+    assert "besides the" in f.message and "gradients" in f.message
+    other = {p.kind: p for p in leak.retained_parts}["other"]
+    assert other.bytes >= 3 * 2 * 512 * 512 * 4  # each step's hidden activations, kept through the graph
+    assert 'class="nbdebug warning' in leak._repr_html_()
+
+
+def test_stack_roles():
+    from nbdebug.core.memory._sites import GRADIENTS, OPTIMIZER_STATE, OTHER, PARAMETERS, stack_role
+
+    engine = ("/v/site-packages/torch/autograd/graph.py", 829, "_engine_run_backward")
+    assert stack_role([engine, ("/v/site-packages/torch/_tensor.py", 625, "backward"), ("train.py", 4, "f")]) == GRADIENTS
+    assert stack_role([("torch/autograd/__init__.py", 266, "backward"), ("<cell>", 3, "<module>")]) == GRADIENTS  # torch < 2.3
+    assert stack_role([("??", 0, "torch::autograd::Engine::evaluate_function(...)")]) == GRADIENTS  # C++ frames
+    assert stack_role([("C:\\py\\Lib\\site-packages\\torch\\optim\\adamw.py", 1, "_init_group")]) == OPTIMIZER_STATE
+    assert stack_role([("/v/transformers/optimization.py", 1, "step")]) == OPTIMIZER_STATE  # Adafactor
+    # the user's own optimizer, a torch.optim.Optimizer subclass (its step is wrapped by torch, C++ frames between)
+    own = [("opt.py", 30, "_update"), ("opt.py", 12, "step"), ("??", 0, "_PyEval_EvalFrameDefault"),
+           ("/v/torch/optim/optimizer.py", 533, "wrapper"), ("train.py", 9, "<module>")]
+    assert stack_role(own) == OPTIMIZER_STATE
+    # a forward pass that a Lightning closure runs inside optimizer.step is the user's memory
+    closure = [("/v/torch/nn/modules/linear.py", 134, "forward"), ("model.py", 20, "training_step"),
+               ("/v/lightning/pytorch/loops/optimization/automatic.py", 1, "closure"),
+               ("/v/torch/optim/optimizer.py", 533, "wrapper")]
+    assert stack_role(closure) == OTHER
+    assert stack_role([("train.py", 3, "<module>"), engine]) == OTHER  # the user's line comes first
+    # building a model, and moving it (model.to: Module._apply)
+    assert stack_role([("/v/torch/nn/modules/linear.py", 106, "__init__"), ("<cell>", 1, "<module>")]) == PARAMETERS
+    assert stack_role([("/v/torch/nn/modules/module.py", 1355, "_apply"), ("/v/torch/nn/modules/module.py", 1371, "to"),
+                       ("<cell>", 1, "<module>")]) == PARAMETERS
+    assert stack_role([("/v/torch/nn/modules/linear.py", 134, "forward"), ("<cell>", 1, "<module>")]) == OTHER
+    assert stack_role([]) == OTHER
+
+
+def test_a_real_training_trace_tells_adamw_state_and_gradients_apart(snapshots_dir):
+    """A real CUDA trace of a training step (a course's own AdamW, C++ and Python stacks): read as if it were one
+    traced cell, what stays alive is AdamW's state, exactly twice the gradients, and the gradients."""
+    from nbdebug.core.memory._trace import _build
+
+    snap = load_snapshot(snapshots_dir / "torch2.10plus_cs336_wedsonlin_medium_512_training.pickle")
+    parts = {p.kind: p for p in _build(snap, "cuda:0", 0.0).retained_parts}
+    assert parts["optimizer state"].bytes == 2 * parts["gradients"].bytes > 1024**3
+    assert "optimizer.py" in parts["optimizer state"].sites[0].filename
+    assert parts["other"].bytes < parts["gradients"].bytes / 10
+
+
+def test_hugging_face_bert_first_step_is_training_state():
+    transformers = pytest.importorskip("transformers", reason="transformers is in the dev dependency group")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=256, num_labels=3)
+    model = transformers.BertForSequenceClassification(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids, labels = torch.randint(0, 1000, (8, 16)), torch.randint(0, 3, (8,))
+    with memtrace("cpu") as rec:
+        out = model(input_ids=ids, labels=labels)
+        out.loss.backward()
+        opt.step()
+    del out
+    r = rec.result
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    parts = {p.kind: p for p in r.retained_parts}
+    assert parts["gradients"].bytes == params and parts["optimizer state"].bytes >= 2 * params
+    assert [f.kind for f in r.findings] == ["training_state"]

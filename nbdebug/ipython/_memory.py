@@ -44,8 +44,10 @@ class MemoryMagics(Magics):
         ``.retained_sites``, ``.findings``, ``.snapshot`` (open it in the viewer).  Memory kept alive after the
         cell ("retained") points at the line that allocated it, named like the prompt (``In [12], line 3``), and
         is flagged as a ``memory_retained`` finding with its fixes: the classic leaks are ``losses.append(loss)``
-        instead of ``loss.item()`` and inference without ``torch.no_grad()``.  ``!cmd`` and ``%magic`` lines work
-        inside the cell.  Recording always stops at the end of the
+        instead of ``loss.item()`` and inference without ``torch.no_grad()``.  What a training step keeps on
+        purpose (the model's parameters, gradients, the optimizer's state) is told apart: a ``training_state``
+        remark, not a warning.
+        ``!cmd`` and ``%magic`` lines work inside the cell.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
         """
         if cell is None:  # registered for lines too, so that %memtrace? shows this help

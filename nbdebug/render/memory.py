@@ -389,5 +389,5 @@ def memtrace_html(t: MemTrace) -> str:
     if t.retained_sites:
         body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8)
     body += "<h4>Alive at the peak, by site</h4>" + sites_table_html(t.top_sites, limit=8)
-    kind = "warning" if t.findings else "ok"
+    kind = "warning" if any(f.severity != "info" for f in t.findings) else "ok"  # a remark is no warning
     return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body, kind=kind)

@@ -71,6 +71,24 @@ ENTRIES: tuple[Entry, ...] = (
         sources=(_MEMORY_DOCS,),
         contexts=(),
     ),
+    Entry(
+        slug="training_state",
+        title="What the cell kept is what training keeps: the model, its gradients, the optimizer's state",
+        severity=Severity.INFO,
+        summary=("Training keeps memory on purpose: the model's parameters; a gradient the size of each parameter, "
+                 "which backward() leaves in .grad until the next zero_grad(); and the optimizer's state, created by "
+                 "its first step() (Adam: two buffers per parameter; SGD with momentum: one).  Each is made once "
+                 "and reused, so memory does not grow from step to step."),
+        fixes=(
+            Fix("Nothing to fix; to hold less between steps, free the gradients as soon as the step is done",
+                "optimizer.step()\noptimizer.zero_grad(set_to_none=True)"),
+            Fix("Keep less optimizer state: SGD with momentum keeps one buffer per parameter where Adam keeps two",
+                "optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)"),
+        ),
+        sources=("https://docs.pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
+                 "https://docs.pytorch.org/docs/stable/generated/torch.optim.Adam.html"),
+        contexts=(),
+    ),
 )
 
 THRESHOLDS: tuple[Threshold, ...] = (

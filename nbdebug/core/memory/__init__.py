@@ -14,6 +14,7 @@ from nbdebug.core.memory._results import (
     MemoryPeak,
     MemoryTimeline,
     NeverFreed,
+    RetainedPart,
     SiteBytes,
     SnapshotDiff,
     SnapshotSummary,
@@ -25,7 +26,7 @@ from nbdebug.errors import SnapshotError
 __all__ = [
     "load_snapshot", "MemorySnapshot", "SnapshotError", "memtrace", "MemTrace", "release_failed_cell",
     "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites", "Fragmentation", "NeverFreed", "Annotations",
-    "SnapshotDiff", "SiteBytes", "AliveBlock",
+    "SnapshotDiff", "SiteBytes", "RetainedPart", "AliveBlock",
 ]
 
 

@@ -13,7 +13,7 @@ from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 
 __all__ = [
-    "SiteBytes", "AliveBlock", "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites", "SegmentRow", "OomRow",
+    "SiteBytes", "RetainedPart", "AliveBlock", "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites", "SegmentRow", "OomRow",
     "Fragmentation", "NeverFreed", "AnnotationRow", "Annotations", "DiffRow", "SnapshotDiff",
 ]
 
@@ -29,6 +29,16 @@ class SiteBytes:
     filename: str = ""
     line: int = 0
     function: str = ""
+
+
+@dataclass(frozen=True)
+class RetainedPart:
+    """Memory a traced block kept alive, of one kind: ``"gradients"`` (made by the backward pass), ``"optimizer
+    state"`` (made by an optimizer's step) or ``"other"``; with its sites, largest first."""
+
+    kind: str
+    bytes: int
+    sites: tuple[SiteBytes, ...]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path", "OPERATOR_LINE", "frame_kind"]
+__all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path", "OPERATOR_LINE", "frame_kind",
+           "stack_role", "OTHER", "GRADIENTS", "OPTIMIZER_STATE", "PARAMETERS", "ROLE_NAMES"]
 
 # (filename, line, name)
 Frame = tuple[str, int, str]
@@ -61,6 +62,73 @@ def is_user_frame(frame: Frame) -> bool:
         known = _USER_FILES[key] = (_is_python(filename, line) and not _INTERNAL.search(filename)
                                     and not _is_own(filename) and not _RUNNER.search(filename))
     return known
+
+
+# What an allocation that outlives a training step is, from its stack: made by the backward pass (the gradients
+# it accumulates into .grad, or returns from torch.autograd.grad), by an optimizer's step (its state: Adam's two
+# buffers per parameter, SGD's momentum), by building a model or moving it (its parameters and buffers), or by
+# anything else.
+OTHER, GRADIENTS, OPTIMIZER_STATE, PARAMETERS = 0, 1, 2, 3
+ROLE_NAMES = ("other", "gradients", "optimizer state", "parameters")
+# the Python functions that run autograd's engine (torch >= 2.3 calls it from graph.py, earlier versions from
+# autograd/__init__.py); with C++ frames recorded, the engine's own frames
+_BACKWARD_FILE = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\](graph|__init__)|_tensor)\.py$")
+_BACKWARD_FUNCTIONS = frozenset({"_engine_run_backward", "backward", "grad", "run_backward"})
+# optimizers: PyTorch's, and the packages people train with (Hugging Face's Adafactor, 8-bit optimizers, timm's)
+_OPTIMIZER_FILE = re.compile(r"(^|[/\\])(torch[/\\](distributed[/\\])?optim[/\\]|transformers[/\\]optimization\.py$"
+                             r"|bitsandbytes[/\\]optim[/\\]|timm[/\\]optim[/\\]|apex[/\\]optimizers[/\\])")
+
+# a module's constructor and what moves or converts a model (model.to, .cuda, .half: Module._apply)
+_MODULE_FILE = re.compile(r"(^|[/\\])torch[/\\]nn[/\\](modules[/\\]|parameter\.py$)")
+_MODULE_FUNCTIONS = frozenset({"__init__", "reset_parameters", "_apply", "__new__"})
+_OPTIMIZER_STEP = re.compile(r"(^|[/\\])torch[/\\]optim[/\\]optimizer\.py$")
+
+
+def stack_role(stack: Sequence[Frame]) -> int:
+    """``GRADIENTS``, ``OPTIMIZER_STATE``, ``PARAMETERS`` or ``OTHER`` for an allocation's stack (innermost frame
+    first).
+
+    The frames are read from the allocation outwards, up to the first frame of the user's own code: an allocation
+    inside the backward pass, an optimizer's step or a module's constructor has that machinery nearer than any
+    user frame, while whatever the user's code allocates (a forward pass inside a Lightning closure, run by
+    ``optimizer.step``) stops at the user's frame and is ``OTHER``; unless that frame is the user's own
+    optimizer, a ``torch.optim.Optimizer`` subclass whose ``step`` torch wraps.
+    """
+    for i, frame in enumerate(stack):
+        verdict = _VERDICTS.get(frame)
+        if verdict is None:
+            if len(_VERDICTS) >= 65_536:
+                _VERDICTS.clear()
+            verdict = _VERDICTS[frame] = _verdict(frame)
+        if verdict == _PASS:
+            continue
+        if verdict != _USER:
+            return verdict
+        # the user's own optimizer (a torch.optim.Optimizer subclass): its file's frames, then the wrapper torch
+        # puts around every step() (C++ frames of the interpreter may lie between)
+        outer = next((f for f in stack[i + 1:] if f[0] != frame[0] and _is_python(f[0], f[1])), None)
+        return OPTIMIZER_STATE if outer is not None and _OPTIMIZER_STEP.search(outer[0]) else OTHER
+    return OTHER
+
+
+_USER, _PASS = -1, -2
+# frame -> what it says of the allocation's role on its own: a role, _USER (the user's code: stop there) or _PASS
+_VERDICTS: dict[Frame, int] = {}
+
+
+def _verdict(frame: Frame) -> int:
+    filename, _, name = frame
+    if "autograd::engine" in name or "autograd::Engine" in name:
+        return GRADIENTS
+    if name in _BACKWARD_FUNCTIONS and _BACKWARD_FILE.search(filename):
+        return GRADIENTS
+    if _OPTIMIZER_FILE.search(filename):
+        return OPTIMIZER_STATE
+    if name in _MODULE_FUNCTIONS and _MODULE_FILE.search(filename):
+        return PARAMETERS
+    if filename and is_user_frame((filename, 1, name)):
+        return _USER
+    return _PASS
 
 
 def _is_own(filename: str) -> bool:

@@ -31,7 +31,8 @@ from nbdebug.core.memory._cpu_record import (
 )
 from nbdebug.core.memory._device import pair_frees
 from nbdebug.core.memory._model import ALLOC, site_columns
-from nbdebug.core.memory._results import SiteBytes
+from nbdebug.core.memory._results import RetainedPart, SiteBytes
+from nbdebug.core.memory._sites import OTHER, ROLE_NAMES, stack_role
 from nbdebug.core.memory._snapshot import MemorySnapshot, group_by_site, load_snapshot
 from nbdebug.errors import NbdebugError
 
@@ -62,6 +63,9 @@ class MemTrace(Result):
         What was alive at the peak, by allocation site (memory allocated during the block).
     retained_sites : tuple of SiteBytes
         What is still alive after the block, by allocation site.
+    retained_parts : tuple of RetainedPart
+        What is still alive after the block, by kind (``"parameters"``, ``"gradients"``, ``"optimizer state"``,
+        ``"other"``), largest first: what training keeps on purpose is told apart from what may be a leak.
     timeline : tuple of int
         Allocated bytes above the start, downsampled to at most 200 points.
     snapshot : MemorySnapshot
@@ -82,7 +86,12 @@ class MemTrace(Result):
     _memory_profile: list[Any] = field(default_factory=list, compare=False)
     _raw: Any = field(default=None, compare=False)
     _alloc_keys: list[tuple[int, int]] = field(default_factory=list, compare=False)
-
+    # what retained_parts is made from: the kept allocations' stack ids and bytes, the frames and stacks those ids
+    # index, and the grouping of stack ids into sites
+    _kept: tuple[np.ndarray, np.ndarray] = field(default=(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+                                                 compare=False)
+    _frames_stacks: tuple[list[Any], list[Any]] = field(default=([], []), compare=False)
+    _group: Any = field(default=None, compare=False)
 
     def _summary_line(self) -> str:
         return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
@@ -99,27 +108,70 @@ class MemTrace(Result):
         return rows + [{"kind": "at_peak", **vars(s)} for s in self.top_sites]
 
     @cached_property
+    def retained_parts(self) -> tuple[RetainedPart, ...]:
+        """What is still alive after the block, by kind, largest first (see ``stack_role``)."""
+        stacks, sizes = self._kept
+        if not stacks.size or self._group is None:
+            return ()
+        frames, stack_frames = self._frames_stacks
+        role_of = {i: stack_role([frames[f] for f in stack_frames[i]]) if i >= 0 else OTHER
+                   for i in set(stacks.tolist())}
+        if len(set(role_of.values())) == 1:  # the common case: one kind, whose sites are the retained sites
+            role = next(iter(role_of.values()))
+            return (RetainedPart(ROLE_NAMES[role], self.retained_bytes, self.retained_sites),)
+        roles = np.fromiter(map(role_of.__getitem__, stacks.tolist()), dtype=np.int8, count=stacks.size)
+        parts = []
+        for role, name in enumerate(ROLE_NAMES):
+            mine = roles == role
+            if mine.any():
+                parts.append(RetainedPart(name, int(sizes[mine].sum()), self._group(stacks[mine], sizes[mine])))
+        return tuple(sorted(parts, key=lambda p: -p.bytes))
+
+    @cached_property
     def findings(self) -> tuple[Finding, ...]:
-        """A ``memory_retained`` warning when the block kept at least ``memory_retained_min_bytes`` alive."""
+        """What the memory kept alive after the block says.
+
+        - ``memory_retained`` (warning): a list that keeps tensors (the classic leak, whatever its size), or at
+          least ``memory_retained_min_bytes`` kept that is neither gradients nor optimizer state while memory grew
+          by as much.
+        - ``training_state`` (info): what training keeps on purpose (the model's parameters, its gradients, the
+          optimizer's state) is most of what was kept: expected, made once, and not a leak.
+        """
         from nbdebug.core.knowledge import finding, threshold
 
         kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(s.site)), None)
+        evidence = {"retained_bytes": self.retained_bytes, "delta_bytes": self.delta_bytes, "device": self.device_kind}
         if kept_list is not None and self.retained_bytes > 0:  # the classic leak, named whatever its size
             return (finding(
                 "memory_retained",
                 f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive after it: the list filled at "
                 f"{kept_list.site} keeps tensors, and each keeps its autograd graph (the activations of its step) "
                 "alive; append a number (loss.item()) or a detached tensor (loss.detach()) instead.",
-                (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]),
-                evidence={"retained_bytes": self.retained_bytes, "device": self.device_kind}),)
-        if self.retained_bytes < threshold("memory_retained_min_bytes"):
+                (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]), evidence=evidence),)
+        least = threshold("memory_retained_min_bytes")
+        if self.retained_bytes < least:
             return ()
-        top = self.retained_sites[0] if self.retained_sites else None
-        where = (top.site,) if top is not None else ()
-        share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
-        return (finding("memory_retained", f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive "
-                                           f"after it{share}.", where,
-                        evidence={"retained_bytes": self.retained_bytes, "device": self.device_kind}),)
+        parts = {p.kind: p for p in self.retained_parts}
+        other = parts.get("other")
+        training = [p for p in self.retained_parts if p.kind != "other"]
+        found: list[Finding] = []
+        if other is not None and other.bytes >= least and self.delta_bytes >= least:
+            # grew, and not by what training keeps: a leak, or a result kept on purpose
+            top = other.sites[0] if other.sites else None
+            share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
+            besides = (f" (besides the {_and(p.kind for p in training)} that training keeps, "
+                       f"{fmt_bytes(sum(p.bytes for p in training))})" if training else "")
+            found.append(finding(
+                "memory_retained", f"{fmt_bytes(other.bytes)} allocated in the block is still alive after it{besides}"
+                                   f"{share}.", tuple(s.site for s in other.sites[:3] if top and s.bytes * 10 >= top.bytes),
+                evidence=evidence))
+        kept_training = sum(p.bytes for p in training)
+        if kept_training >= least and (other is None or other.bytes < least or self.delta_bytes < least):
+            found.append(finding("training_state", _training_message(training, self.delta_bytes, least),
+                                 tuple(p.sites[0].site for p in training if p.sites),
+                                 evidence={**evidence, **{p.kind.replace(" ", "_") + "_bytes": p.bytes
+                                                          for p in training}}))
+        return tuple(found)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
@@ -197,6 +249,33 @@ def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: l
     m.categories = tuple(names)
 
 
+def _and(words: Any) -> str:
+    words = list(words)
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+_KIND_NOTES = {
+    "parameters": "the model's weights, made when it is built or moved",
+    "gradients": "alive until the next zero_grad()",
+    "optimizer state": "made by the optimizer's first step(): Adam and AdamW keep two buffers the size of the "
+                       "parameters, SGD with momentum one",
+}
+
+
+def _training_message(training: list[RetainedPart], delta: int, least: float) -> str:
+    """What the model and training state kept by a block are, and whether memory grew (a first step, a new model)
+    or not (a later step)."""
+    total = sum(p.bytes for p in training)
+    described = "; ".join(f"the {p.kind}, {fmt_bytes(p.bytes)}"
+                          + (f" from {p.sites[0].site}" if p.sites else "") + f" ({_KIND_NOTES[p.kind]})"
+                          for p in training)
+    head = f"{fmt_bytes(total)} still alive after the block is what training keeps, not a leak: {described}."
+    if delta >= least:
+        return head + "  Each is made once and then reused, so running the block again does not add to it."
+    return head + (f"  The block freed the previous ones as it ran, so memory did not grow (delta "
+                   f"{fmt_bytes(delta)}).")
+
+
 # a line that appends to a list without turning the tensor into a number or detaching it
 _KEEPS_TENSORS = re.compile(r"\.append\((?![^)]*\.(?:item|detach|tolist|cpu\(\)\.numpy)\(|[^)]*\bfloat\()")
 
@@ -220,7 +299,7 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
     m, lo, hi = snap.model, st.lo, st.lo + st.n
     events = _Events(is_alloc=m.action[lo:hi] == ALLOC, size=m.size[lo:hi], stack=m.stack[lo:hi],
                      free_of=st.free_of, above=st.allocated - st.initial_allocated)
-    return _report(events, snap._group, snap, device_kind, seconds, prof, raw, keys)
+    return _report(events, snap._group, (m.frames, m.stacks), snap, device_kind, seconds, prof, raw, keys)
 
 
 def _build_cpu(allocations: Allocations, snap: MemorySnapshot, site_cols: tuple[np.ndarray, list[Any]],
@@ -237,11 +316,12 @@ def _build_cpu(allocations: Allocations, snap: MemorySnapshot, site_cols: tuple[
     def group(stacks: np.ndarray, sizes: np.ndarray) -> tuple[SiteBytes, ...]:
         return group_by_site(stack_site, sites, stacks, sizes, cells=snap.cells)
 
-    return _report(events, group, snap, "cpu", seconds, prof, None, keys)
+    return _report(events, group, (allocations.frames, allocations.stacks), snap, "cpu", seconds, prof, None,
+                   keys)
 
 
-def _report(e: _Events, group: Any, snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any, raw: Any,
-            keys: list[tuple[int, int]] | None) -> MemTrace:
+def _report(e: _Events, group: Any, frames_stacks: tuple[list[Any], list[Any]], snap: MemorySnapshot,
+            device_kind: str, seconds: float, prof: Any, raw: Any, keys: list[tuple[int, int]] | None) -> MemTrace:
     above = e.above
     if above.size:
         # the peak is the largest rise above the lowest level reached before it: a cell that first frees what an
@@ -254,8 +334,9 @@ def _report(e: _Events, group: Any, snap: MemorySnapshot, device_kind: str, seco
     else:
         above, p, peak, delta = np.zeros(0, np.int64), -1, 0, 0
     kept = np.flatnonzero(e.is_alloc & (e.free_of < 0))
-    retained = int(e.size[kept].sum())
-    retained_sites = group(e.stack[kept].astype(np.int64), e.size[kept])
+    kept_stacks, kept_sizes = e.stack[kept].astype(np.int64), e.size[kept]
+    retained = int(kept_sizes.sum())
+    retained_sites = group(kept_stacks, kept_sizes)
     if p >= 0 and peak > 0:
         alive = np.flatnonzero(e.is_alloc[:p + 1] & ((e.free_of[:p + 1] < 0) | (e.free_of[:p + 1] > p)))
         top = group(e.stack[alive].astype(np.int64), e.size[alive])
@@ -268,7 +349,8 @@ def _report(e: _Events, group: Any, snap: MemorySnapshot, device_kind: str, seco
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
                     events=int(np.count_nonzero(e.is_alloc)), top_sites=top, retained_sites=retained_sites,
                     timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
-                    _alloc_keys=keys or [])
+                    _alloc_keys=keys or [], _kept=(kept_stacks, kept_sizes), _frames_stacks=frames_stacks,
+                    _group=group)
 
 
 class MemTraceRecorder:
