@@ -28,6 +28,11 @@ CELLS = [
     # (the last line allocates through an operator: no call, so no recorded line)
     "%%memtrace --device cpu\nnet = nn.Linear(64, 64)\nkept = [net(torch.randn(32, 64)) for _ in range(3)]\n"
     "gram = kept[0] @ kept[0].T",
+    # %%memtrace around a model's first training steps: what training keeps is a remark, not the leak warning
+    "%%memtrace --device cpu\nnet3 = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))\n"
+    "adam = torch.optim.Adam(net3.parameters())\nfor _ in range(2):\n    adam.zero_grad()\n"
+    "    nn.functional.cross_entropy(net3(torch.randn(64, 512)), torch.randint(0, 10, (64,))).backward()\n"
+    "    adam.step()",
     # snapshot viewer
     "nbdebug.load_snapshot(nbdebug.examples.path('snapshots/forward_fp32_128.pickle'))",
     # NaN sentinel: the error panel with its section, as the post-run hook would show it (only the last cell
@@ -154,6 +159,13 @@ def test_every_panel_is_readable(lab, page, theme):
     assert "an operator such as @" in memtrace and "line 2" in memtrace, memtrace
     for internal in ("_cell.py", "run_body", "nbdebug/", "interactiveshell", "ipykernel"):
         assert internal not in memtrace, (internal, memtrace)
+    # a cell that builds a model and takes training steps: the panel is no warning, and says why
+    training = page.locator("details.nbdebug", has_text="training_state").first
+    assert "warning" not in (training.get_attribute("class") or ""), training.get_attribute("class")
+    said = training.inner_text()
+    for part in ("not a leak", "optimizer state", "gradients", "parameters", "zero_grad"):
+        assert part in said, (part, said)
+    assert "loss.item()" not in said and "no_grad" not in said, said
     # the %%memtrace sparkline: drawn inside its chart, across it, rising with the kept outputs
     spark = page.evaluate(MEMTRACE_SPARK_JS)
     assert spark and spark["inside"], spark
@@ -169,6 +181,7 @@ def test_every_panel_is_readable(lab, page, theme):
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}.png"), full_page=False)
     page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=str(DOCS / f"memtrace_{name}.png"))
+    training.screenshot(path=str(DOCS / f"memtrace_training_{name}.png"))
     page.locator("details.nbd-diagnosis").last.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}_error.png"), full_page=False)

@@ -266,9 +266,8 @@ def _training_message(training: list[RetainedPart], delta: int, least: float) ->
     """What the model and training state kept by a block are, and whether memory grew (a first step, a new model)
     or not (a later step)."""
     total = sum(p.bytes for p in training)
-    described = "; ".join(f"the {p.kind}, {fmt_bytes(p.bytes)}"
-                          + (f" from {p.sites[0].site}" if p.sites else "") + f" ({_KIND_NOTES[p.kind]})"
-                          for p in training)
+    # the sites are the finding's `where`, in the same order: the message keeps to what each part is
+    described = "; ".join(f"the {p.kind}, {fmt_bytes(p.bytes)} ({_KIND_NOTES[p.kind]})" for p in training)
     head = f"{fmt_bytes(total)} still alive after the block is what training keeps, not a leak: {described}."
     if delta >= least:
         return head + "  Each is made once and then reused, so running the block again does not add to it."
