@@ -464,3 +464,21 @@ def test_hugging_face_bert_first_step_is_training_state():
     parts = {p.kind: p for p in r.retained_parts}
     assert parts["gradients"].bytes == params and parts["optimizer state"].bytes >= 2 * params
     assert [f.kind for f in r.findings] == ["training_state"]
+
+
+def test_on_cuda_what_the_backward_thread_allocates_is_gradients(snapshots_dir):
+    """A real CUDA trace with Python-only stacks, cut in the middle of the backward pass: autograd's device thread
+    has no Python frame, so its allocations have no stack; in a block that called backward they are the backward
+    pass's, not unexplained memory.  The same trace read as CPU (no such thread) leaves them unexplained."""
+    from nbdebug.core.memory._trace import _build
+
+    with open(snapshots_dir / "torch2.10plus_cs336_magma27_memory_snapshot.pickle", "rb") as fh:
+        raw = pickle.load(fh)  # a file of the shared test data
+    trace = raw["device_traces"][0][:3000]
+    no_stack = sum(e["size"] for e in trace if e["action"] == "alloc" and not e.get("frames"))
+    assert no_stack > 0
+    cut = {"segments": [], "device_traces": [trace]}
+    on_cuda = {p.kind: p.bytes for p in _build(load_snapshot(cut), "cuda:0", 0.0).retained_parts}
+    as_cpu = {p.kind: p.bytes for p in _build(load_snapshot(cut), "cpu", 0.0).retained_parts}
+    assert on_cuda["gradients"] > as_cpu.get("gradients", 0) and on_cuda["gradients"] >= 1024**2
+    assert on_cuda["other"] < as_cpu["other"] and on_cuda["other"] > on_cuda["gradients"]  # the saved activations

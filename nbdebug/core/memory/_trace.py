@@ -32,7 +32,7 @@ from nbdebug.core.memory._cpu_record import (
 from nbdebug.core.memory._device import pair_frees
 from nbdebug.core.memory._model import ALLOC, site_columns
 from nbdebug.core.memory._results import RetainedPart, SiteBytes
-from nbdebug.core.memory._sites import OTHER, ROLE_NAMES, stack_role
+from nbdebug.core.memory._sites import GRADIENTS, OTHER, ROLE_NAMES, stack_role
 from nbdebug.core.memory._snapshot import MemorySnapshot, group_by_site, load_snapshot
 from nbdebug.errors import NbdebugError
 
@@ -116,6 +116,13 @@ class MemTrace(Result):
         frames, stack_frames = self._frames_stacks
         role_of = {i: stack_role([frames[f] for f in stack_frames[i]]) if i >= 0 else OTHER
                    for i in set(stacks.tolist())}
+        if self.device_kind.startswith("cuda") and any(i < 0 or not stack_frames[i] for i in role_of):
+            # on CUDA the backward pass runs on autograd's own thread, which has no Python frame: an allocation
+            # with no stack in a block that called backward from Python was made by it
+            backward = any(stack_role([frames[f] for f in ids]) == GRADIENTS for ids in stack_frames)
+            for i in role_of:
+                if i < 0 or not stack_frames[i]:
+                    role_of[i] = GRADIENTS if backward else OTHER
         if len(set(role_of.values())) == 1:  # the common case: one kind, whose sites are the retained sites
             role = next(iter(role_of.values()))
             return (RetainedPart(ROLE_NAMES[role], self.retained_bytes, self.retained_sites),)
