@@ -382,6 +382,7 @@ def test_a_first_training_step_keeps_gradients_and_adam_state_which_is_no_leak(i
     assert f.kind == "training_state" and f.severity == "info"
     assert "not a leak" in f.message and "first step" in f.message and "zero_grad" in f.message
     assert not any("loss.item()" in x.code or "no_grad" in x.code for x in f.fixes)
+    assert [x.title.split(":")[0] for x in f.fixes] == ["Gradients", "Optimizer state"]  # the parts it saw
     html = first._repr_html_()
     assert 'class="nbdebug ok' in html and 'data-kind="training_state"' in html and "memory_retained" not in html
 
@@ -464,6 +465,12 @@ def test_hugging_face_bert_first_step_is_training_state():
     parts = {p.kind: p for p in r.retained_parts}
     assert parts["gradients"].bytes == params and parts["optimizer state"].bytes >= 2 * params
     assert [f.kind for f in r.findings] == ["training_state"]
+    # each part has its own way to hold less
+    from nbdebug.core.knowledge import entry
+    from nbdebug.core.memory._sites import ROLE_NAMES
+
+    titles = [x.title.lower() for x in entry("training_state").fixes]
+    assert all(any(t.startswith(kind) for t in titles) for kind in ROLE_NAMES if kind != "other")
 
 
 def test_on_cuda_what_the_backward_thread_allocates_is_gradients(snapshots_dir):

@@ -79,11 +79,14 @@ ENTRIES: tuple[Entry, ...] = (
                  "which backward() leaves in .grad until the next zero_grad(); and the optimizer's state, created by "
                  "its first step() (Adam: two buffers per parameter; SGD with momentum: one).  Each is made once "
                  "and reused, so memory does not grow from step to step."),
+        # nothing needs fixing: each fix holds less of one part (the finding keeps those of the parts it saw)
         fixes=(
-            Fix("Nothing to fix; to hold less between steps, free the gradients as soon as the step is done",
+            Fix("Gradients: to hold less between steps, free them as soon as the step is done",
                 "optimizer.step()\noptimizer.zero_grad(set_to_none=True)"),
-            Fix("Keep less optimizer state: SGD with momentum keeps one buffer per parameter where Adam keeps two",
+            Fix("Optimizer state: SGD with momentum keeps one buffer per parameter where Adam keeps two",
                 "optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)"),
+            Fix("Parameters: half the bytes in bfloat16, where the model trains well in it",
+                "model = model.to(torch.bfloat16)"),
         ),
         sources=("https://docs.pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
                  "https://docs.pytorch.org/docs/stable/generated/torch.optim.Adam.html"),

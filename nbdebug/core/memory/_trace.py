@@ -144,7 +144,7 @@ class MemTrace(Result):
         - ``training_state`` (info): what training keeps on purpose (the model's parameters, its gradients, the
           optimizer's state) is most of what was kept: expected, made once, and not a leak.
         """
-        from nbdebug.core.knowledge import finding, threshold
+        from nbdebug.core.knowledge import entry, finding, threshold
 
         kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(s.site)), None)
         evidence = {"retained_bytes": self.retained_bytes, "delta_bytes": self.delta_bytes, "device": self.device_kind}
@@ -174,8 +174,10 @@ class MemTrace(Result):
                 evidence=evidence))
         kept_training = sum(p.bytes for p in training)
         if kept_training >= least and (other is None or other.bytes < least or self.delta_bytes < least):
+            fixes = [f for f in entry("training_state").fixes  # only those of the parts kept
+                     if any(f.title.lower().startswith(p.kind) for p in training)]
             found.append(finding("training_state", _training_message(training, self.delta_bytes, least),
-                                 tuple(p.sites[0].site for p in training if p.sites),
+                                 tuple(p.sites[0].site for p in training if p.sites), fixes=fixes,
                                  evidence={**evidence, **{p.kind.replace(" ", "_") + "_bytes": p.bytes
                                                           for p in training}}))
         return tuple(found)
