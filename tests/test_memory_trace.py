@@ -378,6 +378,10 @@ def test_a_first_training_step_keeps_gradients_and_adam_state_which_is_no_leak(i
     assert 2 * params <= parts["optimizer state"].bytes < 2 * params + 64 * 4  # exp_avg, exp_avg_sq (+ step)
     assert "loss.backward()" in parts["gradients"].sites[0].site and "_topt.step()" in parts["optimizer state"].sites[0].site
     assert "other" not in parts or parts["other"].bytes < 1024**2
+    import json
+
+    as_json = json.loads(json.dumps(first.to_dict()))
+    assert {p["kind"]: p["bytes"] for p in as_json["retained_parts"]}["gradients"] == params
     (f,) = first.findings
     assert f.kind == "training_state" and f.severity == "info"
     assert "not a leak" in f.message and "first step" in f.message and "zero_grad" in f.message

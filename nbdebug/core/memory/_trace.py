@@ -101,6 +101,8 @@ class MemTrace(Result):
                                            "seconds")}
         d["top_sites"] = [vars(s) for s in self.top_sites]
         d["retained_sites"] = [vars(s) for s in self.retained_sites]
+        d["retained_parts"] = [{"kind": p.kind, "bytes": p.bytes, "sites": [vars(s) for s in p.sites]}
+                               for p in self.retained_parts]
         return d
 
     def _records(self) -> list[dict[str, Any]]:
@@ -111,7 +113,9 @@ class MemTrace(Result):
     def retained_parts(self) -> tuple[RetainedPart, ...]:
         """What is still alive after the block, by kind, largest first (see ``stack_role``)."""
         stacks, sizes = self._kept
-        if not stacks.size or self._group is None:
+        if self._group is None:  # made without its allocations: all of it, unexplained
+            return (RetainedPart("other", self.retained_bytes, self.retained_sites),) if self.retained_bytes else ()
+        if not stacks.size:
             return ()
         frames, stack_frames = self._frames_stacks
         role_of = {i: stack_role([frames[f] for f in stack_frames[i]]) if i >= 0 else OTHER
