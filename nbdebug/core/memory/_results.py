@@ -13,8 +13,8 @@ from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
 
 __all__ = [
-    "SiteBytes", "RetainedPart", "AliveBlock", "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites", "SegmentRow", "OomRow",
-    "Fragmentation", "NeverFreed", "AnnotationRow", "Annotations", "DiffRow", "SnapshotDiff",
+    "SiteBytes", "RetainedPart", "AliveBlock", "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites",
+    "SegmentRow", "OomRow", "Fragmentation", "NeverFreed", "AnnotationRow", "Annotations", "DiffRow", "SnapshotDiff",
 ]
 
 
@@ -33,8 +33,9 @@ class SiteBytes:
 
 @dataclass(frozen=True)
 class RetainedPart:
-    """Memory a traced block kept alive, of one kind: ``"gradients"`` (made by the backward pass), ``"optimizer
-    state"`` (made by an optimizer's step) or ``"other"``; with its sites, largest first."""
+    """Memory a traced block kept alive, of one kind: ``"parameters"`` (made by building or moving a model),
+    ``"gradients"`` (made by the backward pass), ``"optimizer state"`` (made by an optimizer's step) or
+    ``"other"``; with its sites, largest first."""
 
     kind: str
     bytes: int

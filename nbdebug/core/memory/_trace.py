@@ -143,8 +143,8 @@ class MemTrace(Result):
         """What the memory kept alive after the block says.
 
         - ``memory_retained`` (warning): a list that keeps tensors (the classic leak, whatever its size), or at
-          least ``memory_retained_min_bytes`` kept that is neither gradients nor optimizer state while memory grew
-          by as much.
+          least ``memory_retained_min_bytes`` kept that is not what training keeps (see ``retained_parts``); the
+          message counts that training state apart.
         - ``training_state`` (info): what training keeps on purpose (the model's parameters, its gradients, the
           optimizer's state) is most of what was kept: expected, made once, and not a leak.
         """
@@ -166,8 +166,7 @@ class MemTrace(Result):
         other = parts.get("other")
         training = [p for p in self.retained_parts if p.kind != "other"]
         found: list[Finding] = []
-        if other is not None and other.bytes >= least and self.delta_bytes >= least:
-            # grew, and not by what training keeps: a leak, or a result kept on purpose
+        if other is not None and other.bytes >= least:  # not what training keeps: a leak, or a result kept on purpose
             top = other.sites[0] if other.sites else None
             share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
             besides = (f" (besides the {_and(p.kind for p in training)} that training keeps, "
@@ -177,7 +176,7 @@ class MemTrace(Result):
                                    f"{share}.", tuple(s.site for s in other.sites[:3] if top and s.bytes * 10 >= top.bytes),
                 evidence=evidence))
         kept_training = sum(p.bytes for p in training)
-        if kept_training >= least and (other is None or other.bytes < least or self.delta_bytes < least):
+        if kept_training >= least and (other is None or other.bytes < least):
             fixes = [f for f in entry("training_state").fixes  # only those of the parts kept
                      if any(f.title.lower().startswith(p.kind) for p in training)]
             found.append(finding("training_state", _training_message(training, self.delta_bytes, least),
