@@ -166,6 +166,7 @@ def test_leak_is_a_retained_memory_finding_and_the_fix_is_not(ip):
     data = ip.display_formatter.format(leak)[0]
     assert 'data-kind="memory_retained"' in data["text/html"] and "memory_retained" in data["text/plain"]
     assert "memory_retained" not in ip.display_formatter.format(fixed)[0]["text/html"]
+    assert "kept as" not in data["text/html"]  # nothing of it is training state: no such column
 
 
 def test_shell_escapes_and_line_magics_work_inside_the_cell(ip, tmp_path):
@@ -389,6 +390,10 @@ def test_a_first_training_step_keeps_gradients_and_adam_state_which_is_no_leak(i
     assert [x.title.split(":")[0] for x in f.fixes] == ["Gradients", "Optimizer state"]  # the parts it saw
     html = first._repr_html_()
     assert 'class="nbdebug ok' in html and 'data-kind="training_state"' in html and "memory_retained" not in html
+    # each retained line says what its memory is
+    assert "<th>kept as</th>" in html and "<td>optimizer state</td>" in html and "<td>gradients</td>" in html
+    text = ip.display_formatter.format(first)[0]["text/plain"]
+    assert "_topt.step()  [optimizer state]" in text and "loss.backward()  [gradients]" in text
 
     # run again: the gradients of the last step are kept, the previous ones were freed, Adam's state is reused
     again = _run(ip, TRAIN)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from nbdebug.core.memory._results import (
     Annotations,
@@ -42,17 +42,24 @@ def _when(time_us: float | None, index: int) -> str:
     return f"event {index} ({stamp:%Y-%m-%d %H:%M:%S.%f} UTC)"
 
 
-def sites_table_text(sites: Sequence[SiteBytes], *, limit: int = 10, indent: str = "  ") -> str:
-    """Aligned ``bytes  count  site`` lines."""
-    lines = [f"{indent}{fmt_bytes(s.bytes):>11}  {s.count:>7}x  {s.site}" for s in list(sites)[:limit]]
+def sites_table_text(sites: Sequence[SiteBytes], *, limit: int = 10, indent: str = "  ",
+                     kinds: Mapping[str, str] | None = None) -> str:
+    """Aligned ``bytes  count  site`` lines (with ``[kind]`` after a site that ``kinds`` names)."""
+    kinds = kinds or {}
+    lines = [f"{indent}{fmt_bytes(s.bytes):>11}  {s.count:>7}x  {s.site}"
+             + (f"  [{kinds[s.site]}]" if kinds.get(s.site) else "") for s in list(sites)[:limit]]
     if len(sites) > limit:
         rest = sum(s.bytes for s in list(sites)[limit:])
         lines.append(f"{indent}{fmt_bytes(rest):>11}  {'':>8}  ({len(sites) - limit} more sites)")
     return "\n".join(lines) if lines else f"{indent}(none)"
 
 
-def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str = "blocks") -> str:
-    """An HTML table of ``site, bytes, count``; the sites past ``limit`` summed in one last row."""
+def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str = "blocks",
+                     kinds: Mapping[str, str] | None = None) -> str:
+    """An HTML table of ``site, bytes, count``; the sites past ``limit`` summed in one last row.
+
+    With ``kinds`` (site -> what its memory is), a "kept as" column comes after the site.
+    """
     shown = list(sites)
     rows: list[tuple[object, ...]] = [(s.site, fmt_bytes(s.bytes), s.count) for s in shown[:limit]]
     if len(shown) > limit:
@@ -60,7 +67,20 @@ def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str 
         rows.append((f"({len(rest)} more sites)", fmt_bytes(sum(s.bytes for s in rest)), sum(s.count for s in rest)))
     if not rows:
         return '<div class="nbd-muted">(none)</div>'
+    if kinds:
+        return table(["site", "kept as", "bytes", count], [(r[0], kinds.get(str(r[0]), ""), *r[1:]) for r in rows],
+                     numeric=(2, 3))
     return table(["site", "bytes", count], rows, numeric=(1, 2))
+
+
+def _kinds_of_sites(t: MemTrace) -> dict[str, str]:
+    """What each retained site's memory mostly is (parameters, gradients, optimizer state); none for "other"."""
+    most: dict[str, tuple[int, str]] = {}
+    for part in t.retained_parts:
+        for site in part.sites:
+            if site.bytes > most.get(site.site, (-1, ""))[0]:
+                most[site.site] = (site.bytes, part.kind)
+    return {site: kind for site, (_, kind) in most.items() if kind != "other"}
 
 
 def sparkline(values: Sequence[float], width: int = 48) -> str:
@@ -369,7 +389,7 @@ def memtrace_text(t: MemTrace) -> str:
         lines.append(f"  {sparkline(t.timeline, 48)}")
     if t.retained_sites:
         lines.append("  retained after the cell, by site:")
-        lines.append(sites_table_text(t.retained_sites, limit=5, indent="    "))
+        lines.append(sites_table_text(t.retained_sites, limit=5, indent="    ", kinds=_kinds_of_sites(t)))
     lines.append("  top sites at the peak:")
     lines.append(sites_table_text(t.top_sites, limit=5, indent="    "))
     if t.findings:
@@ -387,7 +407,8 @@ def memtrace_html(t: MemTrace) -> str:
     if t.findings:
         body += findings_html(t.findings)
     if t.retained_sites:
-        body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8)
+        body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8,
+                                                                               kinds=_kinds_of_sites(t))
     body += "<h4>Alive at the peak, by site</h4>" + sites_table_html(t.top_sites, limit=8)
     kind = "warning" if any(f.severity != "info" for f in t.findings) else "ok"  # a remark is no warning
     return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body, kind=kind)

@@ -163,7 +163,7 @@ def test_every_panel_is_readable(lab, page, theme):
     training = page.locator("details.nbdebug", has_text="training_state").first
     assert "warning" not in (training.get_attribute("class") or ""), training.get_attribute("class")
     said = training.inner_text()
-    for part in ("not a leak", "optimizer state", "gradients", "parameters", "zero_grad"):
+    for part in ("not a leak", "optimizer state", "gradients", "parameters", "zero_grad", "kept as"):
         assert part in said, (part, said)
     assert "loss.item()" not in said and "no_grad" not in said, said
     # the %%memtrace sparkline: drawn inside its chart, across it, rising with the kept outputs
@@ -181,7 +181,10 @@ def test_every_panel_is_readable(lab, page, theme):
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}.png"), full_page=False)
     page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=str(DOCS / f"memtrace_{name}.png"))
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": 1600})  # the whole panel, above the status bar
     training.screenshot(path=str(DOCS / f"memtrace_training_{name}.png"))
+    page.set_viewport_size(size)
     page.locator("details.nbd-diagnosis").last.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(DOCS / f"theme_{name}_error.png"), full_page=False)
