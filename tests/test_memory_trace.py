@@ -284,7 +284,9 @@ def test_the_classic_leak_is_named_and_the_fixed_loop_is_clean(ip):
     leak, fixed = ip.user_ns["_leak"], ip.user_ns["_fixed"]
     (f,) = leak.findings
     assert f.kind == "memory_retained" and "_losses.append(_crit(out, yb))" in f.where[0]
-    assert "loss.item()" in f.message and "autograd graph" in f.message
+    # the fix in the user's own names: the list holds single numbers' tensors, so keep the numbers
+    assert "_crit(out, yb).item()" in f.message and "autograd graph" in f.message
+    assert f.fixes[0].code == "_losses.append(_crit(out, yb).item())"
     assert 'class="nbdebug warning' in leak._repr_html_()
     assert fixed.findings == () and fixed.delta_bytes < 0  # it freed the previous cell's list first
     assert fixed.peak_bytes > 0 and 'class="nbdebug warning' not in fixed._repr_html_()
@@ -498,3 +500,39 @@ def test_on_cuda_what_the_backward_thread_allocates_is_gradients(snapshots_dir):
     as_cpu = {p.kind: p.bytes for p in _build(load_snapshot(cut), "cpu", 0.0).retained_parts}
     assert on_cuda["gradients"] > as_cpu.get("gradients", 0) and on_cuda["gradients"] >= 1024**2
     assert on_cuda["other"] < as_cpu["other"] and on_cuda["other"] > on_cuda["gradients"]  # the saved activations
+
+
+def test_predictions_kept_with_their_graphs_say_no_grad_and_under_no_grad_are_no_leak(ip):
+    """A list of predictions made with grad on keeps each batch's graph: the first fix is no_grad, in the user's
+    names.  The same list made under no_grad keeps only the predictions: no warning at all (it used to say that
+    each kept its autograd graph, on the very code that fixed it)."""
+    grad = _trace(ip, GRAD_INFERENCE)
+    (f,) = grad.findings
+    assert f.kind == "memory_retained" and "the list preds" in f.message and "torch.no_grad()" in f.message
+    assert "with torch.no_grad()" in f.fixes[0].code and f.fixes[1].code == "preds.append(model(xb).detach())"
+    assert "loss" not in f.message
+    nograd = _trace(ip, NO_GRAD_INFERENCE)
+    assert nograd.retained_bytes > 0 and nograd.findings == ()
+    assert 'class="nbdebug warning' not in nograd._repr_html_()
+
+
+def test_a_list_comprehension_of_predictions_puts_no_grad_first(ip):
+    r = _trace(ip, "preds = [model(xb) for xb, _ in batches]\n")
+    (f,) = r.findings
+    assert f.kind == "memory_retained" and "no_grad" in f.fixes[0].code  # no backward ran: inference
+
+
+def test_the_context_manager_looks_at_the_callers_lists():
+    """``with memtrace():`` inside a function: the list is the function's local, looked at after the block."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    xs = [torch.randn(256, 64) for _ in range(4)]
+
+    def kept(no_grad: bool) -> MemTrace:
+        outs = []
+        with memtrace("cpu") as rec, torch.set_grad_enabled(not no_grad):
+            for x in xs:
+                outs.append(model(x))
+        return rec.result
+
+    assert [f.kind for f in kept(no_grad=False).findings] == ["memory_retained"]
+    assert kept(no_grad=True).findings == ()

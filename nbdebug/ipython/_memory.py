@@ -77,7 +77,8 @@ class MemoryMagics(Magics):
             raise UsageError(f"%%memtrace: {e}") from e
 
         def report(error: BaseException | None) -> Any:
-            result = recorder.finish(cells=cell_names(self.shell))
+            namespace = self.shell.user_ns if self.shell is not None else None
+            result = recorder.finish(cells=cell_names(self.shell), namespace=namespace)
             if error is not None:
                 from nbdebug.core.memory._oom import is_cuda_oom
 

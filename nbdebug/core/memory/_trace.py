@@ -8,10 +8,12 @@ switched off in ``finally`` whatever the block does (exception, ``KeyboardInterr
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sys
 import time
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -92,6 +94,8 @@ class MemTrace(Result):
                                                  compare=False)
     _frames_stacks: tuple[list[Any], list[Any]] = field(default=([], []), compare=False)
     _group: Any = field(default=None, compare=False)
+    # retained sites that append to a list -> what that list was seen to hold after the block (see _look_at_lists)
+    _kept_lists: Mapping[str, _KeptList] = field(default_factory=dict, compare=False)
 
     def _summary_line(self) -> str:
         return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
@@ -150,15 +154,15 @@ class MemTrace(Result):
         """
         from nbdebug.core.knowledge import entry, finding, threshold
 
-        kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(s.site)), None)
         evidence = {"retained_bytes": self.retained_bytes, "delta_bytes": self.delta_bytes, "device": self.device_kind}
-        if kept_list is not None and self.retained_bytes > 0:  # the classic leak, named whatever its size
-            return (finding(
-                "memory_retained",
-                f"{fmt_bytes(self.retained_bytes)} allocated in the block is still alive after it: the list filled at "
-                f"{kept_list.site} keeps tensors, and each keeps its autograd graph (the activations of its step) "
-                "alive; append a number (loss.item()) or a detached tensor (loss.detach()) instead.",
-                (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]), evidence=evidence),)
+        kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(_source(s))), None)
+        seen = self._kept_lists.get(kept_list.site) if kept_list is not None else None
+        # the classic leak, named whatever its size; unless the list was seen after the block to hold tensors with
+        # no graph (predictions made under no_grad, detached values): results kept on purpose, judged below
+        if kept_list is not None and self.retained_bytes > 0 and (seen is None or seen.graphs is not False):
+            return (_list_leak(self.retained_bytes, kept_list, seen,
+                               (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]),
+                               evidence),)
         least = threshold("memory_retained_min_bytes")
         if self.retained_bytes < least:
             return ()
@@ -171,10 +175,13 @@ class MemTrace(Result):
             share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
             besides = (f" (besides the {_and(p.kind for p in training)} that training keeps, "
                        f"{fmt_bytes(sum(p.bytes for p in training))})" if training else "")
+            fixes = list(entry("memory_retained").fixes)
+            if "gradients" not in parts:  # no backward in the block: graphs kept by inference, not by losses
+                fixes.sort(key=lambda f: "no_grad" not in f.code)
             found.append(finding(
                 "memory_retained", f"{fmt_bytes(other.bytes)} allocated in the block is still alive after it{besides}"
                                    f"{share}.", tuple(s.site for s in other.sites[:3] if top and s.bytes * 10 >= top.bytes),
-                evidence=evidence))
+                fixes=fixes, evidence=evidence))
         kept_training = sum(p.bytes for p in training)
         if kept_training >= least and (other is None or other.bytes < least):
             fixes = [f for f in entry("training_state").fixes  # only those of the parts kept
@@ -289,6 +296,81 @@ def _training_message(training: list[RetainedPart], delta: int, least: float) ->
 
 # a line that appends to a list without turning the tensor into a number or detaching it
 _KEEPS_TENSORS = re.compile(r"\.append\((?![^)]*\.(?:item|detach|tolist|cpu\(\)\.numpy)\(|[^)]*\bfloat\()")
+# the list and the value of such a line
+_APPEND = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\.append\((.+)\)")
+
+
+@dataclass(frozen=True)
+class _KeptList:
+    """A list a retained line appends to, as seen after the block: whether its tensors keep autograd graphs and
+    whether they are single numbers (None: not seen, e.g. an attribute or a list of dicts)."""
+
+    name: str
+    value: str
+    graphs: bool | None = None
+    scalars: bool | None = None
+
+
+def _source(site: SiteBytes) -> str:
+    """The source line of a site (a notebook cell's too: IPython keeps them in linecache), else its label."""
+    if site.filename and site.line > 0:
+        text = linecache.getline(site.filename, site.line).strip()
+        if text:
+            return text
+    return site.site
+
+
+def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any] | None) -> dict[str, _KeptList]:
+    """For each retained site that appends a tensor to a list: that list, looked up by name in the namespace
+    the block ran in, and what its (last 256) tensors hold.  Only plain names are looked up: nothing of the
+    user's runs (no attribute, no property)."""
+    torch = sys.modules.get("torch")
+    out = {}
+    for site in sites:
+        source = _source(site)
+        m = _APPEND.search(source) if _KEEPS_TENSORS.search(source) else None
+        if m is None:
+            continue
+        name, value = m.group(1), m.group(2).strip()
+        graphs: bool | None = None
+        scalars: bool | None = None
+        held = namespace.get(name) if namespace is not None and "." not in name else None
+        if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
+            tensors = [t for t in held[-256:] if isinstance(t, torch.Tensor)]
+            if tensors:
+                graphs = any(t.grad_fn is not None for t in tensors)
+                scalars = all(t.numel() == 1 for t in tensors)
+        out[site.site] = _KeptList(name, value, graphs, scalars)
+    return out
+
+
+def _list_leak(retained: int, site: SiteBytes, seen: _KeptList | None, where: tuple[str, ...],
+               evidence: dict[str, Any]) -> Finding:
+    """The classic leak: a list that keeps tensors with their graphs; the fix in the user's own names."""
+    from nbdebug.core._findings import Fix
+    from nbdebug.core.knowledge import finding
+
+    if seen is None:
+        m = _APPEND.search(_source(site))
+        seen = _KeptList(m.group(1), m.group(2).strip()) if m else _KeptList("the list", "loss")
+    name, value = seen.name, seen.value
+    number = seen.scalars if seen.scalars is not None else "loss" in value.lower()
+    append = f"{name}.append" if seen.name != "the list" else "losses.append"
+    if number:  # a loss or a metric: keep the number
+        advice = f"append a number ({value}.item()) instead, or a detached tensor ({value}.detach())"
+        fixes = [Fix("Keep numbers, not graphs", f"{append}({value}.item())"),
+                 Fix("Or keep the tensor without its graph", f"{append}({value}.detach())")]
+    else:  # predictions, activations: no graph is needed to keep them
+        advice = (f"run the loop under torch.no_grad() when no backward follows, or append {value}.detach() "
+                  "instead")
+        fixes = [Fix("Run inference without building a graph", f"with torch.no_grad():\n    ...\n    {append}({value})"),
+                 Fix("Or keep the tensor without its graph", f"{append}({value}.detach())")]
+    graphs = "with their autograd graphs" if seen.graphs else "and each keeps its autograd graph"
+    return finding(
+        "memory_retained",
+        f"{fmt_bytes(retained)} allocated in the block is still alive after it: the list {name}, filled at "
+        f"{site.site}, keeps tensors {graphs} (the activations of each step) alive; {advice}.",
+        where, fixes=fixes, evidence=evidence)
 
 
 @dataclass(frozen=True)
@@ -457,10 +539,13 @@ class MemTraceRecorder:
             os.environ.pop("KINETO_LOG_LEVEL", None)
             self._set_kineto = False
 
-    def finish(self, *, cells: Mapping[str, str] | None = None) -> MemTrace:
+    def finish(self, *, cells: Mapping[str, str] | None = None,
+               namespace: Mapping[str, Any] | None = None) -> MemTrace:
         """Convert the recording into a ``MemTrace``.
 
-        ``cells`` maps notebook cells' file names to the names the user knows (``In [12]``), for the sites.
+        ``cells`` maps notebook cells' file names to the names the user knows (``In [12]``), for the sites;
+        ``namespace`` is where the block ran (a notebook's, or the caller's locals), where a list that a retained
+        line appends to is looked at (does it keep graphs?).  Nothing of it is kept.
         """
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
@@ -484,6 +569,8 @@ class MemTraceRecorder:
             snap._default = dev
             snap.cells = dict(cells or {})
             result = _build(snap, self._kind, seconds, raw=self._raw)
+        if namespace is not None and any(_KEEPS_TENSORS.search(_source(site)) for site in result.retained_sites):
+            object.__setattr__(result, "_kept_lists", _look_at_lists(result.retained_sites, namespace))
         self.result = result
         if self.save_path:
             try:
@@ -513,11 +600,14 @@ class MemTraceRecorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+        caller = sys._getframe(1)  # the frame running the with-block: its names, for the lists it filled
+        namespace = ChainMap(caller.f_locals, caller.f_globals)
+        del caller
         if exc[0] is None:
-            self.finish()
+            self.finish(namespace=namespace)
         else:  # still give the user the numbers of a failing block, without masking its error
             try:
-                self.finish()
+                self.finish(namespace=namespace)
             except Exception as e:  # pragma: no cover - the user's error matters more
                 print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
 
