@@ -160,7 +160,11 @@ def test_leak_is_a_retained_memory_finding_and_the_fix_is_not(ip):
     fixed = _trace(ip, FIXED)
     (found,) = leak.findings
     assert found.kind == "memory_retained" and found.severity == "warning"
-    assert found.where[0] == leak.retained_sites[0].site and found.evidence["retained_bytes"] == leak.retained_bytes
+    # the line that fills the list first (it allocates nothing itself: the list was looked at after the cell), then
+    # the lines whose memory it keeps
+    assert "line 5: losses.append(loss)" in found.where[0] and found.where[1] == leak.retained_sites[0].site
+    assert found.evidence["retained_bytes"] == leak.retained_bytes
+    assert "the list losses" in found.message and found.fixes[0].code == "losses.append(loss.item())"
     assert any("loss.item()" in f.code for f in found.fixes)
     assert fixed.findings == ()
     data = ip.display_formatter.format(leak)[0]
@@ -536,3 +540,30 @@ def test_the_context_manager_looks_at_the_callers_lists():
 
     assert [f.kind for f in kept(no_grad=False).findings] == ["memory_retained"]
     assert kept(no_grad=True).findings == ()
+
+
+def test_a_list_of_losses_filled_in_a_function_is_found_by_looking_at_it():
+    """The line that appends allocates nothing (the loss was made a line before): the list is found in the lines
+    of the block, looked up where the block ran, and tied to the block by its tensors' storage."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    batches = [(torch.randn(256, 64), torch.randn(256, 1)) for _ in range(4)]
+
+    def evaluate(keep_graphs: bool) -> MemTrace:
+        history = []
+        with memtrace("cpu") as rec, torch.set_grad_enabled(keep_graphs):
+            for x, y in batches:
+                out = model(x)
+                err = torch.nn.functional.mse_loss(out, y)
+                history.append(err)
+        return rec.result
+
+    (f,) = evaluate(keep_graphs=True).findings
+    assert f.kind == "memory_retained" and "history.append(err)" in f.where[0] and "the list history" in f.message
+    assert f.fixes[0].code == "history.append(err.item())"  # its tensors are single numbers
+    assert evaluate(keep_graphs=False).findings == ()
+
+
+def test_losses_kept_under_no_grad_are_no_leak(ip):
+    r = _trace(ip, "losses = []\nwith torch.no_grad():\n    for xb, yb in batches:\n        out = model(xb)\n"
+                   "        loss = criterion(out, yb)\n        losses.append(loss)\n")
+    assert r.retained_bytes > 0 and r.findings == ()

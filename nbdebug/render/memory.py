@@ -73,16 +73,6 @@ def sites_table_html(sites: Sequence[SiteBytes], *, limit: int = 20, count: str 
     return table(["site", "bytes", count], rows, numeric=(1, 2))
 
 
-def _kinds_of_sites(t: MemTrace) -> dict[str, str]:
-    """What each retained site's memory mostly is (parameters, gradients, optimizer state); none for "other"."""
-    most: dict[str, tuple[int, str]] = {}
-    for part in t.retained_parts:
-        for site in part.sites:
-            if site.bytes > most.get(site.site, (-1, ""))[0]:
-                most[site.site] = (site.bytes, part.kind)
-    return {site: kind for site, (_, kind) in most.items() if kind != "other"}
-
-
 def sparkline(values: Sequence[float], width: int = 48) -> str:
     """A one-line block-character chart of ``values`` (max of each bucket)."""
     import numpy as np
@@ -389,7 +379,7 @@ def memtrace_text(t: MemTrace) -> str:
         lines.append(f"  {sparkline(t.timeline, 48)}")
     if t.retained_sites:
         lines.append("  retained after the cell, by site:")
-        lines.append(sites_table_text(t.retained_sites, limit=5, indent="    ", kinds=_kinds_of_sites(t)))
+        lines.append(sites_table_text(t.retained_sites, limit=5, indent="    ", kinds=t.retained_kinds))
     lines.append("  top sites at the peak:")
     lines.append(sites_table_text(t.top_sites, limit=5, indent="    "))
     if t.findings:
@@ -408,7 +398,7 @@ def memtrace_html(t: MemTrace) -> str:
         body += findings_html(t.findings)
     if t.retained_sites:
         body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8,
-                                                                               kinds=_kinds_of_sites(t))
+                                                                               kinds=t.retained_kinds)
     body += "<h4>Alive at the peak, by site</h4>" + sites_table_html(t.top_sites, limit=8)
     kind = "warning" if any(f.severity != "info" for f in t.findings) else "ok"  # a remark is no warning
     return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body, kind=kind)

@@ -34,7 +34,7 @@ from nbdebug.core.memory._cpu_record import (
 from nbdebug.core.memory._device import pair_frees
 from nbdebug.core.memory._model import ALLOC, site_columns
 from nbdebug.core.memory._results import RetainedPart, SiteBytes
-from nbdebug.core.memory._sites import GRADIENTS, OTHER, ROLE_NAMES, stack_role
+from nbdebug.core.memory._sites import GRADIENTS, OTHER, ROLE_NAMES, format_frame, short_path, stack_role
 from nbdebug.core.memory._snapshot import MemorySnapshot, group_by_site, load_snapshot
 from nbdebug.errors import NbdebugError
 
@@ -94,8 +94,9 @@ class MemTrace(Result):
                                                  compare=False)
     _frames_stacks: tuple[list[Any], list[Any]] = field(default=([], []), compare=False)
     _group: Any = field(default=None, compare=False)
-    # retained sites that append to a list -> what that list was seen to hold after the block (see _look_at_lists)
-    _kept_lists: Mapping[str, _KeptList] = field(default_factory=dict, compare=False)
+    _kept_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False)
+    # (file, line) of a line that appends to a list -> what that list was seen to hold (see _look_at_lists)
+    _kept_lists: Mapping[tuple[str, int], _KeptList] = field(default_factory=dict, compare=False)
 
     def _summary_line(self) -> str:
         return f"{self.device_kind}: peak {fmt_bytes(self.peak_bytes)}, retained {fmt_bytes(self.retained_bytes)}"
@@ -143,6 +144,17 @@ class MemTrace(Result):
         return tuple(sorted(parts, key=lambda p: -p.bytes))
 
     @cached_property
+    def retained_kinds(self) -> dict[str, str]:
+        """What each retained site's memory mostly is (``"parameters"``, ``"gradients"``, ``"optimizer state"``),
+        for the sites where that is not ``"other"`` (the "kept as" column of the report)."""
+        most: dict[str, tuple[int, str]] = {}
+        for part in self.retained_parts:
+            for site in part.sites:
+                if site.bytes > most.get(site.site, (-1, ""))[0]:
+                    most[site.site] = (site.bytes, part.kind)
+        return {site: kind for site, (_, kind) in most.items() if kind != "other"}
+
+    @cached_property
     def findings(self) -> tuple[Finding, ...]:
         """What the memory kept alive after the block says.
 
@@ -155,14 +167,20 @@ class MemTrace(Result):
         from nbdebug.core.knowledge import entry, finding, threshold
 
         evidence = {"retained_bytes": self.retained_bytes, "delta_bytes": self.delta_bytes, "device": self.device_kind}
+        # the classic leak, named whatever its size: a list filled in the block that keeps tensors with their
+        # graphs.  A retained line that appends to it, or a line of the block that fills a list seen after it to
+        # hold such tensors made in the block.  Not a list seen to hold tensors with no graph (predictions made
+        # under no_grad, detached values): results kept on purpose, judged below with the rest.
         kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(_source(s))), None)
-        seen = self._kept_lists.get(kept_list.site) if kept_list is not None else None
-        # the classic leak, named whatever its size; unless the list was seen after the block to hold tensors with
-        # no graph (predictions made under no_grad, detached values): results kept on purpose, judged below
-        if kept_list is not None and self.retained_bytes > 0 and (seen is None or seen.graphs is not False):
-            return (_list_leak(self.retained_bytes, kept_list, seen,
-                               (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2]),
-                               evidence),)
+        if kept_list is not None and self.retained_bytes > 0:
+            seen = self._kept_lists.get((kept_list.filename, kept_list.line))
+            if seen is None or seen.graphs is not False:
+                where = (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2])
+                return (_list_leak(self.retained_bytes, kept_list.site, _source(kept_list), seen, where, evidence),)
+        filled = next((k for k in self._kept_lists.values() if k.graphs and k.made_here), None)
+        if filled is not None and self.retained_bytes > 0:
+            where = (filled.label, *[s.site for s in self.retained_sites[:2]])
+            return (_list_leak(self.retained_bytes, filled.label, "", filled, where, evidence),)
         least = threshold("memory_retained_min_bytes")
         if self.retained_bytes < least:
             return ()
@@ -302,13 +320,16 @@ _APPEND = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\.append\((.+)\)")
 
 @dataclass(frozen=True)
 class _KeptList:
-    """A list a retained line appends to, as seen after the block: whether its tensors keep autograd graphs and
-    whether they are single numbers (None: not seen, e.g. an attribute or a list of dicts)."""
+    """A list that a line of the block appends tensors to, as seen after the block: whether they keep autograd
+    graphs, whether they are single numbers, whether some were made in the block (None: not seen, e.g. an
+    attribute or a list of dicts)."""
 
+    label: str  # the line, named as the sites are
     name: str
     value: str
     graphs: bool | None = None
     scalars: bool | None = None
+    made_here: bool | None = None
 
 
 def _source(site: SiteBytes) -> str:
@@ -320,39 +341,60 @@ def _source(site: SiteBytes) -> str:
     return site.site
 
 
-def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any] | None) -> dict[str, _KeptList]:
-    """For each retained site that appends a tensor to a list: that list, looked up by name in the namespace
-    the block ran in, and what its (last 256) tensors hold.  Only plain names are looked up: nothing of the
-    user's runs (no attribute, no property)."""
+def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], cells: Mapping[str, str],
+                   kept_addresses: np.ndarray) -> dict[tuple[str, int], _KeptList]:
+    """The lines of the block's code that append a tensor to a list (the cells of the retained sites, or the
+    lines around them in a file), nearest the sites first, with that list looked up by name where the block
+    ran: do its (last 256) tensors keep graphs, are they numbers, were some made in the block (their storage
+    is memory the block kept).  Only plain names are looked up: nothing of the user's runs (no attribute, no
+    property)."""
     torch = sys.modules.get("torch")
-    out = {}
+    found: list[tuple[int, tuple[str, int], _KeptList]] = []
+    near: dict[str, list[int]] = {}  # file -> the lines of its retained sites
     for site in sites:
-        source = _source(site)
-        m = _APPEND.search(source) if _KEEPS_TENSORS.search(source) else None
-        if m is None:
-            continue
-        name, value = m.group(1), m.group(2).strip()
-        graphs: bool | None = None
-        scalars: bool | None = None
-        held = namespace.get(name) if namespace is not None and "." not in name else None
-        if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
-            tensors = [t for t in held[-256:] if isinstance(t, torch.Tensor)]
-            if tensors:
-                graphs = any(t.grad_fn is not None for t in tensors)
-                scalars = all(t.numel() == 1 for t in tensors)
-        out[site.site] = _KeptList(name, value, graphs, scalars)
-    return out
+        if site.filename and site.line > 0:
+            near.setdefault(site.filename, []).append(site.line)
+    kept: set[int] | None = None
+    for filename, at in list(near.items())[:8]:
+        lines = linecache.getlines(filename)
+        # a cell whole; in a file, the lines around the sites (the loop that filled the list is there, and
+        # elsewhere in the file the same names may mean other things)
+        lo, hi = (1, len(lines)) if filename in cells else (min(at) - 30, max(at) + 30)
+        for number in range(max(lo, 1), min(hi, len(lines)) + 1):
+            line = lines[number - 1]
+            if ".append(" not in line or not _KEEPS_TENSORS.search(line):
+                continue
+            m = _APPEND.search(line)
+            if m is None:
+                continue
+            name, value = m.group(1), m.group(2).strip()
+            graphs = scalars = made_here = None
+            held = namespace.get(name) if "." not in name else None
+            if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
+                tensors = [t for t in held[-256:] if isinstance(t, torch.Tensor)]
+                if tensors:
+                    graphs = any(t.grad_fn is not None for t in tensors)
+                    scalars = all(t.numel() == 1 for t in tensors)
+                    if kept is None:
+                        kept = set(kept_addresses.tolist())
+                    made_here = any(t.untyped_storage().data_ptr() in kept for t in tensors)
+            label = (format_frame((filename, number, "<module>"), cells=cells) if filename in cells
+                     else f"{short_path(filename)}:{number}: {line.strip()[:80]}")
+            distance = min(abs(number - line) for line in at)
+            found.append((distance, (filename, number), _KeptList(label, name, value, graphs, scalars, made_here)))
+    found.sort(key=lambda f: f[0])  # the nearest the sites first
+    return {key: kept_list for _, key, kept_list in found}
 
 
-def _list_leak(retained: int, site: SiteBytes, seen: _KeptList | None, where: tuple[str, ...],
+def _list_leak(retained: int, label: str, source: str, seen: _KeptList | None, where: tuple[str, ...],
                evidence: dict[str, Any]) -> Finding:
     """The classic leak: a list that keeps tensors with their graphs; the fix in the user's own names."""
     from nbdebug.core._findings import Fix
     from nbdebug.core.knowledge import finding
 
     if seen is None:
-        m = _APPEND.search(_source(site))
-        seen = _KeptList(m.group(1), m.group(2).strip()) if m else _KeptList("the list", "loss")
+        m = _APPEND.search(source)
+        seen = _KeptList(label, m.group(1), m.group(2).strip()) if m else _KeptList(label, "the list", "loss")
     name, value = seen.name, seen.value
     number = seen.scalars if seen.scalars is not None else "loss" in value.lower()
     append = f"{name}.append" if seen.name != "the list" else "losses.append"
@@ -369,7 +411,7 @@ def _list_leak(retained: int, site: SiteBytes, seen: _KeptList | None, where: tu
     return finding(
         "memory_retained",
         f"{fmt_bytes(retained)} allocated in the block is still alive after it: the list {name}, filled at "
-        f"{site.site}, keeps tensors {graphs} (the activations of each step) alive; {advice}.",
+        f"{label}, keeps tensors {graphs} (the activations of each step) alive; {advice}.",
         where, fixes=fixes, evidence=evidence)
 
 
@@ -383,6 +425,7 @@ class _Events:
     stack: np.ndarray
     free_of: np.ndarray
     above: np.ndarray
+    address: np.ndarray
 
 
 def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = None, raw: Any = None,
@@ -391,7 +434,7 @@ def _build(snap: MemorySnapshot, device_kind: str, seconds: float, prof: Any = N
     st = snap.state(snap.default_device)
     m, lo, hi = snap.model, st.lo, st.lo + st.n
     events = _Events(is_alloc=m.action[lo:hi] == ALLOC, size=m.size[lo:hi], stack=m.stack[lo:hi],
-                     free_of=st.free_of, above=st.allocated - st.initial_allocated)
+                     free_of=st.free_of, above=st.allocated - st.initial_allocated, address=m.address[lo:hi])
     return _report(events, snap._group, (m.frames, m.stacks), snap, device_kind, seconds, prof, raw, keys)
 
 
@@ -403,7 +446,7 @@ def _build_cpu(allocations: Allocations, snap: MemorySnapshot, site_cols: tuple[
     is_alloc = signed > 0
     free_of, _ = pair_frees(is_alloc, ~is_alloc, allocations.ptr)
     events = _Events(is_alloc=is_alloc, size=np.abs(signed), stack=allocations.stack, free_of=free_of,
-                     above=np.cumsum(signed))
+                     above=np.cumsum(signed), address=allocations.ptr)
     stack_site, sites = site_cols
 
     def group(stacks: np.ndarray, sizes: np.ndarray) -> tuple[SiteBytes, ...]:
@@ -442,8 +485,8 @@ def _report(e: _Events, group: Any, frames_stacks: tuple[list[Any], list[Any]], 
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
                     events=int(np.count_nonzero(e.is_alloc)), top_sites=top, retained_sites=retained_sites,
                     timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
-                    _alloc_keys=keys or [], _kept=(kept_stacks, kept_sizes), _frames_stacks=frames_stacks,
-                    _group=group)
+                    _alloc_keys=keys or [], _kept=(kept_stacks, kept_sizes), _kept_addresses=e.address[kept],
+                    _frames_stacks=frames_stacks, _group=group)
 
 
 class MemTraceRecorder:
@@ -569,8 +612,9 @@ class MemTraceRecorder:
             snap._default = dev
             snap.cells = dict(cells or {})
             result = _build(snap, self._kind, seconds, raw=self._raw)
-        if namespace is not None and any(_KEEPS_TENSORS.search(_source(site)) for site in result.retained_sites):
-            object.__setattr__(result, "_kept_lists", _look_at_lists(result.retained_sites, namespace))
+        if namespace is not None and result.retained_bytes > 0:
+            object.__setattr__(result, "_kept_lists", _look_at_lists(result.retained_sites, namespace, snap.cells,
+                                                                     result._kept_addresses))
         self.result = result
         if self.save_path:
             try:
