@@ -567,3 +567,12 @@ def test_losses_kept_under_no_grad_are_no_leak(ip):
     r = _trace(ip, "losses = []\nwith torch.no_grad():\n    for xb, yb in batches:\n        out = model(xb)\n"
                    "        loss = criterion(out, yb)\n        losses.append(loss)\n")
     assert r.retained_bytes > 0 and r.findings == ()
+
+
+def test_the_appended_value_runs_to_its_own_parenthesis():
+    from nbdebug.core.memory._trace import _appended
+
+    assert _appended("losses.append(loss)   # keeps every graph (and its activations) alive") == ("losses", "loss")
+    assert _appended("    _losses.append(_crit(out, yb))") == ("_losses", "_crit(out, yb)")
+    assert _appended('x.append(f("a)", y[0]))  # c') == ("x", 'f("a)", y[0])')
+    assert _appended("foo(x)") is None and _appended("z.append(") is None and _appended("h.append()") is None

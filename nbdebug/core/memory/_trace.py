@@ -314,8 +314,35 @@ def _training_message(training: list[RetainedPart], delta: int, least: float) ->
 
 # a line that appends to a list without turning the tensor into a number or detaching it
 _KEEPS_TENSORS = re.compile(r"\.append\((?![^)]*\.(?:item|detach|tolist|cpu\(\)\.numpy)\(|[^)]*\bfloat\()")
-# the list and the value of such a line
-_APPEND = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\.append\((.+)\)")
+# the list of such a line; its value runs to the matching parenthesis (see _appended)
+_APPEND = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\.append\(")
+
+
+def _appended(line: str) -> tuple[str, str] | None:
+    """``(list, value)`` of the first ``name.append(value)`` in a line of code, the value up to its matching
+    parenthesis (a comment after it, or calls inside it, are not part of it); None when there is none."""
+    m = _APPEND.search(line)
+    if m is None:
+        return None
+    depth, quote, i = 1, "", m.end()
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                value = line[m.end():i].strip()
+                return (m.group(1), value) if value else None
+        i += 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -362,12 +389,12 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
         lo, hi = (1, len(lines)) if filename in cells else (min(at) - 30, max(at) + 30)
         for number in range(max(lo, 1), min(hi, len(lines)) + 1):
             line = lines[number - 1]
-            if ".append(" not in line or not _KEEPS_TENSORS.search(line):
+            if ".append(" not in line or line.lstrip().startswith("#") or not _KEEPS_TENSORS.search(line):
                 continue
-            m = _APPEND.search(line)
-            if m is None:
+            appended = _appended(line)
+            if appended is None:
                 continue
-            name, value = m.group(1), m.group(2).strip()
+            name, value = appended
             graphs = scalars = made_here = None
             held = namespace.get(name) if "." not in name else None
             if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
@@ -393,8 +420,8 @@ def _list_leak(retained: int, label: str, source: str, seen: _KeptList | None, w
     from nbdebug.core.knowledge import finding
 
     if seen is None:
-        m = _APPEND.search(source)
-        seen = _KeptList(label, m.group(1), m.group(2).strip()) if m else _KeptList(label, "the list", "loss")
+        appended = _appended(source)
+        seen = _KeptList(label, *appended) if appended else _KeptList(label, "the list", "loss")
     name, value = seen.name, seen.value
     number = seen.scalars if seen.scalars is not None else "loss" in value.lower()
     append = f"{name}.append" if seen.name != "the list" else "losses.append"
