@@ -34,7 +34,7 @@ from nbdebug.core.memory._cpu_record import (
 from nbdebug.core.memory._device import pair_frees
 from nbdebug.core.memory._model import ALLOC, site_columns
 from nbdebug.core.memory._results import RetainedPart, SiteBytes
-from nbdebug.core.memory._sites import GRADIENTS, OTHER, ROLE_NAMES, format_frame, short_path, stack_role
+from nbdebug.core.memory._sites import GRADIENTS, OTHER, ROLE_NAMES, short_path, stack_role
 from nbdebug.core.memory._snapshot import MemorySnapshot, group_by_site, load_snapshot
 from nbdebug.errors import NbdebugError
 
@@ -321,6 +321,12 @@ _APPEND = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\.append\(")
 def _appended(line: str) -> tuple[str, str] | None:
     """``(list, value)`` of the first ``name.append(value)`` in a line of code, the value up to its matching
     parenthesis (a comment after it, or calls inside it, are not part of it); None when there is none."""
+    found = _append_call(line)
+    return found[:2] if found is not None else None
+
+
+def _append_call(line: str) -> tuple[str, str, int] | None:
+    """``(list, value, end)`` of the first ``name.append(value)`` in a line; ``end`` is just past the call."""
     m = _APPEND.search(line)
     if m is None:
         return None
@@ -340,7 +346,7 @@ def _appended(line: str) -> tuple[str, str] | None:
             depth -= 1
             if depth == 0:
                 value = line[m.end():i].strip()
-                return (m.group(1), value) if value else None
+                return (m.group(1), value, i + 1) if value else None
         i += 1
     return None
 
@@ -391,10 +397,10 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
             line = lines[number - 1]
             if ".append(" not in line or line.lstrip().startswith("#") or not _KEEPS_TENSORS.search(line):
                 continue
-            appended = _appended(line)
-            if appended is None:
+            call = _append_call(line)
+            if call is None:
                 continue
-            name, value = appended
+            name, value, end = call
             graphs = scalars = made_here = None
             held = namespace.get(name) if "." not in name else None
             if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
@@ -405,8 +411,9 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
                     if kept is None:
                         kept = set(kept_addresses.tolist())
                     made_here = any(t.untyped_storage().data_ptr() in kept for t in tensors)
-            label = (format_frame((filename, number, "<module>"), cells=cells) if filename in cells
-                     else f"{short_path(filename)}:{number}: {line.strip()[:80]}")
+            code = line[:end].strip()[:80]  # the statement, without a comment after it
+            label = (f"{cells[filename]}, line {number}: {code}" if filename in cells
+                     else f"{short_path(filename)}:{number}: {code}")
             distance = min(abs(number - line) for line in at)
             found.append((distance, (filename, number), _KeptList(label, name, value, graphs, scalars, made_here)))
     found.sort(key=lambda f: f[0])  # the nearest the sites first
