@@ -576,3 +576,14 @@ def test_the_appended_value_runs_to_its_own_parenthesis():
     assert _appended("    _losses.append(_crit(out, yb))") == ("_losses", "_crit(out, yb)")
     assert _appended('x.append(f("a)", y[0]))  # c') == ("x", 'f("a)", y[0])')
     assert _appended("foo(x)") is None and _appended("z.append(") is None and _appended("h.append()") is None
+
+
+def test_a_folder_named_nbdebug_is_the_users():
+    """The profiler writes paths relative to sys.path: nbdebug's own files are never a site, but a user's script
+    in a folder that is merely named nbdebug (a clone of this repository) is."""
+    from nbdebug.core.memory._sites import is_user_frame
+
+    assert not is_user_frame(("nbdebug/ipython/_cell.py", 40, "run_body"))
+    assert not is_user_frame(("nbdebug/core/memory/_trace.py", 10, "finish"))
+    assert is_user_frame(("nbdebug/notebooks/train.py", 3, "<module>"))
+    assert is_user_frame(("nbdebug/tests/xla/scenarios.py", 85, "item_and_print"))

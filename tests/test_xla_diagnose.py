@@ -255,3 +255,17 @@ def test_debug_log_is_a_result_with_text_and_html():
     assert len(data["events"]) == 9 and data["events"][0]["frames"]
     rows = log.to_pandas()
     assert len(rows) == 9 and list(rows["kind"][:2]) == ["compile", "execute"]
+
+
+def test_a_folder_named_nbdebug_is_not_nbdebug():
+    """The user's scripts in a clone of this repository (a folder named nbdebug) are the user's lines; nbdebug's
+    own package files are library wherever it is installed (a CI clone lost the user's line to this)."""
+    from nbdebug.core.xla.debuglog import is_library_file
+
+    for user in ("/tmp/ci/nbdebug/tests/xla/scenarios.py", "/home/u/nbdebug/notebooks/train.py",
+                 "/home/u/proj/train.py"):
+        assert not is_library_file(user), user
+    for own in ("/home/u/nbdebug/nbdebug/xla.py", "/home/u/nbdebug/nbdebug/core/xla/watch.py",
+                "/v/lib/python3.11/site-packages/nbdebug/xla.py", "C:\\u\\nbdebug\\nbdebug\\core\\x.py",
+                "/v/site-packages/torch_xla/core/xla_model.py"):
+        assert is_library_file(own), own

@@ -21,7 +21,11 @@ _PREFIX = re.compile(r"^(Unexpected Execution|Compilation|Execution|Post Compila
 _FRAME = re.compile(r"^\s+(.+?) \((.+):([0-9]{1,9})\)\s*$")
 _SMALL_COUNT = re.compile(r"[0-9]{1,9}")
 _PROFILER = re.compile(r"pt-xla-profiler: (.*)$")
-_LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "/nbdebug/", "<frozen ", "/lib/python3")
+_LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "<frozen ", "/lib/python3")
+# nbdebug's own files, wherever it is installed (a log may come from another machine); not any folder that
+# happens to be named nbdebug (a clone of this repository, with the user's scripts in it)
+_OWN_FILE = re.compile(r"[/\\]nbdebug[/\\](?:(?:core|ipython|render|cli|integrations|examples)[/\\]"
+                       r"|(?:__init__|__main__|xla|dist|errors|_units)\.py$)")
 
 
 # Every cause line torch_xla prints (debug_util.cpp), 2.2-2.7 wording ("mark_step") and 2.8+ ("torch_xla.sync"),
@@ -57,7 +61,8 @@ def cause_kind(cause: str) -> str:
 
 def is_library_file(path: str) -> bool:
     """True for frames in torch, torch_xla, nbdebug, the standard library or any installed package."""
-    return any(part in path for part in _LIBRARY_PARTS) or path.startswith("<string>")
+    return (any(part in path for part in _LIBRARY_PARTS) or path.startswith("<string>")
+            or _OWN_FILE.search(path) is not None)
 
 
 @dataclass(frozen=True)
