@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -587,3 +588,37 @@ def test_a_folder_named_nbdebug_is_the_users():
     assert not is_user_frame(("nbdebug/core/memory/_trace.py", 10, "finish"))
     assert is_user_frame(("nbdebug/notebooks/train.py", 3, "<module>"))
     assert is_user_frame(("nbdebug/tests/xla/scenarios.py", 85, "item_and_print"))
+
+
+def test_the_kinds_agree_with_the_profilers_own_categories():
+    """PyTorch's memory profile labels tensors by what it sees them used as (parameter, gradient, optimizer state);
+    memtrace's kinds come from the stacks alone.  On a cell that builds a model and trains it, every byte kept
+    falls in the same kind both ways."""
+    from nbdebug.core.memory._model import ALLOC
+    from nbdebug.core.memory._sites import ROLE_NAMES, stack_role
+
+    torch.manual_seed(0)
+    with memtrace("cpu", categories=True) as rec:
+        net = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        opt = torch.optim.Adam(net.parameters())
+        for _ in range(2):
+            x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+    r = rec.result
+    r.by_category()
+    m, st = r.snapshot.model, r.snapshot.state(0)
+    same = {"parameters": "parameter", "gradients": "gradient", "optimizer state": "optimizer_state"}
+    both: dict[tuple[str, str], int] = {}
+    for i in np.flatnonzero((m.action == ALLOC) & (st.free_of < 0)).tolist():
+        kind = ROLE_NAMES[stack_role([m.frames[f] for f in m.stacks[m.stack[i]]])] if m.stack[i] >= 0 else "other"
+        category = m.categories[m.category[i]] if m.category[i] >= 0 else "none"
+        both[kind, category] = both.get((kind, category), 0) + int(m.size[i])
+    weights = sum(p.numel() * 4 for p in net.parameters())
+    assert both[("parameters", "parameter")] == both[("gradients", "gradient")] == weights
+    assert both[("optimizer state", "optimizer_state")] >= 2 * weights
+    disagree = {k: v for k, v in both.items() if k[0] in same and same[k[0]] != k[1]}
+    disagree.update({k: v for k, v in both.items() if k[1] in same.values() and same.get(k[0]) != k[1]})
+    assert not disagree, disagree
+    assert {p.kind: p.bytes for p in r.retained_parts}["gradients"] == weights
