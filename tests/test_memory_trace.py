@@ -622,3 +622,15 @@ def test_the_kinds_agree_with_the_profilers_own_categories():
     disagree.update({k: v for k, v in both.items() if k[1] in same.values() and same.get(k[0]) != k[1]})
     assert not disagree, disagree
     assert {p.kind: p.bytes for p in r.retained_parts}["gradients"] == weights
+
+
+def test_a_list_of_tensors_with_no_storage_is_looked_at_without_error():
+    """Sparse tensors have no storage to tie to the block: the report is made, and the graph they keep is named."""
+    w = torch.randn(3, requires_grad=True)
+    kept = []
+    with memtrace("cpu") as rec:
+        for _ in range(3):
+            dense = torch.randn(512, 512) * w.sum()
+            kept.append(dense.to_sparse())
+    assert rec.result.retained_bytes > 0 and rec.result.findings  # the list keeps graphs: the classic leak
+    assert rec.result.findings[0].kind == "memory_retained"

@@ -410,14 +410,22 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
                     scalars = all(t.numel() == 1 for t in tensors)
                     if kept is None:
                         kept = set(kept_addresses.tolist())
-                    made_here = any(t.untyped_storage().data_ptr() in kept for t in tensors)
+                    made_here = any(_storage_address(t) in kept for t in tensors)
             code = line[:end].strip()[:80]  # the statement, without a comment after it
             label = (f"{cells[filename]}, line {number}: {code}" if filename in cells
                      else f"{short_path(filename)}:{number}: {code}")
-            distance = min(abs(number - line) for line in at)
+            distance = min(abs(number - site_line) for site_line in at)
             found.append((distance, (filename, number), _KeptList(label, name, value, graphs, scalars, made_here)))
     found.sort(key=lambda f: f[0])  # the nearest the sites first
     return {key: kept_list for _, key, kept_list in found}
+
+
+def _storage_address(t: Any) -> int:
+    """Where a tensor's memory starts (its allocation); -1 for a tensor with no storage (sparse, nested)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return -1
 
 
 def _list_leak(retained: int, label: str, source: str, seen: _KeptList | None, where: tuple[str, ...],
