@@ -634,3 +634,42 @@ def test_a_list_of_tensors_with_no_storage_is_looked_at_without_error():
             kept.append(dense.to_sparse())
     assert rec.result.retained_bytes > 0 and rec.result.findings  # the list keeps graphs: the classic leak
     assert rec.result.findings[0].kind == "memory_retained"
+
+
+def _tiny_bert():
+    transformers = pytest.importorskip("transformers", reason="transformers is in the dev dependency group")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=256, num_labels=3)
+    return transformers.BertForSequenceClassification(cfg).eval()
+
+
+def test_hugging_face_inference_that_keeps_logits_names_the_list_in_the_block():
+    """The memory a Hugging Face model keeps is allocated in the library's files (the sites), but the list that keeps
+    it is filled in the block: the block's own lines are read too."""
+    model, batches = _tiny_bert(), [torch.randint(0, 1000, (8, 32)) for _ in range(3)]
+
+    def predict(grad: bool) -> MemTrace:
+        logits = []
+        with memtrace("cpu") as rec, torch.set_grad_enabled(grad):
+            for ids in batches:
+                out = model(input_ids=ids)
+                logits.append(out.logits)
+        return rec.result
+
+    kept = predict(grad=True)
+    assert all("test_memory_trace.py" not in s.filename for s in kept.retained_sites)  # the sites: the library's
+    (f,) = kept.findings
+    assert "logits.append(out.logits)" in f.where[0] and "the list logits" in f.message
+    assert "no_grad" in f.fixes[0].code and f.fixes[1].code == "logits.append(out.logits.detach())"
+    assert predict(grad=False).findings == ()
+
+
+def test_the_magic_reads_its_own_cell_when_the_sites_are_in_a_library(ip):
+    ip.user_ns["hf_model"] = _tiny_bert()
+    ip.user_ns["id_batches"] = [torch.randint(0, 1000, (8, 32)) for _ in range(3)]
+    r = _run(ip, "kept = []\nfor ids in id_batches:\n    kept.append(hf_model(input_ids=ids).logits)\n")
+    assert not any(s.site.startswith("In [") for s in r.retained_sites)  # all made in the library's files
+    (f,) = r.findings
+    assert "line 3: kept.append(hf_model(input_ids=ids).logits)" in f.where[0], f.where
+    assert f.fixes[1].code == "kept.append(hf_model(input_ids=ids).logits.detach())"

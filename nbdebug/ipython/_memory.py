@@ -78,7 +78,10 @@ class MemoryMagics(Magics):
 
         def report(error: BaseException | None) -> Any:
             namespace = self.shell.user_ns if self.shell is not None else None
-            result = recorder.finish(cells=cell_names(self.shell), namespace=namespace)
+            # the body was compiled last, under its own file name (compile_body): the block's code, whole
+            compiled = getattr(getattr(self.shell, "compile", None), "_filename_map", None) or {}
+            block = (str(next(reversed(compiled))), 0) if compiled else None
+            result = recorder.finish(cells=cell_names(self.shell), namespace=namespace, block=block)
             if error is not None:
                 from nbdebug.core.memory._oom import is_cuda_oom
 

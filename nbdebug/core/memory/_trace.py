@@ -375,7 +375,7 @@ def _source(site: SiteBytes) -> str:
 
 
 def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], cells: Mapping[str, str],
-                   kept_addresses: np.ndarray) -> dict[tuple[str, int], _KeptList]:
+                   kept_addresses: np.ndarray, block: tuple[str, int] | None = None) -> dict[tuple[str, int], _KeptList]:
     """The lines of the block's code that append a tensor to a list (the cells of the retained sites, or the
     lines around them in a file), nearest the sites first, with that list looked up by name where the block
     ran: do its (last 256) tensors keep graphs, are they numbers, were some made in the block (their storage
@@ -383,16 +383,25 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
     property)."""
     torch = sys.modules.get("torch")
     found: list[tuple[int, tuple[str, int], _KeptList]] = []
-    near: dict[str, list[int]] = {}  # file -> the lines of its retained sites
+    near: dict[str, list[int]] = {}  # file -> the lines of its retained sites (and of the block)
+    if block is not None and block[0]:  # the block's own code first: its sites may all lie in a library
+        near[block[0]] = [block[1]] if block[1] > 0 else []
     for site in sites:
         if site.filename and site.line > 0:
             near.setdefault(site.filename, []).append(site.line)
     kept: set[int] | None = None
     for filename, at in list(near.items())[:8]:
         lines = linecache.getlines(filename)
-        # a cell whole; in a file, the lines around the sites (the loop that filled the list is there, and
-        # elsewhere in the file the same names may mean other things)
-        lo, hi = (1, len(lines)) if filename in cells else (min(at) - 30, max(at) + 30)
+        # a cell whole; in a file, the lines around the sites and after the with-statement (the loop that filled
+        # the list is there, and elsewhere in the file the same names may mean other things)
+        if filename in cells or not at:
+            lo, hi = 1, len(lines)
+        elif block is not None and filename == block[0]:
+            lo, hi = min(at) - 30, max(max(at) + 30, block[1] + 80)
+        else:
+            lo, hi = min(at) - 30, max(at) + 30
+        if not at:
+            at = [1]
         for number in range(max(lo, 1), min(hi, len(lines)) + 1):
             line = lines[number - 1]
             if ".append(" not in line or line.lstrip().startswith("#") or not _KEEPS_TENSORS.search(line):
@@ -624,13 +633,14 @@ class MemTraceRecorder:
             os.environ.pop("KINETO_LOG_LEVEL", None)
             self._set_kineto = False
 
-    def finish(self, *, cells: Mapping[str, str] | None = None,
-               namespace: Mapping[str, Any] | None = None) -> MemTrace:
+    def finish(self, *, cells: Mapping[str, str] | None = None, namespace: Mapping[str, Any] | None = None,
+               block: tuple[str, int] | None = None) -> MemTrace:
         """Convert the recording into a ``MemTrace``.
 
         ``cells`` maps notebook cells' file names to the names the user knows (``In [12]``), for the sites;
         ``namespace`` is where the block ran (a notebook's, or the caller's locals), where a list that a retained
-        line appends to is looked at (does it keep graphs?).  Nothing of it is kept.
+        line appends to is looked at (does it keep graphs?).  Nothing of it is kept.  ``block`` is where the
+        block's code is, ``(file, line of the with-statement)``, or ``(file, 0)`` for a whole cell.
         """
         seconds = time.perf_counter() - self._t0
         if self._kind == "cpu":
@@ -656,7 +666,7 @@ class MemTraceRecorder:
             result = _build(snap, self._kind, seconds, raw=self._raw)
         if namespace is not None and result.retained_bytes > 0:
             object.__setattr__(result, "_kept_lists", _look_at_lists(result.retained_sites, namespace, snap.cells,
-                                                                     result._kept_addresses))
+                                                                     result._kept_addresses, block))
         self.result = result
         if self.save_path:
             try:
@@ -686,14 +696,15 @@ class MemTraceRecorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-        caller = sys._getframe(1)  # the frame running the with-block: its names, for the lists it filled
+        caller = sys._getframe(1)  # the frame running the with-block: its names and code, for the lists it filled
         namespace = ChainMap(caller.f_locals, caller.f_globals)
+        block = (caller.f_code.co_filename, caller.f_lineno)
         del caller
         if exc[0] is None:
-            self.finish(namespace=namespace)
+            self.finish(namespace=namespace, block=block)
         else:  # still give the user the numbers of a failing block, without masking its error
             try:
-                self.finish(namespace=namespace)
+                self.finish(namespace=namespace, block=block)
             except Exception as e:  # pragma: no cover - the user's error matters more
                 print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
 
