@@ -673,3 +673,34 @@ def test_the_magic_reads_its_own_cell_when_the_sites_are_in_a_library(ip):
     (f,) = r.findings
     assert "line 3: kept.append(hf_model(input_ids=ids).logits)" in f.where[0], f.where
     assert f.fixes[1].code == "kept.append(hf_model(input_ids=ids).logits.detach())"
+
+
+def test_a_dict_filled_with_outputs_is_named_like_a_list():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    xs = [torch.randn(256, 64) for _ in range(4)]
+
+    def cache_outputs(grad: bool, detach: bool = False) -> MemTrace:
+        cache = {}
+        with memtrace("cpu") as rec, torch.set_grad_enabled(grad):
+            for i, x in enumerate(xs):
+                out = model(x)
+                if detach:
+                    cache[i] = out.detach()
+                else:
+                    cache[i] = out  # kept with its graph
+        return rec.result
+
+    (f,) = cache_outputs(grad=True).findings
+    assert "the dict cache" in f.message and "cache[i] = out" in f.where[0] and "#" not in f.where[0]
+    assert "no_grad" in f.fixes[0].code and f.fixes[1].code == "cache[i] = out.detach()"
+    assert cache_outputs(grad=False).findings == ()
+    assert not any("the dict" in x.message for x in cache_outputs(grad=True, detach=True).findings)
+
+
+def test_stored_lines():
+    from nbdebug.core.memory._trace import _stored
+
+    assert _stored("    cache[i] = out  # kept") == ("cache", "i", "out")
+    assert _stored("d[x[0]] = model(x)") == ("d", "x[0]", "model(x)")
+    assert _stored("cache[i] = out.detach()") is None and _stored("acc[k] = loss.item()") is None
+    assert _stored("if a[0] == b:") is None and _stored("x = y[0]") is None

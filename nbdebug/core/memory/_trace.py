@@ -167,32 +167,36 @@ class MemTrace(Result):
         from nbdebug.core.knowledge import entry, finding, threshold
 
         evidence = {"retained_bytes": self.retained_bytes, "delta_bytes": self.delta_bytes, "device": self.device_kind}
-        # the classic leak, named whatever its size: a list filled in the block that keeps tensors with their
-        # graphs.  A retained line that appends to it, or a line of the block that fills a list seen after it to
-        # hold such tensors made in the block.  Not a list seen to hold tensors with no graph (predictions made
-        # under no_grad, detached values): results kept on purpose, judged below with the rest.
-        kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(_source(s))), None)
-        if kept_list is not None and self.retained_bytes > 0:
-            seen = self._kept_lists.get((kept_list.filename, kept_list.line))
-            if seen is None or seen.graphs is not False:
-                where = (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2])
-                return (_list_leak(self.retained_bytes, kept_list.site, _source(kept_list), seen, where, evidence),)
-        filled = next((k for k in self._kept_lists.values() if k.graphs and k.made_here), None)
-        if filled is not None and self.retained_bytes > 0:
-            where = (filled.label, *[s.site for s in self.retained_sites[:2]])
-            return (_list_leak(self.retained_bytes, filled.label, "", filled, where, evidence),)
-        least = threshold("memory_retained_min_bytes")
-        if self.retained_bytes < least:
+        if self.retained_bytes <= 0:
             return ()
         parts = {p.kind: p for p in self.retained_parts}
         other = parts.get("other")
         training = [p for p in self.retained_parts if p.kind != "other"]
+        besides = (f" (besides the {_and(p.kind for p in training)} that training keeps, "
+                   f"{fmt_bytes(sum(p.bytes for p in training))})" if training else "")
+        unexplained = other.bytes if other is not None and other.bytes > 0 else self.retained_bytes
+        # the classic leak, named whatever its size: a list filled in the block that keeps tensors with their
+        # graphs.  A retained line that appends to it, or a line of the block that fills a list (or a dict) seen
+        # after it to hold such tensors made in the block.  Not one seen to hold tensors with no graph
+        # (predictions made under no_grad, detached values): results kept on purpose, judged below with the rest.
+        kept_list = next((s for s in self.retained_sites if _KEEPS_TENSORS.search(_source(s))), None)
+        if kept_list is not None:
+            seen = self._kept_lists.get((kept_list.filename, kept_list.line))
+            if seen is None or seen.graphs is not False:
+                where = (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2])
+                return (_list_leak(unexplained, besides, kept_list.site, _source(kept_list), seen, where, evidence),)
+        filled = next((k for k in self._kept_lists.values() if k.graphs and k.made_here), None)
+        if filled is not None:
+            shown = other.sites if other is not None else self.retained_sites
+            where = (filled.label, *[s.site for s in shown[:2] if s.bytes * 10 >= shown[0].bytes])
+            return (_list_leak(unexplained, besides, filled.label, "", filled, where, evidence),)
+        least = threshold("memory_retained_min_bytes")
+        if self.retained_bytes < least:
+            return ()
         found: list[Finding] = []
         if other is not None and other.bytes >= least:  # not what training keeps: a leak, or a result kept on purpose
             top = other.sites[0] if other.sites else None
             share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
-            besides = (f" (besides the {_and(p.kind for p in training)} that training keeps, "
-                       f"{fmt_bytes(sum(p.bytes for p in training))})" if training else "")
             fixes = list(entry("memory_retained").fixes)
             if "gradients" not in parts:  # no backward in the block: graphs kept by inference, not by losses
                 fixes.sort(key=lambda f: "no_grad" not in f.code)
@@ -351,6 +355,19 @@ def _append_call(line: str) -> tuple[str, str, int] | None:
     return None
 
 
+# a line that stores a value under a key (``cache[k] = out``) without turning it into a number or detaching it
+_STORE = re.compile(r"^\s*([A-Za-z_]\w*)\[(.+?)\]\s*=(?!=)\s*(.+?)\s*(?:#.*)?$")
+_KEPT_AS_IS = re.compile(r"\.(?:item|detach|tolist|numpy)\(\)\s*$|^float\(|^int\(")
+
+
+def _stored(line: str) -> tuple[str, str, str] | None:
+    """``(dict, key, value)`` of a line ``name[key] = value`` whose value is kept as a tensor; None otherwise."""
+    m = _STORE.match(line)
+    if m is None or _KEPT_AS_IS.search(m.group(3)):
+        return None
+    return m.group(1), m.group(2).strip(), m.group(3)
+
+
 @dataclass(frozen=True)
 class _KeptList:
     """A list that a line of the block appends tensors to, as seen after the block: whether they keep autograd
@@ -363,6 +380,7 @@ class _KeptList:
     graphs: bool | None = None
     scalars: bool | None = None
     made_here: bool | None = None
+    key: str = ""  # filled by ``name[key] = value`` (a dict), not by ``name.append(value)``
 
 
 def _source(site: SiteBytes) -> str:
@@ -404,15 +422,24 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
             at = [1]
         for number in range(max(lo, 1), min(hi, len(lines)) + 1):
             line = lines[number - 1]
-            if ".append(" not in line or line.lstrip().startswith("#") or not _KEEPS_TENSORS.search(line):
+            if line.lstrip().startswith("#"):
                 continue
-            call = _append_call(line)
-            if call is None:
+            key = ""
+            call = _append_call(line) if ".append(" in line and _KEEPS_TENSORS.search(line) else None
+            if call is not None:
+                name, value, end = call
+            elif "]" in line and "=" in line and (stored := _stored(line)) is not None:
+                name, key, value = stored
+                end = len(line.split("#", 1)[0].rstrip())
+            else:
                 continue
-            name, value, end = call
             graphs = scalars = made_here = None
             held = namespace.get(name) if "." not in name else None
-            if torch is not None and isinstance(held, (list, tuple)) and type(held) in (list, tuple):
+            if isinstance(held, dict) and type(held) is dict and key:
+                held = list(held.values())
+            elif type(held) not in (list, tuple):
+                held = None
+            if torch is not None and held is not None:
                 tensors = [t for t in held[-256:] if isinstance(t, torch.Tensor)]
                 if tensors:
                     graphs = any(t.grad_fn is not None for t in tensors)
@@ -424,7 +451,8 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
             label = (f"{cells[filename]}, line {number}: {code}" if filename in cells
                      else f"{short_path(filename)}:{number}: {code}")
             distance = min(abs(number - site_line) for site_line in at)
-            found.append((distance, (filename, number), _KeptList(label, name, value, graphs, scalars, made_here)))
+            found.append((distance, (filename, number),
+                          _KeptList(label, name, value, graphs, scalars, made_here, key)))
     found.sort(key=lambda f: f[0])  # the nearest the sites first
     return {key: kept_list for _, key, kept_list in found}
 
@@ -437,8 +465,8 @@ def _storage_address(t: Any) -> int:
         return -1
 
 
-def _list_leak(retained: int, label: str, source: str, seen: _KeptList | None, where: tuple[str, ...],
-               evidence: dict[str, Any]) -> Finding:
+def _list_leak(retained: int, besides: str, label: str, source: str, seen: _KeptList | None,
+               where: tuple[str, ...], evidence: dict[str, Any]) -> Finding:
     """The classic leak: a list that keeps tensors with their graphs; the fix in the user's own names."""
     from nbdebug.core._findings import Fix
     from nbdebug.core.knowledge import finding
@@ -448,20 +476,30 @@ def _list_leak(retained: int, label: str, source: str, seen: _KeptList | None, w
         seen = _KeptList(label, *appended) if appended else _KeptList(label, "the list", "loss")
     name, value = seen.name, seen.value
     number = seen.scalars if seen.scalars is not None else "loss" in value.lower()
-    append = f"{name}.append" if seen.name != "the list" else "losses.append"
+    if seen.key:  # a dict filled as name[key] = value
+        what, verb = "dict", "store"
+
+        def keep(v: str) -> str:
+            return f"{name}[{seen.key}] = {v}"
+    else:
+        what, verb = "list", "append"
+        append = f"{name}.append" if seen.name != "the list" else "losses.append"
+
+        def keep(v: str) -> str:
+            return f"{append}({v})"
     if number:  # a loss or a metric: keep the number
-        advice = f"append a number ({value}.item()) instead, or a detached tensor ({value}.detach())"
-        fixes = [Fix("Keep numbers, not graphs", f"{append}({value}.item())"),
-                 Fix("Or keep the tensor without its graph", f"{append}({value}.detach())")]
+        advice = f"{verb} a number ({value}.item()) instead, or a detached tensor ({value}.detach())"
+        fixes = [Fix("Keep numbers, not graphs", keep(f"{value}.item()")),
+                 Fix("Or keep the tensor without its graph", keep(f"{value}.detach()"))]
     else:  # predictions, activations: no graph is needed to keep them
-        advice = (f"run the loop under torch.no_grad() when no backward follows, or append {value}.detach() "
+        advice = (f"run the loop under torch.no_grad() when no backward follows, or {verb} {value}.detach() "
                   "instead")
-        fixes = [Fix("Run inference without building a graph", f"with torch.no_grad():\n    ...\n    {append}({value})"),
-                 Fix("Or keep the tensor without its graph", f"{append}({value}.detach())")]
+        fixes = [Fix("Run inference without building a graph", f"with torch.no_grad():\n    ...\n    {keep(value)}"),
+                 Fix("Or keep the tensor without its graph", keep(f"{value}.detach()"))]
     graphs = "with their autograd graphs" if seen.graphs else "and each keeps its autograd graph"
     return finding(
         "memory_retained",
-        f"{fmt_bytes(retained)} allocated in the block is still alive after it: the list {name}, filled at "
+        f"{fmt_bytes(retained)} allocated in the block is still alive after it{besides}: the {what} {name}, filled at "
         f"{label}, keeps tensors {graphs} (the activations of each step) alive; {advice}.",
         where, fixes=fixes, evidence=evidence)
 
