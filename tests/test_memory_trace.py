@@ -704,3 +704,16 @@ def test_stored_lines():
     assert _stored("d[x[0]] = model(x)") == ("d", "x[0]", "model(x)")
     assert _stored("cache[i] = out.detach()") is None and _stored("acc[k] = loss.item()") is None
     assert _stored("if a[0] == b:") is None and _stored("x = y[0]") is None
+
+
+def test_nbdebugs_own_files_are_listed_from_the_package_itself():
+    """The patterns that tell nbdebug's files from a folder merely named nbdebug list its subpackages and modules:
+    a new one must be added there, or its frames would read as the user's."""
+    from pathlib import Path
+
+    import nbdebug
+    from nbdebug.core._own import MODULES, SUBPACKAGES
+
+    root = Path(nbdebug.__file__).parent
+    assert set(SUBPACKAGES) == {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert set(MODULES) == {p.stem for p in root.glob("*.py")}

@@ -13,6 +13,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+from nbdebug.core._own import OWN_RELATIVE
+
 __all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path", "OPERATOR_LINE", "frame_kind",
            "stack_role", "OTHER", "GRADIENTS", "OPTIMIZER_STATE", "PARAMETERS", "ROLE_NAMES"]
 
@@ -26,11 +28,8 @@ _INTERNAL = re.compile(r"(^|[/\\])(torch|torchvision|torchaudio|functorch|triton
 BACKWARD_SITE: Frame = ("", 0, "<backward pass (autograd thread, no Python frame)>")
 NATIVE_SITE: Frame = ("", 0, "<C++ only, no Python frame>")
 # nbdebug's own frames (the magic running the cell, the tracer) are never a site; PyTorch's Python tracer writes
-# paths under sys.path relative to it ("nbdebug/ipython/_cell.py" for an installed nbdebug); a folder that is
-# merely named nbdebug (a clone of this repository, with the user's scripts in it) is not nbdebug
+# paths under sys.path relative to it ("nbdebug/ipython/_cell.py" for an installed nbdebug): see nbdebug.core._own
 _NBDEBUG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_NBDEBUG_RELATIVE = re.compile(r"nbdebug[/\\](?:(?:core|ipython|render|cli|integrations|examples)[/\\]"
-                               r"|(?:__init__|__main__|xla|dist|errors|_units)\.py$)")
 # the machinery that runs a notebook cell (IPython, the kernel, its event loop): the user's memory is never
 # allocated there, so it is a site only when nothing else is
 _RUNNER = re.compile(r"(^|[/\\])(IPython|ipykernel|jupyter_client|traitlets|tornado|zmq|asyncio)[/\\]"
@@ -134,7 +133,7 @@ def _verdict(frame: Frame) -> int:
 
 
 def _is_own(filename: str) -> bool:
-    return filename.startswith(_NBDEBUG_DIR) or _NBDEBUG_RELATIVE.match(filename) is not None
+    return filename.startswith(_NBDEBUG_DIR) or OWN_RELATIVE.match(filename) is not None
 
 
 # (filename, has a line) -> is_user_frame: the answer depends on nothing else

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nbdebug.core._own import OWN_ANYWHERE
 from nbdebug.core._result import Result
 
 __all__ = ["Frame", "DebugEvent", "DebugLog", "parse_debug_log", "is_library_file", "CAUSES", "cause_kind"]
@@ -22,10 +23,6 @@ _FRAME = re.compile(r"^\s+(.+?) \((.+):([0-9]{1,9})\)\s*$")
 _SMALL_COUNT = re.compile(r"[0-9]{1,9}")
 _PROFILER = re.compile(r"pt-xla-profiler: (.*)$")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/torch_xla/", "<frozen ", "/lib/python3")
-# nbdebug's own files, wherever it is installed (a log may come from another machine); not any folder that
-# happens to be named nbdebug (a clone of this repository, with the user's scripts in it)
-_OWN_FILE = re.compile(r"[/\\]nbdebug[/\\](?:(?:core|ipython|render|cli|integrations|examples)[/\\]"
-                       r"|(?:__init__|__main__|xla|dist|errors|_units)\.py$)")
 
 
 # Every cause line torch_xla prints (debug_util.cpp), 2.2-2.7 wording ("mark_step") and 2.8+ ("torch_xla.sync"),
@@ -62,7 +59,7 @@ def cause_kind(cause: str) -> str:
 def is_library_file(path: str) -> bool:
     """True for frames in torch, torch_xla, nbdebug, the standard library or any installed package."""
     return (any(part in path for part in _LIBRARY_PARTS) or path.startswith("<string>")
-            or _OWN_FILE.search(path) is not None)
+            or OWN_ANYWHERE.search(path) is not None)  # nbdebug's own files, wherever it is installed
 
 
 @dataclass(frozen=True)
