@@ -12,6 +12,7 @@ import linecache
 import os
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from nbdebug.core._own import OWN_RELATIVE
 
@@ -54,15 +55,15 @@ def _is_python(filename: str, line: int) -> bool:
 
 def is_user_frame(frame: Frame) -> bool:
     """True for a Python frame outside PyTorch and outside nbdebug's tracing code."""
-    filename, line, _ = frame
-    key = (filename, line > 0)
-    known = _USER_FILES.get(key)
-    if known is None:
-        if len(_USER_FILES) >= 65_536:  # the same few hundred files come back in every recording of a session
-            _USER_FILES.clear()
-        known = _USER_FILES[key] = (_is_python(filename, line) and not _INTERNAL.search(filename)
-                                    and not _is_own(filename) and not _RUNNER.search(filename))
-    return known
+    return _user_file(frame[0], frame[1] > 0)
+
+
+# the answer depends on the file and on whether the frame has a line, nothing else; the same few hundred files come
+# back in every recording of a session
+@lru_cache(maxsize=65_536)
+def _user_file(filename: str, has_line: bool) -> bool:
+    return (_is_python(filename, 1 if has_line else 0) and not _INTERNAL.search(filename) and not _is_own(filename)
+            and not _RUNNER.search(filename))
 
 
 # What an allocation that outlives a training step is, from its stack: made by the backward pass (the gradients
@@ -96,11 +97,7 @@ def stack_role(stack: Sequence[Frame]) -> int:
     optimizer, a ``torch.optim.Optimizer`` subclass whose ``step`` torch wraps.
     """
     for i, frame in enumerate(stack):
-        verdict = _VERDICTS.get(frame)
-        if verdict is None:
-            if len(_VERDICTS) >= 65_536:
-                _VERDICTS.clear()
-            verdict = _VERDICTS[frame] = _verdict(frame)
+        verdict = _verdict(frame)
         if verdict == _PASS:
             continue
         if verdict != _USER:
@@ -113,11 +110,12 @@ def stack_role(stack: Sequence[Frame]) -> int:
 
 
 _USER, _PASS = -1, -2
-# frame -> what it says of the allocation's role on its own: a role, _USER (the user's code: stop there) or _PASS
-_VERDICTS: dict[Frame, int] = {}
 
 
+@lru_cache(maxsize=65_536)
 def _verdict(frame: Frame) -> int:
+    """What a frame says of the allocation's role on its own: a role, _USER (the user's code: stop there) or
+    _PASS."""
     filename, _, name = frame
     if "autograd::engine" in name or "autograd::Engine" in name:
         return GRADIENTS
@@ -136,8 +134,6 @@ def _is_own(filename: str) -> bool:
     return filename.startswith(_NBDEBUG_DIR) or OWN_RELATIVE.match(filename) is not None
 
 
-# (filename, has a line) -> is_user_frame: the answer depends on nothing else
-_USER_FILES: dict[tuple[str, bool], bool] = {}
 
 
 def pick_site(stack: Sequence[Frame]) -> Frame | None:

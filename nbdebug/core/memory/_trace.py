@@ -88,13 +88,12 @@ class MemTrace(Result):
     _memory_profile: list[Any] = field(default_factory=list, compare=False)
     _raw: Any = field(default=None, compare=False)
     _alloc_keys: list[tuple[int, int]] = field(default_factory=list, compare=False)
-    # what retained_parts is made from: the kept allocations' stack ids and bytes, the frames and stacks those ids
-    # index, and the grouping of stack ids into sites
-    _kept: tuple[np.ndarray, np.ndarray] = field(default=(np.zeros(0, np.int64), np.zeros(0, np.int64)),
-                                                 compare=False)
+    # what retained_parts and the list checks are made from: the kept allocations' stack ids, bytes and addresses,
+    # the frames and stacks those ids index, and the grouping of stack ids into sites
+    _kept: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
+        default=(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)), compare=False)
     _frames_stacks: tuple[list[Any], list[Any]] = field(default=([], []), compare=False)
     _group: Any = field(default=None, compare=False)
-    _kept_addresses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False)
     # (file, line) of a line that appends to a list -> what that list was seen to hold (see _look_at_lists)
     _kept_lists: Mapping[tuple[str, int], _KeptList] = field(default_factory=dict, compare=False)
 
@@ -117,7 +116,7 @@ class MemTrace(Result):
     @cached_property
     def retained_parts(self) -> tuple[RetainedPart, ...]:
         """What is still alive after the block, by kind, largest first (see ``stack_role``)."""
-        stacks, sizes = self._kept
+        stacks, sizes, _ = self._kept
         if self._group is None:  # made without its allocations: all of it, unexplained
             return (RetainedPart("other", self.retained_bytes, self.retained_sites),) if self.retained_bytes else ()
         if not stacks.size:
@@ -574,7 +573,7 @@ def _report(e: _Events, group: Any, frames_stacks: tuple[list[Any], list[Any]], 
     return MemTrace(device_kind=device_kind, peak_bytes=peak, retained_bytes=retained, delta_bytes=delta,
                     events=int(np.count_nonzero(e.is_alloc)), top_sites=top, retained_sites=retained_sites,
                     timeline=tuple(series.tolist()), seconds=seconds, snapshot=snap, _profile=prof, _raw=raw,
-                    _alloc_keys=keys or [], _kept=(kept_stacks, kept_sizes), _kept_addresses=e.address[kept],
+                    _alloc_keys=keys or [], _kept=(kept_stacks, kept_sizes, e.address[kept]),
                     _frames_stacks=frames_stacks, _group=group)
 
 
@@ -704,7 +703,7 @@ class MemTraceRecorder:
             result = _build(snap, self._kind, seconds, raw=self._raw)
         if namespace is not None and result.retained_bytes > 0:
             object.__setattr__(result, "_kept_lists", _look_at_lists(result.retained_sites, namespace, snap.cells,
-                                                                     result._kept_addresses, block))
+                                                                     result._kept[2], block))
         self.result = result
         if self.save_path:
             try:
