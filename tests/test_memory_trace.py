@@ -717,3 +717,19 @@ def test_nbdebugs_own_files_are_listed_from_the_package_itself():
     root = Path(nbdebug.__file__).parent
     assert set(SUBPACKAGES) == {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
     assert set(MODULES) == {p.stem for p in root.glob("*.py")}
+
+
+def test_a_tensor_subclass_that_raises_leaves_the_list_unseen_and_the_report_whole():
+    class Touchy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("numel", "grad_fn", "__get__"):
+                raise ValueError("not today")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    kept = []
+    with memtrace("cpu") as rec:
+        for _ in range(3):
+            kept.append(torch.randn(256, 256).as_subclass(Touchy))
+    assert rec.result.retained_bytes >= 3 * 256 * 256 * 4
+    rec.result._repr_mimebundle_()  # the report is made

@@ -440,12 +440,15 @@ def _look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], c
                 held = None
             if torch is not None and held is not None:
                 tensors = [t for t in held[-256:] if isinstance(t, torch.Tensor)]
-                if tensors:
-                    graphs = any(t.grad_fn is not None for t in tensors)
-                    scalars = all(t.numel() == 1 for t in tensors)
-                    if kept is None:
-                        kept = set(kept_addresses.tolist())
-                    made_here = any(_storage_address(t) in kept for t in tensors)
+                if kept is None:
+                    kept = set(kept_addresses.tolist())
+                try:  # a tensor subclass answers through its own code: what it raises leaves the list unseen
+                    if tensors:
+                        graphs = any(t.grad_fn is not None for t in tensors)
+                        scalars = all(t.numel() == 1 for t in tensors)
+                        made_here = any(_storage_address(t) in kept for t in tensors)
+                except Exception:
+                    graphs = scalars = made_here = None
             code = line[:end].strip()[:80]  # the statement, without a comment after it
             label = (f"{cells[filename]}, line {number}: {code}" if filename in cells
                      else f"{short_path(filename)}:{number}: {code}")
