@@ -20,6 +20,7 @@ profiler (the cost inside the cell), and the conversion and reports in ms and pe
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -74,6 +75,21 @@ def main() -> None:
 
     last: list[object] = []
 
+    # the compiled walk of the event tree, built (and checked against the Python walk) before timing; memtrace
+    # uses it once it is built, and the Python walk before that or where no compiler is
+    from nbdebug.core.memory import _compiled
+
+    built = _compiled.build() if _compiled.enabled() else "off"
+    if built not in ("ok",) and not built.startswith("busy"):
+        print(f"  (compiled walk: {built}; memtrace and 'memtrace py' both walk in Python)")
+
+    def python_walk() -> None:
+        os.environ[_compiled.SWITCH] = "0"
+        try:
+            traced()
+        finally:
+            os.environ.pop(_compiled.SWITCH)
+
     def traced() -> None:
         with memtrace("cpu") as rec:
             step()
@@ -81,10 +97,9 @@ def main() -> None:
         memtrace_html(rec.result)
         last[:] = [rec.result]  # counted after the timings: the snapshot model is built only when asked for
 
-    import os
-
     os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # the same quiet profiler for every variant
-    variants = {"plain": plain, "profiler": profiler, "+shapes": shapes, "recording": recording, "memtrace": traced}
+    variants = {"plain": plain, "profiler": profiler, "+shapes": shapes, "recording": recording, "memtrace": traced,
+                "memtrace py": python_walk}
     for fn in variants.values():  # warm-up (optimizer state, profiler init)
         fn()
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -97,13 +112,36 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     print(f"MLP {args.layers}x{args.dim} ({params / 1e6:.2f}M params), batch {args.batch}, 1 thread, best of {args.runs}")
     for k, v in best.items():
-        print(f"  {k:<9} {v * 1e3:8.1f} ms   {v / best['plain']:.2f}x plain")
+        print(f"  {k:<11} {v * 1e3:8.1f} ms   {v / best['plain']:.2f}x plain")
     print(f"  nbdebug's own share, memtrace / profiler: {best['memtrace'] / best['profiler']:.2f}x  (target <= 1.10x)")
     print(f"  inside the cell, recording / profiler: {best['recording'] / best['profiler']:.2f}x")
     after = best["memtrace"] - best["recording"]
     entries = last[0].snapshot.events  # type: ignore[attr-defined]
     print(f"  conversion and reports after the cell: {after * 1e3:.2f} ms for {entries} trace entries "
           f"({after / max(entries, 1) * 1e6:.1f} us each)")
+    print(f"  the same with the walk in Python (no compiler, or before the compiled walk is built): "
+          f"{best['memtrace py'] / best['profiler']:.2f}x, conversion and reports "
+          f"{(best['memtrace py'] - best['recording']) * 1e3:.2f} ms")
+    walker = _compiled.compiled_walker(start=False)
+    if walker is not None:  # a longer cell: the walk alone, both ways, on one recording of 20 steps
+        from nbdebug.core.memory._cpu_record import _walk_compiled, _walk_python
+
+        rec = CpuRecording()
+        rec.start()
+        try:
+            for _ in range(20):
+                step()
+        finally:
+            rec.stop()
+        walks = {"python": [], "compiled": []}
+        for _ in range(3):
+            for name, walk in (("python", _walk_python), ("compiled", lambda r: _walk_compiled(r, walker))):
+                t0 = time.perf_counter()
+                a = walk(rec.results)
+                walks[name].append(time.perf_counter() - t0)
+        py, c = min(walks["python"]), min(walks["compiled"])
+        print(f"  a cell of 20 steps ({a.t_ns.size} allocations and frees): the walk takes {py * 1e3:.1f} ms in "
+              f"Python, {c * 1e3:.2f} ms compiled ({py / c:.0f}x)")
     print(f"  memtrace / profiler with shapes (the earlier floor): {best['memtrace'] / best['+shapes']:.2f}x")
 
 

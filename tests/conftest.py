@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAPSHOTS = SHARED / "data" / "snapshots"
 IN_CI = os.environ.get("CI") == "true"
+
+# memtrace builds its compiled walk in a child process the first time it records on CPU.  The suite keeps that
+# off, so that every test walks the same way whatever ran before it; test_memory_compiled builds it and checks it
+# against the Python walk, in a cache folder of its own (never the user's).
+os.environ.setdefault("NBDEBUG_COMPILE", "0")
+os.environ.setdefault("NBDEBUG_CACHE_DIR", tempfile.mkdtemp(prefix="nbdebug-test-cache-"))
 
 
 @pytest.fixture(scope="session")
