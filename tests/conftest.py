@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +19,9 @@ IN_CI = os.environ.get("CI") == "true"
 # off, so that every test walks the same way whatever ran before it; test_memory_compiled builds it and checks it
 # against the Python walk, in a cache folder of its own (never the user's).
 os.environ.setdefault("NBDEBUG_COMPILE", "0")
-os.environ.setdefault("NBDEBUG_CACHE_DIR", tempfile.mkdtemp(prefix="nbdebug-test-cache-"))
+if "NBDEBUG_CACHE_DIR" not in os.environ:
+    os.environ["NBDEBUG_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbdebug-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["NBDEBUG_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
