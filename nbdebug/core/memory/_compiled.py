@@ -45,6 +45,7 @@ STALE_LOCK_S = 600.0  # a build that has held its lock this long died without re
 
 _module: Any = None
 _child: subprocess.Popen[bytes] | None = None
+_gave_up = False  # a verified build did not load in this process: not tried again here
 
 
 def enabled() -> bool:
@@ -77,17 +78,21 @@ def compiled_walker(*, start: bool = True) -> Any:
 
     With ``start``, a missing build is started in a child process (once; never waited for).
     """
-    global _module
+    global _module, _gave_up
     if not enabled():
         return None
     if _module is not None:
         return _module
-    if not SOURCE.is_file():
+    if _gave_up or not SOURCE.is_file():
         return None
     try:
         d = build_dir()
         if (d / "verified.json").is_file():
-            _module = _load(d)
+            try:
+                _module = _load(d)
+            except Exception:
+                _gave_up = True
+                raise
             return _module
         if start and not (d / "failed.txt").exists():
             _start_child(d)
@@ -142,6 +147,9 @@ def _start_child(d: Path) -> None:
         return
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # the venv's ninja
+    # this nbdebug, wherever it was imported from (a checkout on sys.path, not installed)
+    package_root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("KINETO_LOG_LEVEL", "99")
     with open(d / "build.log", "ab") as log:
         _child = subprocess.Popen([sys.executable, "-m", "nbdebug.core.memory._compiled", str(d)],
