@@ -775,6 +775,13 @@ def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool =
         A context manager; after the block, ``.result`` is the :class:`MemTrace` (and the recorder reads like
         it: ``rec.peak_bytes``, ``rec.retained_sites``).
 
+    Notes
+    -----
+    On CPU, the first recording starts building a compiled reader of the profiler's event tree in a child
+    process (a C++ compiler and ninja, about 10 s, once per torch), checked against the Python reader before it is
+    used.  Later recordings use it and spend a twentieth of the time on that step; the report is the same either
+    way.  ``NBDEBUG_COMPILE=0`` turns it off; ``python -m nbdebug compile --status`` says whether it is in use.
+
     Examples
     --------
     >>> with nbdebug.memtrace("cpu") as rec:          # doctest: +SKIP
