@@ -79,7 +79,12 @@ def main() -> None:
     # uses it once it is built, and the Python walk before that or where no compiler is
     from nbdebug.core.memory import _compiled
 
-    built = _compiled.build() if _compiled.enabled() else "off"
+    if not _compiled.enabled():
+        built = "off"
+    elif _compiled.compiled_walker(start=False) is not None:
+        built = "ok"
+    else:
+        built = _compiled.build()
     if built not in ("ok",) and not built.startswith("busy"):
         print(f"  (compiled walk: {built}; memtrace and 'memtrace py' both walk in Python)")
 

@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     if (d / "verified.json").is_file():
         print(f"compiled walk: {_compiled.status()}")
         return 0
+    print(f"compiled walk: building it in {d} (about 10 s) ...", flush=True)
     result = _compiled.build(d)
     if result == "ok":
         print(f"compiled walk: {_compiled.status()}")

@@ -51,8 +51,8 @@ class MemoryMagics(Magics):
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
 
         On CPU, the first traced cell also starts building a compiled reader of the profiler's events in the
-        background (a C++ compiler, about 10 s, once per torch); later cells use it and spend a twentieth of the
-        time turning the recording into the report.  ``NBDEBUG_COMPILE=0`` turns it off;
+        background (a C++ compiler, about 10 s, once per torch); later cells use it and turn the recording into
+        the report faster (the same report).  ``NBDEBUG_COMPILE=0`` turns it off;
         ``!python -m nbdebug compile --status`` says whether it is in use.
         """
         if cell is None:  # registered for lines too, so that %memtrace? shows this help

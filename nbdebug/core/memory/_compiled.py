@@ -1,21 +1,25 @@
 """The compiled walk of the profiler's event tree (``_walk.cpp``): built once per torch, in the background.
 
 ``%%memtrace`` on CPU turns the profiler's event tree into columns after the cell.  In Python that walk costs
-a call into C++ per node and per field (about 1.3 ms for one small training step, a sixth of a second for twenty
-steps of a small Transformer); compiled, it costs a twentieth of that.  The compiled walk reads torch's own
-structs, so it is built against the headers of the torch that is installed, with
-``torch.utils.cpp_extension`` (a C++ compiler and ninja), into nbdebug's cache folder.
+a call into C++ per node and per field (1.3 ms after one small training step, 12 to 16 ms after twenty); the
+compiled walk does the same in a third to a sixth of that.  It reads torch's own structs, so it is built
+against the headers of the torch that is installed, with ``torch.utils.cpp_extension`` (a C++ compiler and
+ninja), into nbdebug's cache folder.
 
 How it goes, so that no cell ever waits for a compiler and no kernel loads an unchecked build:
 
-- The first time a walk asks for it, a child process builds it; the walk goes on in Python meanwhile.
-- The child then checks it: real recordings walked both ways must give the same allocations, frames and stacks.
-  Only then does it write ``verified.json``; a failed build or check writes ``failed.txt`` with the reason, and
-  nothing is tried again for that torch and that source.
+- In IPython (a notebook's kernel), the first time a CPU recording is walked, a child process builds it; the walk
+  goes on in Python meanwhile.  A plain script starts nothing: ``python -m nbdebug compile`` builds it for all.
+- The build is then checked: real recordings walked both ways must give the same allocations, frames and stacks.
+  Only then is ``verified.json`` written; a failed build or check writes ``failed.txt`` with the reason, and
+  nothing is tried again for that torch, Python and source.
 - A kernel loads the build only once it is verified, for exactly its torch, Python and source.
+- A build still running when its kernel exits is ended, compiler included, and its locks are removed; one that
+  was killed otherwise leaves stale locks, which the next build takes over.  No build runs past
+  ``BUILD_DEADLINE_S``.
 
-``NBDEBUG_COMPILE=0`` turns all of it off; ``NBDEBUG_CACHE_DIR`` moves the cache (default
-``$XDG_CACHE_HOME/nbdebug`` or ``~/.cache/nbdebug``).  ``python -m nbdebug compile`` builds it now and says why
+``NBDEBUG_COMPILE=0`` turns all of it off; ``NBDEBUG_CACHE_DIR`` moves the cache (by default
+``$XDG_CACHE_HOME/nbdebug``, else ``~/.cache/nbdebug``).  ``python -m nbdebug compile`` builds it now and says why
 when it cannot.
 """
 
@@ -41,10 +45,15 @@ __all__ = ["compiled_walker", "build", "build_dir", "status", "SWITCH", "CACHE"]
 SWITCH = "NBDEBUG_COMPILE"
 CACHE = "NBDEBUG_CACHE_DIR"
 SOURCE = Path(__file__).with_name("_walk.cpp")
-STALE_LOCK_S = 600.0  # a build that has held its lock this long died without removing it
+RULES = Path(__file__).with_name("_cpu_record.py")  # the Python side of the walk, which the check compares with
+BUILD_DEADLINE_S = 600.0  # a build process ends itself, compiler included, after this long
+STALE_LOCK_S = BUILD_DEADLINE_S + 60  # so a lock held longer than this belongs to a build that died
+BUSY = 3  # the exit code of a build process that found another one building the same thing
+_CRASHES = {-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGILL, -signal.SIGABRT, -signal.SIGFPE}
 
 _module: Any = None
 _child: subprocess.Popen[bytes] | None = None
+_child_dir: Path | None = None
 _gave_up = False  # a verified build did not load in this process: not tried again here
 
 
@@ -57,8 +66,9 @@ def enabled() -> bool:
 def _tag() -> str:
     import torch
 
-    key = "\n".join([SOURCE.read_text(), torch.__version__, str(getattr(torch.version, "git_version", "")),
-                     sys.version, platform.machine(), os.path.dirname(torch.__file__)])
+    key = "\n".join([SOURCE.read_text(), RULES.read_text(), torch.__version__,
+                     str(getattr(torch.version, "git_version", "")), sys.version, platform.machine(),
+                     os.path.dirname(torch.__file__)])
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -73,10 +83,21 @@ def _module_name(d: Path) -> str:
     return "nbdebug_walk_" + d.name.split("-", 1)[1]
 
 
+def _in_ipython() -> bool:
+    """Whether this process runs IPython (a notebook's kernel): the one place a build starts by itself."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        return ipython.get_ipython() is not None
+    except Exception:  # noqa: BLE001 - an IPython that cannot say: do not start anything
+        return False
+
+
 def compiled_walker(*, start: bool = True) -> Any:
     """The compiled walk's module when it is built and verified here, else ``None``.
 
-    With ``start``, a missing build is started in a child process (once; never waited for).
+    With ``start``, in IPython, a missing build is started in a child process (once; never waited for).
     """
     global _module, _gave_up
     if not enabled():
@@ -94,7 +115,7 @@ def compiled_walker(*, start: bool = True) -> Any:
                 _gave_up = True
                 raise
             return _module
-        if start and not (d / "failed.txt").exists():
+        if start and _in_ipython() and not (d / "failed.txt").exists():
             _start_child(d)
     except Exception:  # noqa: BLE001 - a cache that cannot be read or a module that does not load: walk in Python
         return None
@@ -133,33 +154,38 @@ def _lock_is_fresh(lock: Path) -> bool:
 
 
 def _start_child(d: Path) -> None:
-    global _child
-    if _child is not None and _child.poll() is None:
-        return
-    if _child is not None:  # it ended without verified.json: no second try, here or in another kernel
-        if not (d / "failed.txt").exists():
+    global _child, _child_dir
+    if _child is not None:
+        code = _child.poll()
+        if code is None:
+            return
+        failed = code in _CRASHES or (code > 0 and code != BUSY)
+        if failed and not (d / "failed.txt").exists():  # it could not say why itself: no second try anywhere
             with contextlib.suppress(OSError):
-                (d / "failed.txt").write_text(f"the build process ended with code {_child.returncode} "
-                                              "(see build.log)\n")
-        return
+                (d / "failed.txt").write_text(f"the build process ended with code {code} (see build.log)\n")
+        if failed or code == 0:
+            return
+        _child = None  # another process was building it, or this one was stopped: it may be started again
     d.mkdir(parents=True, exist_ok=True)
     if _lock_is_fresh(d / "building.pid"):
         return
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # the venv's ninja
-    # this nbdebug, wherever it was imported from (a checkout on sys.path, not installed)
-    package_root = str(Path(__file__).resolve().parents[3])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    # this process's own path, so that the child imports this torch and this nbdebug (a checkout, a path the
+    # notebook added); the child checks that its torch gives the same folder before it builds
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.setdefault("KINETO_LOG_LEVEL", "99")
     with open(d / "build.log", "ab") as log:
-        _child = subprocess.Popen([sys.executable, "-m", "nbdebug.core.memory._compiled", str(d)],
+        _child = subprocess.Popen([sys.executable, "-m", "nbdebug.core.memory._compiled", str(d), d.name],
                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
+    _child_dir = d
     atexit.register(_stop_child)
 
 
 def _stop_child() -> None:
-    """End a build still running when this process exits (the compiler's processes with it)."""
+    """End a build still running (when this process exits), the compiler's processes with it, and take its
+    locks away: the next build would otherwise wait on the lock torch's extension builder left."""
     child = _child
     if child is None or child.poll() is not None:
         return
@@ -171,6 +197,18 @@ def _stop_child() -> None:
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=5)
+    if _child_dir is not None:
+        _remove_stale_locks(_child_dir, child.pid)
+
+
+def _remove_stale_locks(d: Path, pid: int | None = None) -> None:
+    """Remove the locks of a build that is over: ours (when it is ``pid``'s, or stale) and torch's own."""
+    lock = d / "building.pid"
+    with contextlib.suppress(OSError, ValueError):
+        if pid is None or int(lock.read_text().strip() or 0) == pid:
+            lock.unlink()
+    with contextlib.suppress(OSError):
+        (d / "build" / "lock").unlink()  # torch.utils.cpp_extension's FileBaton: waited on without a timeout
 
 
 def wait_for_child(timeout: float) -> int | None:
@@ -193,9 +231,10 @@ def status() -> str:
         return f"built and verified, in {d}"
     if (d / "failed.txt").exists():
         return f"not available: {(d / 'failed.txt').read_text().strip()} (see {d / 'build.log'})"
-    if (d / "building.pid").exists() or (_child is not None and _child.poll() is None):
+    if _lock_is_fresh(d / "building.pid") or (_child is not None and _child.poll() is None):
         return f"being built, in {d}"
-    return f"not built yet (it is built the first time memtrace records on CPU, into {d})"
+    return (f"not built yet (a notebook builds it the first time memtrace records on CPU, and "
+            f"`python -m nbdebug compile` builds it now, into {d})")
 
 
 def build(d: Path | None = None) -> str:
@@ -204,19 +243,27 @@ def build(d: Path | None = None) -> str:
     The reason is also written to ``failed.txt``, so that no kernel tries again for this torch and source.
     """
     d = build_dir() if d is None else d
-    d.mkdir(parents=True, exist_ok=True)
     lock = d / "building.pid"
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        if _lock_is_fresh(lock):
-            return "busy: another process is building it"
-        lock.unlink(missing_ok=True)
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if _lock_is_fresh(lock):
+                return "busy: another process is building it"
+            lock.unlink(missing_ok=True)
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+    except OSError as e:
+        return f"the cache folder {str(d)!r} cannot be written ({type(e).__name__}: {e}); set {CACHE} to a " \
+               "folder that can"
     try:
-        (d / "failed.txt").unlink(missing_ok=True)
+        # this process holds the lock: whatever else is there is from a build that is over
+        with contextlib.suppress(OSError):
+            (d / "build" / "lock").unlink()
+        for old in ("failed.txt", "verified.json"):
+            (d / old).unlink(missing_ok=True)
         try:
             module = _compile(d)
             _self_check(module)
@@ -243,12 +290,16 @@ def build(d: Path | None = None) -> str:
 
 
 def _compile(d: Path) -> Any:
+    import torch
     import torch.utils.cpp_extension as cpp
 
     include = os.path.join(cpp.include_paths()[0], "kineto")  # the profiler's headers include kineto's
+    flags = ["-O2"]
+    if torch.autograd.kineto_available():  # the headers' layout follows how torch itself was built
+        flags.append("-DUSE_KINETO")
     (d / "build").mkdir(exist_ok=True)
     return cpp.load(name=_module_name(d), sources=[str(SOURCE)], build_directory=str(d / "build"),
-                    extra_cflags=["-O2", "-DUSE_KINETO"], extra_include_paths=[include], verbose=False)
+                    extra_cflags=flags, extra_include_paths=[include], verbose=False)
 
 
 def _self_check(module: Any) -> None:
@@ -267,6 +318,8 @@ def _check_recordings() -> list[Any]:
     import torch
 
     from nbdebug.core.memory._cpu_record import CpuRecording
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler's start and stop lines, in a build's output
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -298,7 +351,34 @@ def _check_recordings() -> list[Any]:
     return out
 
 
-if __name__ == "__main__":  # the child process of _start_child
-    result = build(Path(sys.argv[1]))
-    print(f"nbdebug compiled walk: {result}")
-    sys.exit(0 if result == "ok" else 1)
+def _deadline() -> None:
+    """End this build process and its compiler: a build never runs past ``BUILD_DEADLINE_S``."""
+    print(f"nbdebug compiled walk: not done after {BUILD_DEADLINE_S:.0f} s, stopped", flush=True)
+    if os.getpgrp() == os.getpid():  # started in a session of its own: the group is this build
+        os.killpg(0, signal.SIGKILL)
+    os._exit(1)
+
+
+def _main(argv: list[str]) -> int:
+    """The child process of ``_start_child``: ``FOLDER EXPECTED_NAME``."""
+    import threading
+
+    timer = threading.Timer(BUILD_DEADLINE_S, _deadline)
+    timer.daemon = True
+    timer.start()
+    d = Path(argv[0])
+    if len(argv) > 1 and argv[1] != build_dir().name:  # another torch or Python than the kernel's
+        reason = (f"the build process imported another torch or Python than the kernel ({build_dir().name}, "
+                  f"expected {argv[1]})")
+        print(f"nbdebug compiled walk: {reason}")
+        (d / "failed.txt").write_text(reason + "\n")
+        return 1
+    result = build(d)
+    print(f"nbdebug compiled walk: {result}", flush=True)
+    if result.startswith("busy"):
+        return BUSY
+    return 0 if result == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

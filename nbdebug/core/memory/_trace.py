@@ -777,10 +777,11 @@ def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool =
 
     Notes
     -----
-    On CPU, the first recording starts building a compiled reader of the profiler's event tree in a child
-    process (a C++ compiler and ninja, about 10 s, once per torch), checked against the Python reader before it is
-    used.  Later recordings use it and spend a twentieth of the time on that step; the report is the same either
-    way.  ``NBDEBUG_COMPILE=0`` turns it off; ``python -m nbdebug compile --status`` says whether it is in use.
+    On CPU, in IPython, the first recording starts building a compiled reader of the profiler's event tree in a
+    child process (a C++ compiler and ninja, about 10 s, once per torch), checked against the Python reader
+    before it is used.  Later recordings use it and spend a third to a sixth of the time on that step; the report
+    is the same either way.  ``python -m nbdebug compile`` builds it now (also for scripts, which start no
+    build); ``NBDEBUG_COMPILE=0`` turns it off; ``--status`` says whether it is in use.
 
     Examples
     --------

@@ -30,6 +30,14 @@ py::bytes as_bytes(const std::vector<T>& v) {
   return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
+// A name as bytes, or None where there is none (torch's own bindings give None for a null name).
+py::object name_or_none(const char* s) {
+  if (s == nullptr) {
+    return py::none();
+  }
+  return py::bytes(s);
+}
+
 // One depth-first walk, in the tree's order (ties in time keep it, as in the Python walk).
 //
 // Per allocation leaf (in the order met): start time, address, bytes (negative for a free), 1 when on the CPU,
@@ -76,8 +84,8 @@ py::tuple walk(const py::object& results) {
       kind.push_back(k);
       if (caller != nullptr) {
         line.push_back(caller->line_no_);
-        files.append(py::bytes(caller->filename_.str()));
-        functions.append(py::bytes(caller->funcname_.str()));
+        files.append(name_or_none(caller->filename_.str()));
+        functions.append(name_or_none(caller->funcname_.str()));
       } else {
         line.push_back(0);
         files.append(py::none());
