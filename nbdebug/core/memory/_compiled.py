@@ -251,8 +251,11 @@ def build(d: Path | None = None) -> str:
         except FileExistsError:
             if _lock_is_fresh(lock):
                 return "busy: another process is building it"
-            lock.unlink(missing_ok=True)
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            lock.unlink(missing_ok=True)  # a build that died; another process may take it over first
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return "busy: another process is building it"
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
     except OSError as e:
