@@ -197,22 +197,23 @@ def _stop_child() -> None:
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=5)
-    if _child_dir is not None:
-        _remove_stale_locks(_child_dir, child.pid)
+    if _child_dir is not None:  # its locks: ours (when still its own) and torch's
+        lock = _child_dir / "building.pid"
+        with contextlib.suppress(OSError, ValueError):
+            if int(lock.read_text().strip() or 0) == child.pid:
+                lock.unlink()
+        _remove_torch_lock(_child_dir)
 
 
-def _remove_stale_locks(d: Path, pid: int | None = None) -> None:
-    """Remove the locks of a build that is over: ours (when it is ``pid``'s, or stale) and torch's own."""
-    lock = d / "building.pid"
-    with contextlib.suppress(OSError, ValueError):
-        if pid is None or int(lock.read_text().strip() or 0) == pid:
-            lock.unlink()
+def _remove_torch_lock(d: Path) -> None:
+    """Remove the lock torch.utils.cpp_extension's builder (a FileBaton) left in the build folder: it waits on
+    it without a timeout.  Only for a build that is over (stopped, or ours held the folder's lock since)."""
     with contextlib.suppress(OSError):
-        (d / "build" / "lock").unlink()  # torch.utils.cpp_extension's FileBaton: waited on without a timeout
+        (d / "build" / "lock").unlink()
 
 
 def wait_for_child(timeout: float) -> int | None:
-    """Wait for a build this process started (tests, ``python -m nbdebug compile``); its exit code."""
+    """Wait for a build this process started in the background (the tests do); its exit code."""
     if _child is None:
         return None
     try:
@@ -262,9 +263,7 @@ def build(d: Path | None = None) -> str:
         return f"the cache folder {str(d)!r} cannot be written ({type(e).__name__}: {e}); set {CACHE} to a " \
                "folder that can"
     try:
-        # this process holds the lock: whatever else is there is from a build that is over
-        with contextlib.suppress(OSError):
-            (d / "build" / "lock").unlink()
+        _remove_torch_lock(d)  # this process holds the folder's lock: torch's is from a build that is over
         for old in ("failed.txt", "verified.json"):
             (d / old).unlink(missing_ok=True)
         try:

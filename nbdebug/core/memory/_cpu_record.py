@@ -130,6 +130,9 @@ class Allocations:
         return list(zip(self.ptr[keep].tolist(), self.t_ns[keep].tolist()))
 
 
+UNREADABLE_FILE, UNREADABLE_FUNCTION = "<unreadable file name>", "<unreadable function name>"
+
+
 def _caller_frame(c: Any) -> Frame:
     """The frame that made a Python call (the call's ``caller``), at the line of the call."""
     try:
@@ -137,8 +140,8 @@ def _caller_frame(c: Any) -> Frame:
     except UnicodeDecodeError:
         # the profiler's Python tracer now and then hands back a name that is not valid UTF-8 (seen with torch
         # 2.13 on CPU): keep the frame, with a placeholder, rather than lose the whole trace
-        frame = (_readable(c, "file_name", "<unreadable file name>"), c.line_number,
-                 _readable(c, "function_name", "<unreadable function name>"))
+        frame = (_readable(c, "file_name", UNREADABLE_FILE), c.line_number,
+                 _readable(c, "function_name", UNREADABLE_FUNCTION))
     return (clip_text(frame[0]), frame[1], clip_text(frame[2]))  # C++ template names run to a few KB
 
 
@@ -169,10 +172,17 @@ def _operator_frame(chain: Any, of_link: dict[int, tuple[tuple[int, ...], type]]
     if c is None or of_link[id(c)][1] is not _ExtraFields_PyCall:
         return None
     try:
-        m = _CALLEE.fullmatch(c[0].name)
+        return _callee_frame(c[0].name)
     except UnicodeDecodeError:
         return None
-    if m is None:  # a module call ("nn.Module: Linear_0") names no file
+
+
+def _callee_frame(name: str) -> Frame | None:
+    """The function a Python call ran, from the call's name (``file(first line): function``), as the frame an
+    operator's allocation in it is given (its line not recorded); None for a module call
+    ("nn.Module: Linear_0"), which names no file."""
+    m = _CALLEE.fullmatch(name)
+    if m is None:
         return None
     return (clip_text(m.group(1)), OPERATOR_LINE, clip_text(m.group(3)))
 
@@ -259,18 +269,16 @@ def _walk_compiled(results: Any, walker: Any) -> Allocations:
         ids = of_link[c] if c >= 0 else ()
         for c in reversed(unread):  # outermost first, each link prepending its own frame
             if kind[c]:
-                frame = (clip_text(_decoded(files[c], "<unreadable file name>")), line[c],
-                         clip_text(_decoded(functions[c], "<unreadable function name>")))
+                frame = (clip_text(_decoded(files[c], UNREADABLE_FILE)), line[c],
+                         clip_text(_decoded(functions[c], UNREADABLE_FUNCTION)))
                 ids = (frame_id(frame), *ids)
             of_link[c] = ids
         c = chain
         while c >= 0 and not kind[c]:  # the innermost call, past operator scopes
             c = parent[c]
-        if c >= 0 and kind[c] == 1:
-            name = _decoded(names[c], "")
-            m = _CALLEE.fullmatch(name) if name else None
-            if m is not None:  # made by an operator in that function, not by a call: the function, no line
-                ids = (frame_id((clip_text(m.group(1)), OPERATOR_LINE, clip_text(m.group(3)))), *ids)
+        callee = _callee_frame(_decoded(names[c], "")) if c >= 0 and kind[c] == 1 else None
+        if callee is not None:  # made by an operator in that function, not by a call: the function, no line
+            ids = (frame_id(callee), *ids)
         sid = stack_ids.get(ids, -1)
         if sid < 0:
             sid = stack_ids[ids] = len(stacks)

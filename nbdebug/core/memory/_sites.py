@@ -134,8 +134,6 @@ def _is_own(filename: str) -> bool:
     return filename.startswith(_NBDEBUG_DIR) or OWN_RELATIVE.match(filename) is not None
 
 
-
-
 def pick_site(stack: Sequence[Frame]) -> Frame | None:
     """The user frame nearest the allocation that has a line, else the user frame an operator ran in; else the first
     Python frame of a library (PyTorch), then of the notebook's machinery; never nbdebug's own; else a C++-only
