@@ -16,7 +16,6 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[all]" --group dev "$(TORCH_SPEC)"  # the pin keeps pip from swapping torch for a CUDA build
-	-$(PY) -m nbdebug compile  # memtrace's compiled walk on CPU; optional (memtrace walks in Python without it)
 	touch $@
 
 $(VENV_XLA)/.stamp: pyproject.toml

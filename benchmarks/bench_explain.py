@@ -39,7 +39,7 @@ def _report(label: str, ms: list[float]) -> None:
 def main() -> int:
     texts = [p.read_text(errors="replace") for p in CORPUS]
     t0 = time.perf_counter()
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     explain(texts[0])
     print(f"import + first call (compiles the patterns it needs): {(time.perf_counter() - t0) * 1e3:.1f} ms")

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nbdebug.core.grads import GradMonitor  # noqa: E402
-from nbdebug.core.nan import nan_sentinel  # noqa: E402
+from nbdebug.core.training.grads import GradMonitor  # noqa: E402
+from nbdebug.core.training.nan import nan_sentinel  # noqa: E402
 from nbdebug.ipython._live import LivePanel  # noqa: E402
 
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 2, 64, 16

@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 # public name -> "module:attribute" (or "module" for a public submodule)
 _LAZY: dict[str, str] = {
     # errors (issue 2)
-    "explain": "nbdebug.core.fixes:explain",
-    "Diagnosis": "nbdebug.core.fixes:Diagnosis",
+    "explain": "nbdebug.core.explain:explain",
+    "Diagnosis": "nbdebug.core.explain:Diagnosis",
     "NbdebugError": "nbdebug.errors:NbdebugError",
     # shared shapes: every check's findings, and the tutorials' example data
     "Finding": "nbdebug.core._findings:Finding",
@@ -28,9 +28,10 @@ _LAZY: dict[str, str] = {
     "MemorySnapshot": "nbdebug.core.memory:MemorySnapshot",
     "memtrace": "nbdebug.core.memory:memtrace",
     "MemTrace": "nbdebug.core.memory:MemTrace",
+    "GradHistory": "nbdebug.core.training._gradhistory:GradHistory",
     # training dynamics (issue 4)
     "GradMonitor": "nbdebug.ipython._live:GradMonitor",
-    "nan_sentinel": "nbdebug.core.nan:nan_sentinel",
+    "nan_sentinel": "nbdebug.core.training.nan:nan_sentinel",
     "NonFiniteError": "nbdebug.errors:NonFiniteError",
     "doctor": "nbdebug.core.doctor:doctor",
     "DoctorReport": "nbdebug.core.doctor:DoctorReport",
@@ -38,6 +39,7 @@ _LAZY: dict[str, str] = {
     "check_reproducible": "nbdebug.core.doctor:check_reproducible",
     # compilation (issue 5)
     "compile_check": "nbdebug.core.compile:compile_check",
+    "CompileReport": "nbdebug.core.compile:CompileReport",
     "xla": "nbdebug.xla",
     # distributed (issue 6)
     "dist": "nbdebug.dist",
@@ -58,7 +60,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    # public names only: not the helpers this module imports for itself (importlib, Any, annotations)
+    return sorted(__all__)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
+__all__ = ["describe_exception", "exception_message",
     "NbdebugError",
     "InvalidArgumentError",
     "SnapshotError",
@@ -124,3 +124,20 @@ def require(package: str, extra: str, feature: str) -> Any:
         return importlib.import_module(package)
     except ImportError as e:
         raise MissingDependencyError(package, extra, feature) from e
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, never raising: the one place nbdebug reads an exception's message.
+
+    An exception's ``__str__`` is the user's code and may raise anything (even ``KeyboardInterrupt``); then the
+    result is a placeholder that says so.
+    """
+    try:
+        return str(exc)
+    except BaseException as e:  # noqa: BLE001 - the user's own exception must still reach them, not this one
+        return f"<unprintable: its __str__ raised {type(e).__name__}>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"`` of any exception, never raising (see ``exception_message``)."""
+    return f"{type(exc).__name__}: {exception_message(exc)}"

@@ -380,7 +380,7 @@ def test_nccl_log_of_a_run():
 
 
 def test_dist_enricher_adds_a_section_for_distributed_errors():
-    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
     base = Diagnosis(category="unknown", title="?", summary="?")
@@ -398,7 +398,7 @@ def test_dist_enricher_adds_a_section_for_distributed_errors():
     ConnectionResetError("Connection reset by peer"),
 ], ids=["broken_pipe", "address_in_use", "reset"])
 def test_dist_enricher_leaves_single_process_errors_alone(exc):
-    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
     base = Diagnosis(category="unknown", title="?", summary="?")
@@ -406,7 +406,7 @@ def test_dist_enricher_leaves_single_process_errors_alone(exc):
 
 
 def test_dist_enricher_survives_an_exception_whose_str_raises():
-    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
     class Weird(RuntimeError):
@@ -420,7 +420,7 @@ def test_dist_enricher_survives_an_exception_whose_str_raises():
 
 
 def test_dist_enricher_survives_a_str_that_raises_keyboard_interrupt():
-    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
     class Nasty(RuntimeError):
@@ -433,7 +433,7 @@ def test_dist_enricher_survives_a_str_that_raises_keyboard_interrupt():
 
 
 def test_dist_enricher_does_not_repeat_the_fixes_of_the_diagnosis():
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
     from nbdebug.ipython._dist import dist_enricher
 
     exc = RuntimeError("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, "

@@ -101,7 +101,7 @@ def test_one_line_is_told_by_the_most_specific_entry():
 
 def test_the_watchdog_message_is_one_entry_for_all_three_readers():
     from nbdebug.core.dist._failures import classify
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     text = ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, "
             "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.")

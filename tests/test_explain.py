@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from nbdebug._units import parse_bytes
-from nbdebug.core.fixes import Diagnosis, explain
-from nbdebug.core.fixes._normalize import normalize, parse_shape
+from nbdebug.core.explain import Diagnosis, explain
+from nbdebug.core.explain._normalize import normalize, parse_shape
 from nbdebug.core.knowledge import entries
 from nbdebug.errors import InvalidArgumentError
 from nbdebug.render import diagnosis as render_diagnosis

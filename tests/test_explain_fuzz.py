@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbdebug.core.fixes import Diagnosis, explain
+from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import entries
 from nbdebug.errors import InvalidArgumentError, NbdebugError
 

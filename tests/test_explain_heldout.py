@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nbdebug.core.fixes import explain
+from nbdebug.core.explain import explain
 from nbdebug.core.knowledge import entries
 
 SLUGS = tuple(e.slug for e in entries("explain"))

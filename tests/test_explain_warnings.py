@@ -14,7 +14,7 @@ import warnings
 import pytest
 from IPython.utils.capture import capture_output
 
-from nbdebug.core.fixes import explain
+from nbdebug.core.explain import explain
 
 torch = pytest.importorskip("torch")
 
@@ -148,7 +148,7 @@ def test_explain_takes_a_captured_warning_or_its_text():
 
 
 def test_a_failing_explainer_never_breaks_the_cell(printed, ip, monkeypatch):
-    import nbdebug.core.fixes as fixes
+    import nbdebug.core.explain as fixes
 
     def broken(*a, **k):
         raise ValueError("planted failure")
@@ -217,7 +217,7 @@ def test_a_warning_in_a_worker_thread_is_not_lost_while_another_is_explained(pri
     thread explains another one still gets its panel (shown when the cell ends)."""
     import threading
 
-    import nbdebug.core.fixes as fixes
+    import nbdebug.core.explain as fixes
 
     real = fixes.explain
     started = []

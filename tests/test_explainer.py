@@ -54,7 +54,7 @@ def test_unknown_errors_stay_quiet_unless_asked(ip):
 
 
 def test_explainer_failure_is_one_line_and_keeps_the_error(ip, monkeypatch):
-    import nbdebug.core.fixes as fixes
+    import nbdebug.core.explain as fixes
 
     def broken(*a, **k):
         raise ValueError("planted failure")
@@ -163,7 +163,7 @@ def test_exception_whose_str_raises_does_not_escape_run_cell(ip, inner):
 
 
 def test_explain_survives_unprintable_exceptions_directly():
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     class Unprintable(Exception):
         def __str__(self):

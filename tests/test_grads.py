@@ -11,9 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
-from nbdebug.core._dynamics import analyze_loss
 from nbdebug.core._findings import Finding, Severity
-from nbdebug.core.grads import GradHistory, GradMonitor
+from nbdebug.core.training._dynamics import analyze_loss
+from nbdebug.core.training.grads import GradHistory, GradMonitor
 from nbdebug.errors import InvalidArgumentError
 
 
@@ -155,7 +155,7 @@ def test_compiled_model_is_unwrapped():
 
 DDP_PROBE = """
 import json, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
-from nbdebug.core.grads import GradMonitor
+from nbdebug.core.training.grads import GradMonitor
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 torch.manual_seed(0)
 m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -338,7 +338,7 @@ def test_history_exports_and_plots():
 
 
 def test_live_listener_is_rate_bounded(monkeypatch):
-    import nbdebug.core.grads as grads
+    import nbdebug.core.training.grads as grads
 
     clock = iter(i * 0.05 for i in range(10_000))  # 50 ms per step
     monkeypatch.setattr(grads.time, "monotonic", lambda: next(clock))
@@ -450,7 +450,7 @@ def test_core_grads_does_not_reach_the_ipython_layer():
 
     code = (
         "import sys, torch, torch.nn as nn\n"
-        "from nbdebug.core.grads import GradMonitor\n"
+        "from nbdebug.core.training.grads import GradMonitor\n"
         "m = nn.Linear(3, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "with GradMonitor(m, live=lambda mon: None) as mon:\n"
         "    m(torch.randn(4, 3)).sum().backward(); opt.step()\n"
@@ -497,7 +497,7 @@ def test_sparse_gradients_are_measured_by_their_values():
     import torch
     from torch import nn
 
-    from nbdebug.core.grads import GradMonitor
+    from nbdebug.core.training.grads import GradMonitor
 
     norms = {}
     for sparse in (True, False):

@@ -82,7 +82,7 @@ def test_warning_categories_are_marked_and_complete():
 def test_scheduler_order_says_the_gradscaler_warning_is_harmless_first():
     """Review 10: PyTorch warns on the first scheduler step only, and GradScaler skipping its first step (inf
     gradients at scale 65536) triggers the warning with a correct loop: the first step must say so."""
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     d = explain("UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 "
                 "and later, you should call them in the opposite order: `optimizer.step()` before "

@@ -96,7 +96,7 @@ def test_oom_verdicts(requested, largest, cached, kind):
 
 
 def test_section_without_a_snapshot_still_says_how_to_release():
-    from nbdebug.core.fixes import Diagnosis
+    from nbdebug.core.explain import Diagnosis
     from nbdebug.core.memory._oom import enrich_oom
 
     diagnosis = Diagnosis(category="cuda_oom", title="CUDA out of memory", summary="")

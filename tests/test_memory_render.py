@@ -10,7 +10,7 @@ import pytest
 
 from nbdebug.core.memory import load_snapshot
 from nbdebug.render._html import fmt_bytes
-from nbdebug.render.memory_viewer import MAX_INTERVALS, intervals, viewer_data, viewer_document, viewer_html
+from nbdebug.render.memory.viewer import MAX_INTERVALS, intervals, viewer_data, viewer_document, viewer_html
 
 FILES = ["torch2.10plus_cs336_wedsonlin_medium_512_training.pickle", "torch2.0_history_flexgen_oom_snapshot.pickle",
          "no-license/segments_list_only_memory_snapshot.pkl",
@@ -152,7 +152,7 @@ def test_snapshot_repr_is_one_cheap_line(snapshots_dir, monkeypatch):
 def test_viewer_assets_are_package_files_and_theme_aware(snapshots_dir):
     from importlib.resources import files
 
-    from nbdebug.render.memory_viewer import viewer_css, viewer_js
+    from nbdebug.render.memory.viewer import viewer_css, viewer_js
 
     static = files("nbdebug.render").joinpath("static")
     assert static.joinpath("viewer.js").read_text(encoding="utf-8") == viewer_js()
@@ -226,7 +226,7 @@ def _svg_images(sources: list[str]) -> list[str]:
 
 def test_viewer_without_scripts_shows_a_static_picture_and_how_to_get_the_viewer(snapshots_dir):
     from nbdebug.render._html import INTERACTIVE_NOTE
-    from nbdebug.render.memory_viewer import viewer_js
+    from nbdebug.render.memory.viewer import viewer_js
 
     snap = load_snapshot(snapshots_dir / FILES[0])
     html = viewer_html(snap)
@@ -251,7 +251,7 @@ def test_viewer_without_scripts_shows_a_static_picture_and_how_to_get_the_viewer
 
 
 def test_static_chart_keeps_the_peak_and_draws_steps(snapshots_dir):
-    from nbdebug.render.memory_plot import svg_stacked
+    from nbdebug.render.memory.plot import svg_stacked
 
     # 3 points: 0 B, 1 GiB, 0 B; a step chart never draws a diagonal between them
     svg = svg_stacked([0.0, 1.0, 2.0], [[0, 1 << 30, 0]], ["#123456"], x_unit="event", index=[-1, 0, 1],
@@ -277,7 +277,7 @@ def test_panel_charts_survive_sanitising(kind, snapshots_dir):
         import torch
         from torch import nn
 
-        from nbdebug.core.grads import GradMonitor
+        from nbdebug.core.training.grads import GradMonitor
 
         torch.manual_seed(0)
         net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -293,7 +293,7 @@ def test_panel_charts_survive_sanitising(kind, snapshots_dir):
         html = to_html(mon.history)
         flat = "global grad norm"
     else:
-        from nbdebug.render.memory_plot import svg_sparkline
+        from nbdebug.render.memory.plot import svg_sparkline
 
         html = svg_sparkline([0, 10, 5, 30, 2])
         flat = "peak 30 B"
@@ -398,7 +398,7 @@ def test_every_block_alive_is_listed_and_adds_up_to_the_allocated_bytes(snapshot
 
 
 def test_live_answers_never_raise():
-    from nbdebug.render.memory_widget import answer
+    from nbdebug.render.memory.widget import answer
 
     snap = load_snapshot(__import__("nbdebug").examples.path("snapshots/forward_fp32_128.pickle"))
     from nbdebug.core.memory._window import WindowModel

@@ -15,7 +15,7 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 import nbdebug
 from nbdebug.core import nan as nan_mod
-from nbdebug.core.nan import LOSS, nan_sentinel
+from nbdebug.core.training.nan import LOSS, nan_sentinel
 from nbdebug.errors import NonFiniteError
 
 COUNTER = {"step": 0}
@@ -257,7 +257,7 @@ def test_nanhunt_bad_input_is_a_usage_error(ip):
 
 
 def test_gradmonitor_magic_returns_history_and_live_panel_updates_in_place(ip):
-    from nbdebug.core.grads import GradHistory
+    from nbdebug.core.training.grads import GradHistory
     from nbdebug.ipython._live import LivePanel
 
     torch.manual_seed(0)
@@ -368,7 +368,7 @@ def test_nanhunt_checks_what_the_last_step_left_pending(ip):
 
 
 def test_error_panel_gets_a_data_only_sentinel_section(ip):
-    from nbdebug.core.fixes._diagnosis import Section
+    from nbdebug.core.explain._diagnosis import Section
     from nbdebug.ipython._explainer import diagnose_exception
     from nbdebug.ipython._extension import get_state
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nbdebug.core.fixes import _analyze, _explain, _normalize, explain
+from nbdebug.core.explain import _analyze, _explain, _normalize, explain
 from nbdebug.core.knowledge import entries
 
 try:  # Python 3.11+

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nbdebug.core.memory import load_snapshot
 from nbdebug.errors import SnapshotError
-from nbdebug.render.memory_viewer import viewer_data
+from nbdebug.render.memory.viewer import viewer_data
 from tests.conftest import SNAPSHOTS
 from tests.test_snapshot import _raw
 

@@ -301,7 +301,7 @@ def test_nonfinite_in_a_real_model_is_placed():
 
 
 def _minibatch_run(corrupt_at=None):
-    from nbdebug.core.grads import GradMonitor
+    from nbdebug.core.training.grads import GradMonitor
 
     x_all, y_all = digits(1797)
     torch.manual_seed(0)

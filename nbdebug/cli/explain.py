@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Explain the text and print the report (plain text, or JSON with ``--json``)."""
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     # explain() reads at most the last 1,000,000 characters; 4 bytes each is the most UTF-8 needs
     diagnosis = explain(read_text(args.file, "a text file with an error or log", tail_bytes=4_000_000))

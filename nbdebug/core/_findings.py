@@ -11,11 +11,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbdebug.core._result import Result
 
-__all__ = ["Severity", "Fix", "Finding", "sort_findings", "worst_severity", "fixes_of"]
+__all__ = ["Severity", "Fix", "Finding", "HasFindings", "sort_findings", "worst_severity", "fixes_of"]
 
 
 class Severity(str, enum.Enum):
@@ -127,3 +127,38 @@ def worst_severity(findings: Iterable[Finding]) -> Severity | None:
 def fixes_of(items: Sequence[Fix | str]) -> tuple[Fix, ...]:
     """Plain strings or ``Fix`` objects -> a tuple of ``Fix``."""
     return tuple(f if isinstance(f, Fix) else Fix(f) for f in items)
+
+
+class HasFindings:
+    """Mixin for every result that holds findings: one meaning of ``ok``, ``kinds``, ``finding(kind)``, ``worst``.
+
+    The class provides ``findings`` (a field or a property), worst first.  ``ok`` is True when no finding is an
+    error or a warning: an ``info`` finding is a remark, not a problem.
+    """
+
+    if TYPE_CHECKING:
+        @property
+        def findings(self) -> Sequence[Finding]: ...
+
+    @property
+    def ok(self) -> bool:
+        """True when no finding is an error or a warning."""
+        return not any(f.severity is not Severity.INFO for f in self.findings)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of all findings, worst first, each once."""
+        return tuple(dict.fromkeys(f.kind for f in self.findings))
+
+    def finding(self, kind: str) -> Finding | None:
+        """The first finding of ``kind`` (None when there is none)."""
+        return next((f for f in self.findings if f.kind == kind), None)
+
+    @property
+    def worst(self) -> Severity | None:
+        """The most severe severity among the findings (None when there are none)."""
+        return worst_severity(self.findings)
+
+    def errors(self) -> list[Finding]:
+        """The findings of severity ``error``."""
+        return [f for f in self.findings if f.severity is Severity.ERROR]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdebug.core import knowledge
-from nbdebug.core._findings import Finding, sort_findings
+from nbdebug.core._findings import Finding, HasFindings, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.errors import InvalidArgumentError
 
@@ -83,7 +83,7 @@ class LimitHit:
 
 
 @dataclass(frozen=True, repr=False)
-class CompileReport(Result):
+class CompileReport(HasFindings, Result):
     """What torch.compile did with a function or a cell.
 
     Attributes
@@ -112,20 +112,6 @@ class CompileReport(Result):
     limit: int | None = None
     ops_per_graph: tuple[int, ...] = field(default=())
 
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing was found."""
-        return not self.findings
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Kinds of the warning/error findings."""
-        return tuple(f.kind for f in self.findings if f.severity in ("error", "warning"))
-
-    def finding(self, kind: str) -> Finding | None:
-        """The first finding of ``kind``."""
-        return next((f for f in self.findings if f.kind == kind), None)
 
     def _summary_line(self) -> str:
         graphs = f"{self.graph_count} graph(s), " if self.graph_count is not None else ""

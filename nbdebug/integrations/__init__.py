@@ -46,8 +46,8 @@ class Watch:
         self._history: Any = None
 
     def start(self, model: Any) -> None:
-        """Attach to ``model`` (a module, or anything ``nbdebug.core.grads.model_of`` finds one in)."""
-        from nbdebug.core.grads import model_of
+        """Attach to ``model`` (a module, or anything ``nbdebug.core.training.grads.model_of`` finds one in)."""
+        from nbdebug.core.training.grads import model_of
 
         self.stop()
         inner = model_of(model)
@@ -60,7 +60,7 @@ class Watch:
                                                          live=self.live and _in_notebook())
                 self.monitor.attach()
             if self.nan_sentinel:
-                from nbdebug.core.nan import nan_sentinel
+                from nbdebug.core.training.nan import nan_sentinel
 
                 self.sentinel = nan_sentinel(inner, replay=self.replay).attach()
         except BaseException:
@@ -119,7 +119,7 @@ def _monitor_class(live: bool) -> Any:
         from nbdebug.ipython._live import GradMonitor
 
         return GradMonitor
-    from nbdebug.core.grads import GradMonitor as CoreMonitor
+    from nbdebug.core.training.grads import GradMonitor as CoreMonitor
 
     return CoreMonitor
 

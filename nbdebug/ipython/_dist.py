@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from nbdebug.errors import describe_exception
 from nbdebug.ipython._state import ExtensionState
 
 
@@ -176,15 +177,6 @@ _DIST_TYPES = frozenset({"DistError", "DistBackendError", "DistStoreError", "Dis
                          "ChildFailedError"})
 
 
-def _describe(exc: BaseException) -> str:
-    """``"Type: message"``, even for an exception whose ``__str__`` raises."""
-    try:
-        message = str(exc)
-    except BaseException as e:  # even KeyboardInterrupt from a __str__: the user's exception must reach them
-        message = f"<message could not be shown: {type(e).__name__}>"
-    return f"{type(exc).__name__}: {message}"
-
-
 def _is_distributed(exc: BaseException, text: str) -> bool:
     """The error comes from torch.distributed (its type, a frame in it, or a message only it prints)."""
     if type(exc).__module__.startswith("torch.distributed") or type(exc).__name__ in _DIST_TYPES:
@@ -202,7 +194,7 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
 
     A single-process error (a plain ``BrokenPipeError``, a web server's ``Address already in use``) is left alone.
     """
-    text = _describe(exc)
+    text = describe_exception(exc)
     if not _is_distributed(exc, text):
         return diagnosis
     from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning
@@ -229,7 +221,7 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
         lines += [f"{p.title}: {p.message}" for p in log.problems if p.severity.value == "error"]
     if not lines:
         return diagnosis
-    from nbdebug.core.fixes import Section
+    from nbdebug.core.explain import Section
 
     unique = tuple(dict.fromkeys(fixes))
     section = Section(title="Distributed", text="\n".join(lines), fixes=unique)

@@ -14,18 +14,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from nbdebug.errors import describe_exception
 from nbdebug.ipython._state import ExtensionState
 
 # Errors that are the user stopping work, or a magic's one-line usage message: nothing to explain.
 _SKIP = (KeyboardInterrupt, SystemExit, UsageError)
-
-
-def _safe_text(e: BaseException) -> str:
-    """``Type: message`` of an exception whose ``__str__`` may itself raise (even KeyboardInterrupt)."""
-    try:
-        return f"{type(e).__name__}: {e}"
-    except BaseException:  # the user's __str__ is user code: nothing it raises may escape run_cell
-        return f"{type(e).__name__}: <unprintable>"
 
 
 def module_roots(namespace: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,7 +32,7 @@ def module_roots(namespace: Mapping[str, Any]) -> dict[str, Any]:
 
 def diagnose_exception(state: ExtensionState, exc: BaseException) -> Any:
     """Explain ``exc`` in the shell's context and let enabled features add their sections."""
-    from nbdebug.core.fixes import explain
+    from nbdebug.core.explain import explain
 
     diagnosis = explain(exc, roots=module_roots(state.shell.user_ns))
     for enrich in state.enrichers:
@@ -47,7 +40,7 @@ def diagnose_exception(state: ExtensionState, exc: BaseException) -> Any:
             diagnosis = enrich(exc, diagnosis) or diagnosis
         except BaseException as e:  # noqa: BLE001 - one section failing (e.g. on the user's __str__) keeps the rest
             name = getattr(enrich, "__qualname__", type(enrich).__name__)
-            note = f"nbdebug: a section ({name}) could not be added: {_safe_text(e)}"
+            note = f"nbdebug: a section ({name}) could not be added: {describe_exception(e)}"
             diagnosis = dataclasses.replace(diagnosis, notes=(*diagnosis.notes, note))
     return diagnosis
 
@@ -102,7 +95,7 @@ class Explainer:
             if pending is not None and pending[0] is exc:
                 diagnosis = pending[1]
                 if pending[2]:
-                    from nbdebug.core.fixes._diagnosis import Section
+                    from nbdebug.core.explain._diagnosis import Section
 
                     full = Section(title="Full traceback", preformatted=pending[2],
                                    notes=("Library frames were folded above (%nbdebug traceback full shows them "
@@ -117,4 +110,4 @@ class Explainer:
             display(diagnosis)
         except BaseException as e:  # noqa: BLE001 - the user's error above must stay the only thing that matters
             # BaseException too: formatting the user's exception runs its __str__, which may raise anything
-            print(f"nbdebug: the diagnosis failed ({_safe_text(e)}); the error above is unchanged.", file=sys.stderr)
+            print(f"nbdebug: the diagnosis failed ({describe_exception(e)}); the error above is unchanged.", file=sys.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from nbdebug.core.grads import GradMonitor as _CoreGradMonitor
+from nbdebug.core.training.grads import GradMonitor as _CoreGradMonitor
 
 __all__ = ["LivePanel", "GradMonitor"]
 
@@ -69,7 +69,7 @@ class LivePanel:
 
 
 class GradMonitor(_CoreGradMonitor):
-    """``nbdebug.core.grads.GradMonitor`` for notebooks: ``live=True`` shows a panel that updates in place.
+    """``nbdebug.core.training.grads.GradMonitor`` for notebooks: ``live=True`` shows a panel that updates in place.
 
     Everything else is the core monitor (see its documentation); ``monitor.view`` is the ``LivePanel``.
     """

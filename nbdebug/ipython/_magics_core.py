@@ -81,7 +81,7 @@ class CoreMagics(Magics):
 
         Returns a ``Diagnosis`` (``.category``, ``.facts``, ``.fixes``, ``.to_dict()``).
         """
-        from nbdebug.core.fixes import explain
+        from nbdebug.core.explain import explain
 
         text = (cell if cell is not None else line).strip()
         if text:

@@ -28,7 +28,7 @@ def _find_model(shell: Any, expr: str | None, magic: str) -> Any:
         except Exception as e:
             raise UsageError(f"%%{magic}: could not evaluate the model expression {expr!r}: {e!r}") from e
         if torch is not None and not isinstance(model, torch.nn.Module):
-            from nbdebug.core.grads import model_of
+            from nbdebug.core.training.grads import model_of
 
             inner = model_of(model)  # a Hugging Face / Lightning Trainer, an accelerate-prepared model
             if inner is not None:
@@ -98,7 +98,7 @@ class TrainingMagics(Magics):
         """
         args = parse_argstring(self.nanhunt, line)
         model = _find_model(self.shell, args.model, "nanhunt")
-        from nbdebug.core.nan import nan_sentinel
+        from nbdebug.core.training.nan import nan_sentinel
         from nbdebug.errors import InvalidArgumentError, NonFiniteError
         from nbdebug.ipython._cell import run_body
 
@@ -221,7 +221,7 @@ def nonfinite_section(exc: BaseException, diagnosis: Any) -> Any:
 def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
     import dataclasses
 
-    from nbdebug.core.fixes._diagnosis import Section
+    from nbdebug.core.explain._diagnosis import Section
     from nbdebug.core.knowledge import entry
 
     module = _safe(getattr(exc, "module", ""))

@@ -100,7 +100,7 @@ class WarningWatcher:
             text = message_text.lower()
             if not any(k in text for k in self._candidates()):  # cheap: most warnings stop here
                 return
-            from nbdebug.core.fixes import explain
+            from nbdebug.core.explain import explain
 
             # the text, not the object: the explainer never calls the user's __str__ again
             record = warnings.WarningMessage(message_text, category, filename, lineno, None, line)

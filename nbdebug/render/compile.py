@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from nbdebug.core._findings import worst_severity
 from nbdebug.core.compile import CompileReport
 from nbdebug.render._html import esc, kv_table, panel
 from nbdebug.render._registry import renders
-from nbdebug.render.findings import findings_html, findings_text
+from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = ["compile_text", "compile_html"]
 
@@ -33,5 +32,4 @@ def compile_text(r: CompileReport) -> str:
 def compile_html(r: CompileReport) -> str:
     """HTML panel."""
     body = (f'<div class="nbd-first">{esc(_CLEAN)}</div>' if r.ok else findings_html(r.findings))
-    worst = worst_severity(r.findings)
-    return panel("torch.compile check", body + kv_table(_head(r)), kind=worst.value if worst is not None else "ok")
+    return panel("torch.compile check", body + kv_table(_head(r)), kind=panel_kind(r.findings))

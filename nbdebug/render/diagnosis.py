@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdebug.core.fixes._diagnosis import Diagnosis, Section, user_sources
+from nbdebug.core.explain._diagnosis import Diagnosis, Section, user_sources
 from nbdebug.render._html import code_block, esc, fmt_bytes, kv_table, panel, table
 from nbdebug.render._registry import renders
 

@@ -15,7 +15,7 @@ from nbdebug.core.dist._types import DistRun, Hang, RankResult
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
 from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text
-from nbdebug.render.findings import findings_html, findings_text
+from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = ["dist_run_text", "dist_run_html", "hang_text", "hang_html", "rank_text", "rank_html", "check_text",
            "check_html", "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html", "clip",
@@ -255,9 +255,7 @@ def nccl_log_html(log: NcclLog) -> str:
     facts = [("version", log.version or "?"), ("ranks seen", len(log.ranks)),
              ("interfaces", ", ".join(log.interfaces) or "-"), ("transports", ", ".join(log.transports) or "-")]
     body = kv_table(facts) + findings_html(log.problems, empty="no known failure pattern found")
-    kind = "ok" if log.ok else "error"
-    if log.ok and any(p.severity.value == "warning" for p in log.problems):
-        kind = "warning"
+    kind = panel_kind(log.problems)
     return panel(f"NCCL log: {len(log.problems)} problem(s)", body, kind=kind)
 
 

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from nbdebug.core._findings import Finding, sort_findings
+from nbdebug.core._findings import Finding, Severity, sort_findings, worst_severity
 from nbdebug.render._html import code_block, esc
 from nbdebug.render._registry import renders
 
-__all__ = ["findings_text", "findings_html", "finding_text", "finding_html"]
+__all__ = ["findings_text", "findings_html", "finding_text", "finding_html", "panel_kind"]
+
+
+def panel_kind(findings: Iterable[Finding], *, empty: str = "ok") -> str:
+    """The one severity-to-colour rule for a panel's border.
+
+    ``"error"`` or ``"warning"`` from the worst finding; ``empty`` (``"ok"`` unless given) when there is none or
+    only ``info`` remarks, which are no problem.
+    """
+    worst = worst_severity(f for f in findings if f.severity is not Severity.INFO)
+    return worst.value if worst is not None else empty
 
 _MAX_WHERE = 6
 

@@ -11,14 +11,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from nbdebug.core._findings import worst_severity
-from nbdebug.core._gradhistory import GradHistory
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import ReproReport
-from nbdebug.core.nan import ReplayResult
+from nbdebug.core.training._gradhistory import GradHistory
+from nbdebug.core.training.nan import ReplayResult
 from nbdebug.render._html import esc, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
-from nbdebug.render.findings import findings_html, findings_text
+from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = [
     "svg_line",
@@ -203,14 +202,9 @@ def _history_body(h: GradHistory, *, compact: bool = False) -> str:
 @renders(GradHistory, "html")
 def grad_history_html(h: GradHistory) -> str:
     """HTML panel: global norm, loss with chance level, gradient flow per module, findings."""
-    kind = _panel_kind(h)
+    kind = panel_kind(h.findings)
     title = f"GradMonitor: {len(h.steps)} steps, {len(h.names)} parameters, {len(h.findings)} findings"
     return panel(title, _history_body(h), kind=kind, css_class="nbd-gradmonitor")
-
-
-def _panel_kind(h: GradHistory) -> str:
-    worst = worst_severity(h.findings)
-    return "ok" if worst is None or worst.value == "info" else worst.value
 
 
 def live_html(h: GradHistory, *, running: bool = True) -> str:
@@ -226,7 +220,7 @@ def live_html(h: GradHistory, *, running: bool = True) -> str:
     flags = "".join(f'<div class="sev-{esc(f.severity.value)}">{esc(f.kind)}: {esc(f.message)}</div>'
                     for f in h.findings[:6])
     return panel("GradMonitor (live)", headline + flags + _history_body(h, compact=True),
-                 kind="info" if running else _panel_kind(h), css_class="nbd-gradmonitor-live")
+                 kind="info" if running else panel_kind(h.findings), css_class="nbd-gradmonitor-live")
 
 
 # -- doctor ------------------------------------------------------------------------------------------------
@@ -251,8 +245,7 @@ def doctor_html(r: DoctorReport) -> str:
     """HTML panel: findings, the overfit curve (with the zero-input baseline), gradient flow per layer."""
     n_err = sum(f.severity == "error" for f in r.findings)
     n_warn = sum(f.severity == "warning" for f in r.findings)
-    worst = worst_severity(r.findings)
-    kind = "ok" if worst is None or worst.value == "info" else worst.value
+    kind = panel_kind(r.findings)
     title = f"Training doctor: {n_err} error(s), {n_warn} warning(s) ({r.task}, {r.steps} steps on one batch)"
     body = "<h4>findings</h4>" + findings_html(r.findings)
     if r.losses:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nbdebug.core._findings import Severity, worst_severity
 from nbdebug.core.xla.debuglog import DebugLog
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis
 from nbdebug.core.xla.live import XlaCellReport
 from nbdebug.core.xla.report import MetricsReport
 from nbdebug.render._html import esc, fmt_bytes, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
-from nbdebug.render.findings import findings_html, findings_text
+from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = ["report_text", "report_html", "diagnosis_text", "diagnosis_html", "cell_text", "cell_html", "debuglog_text",
            "debuglog_html"]
@@ -102,18 +101,13 @@ def _findings_html(d: XlaDiagnosis) -> str:
     return "".join(parts)
 
 
-def _severity_kind(d: XlaDiagnosis) -> str:
-    worst = worst_severity(f for f in d.findings if f.severity != Severity.INFO)
-    return worst.value if worst is not None else "ok"
-
-
 @renders(XlaDiagnosis, "html")
 def diagnosis_html(d: XlaDiagnosis) -> str:
     """HTML panel for a diagnosis."""
     head = kv_table([(label, getattr(d, key)) for key, label in _HEADLINE]
                     + [("compile time", fmt_seconds(d.compile_seconds)),
                        ("CPU fallbacks", ", ".join(f"{k} x{v}" for k, v in d.fallback_ops.items()) or "none")])
-    return panel("torch_xla diagnosis", _findings_html(d) + head + _per_step_html(d.per_step), kind=_severity_kind(d))
+    return panel("torch_xla diagnosis", _findings_html(d) + head + _per_step_html(d.per_step), kind=panel_kind(d.findings))
 
 
 def _per_step_html(per_step: Sequence[StepStats]) -> str:
@@ -150,7 +144,7 @@ def cell_html(r: XlaCellReport) -> str:
                        ("CPU fallbacks", ", ".join(f"{k} x{v}" for k, v in d.fallback_ops.items()) or "none")])
     debug = f'<div class="nbd-muted">debug: {esc(r.debug_status)}</div>' if r.debug_status else ""
     return panel("What this cell did on the XLA device",
-                 _findings_html(d) + head + _per_step_html(r.per_step) + debug, kind=_severity_kind(d))
+                 _findings_html(d) + head + _per_step_html(r.per_step) + debug, kind=panel_kind(d.findings))
 
 
 _MAX_EVENTS = 200

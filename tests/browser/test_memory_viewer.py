@@ -267,7 +267,7 @@ def test_offline_file_lists_every_block_past_the_json_limit(page, tmp_path):
     import pickle
 
     from nbdebug.core.memory._window import WindowModel
-    from nbdebug.render.memory_viewer import MAX_INTERVALS
+    from nbdebug.render.memory.viewer import MAX_INTERVALS
 
     frames = [{"filename": "/home/u/train.py", "line": 7, "name": "step"}]
     trace = [{"action": "alloc", "addr": 0x7F0000000000 + i * 4096, "size": 512 * (1 + i % 7), "stream": 0,

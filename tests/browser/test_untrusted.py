@@ -25,7 +25,7 @@ def _outputs(shell) -> list[tuple[str, dict]]:
     from torch import nn
 
     import nbdebug
-    from nbdebug.core.grads import GradMonitor
+    from nbdebug.core.training.grads import GradMonitor
 
     torch.manual_seed(0)
     clf = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), nn.Softmax(dim=1))

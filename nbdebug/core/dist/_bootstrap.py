@@ -28,6 +28,7 @@ import time
 import traceback
 import types
 from typing import Any
+from nbdebug.errors import describe_exception
 
 _LOCK = threading.Lock()
 _STATUS_FD: int | None = None
@@ -186,15 +187,6 @@ def _flush_arrivals() -> None:
             pass
 
 
-def _describe(exc: BaseException) -> str:
-    """``"Type: message"``, also for an exception whose ``__str__`` raises (even KeyboardInterrupt)."""
-    try:
-        message = str(exc)
-    except BaseException:  # the user's own exception must still reach them, not this one
-        message = "<the exception's message could not be shown: its __str__ raised>"
-    return f"{type(exc).__name__}: {message}"
-
-
 def _clean_traceback(exc: BaseException) -> str:
     te = traceback.TracebackException.from_exception(exc)
     te.stack = traceback.StackSummary.from_list(
@@ -278,7 +270,7 @@ def main(run_dir: str) -> int:
             raise
         except BaseException as e:
             _flush_arrivals()  # the steps logged before the failure belong in the report
-            send("exc", type=type(e).__name__, message=_describe(e), traceback=_clean_traceback(e))
+            send("exc", type=type(e).__name__, message=describe_exception(e), traceback=_clean_traceback(e))
             raise
 
     try:

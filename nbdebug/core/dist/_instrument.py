@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from nbdebug.core._result import Result
-from nbdebug.errors import InvalidArgumentError
+from nbdebug.errors import InvalidArgumentError, describe_exception
 
 __all__ = ["instrument", "Instrumented"]
 
@@ -381,10 +381,7 @@ def _on_sigterm(state: dict[str, Any]) -> None:
 
 def _write_error_file(path: str, exc: BaseException, tb: Any, rank: int, host: str) -> None:
     """torchelastic's error-file format (``ErrorHandler.record_exception``), with rank, host and a precise time."""
-    try:
-        message = f"{type(exc).__name__}: {exc}"
-    except BaseException:  # noqa: B036  # an exception whose __str__ fails (or raises KeyboardInterrupt) still gets a file
-        message = f"{type(exc).__name__}: <str() of the exception failed>"
+    message = describe_exception(exc)  # an exception whose __str__ fails still gets a file
     now = time.time()
     data = {
         "message": {

@@ -45,7 +45,7 @@ from nbdebug.core.dist._hang import (
     parse_traceback,
 )
 from nbdebug.core.dist._types import RunInterrupted, CheckRecord, DistRun, Hang, RankResult
-from nbdebug.core.fixes import Diagnosis, explain
+from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
 from nbdebug.errors import DistRunError, DistUsageError
 

@@ -31,7 +31,7 @@ from nbdebug.core._result import Result
 from nbdebug.core.dist._artifacts import Collected, RankEvidence, collect
 from nbdebug.core.dist._failures import classify, meaning, signal_name
 from nbdebug.core.dist._hang import collective_of, user_frame
-from nbdebug.core.fixes import Diagnosis, explain
+from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
 from nbdebug.errors import DistUsageError
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbdebug.core._findings import Finding
 from nbdebug.core._result import Result
-from nbdebug.core.fixes import Diagnosis
+from nbdebug.core.explain import Diagnosis
 
 if TYPE_CHECKING:
     from nbdebug.core.dist._checks import StepReport

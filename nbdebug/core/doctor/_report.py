@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._findings import Finding, Severity
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 
 __all__ = ["DoctorReport"]
 
 
 @dataclass(frozen=True, repr=False)
-class DoctorReport(Result):
+class DoctorReport(HasFindings, Result):
     """What ``doctor`` found.
 
     Attributes
@@ -47,20 +47,6 @@ class DoctorReport(Result):
     chance_loss: float | None
     grad_flow: tuple[tuple[str, float], ...]
     checks: tuple[tuple[str, str], ...]
-
-    @property
-    def ok(self) -> bool:
-        """True when no finding has severity ``"error"``."""
-        return not any(f.severity is Severity.ERROR for f in self.findings)
-
-    @property
-    def kinds(self) -> set[str]:
-        """The kinds of the findings."""
-        return {f.kind for f in self.findings}
-
-    def errors(self) -> list[Finding]:
-        """Findings of severity ``"error"``."""
-        return [f for f in self.findings if f.severity is Severity.ERROR]
 
     def _summary_line(self) -> str:
         kinds = ", ".join(f.kind for f in self.findings) or "no findings"

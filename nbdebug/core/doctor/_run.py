@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from nbdebug.core._dynamics import chance_loss, depth_correlation
 from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard, check_reproducible
 from nbdebug.core.knowledge import finding, threshold
+from nbdebug.core.training._dynamics import chance_loss, depth_correlation
 from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["doctor"]
@@ -505,7 +505,7 @@ class _Doctor:
     def _run(self) -> DoctorReport:
         import torch
 
-        from nbdebug.core.nan import nan_sentinel
+        from nbdebug.core.training.nan import nan_sentinel
 
         self.frozen_check()
         self.input_scale_check()
@@ -826,7 +826,7 @@ class _Doctor:
               deadline: float | None = None) -> list[float]:
         import torch
 
-        from nbdebug.core.grads import GradMonitor
+        from nbdebug.core.training.grads import GradMonitor
 
         n = steps or self.steps
         losses: list[float] = []

@@ -54,7 +54,7 @@ class Entry:
     role : str
         For ``rank_failure``: ``"cause"`` or ``"victim"`` (a consequence of another rank failing).
     keywords, priority, exception_types, facts, repeated_facts, wrapper, extra, frames
-        How the explainer recognises and ranks the entry (see ``nbdebug.core.fixes``).
+        How the explainer recognises and ranks the entry (see ``nbdebug.core.explain``).
     domain : str
         The knowledge module that holds the entry (filled in by the registry).
     """

@@ -16,7 +16,7 @@ from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core._findings import Finding
-from nbdebug.core.fixes._diagnosis import Section
+from nbdebug.core.explain._diagnosis import Section
 
 __all__ = ["is_cuda_oom", "parse_oom_request", "oom_findings", "oom_section", "enrich_oom", "release_failed_cell",
            "RELEASE_NOTE"]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from nbdebug._units import fmt_bytes
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 
 __all__ = [
@@ -204,7 +204,7 @@ class OomRow:
 
 
 @dataclass(frozen=True, repr=False)
-class Fragmentation(Result):
+class Fragmentation(HasFindings, Result):
     """Reserved but unallocated memory, and the largest free block per segment (final state)."""
 
     device: int

@@ -412,7 +412,7 @@ class MemorySnapshot(Result):
     def to_html(self, path: str | os.PathLike[str] | None = None, *, device: int | None = None) -> str:
         """Write (and return) the self-contained offline viewer: one HTML file, no network, no CDN."""
         # display lives in nbdebug.render, reached through the registry (core never imports render)
-        doc = display_registry().memory_viewer.viewer_document(self, device=device)
+        doc = display_registry().memory.viewer.viewer_document(self, device=device)
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(doc)
@@ -421,7 +421,7 @@ class MemorySnapshot(Result):
     def view(self, device: int | None = None) -> Any:
         """The live viewer in a notebook (needs ipywidgets): the kernel answers each zoom exactly, down to single
         events, and each moment with every block alive.  Without a kernel, ``to_html`` or the plain display."""
-        return display_registry().memory_widget.live_viewer(self, device)
+        return display_registry().memory.widget.live_viewer(self, device)
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
         """Stacked allocated-memory timeline by top sites (a matplotlib ``Figure``)."""

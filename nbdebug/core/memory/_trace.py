@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nbdebug._units import fmt_bytes
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 from nbdebug.core.memory._cpu_record import (
     Allocations,
@@ -45,7 +45,7 @@ cuda_recording: dict[str, Any] = {"keep_on": None}
 
 
 @dataclass(frozen=True, repr=False)
-class MemTrace(Result):
+class MemTrace(HasFindings, Result):
     """What a traced block allocated.
 
     Attributes

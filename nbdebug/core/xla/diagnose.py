@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbdebug.core import knowledge
-from nbdebug.core._findings import Finding, Fix, sort_findings
+from nbdebug.core._findings import Finding, Fix, HasFindings, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import Entry
 from nbdebug.core.xla.debuglog import DebugLog, parse_debug_log
@@ -37,7 +37,7 @@ class StepStats:
 
 
 @dataclass(frozen=True, repr=False)
-class XlaDiagnosis(Result):
+class XlaDiagnosis(HasFindings, Result):
     """The diagnosis of a torch_xla run (or of one cell).
 
     Attributes
@@ -68,20 +68,6 @@ class XlaDiagnosis(Result):
     notes: tuple[str, ...] = ()
     profiler_lines: tuple[str, ...] = ()
 
-
-    @property
-    def ok(self) -> bool:
-        """True when no finding is a warning or an error."""
-        return not any(f.severity in ("error", "warning") for f in self.findings)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Kinds of the warning/error findings."""
-        return tuple(f.kind for f in self.findings if f.severity in ("error", "warning"))
-
-    def finding(self, kind: str) -> Finding | None:
-        """The first finding of ``kind``."""
-        return next((f for f in self.findings if f.kind == kind), None)
 
     def _summary_line(self) -> str:
         worst = ", ".join(f"{f.severity} {f.kind}" for f in self.findings if f.severity != "info") or "no problem found"

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport
@@ -237,7 +237,7 @@ class _FdCapture:
 
 
 @dataclass(frozen=True, repr=False)
-class XlaCellReport(Result):
+class XlaCellReport(HasFindings, Result):
     """What a block of code (a notebook cell) did on the XLA device, and the diagnosis.
 
     Attributes

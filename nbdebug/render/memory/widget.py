@@ -53,7 +53,7 @@ class LiveView:
 
     def __init__(self, snap: Any, device: int | None = None) -> None:
         widgets = require("ipywidgets", "widgets", "the live memory viewer (snap.view())")
-        from nbdebug.render.memory_viewer import viewer_html
+        from nbdebug.render.memory.viewer import viewer_html
 
         devices = [device] if device is not None else list(snap.devices) or [None]
         self.models: dict[int, WindowModel] = {}

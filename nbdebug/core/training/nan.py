@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._dynamics import describe_tensor
 from nbdebug.core._result import Result
+from nbdebug.core.training._dynamics import describe_tensor
 from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
@@ -201,7 +201,7 @@ class NanSentinel:
     def __init__(self, model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True):
         import torch
 
-        from nbdebug.core.grads import unwrap_model
+        from nbdebug.core.training.grads import unwrap_model
 
         global _F32
         _F32 = torch.float32

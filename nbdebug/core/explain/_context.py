@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from nbdebug.errors import describe_exception
+
 __all__ = ["exception_text", "exception_type_name", "module_context", "module_layout", "index_context",
            "ddp_unused_context"]
 
@@ -40,8 +42,8 @@ def exception_text(exc: BaseException) -> str:
     for item in reversed(chain):
         try:
             parts.append("".join(traceback.format_exception_only(type(item), item)))
-        except BaseException:  # the user's __str__ may raise anything (even KeyboardInterrupt): not our error
-            parts.append(f"{type(item).__name__}: <unprintable>\n")
+        except BaseException:  # noqa: BLE001 - the user's __str__ may raise anything: not our error
+            parts.append(describe_exception(item) + "\n")
     return "\n".join(parts)
 
 
@@ -124,7 +126,7 @@ def module_layout(exc: BaseException) -> Any:
     torch = sys.modules.get("torch")
     if torch is None or exc.__traceback__ is None:
         return None
-    from nbdebug.core.fixes._analyze import layout_hint
+    from nbdebug.core.explain._analyze import layout_hint
 
     for frame in reversed(_frames(exc)):
         owner = frame.f_locals.get("self")
@@ -147,7 +149,7 @@ def _layer_hint(module: Any, shapes: dict[str, list[int]]) -> list[str]:
     in_features = getattr(module, "in_features", None)
     in_channels = getattr(module, "in_channels", None)
     spatial = len(getattr(module, "kernel_size", ()) or ())
-    from nbdebug.core.fixes._analyze import layout_hint
+    from nbdebug.core.explain._analyze import layout_hint
 
     hint = layout_hint(first, in_features=in_features if isinstance(in_features, int) else None,
                        in_channels=in_channels if isinstance(in_channels, int) else None, spatial=spatial)

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._dynamics import analyze_loss, depth_correlation
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import finding, threshold
+from nbdebug.core.training._dynamics import analyze_loss, depth_correlation
 
 __all__ = ["GradSpike", "GradHistory", "grad_findings"]
 
@@ -29,7 +29,7 @@ class GradSpike:
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class GradHistory(Result):
+class GradHistory(HasFindings, Result):
     """Everything a ``GradMonitor`` recorded, as of the moment ``GradMonitor.history`` was read (a snapshot).
 
     Attributes

@@ -20,8 +20,8 @@ from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
 from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
-from nbdebug.render.findings import findings_html, findings_text
-from nbdebug.render.memory_plot import svg_diverging, svg_sparkline, svg_two_timelines
+from nbdebug.render.findings import findings_html, findings_text, panel_kind
+from nbdebug.render.memory.plot import svg_diverging, svg_sparkline, svg_two_timelines
 
 __all__ = [
     "summary_text", "summary_html", "snapshot_text", "timeline_text", "timeline_html", "peak_text", "peak_html",
@@ -260,7 +260,7 @@ def fragmentation_html(f: Fragmentation) -> str:
                          fmt_bytes(sum(s.allocated_bytes for s in rest)), fmt_bytes(sum(s.free_bytes for s in rest)),
                          "", sum(s.blocks for s in rest)))
     body += table(["segment", "size", "allocated", "free", "largest free", "blocks"], seg_rows, numeric=(1, 2, 3, 4, 5))
-    return panel(f"Fragmentation on device {f.device}", body, kind="error" if f.findings else "info")
+    return panel(f"Fragmentation on device {f.device}", body, kind=panel_kind(f.findings, empty="info"))
 
 
 @renders(NeverFreed, "text")
@@ -400,5 +400,5 @@ def memtrace_html(t: MemTrace) -> str:
         body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8,
                                                                                kinds=t.retained_kinds)
     body += "<h4>Alive at the peak, by site</h4>" + sites_table_html(t.top_sites, limit=8)
-    kind = "warning" if any(f.severity != "info" for f in t.findings) else "ok"  # a remark is no warning
-    return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body, kind=kind)
+    return panel(f"memtrace: peak {fmt_bytes(t.peak_bytes)}, retained {fmt_bytes(t.retained_bytes)}", body,
+                 kind=panel_kind(t.findings))

@@ -25,7 +25,7 @@ from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.render._html import INTERACTIVE_NOTE, esc, fmt_bytes, picture, static, table
 from nbdebug.render._registry import renders
 from nbdebug.render.memory import unlisted_note
-from nbdebug.render.memory_plot import PALETTE, svg_stacked
+from nbdebug.render.memory.plot import PALETTE, svg_stacked
 
 __all__ = ["viewer_html", "viewer_document", "viewer_data", "viewer_css", "viewer_js", "intervals"]
 

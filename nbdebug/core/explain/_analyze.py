@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbdebug._units import fmt_bytes
-from nbdebug.core.fixes._diagnosis import Fix
+from nbdebug.core.explain._diagnosis import Fix
 
 __all__ = ["ANALYSERS"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from nbdebug.core._findings import Finding
-from nbdebug.core._gradhistory import GradHistory, GradSpike, grad_findings
 from nbdebug.core.knowledge import threshold
+from nbdebug.core.training._gradhistory import GradHistory, GradSpike, grad_findings
 from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["GradMonitor", "GradHistory", "GradSpike", "unwrap_model", "model_of"]

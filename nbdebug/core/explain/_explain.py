@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
-from nbdebug.core.fixes._analyze import ANALYSERS
-from nbdebug.core.fixes._context import (
+from nbdebug.core.explain._analyze import ANALYSERS
+from nbdebug.core.explain._context import (
     ddp_unused_context,
     exception_text,
     exception_type_name,
@@ -36,8 +36,8 @@ from nbdebug.core.fixes._context import (
     module_context,
     module_layout,
 )
-from nbdebug.core.fixes._diagnosis import Diagnosis, Fix, user_sources
-from nbdebug.core.fixes._normalize import last_exception_line, normalize, parse_shape
+from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
+from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.knowledge import Entry, entries
 from nbdebug.errors import InvalidArgumentError
 
