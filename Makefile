@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 XLA_SPEC ?= torch==2.9.1 torch-xla==2.9.0
 LAB_PORT ?= 8888
 
-.PHONY: lab test test-unit test-xla lint typecheck bench browser-deps clean
+.PHONY: lab test test-unit test-xla lint typecheck bench screenshots browser-deps clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ test-xla: $(VENV_XLA)/.stamp
 	PJRT_DEVICE=CPU $(PY_XLA) -m pytest -q -p no:cacheprovider tests/xla
 
 test: lint typecheck test-unit test-xla
+
+# The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not).
+screenshots: $(VENV)/.stamp browser-deps
+	NBDEBUG_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
 
 bench: $(VENV)/.stamp $(VENV_XLA)/.stamp
 	$(PY) benchmarks/run_all.py

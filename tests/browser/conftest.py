@@ -7,6 +7,7 @@ waits for the kernel to go idle, then returns the page for assertions and screen
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -28,6 +29,25 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 DOCS = REPO / "docs"
+# The README's pictures are rewritten only by `make screenshots` (NBDEBUG_SCREENSHOTS=1): a plain `make test`
+# takes the same screenshots into a temporary folder and leaves the tracked docs/*.png as they are.
+SHOTS = DOCS if os.environ.get("NBDEBUG_SCREENSHOTS") == "1" else Path(
+    os.environ.get("NBDEBUG_SHOTS_DIR") or __import__("tempfile").mkdtemp(prefix="nbdebug-shots-"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_temporary_shots():
+    yield
+    if SHOTS != DOCS:
+        import shutil
+
+        shutil.rmtree(SHOTS, ignore_errors=True)
+
+
+def shot(name: str) -> str:
+    """Where a screenshot named ``name`` goes: docs/ under `make screenshots`, a temporary folder otherwise."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return str(SHOTS / name)
 
 pytestmark = pytest.mark.browser
 
@@ -68,11 +88,11 @@ def lab(tmp_path_factory):
     (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     log = open(root / "lab.log", "w")  # noqa: SIM115 - closed in teardown
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # its own process group: teardown stops the server and every kernel it started
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
          "--ServerApp.disable_check_xsrf=True", "--allow-root", f"--LabApp.user_settings_dir={root / '.settings'}", "--LabApp.collaborative=False"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -88,13 +108,62 @@ def lab(tmp_path_factory):
                 time.sleep(0.5)
         yield Lab(url=url, token=token, root=root)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop_lab(proc, url, token)
         log.close()
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (field 22 of /proc/PID/stat): with the PID, it names one process, never a reused PID."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(pid: int) -> list[tuple[int, str | None]]:
+    """Every process below ``pid`` (kernels, their children) with its start time, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append((c, _start_time(c)))
+            todo.append(c)
+    return out
+
+
+def _stop_lab(proc: subprocess.Popen, url: str, token: str) -> None:
+    """Shut down every kernel through the server, then the server; kill what is left of what it started."""
+    import json
+    import signal
+
+    started = _descendants(proc.pid)
+    try:
+        with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=5) as r:
+            kernels = json.load(r)
+        for k in kernels:
+            req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=10).close()
+    except OSError:
+        pass  # the server is already gone: the signals below still reach its kernels
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                continue
+        break
+    for pid, start in started:  # a kernel that left the group (its own session) is still ours: we started it
+        if start is not None and _start_time(pid) == start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.browser.conftest import DOCS, run_notebook
+from tests.browser.conftest import run_notebook, shot
 from tests.browser.test_themes import CONTRAST_JS, _set_theme
 from tests.conftest import REPO
 
@@ -35,10 +35,9 @@ def test_postmortem_panel_is_readable(lab, page, theme):
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 40, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]
-    DOCS.mkdir(exist_ok=True)
     panels.nth(0).scroll_into_view_if_needed()
     page.wait_for_timeout(300)
-    page.screenshot(path=str(DOCS / f"postmortem_{name}.png"), full_page=False)
+    page.screenshot(path=shot(f"postmortem_{name}.png"), full_page=False)
     report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:20])
     assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"
 

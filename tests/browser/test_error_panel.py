@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import DOCS, run_notebook
+from tests.browser.conftest import run_notebook, shot
 
 pytestmark = pytest.mark.browser
 
@@ -53,8 +53,7 @@ def test_shape_error_panel_in_jupyterlab(lab, page):
     tb = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").first.inner_text()
     assert tb.startswith("nbdebug ▸ [shape_mismatch]") and "library frames folded" in tb
     panel.first.scroll_into_view_if_needed()
-    DOCS.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS / "error_panel.png"), full_page=False)
+    page.screenshot(path=shot("error_panel.png"), full_page=False)
 
 
 WARNING_CELLS = [
@@ -90,7 +89,6 @@ def test_warning_panel_is_compact_and_readable(lab, page, theme):
     assert len(found) > 10, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]
     panel.first.scroll_into_view_if_needed()
-    DOCS.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS / f"warning_panel_{name}.png"), full_page=False)
+    page.screenshot(path=shot(f"warning_panel_{name}.png"), full_page=False)
     report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:20])
     assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"

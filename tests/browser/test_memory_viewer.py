@@ -6,7 +6,7 @@ import pytest
 
 from nbdebug.core.memory import load_snapshot
 from nbdebug.core.memory._bands import compute_bands
-from tests.browser.conftest import DOCS, run_notebook
+from tests.browser.conftest import run_notebook, shot
 
 pytestmark = pytest.mark.browser
 
@@ -93,8 +93,7 @@ def test_offline_html_file(page, snapshots_dir, tmp_path):
         assert listed == WindowModel(snap).alive_page(event, 0, 1)["count"]
     page.locator(".nbd-mem button.reset").click()  # the whole trace again, for the screenshot
     page.locator(".nbd-mem button.peak").click()
-    DOCS.mkdir(exist_ok=True)
-    page.locator(".nbd-mem").screenshot(path=str(DOCS / "memory_viewer.png"))
+    page.locator(".nbd-mem").screenshot(path=shot("memory_viewer.png"))
 
 
 def test_viewer_inside_jupyterlab(lab, page, snapshots_dir):
@@ -109,9 +108,8 @@ def test_viewer_inside_jupyterlab(lab, page, snapshots_dir):
     assert page.locator(f"{root} img.nbd-pic-img").count() > 0
     assert not any(i.is_visible() for i in page.locator(f"{root} img.nbd-pic-img").all())
     assert page.locator(f"{root} .nbd-mem-note").count() == 0
-    DOCS.mkdir(exist_ok=True)
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
-    page.screenshot(path=str(DOCS / "memory_viewer_lab.png"))
+    page.screenshot(path=shot("memory_viewer_lab.png"))
 
 
 def test_device_selector_for_several_devices(page, snapshots_dir, tmp_path):
@@ -202,9 +200,8 @@ def test_live_viewer_is_exact_at_every_zoom(lab, page, snapshots_dir):
                                arg=f"{root} .pager .page-label", timeout=30_000)
     rows.first.click()
     assert "allocated at" in page.locator(f"{root} pre.stack").inner_text()
-    DOCS.mkdir(exist_ok=True)
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
-    page.screenshot(path=str(DOCS / "memory_viewer_live.png"))
+    page.screenshot(path=shot("memory_viewer_live.png"))
 
 
 def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshots_dir):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import DOCS, run_notebook
+from tests.browser.conftest import run_notebook, shot
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.browser
@@ -174,19 +174,18 @@ def test_every_panel_is_readable(lab, page, theme):
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 100, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]
-    DOCS.mkdir(exist_ok=True)
     name = theme.split()[-1].lower()
     # the doctor's panel and the error panel, as a user scrolls to them
     page.locator("details.nbdebug", has_text="doctor").first.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
-    page.screenshot(path=str(DOCS / f"theme_{name}.png"), full_page=False)
-    page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=str(DOCS / f"memtrace_{name}.png"))
+    page.screenshot(path=shot(f"theme_{name}.png"), full_page=False)
+    page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=shot(f"memtrace_{name}.png"))
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": 1600})  # the whole panel, above the status bar
-    training.screenshot(path=str(DOCS / f"memtrace_training_{name}.png"))
+    training.screenshot(path=shot(f"memtrace_training_{name}.png"))
     page.set_viewport_size(size)
     page.locator("details.nbd-diagnosis").last.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
-    page.screenshot(path=str(DOCS / f"theme_{name}_error.png"), full_page=False)
+    page.screenshot(path=shot(f"theme_{name}_error.png"), full_page=False)
     report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:40])
     assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import DOCS, run_notebook
+from tests.browser.conftest import run_notebook, shot
 
 pytestmark = pytest.mark.browser
 
@@ -58,9 +58,8 @@ def test_monitor_and_doctor_panels_render(lab, page):
     assert doctor.locator('tr.nbd-finding[data-kind="probabilities_to_loss"]').count() == 1
     assert doctor.locator("svg.nbd-chart").count() >= 2  # overfit curve, gradient flow
     assert "steps recorded: 150" in page.locator(".jp-OutputArea-output").all_inner_texts().__str__()
-    DOCS.mkdir(exist_ok=True)
-    live.screenshot(path=str(DOCS / "training_monitor.png"))
-    doctor.screenshot(path=str(DOCS / "training_doctor.png"))
+    live.screenshot(path=shot("training_monitor.png"))
+    doctor.screenshot(path=shot("training_doctor.png"))
 
 
 def test_live_panel_survives_save_and_reopen(lab, page):

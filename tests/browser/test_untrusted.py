@@ -13,7 +13,7 @@ import re
 import pytest
 
 from nbdebug.render._html import INTERACTIVE_NOTE
-from tests.browser.conftest import DOCS
+from tests.browser.conftest import shot
 
 pytestmark = pytest.mark.browser
 
@@ -129,10 +129,9 @@ def test_reopened_untrusted_notebook_shows_every_chart(lab, page, untrusted_note
     assert viewer.locator("img").first.is_visible()
     assert not viewer.locator("button:has-text('go to peak')").is_visible()
     assert "click the chart" not in viewer.inner_text()
-    DOCS.mkdir(exist_ok=True)
     tag = theme.split()[-1].lower()
     page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", f"{out} .nbd-mem")
     page.wait_for_timeout(300)
-    page.screenshot(path=str(DOCS / f"untrusted_viewer_{tag}.png"))
+    page.screenshot(path=shot(f"untrusted_viewer_{tag}.png"))
     page.locator(f"{out} details.nbdebug", has_text="doctor").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(DOCS / f"untrusted_doctor_{tag}.png"))
+    page.screenshot(path=shot(f"untrusted_doctor_{tag}.png"))
