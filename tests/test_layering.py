@@ -165,3 +165,62 @@ def test_the_display_registry_imports_nothing_heavy():
             "print([m for m in ('torch', 'pandas', 'matplotlib', 'ipywidgets', 'torch_xla') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# the rooms of the house: each capability in its own package, in the layer its name says
+ROOMS = {
+    "nbdebug.core.explain": "the error explainer",
+    "nbdebug.core.training": "gradient norms, NaN/Inf localization, the gradient history, loss statistics",
+    "nbdebug.core.doctor": "the training doctor",
+    "nbdebug.core.memory": "snapshots and memtrace",
+    "nbdebug.core.xla": "torch_xla metrics and recompilations",
+    "nbdebug.core.dist": "distributed runs and post-mortems",
+    "nbdebug.core.knowledge": "the knowledge tables",
+    "nbdebug.render.memory": "the memory panels, plots and viewer",
+}
+# a module a person can hold in their head; the knowledge tables are data, one entry after another
+MAX_LINES = 600
+LONG_ALLOWED = ("nbdebug.core.knowledge.",)
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_every_room_is_a_package_in_its_layer(room):
+    assert room in _MODULES and _MODULES[room].name == "__init__.py", f"{room} ({ROOMS[room]}) is not a package"
+    assert _layer(room) == ".".join(room.split(".")[:2])
+    # and every module below it is checked by the layering test above
+    assert [m for m in _MODULES if m.startswith(room + ".")] or room == "nbdebug.render.memory"
+
+
+def test_no_module_is_too_long_to_hold_in_your_head():
+    long = {m: n for m, p in _MODULES.items()
+            if not m.startswith(LONG_ALLOWED) and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along their seams): {long}"
+
+
+def test_no_native_code_is_built_or_loaded():
+    # nothing native is built or loaded at run time: no C/C++ source and no extension loader in the package
+    native = [p for p in PACKAGE.rglob("*") if p.suffix in {".c", ".cc", ".cpp", ".cu", ".so", ".pyd"}]
+    loaders = [m for m, p in _MODULES.items() if "cpp_extension" in p.read_text(encoding="utf-8")]
+    assert not native and not loaders, (native, loaders)
+
+
+def test_every_result_that_holds_findings_uses_the_one_holder():
+    # a result class with a `findings` field or property gets ok / kinds / finding / worst from HasFindings
+    import importlib
+    import inspect
+
+    from nbdebug.core._findings import HasFindings
+    from nbdebug.core._result import Result
+
+    missing = []
+    for name in sorted(m for m in _MODULES if m.startswith("nbdebug.core")):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # torch_xla-only modules are checked in the XLA environment
+            continue
+        for cls_name, cls in vars(module).items():
+            if (inspect.isclass(cls) and cls.__module__ == name and issubclass(cls, Result)
+                    and "findings" in {*getattr(cls, "__dataclass_fields__", {}), *vars(cls)}
+                    and not issubclass(cls, HasFindings)):
+                missing.append(f"{name}.{cls_name}")
+    assert not missing, f"results with findings but without HasFindings: {missing}"
