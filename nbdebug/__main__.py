@@ -12,7 +12,6 @@ VERBS: dict[str, tuple[str, str]] = {
     "snapshot": ("nbdebug.cli.snapshot", "summarize a CUDA memory snapshot pickle"),
     "xla": ("nbdebug.cli.xla", "diagnose a torch_xla metrics report"),
     "torchrun": ("nbdebug.cli.torchrun", "run a script on N local ranks and explain failures and hangs"),
-    "compile": ("nbdebug.cli.compile", "build the compiled walk that makes memtrace on CPU cheaper (C++ compiler)"),
     "postmortem": ("nbdebug.cli.postmortem", "read a distributed job's per-rank artifacts: first failure, hang, bad node"),
 }
 

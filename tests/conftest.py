@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,14 +11,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAPSHOTS = SHARED / "data" / "snapshots"
 IN_CI = os.environ.get("CI") == "true"
-
-# memtrace builds its compiled walk in a child process the first time it records on CPU.  The suite keeps that
-# off, so that every test walks the same way whatever ran before it; test_memory_compiled builds it and checks it
-# against the Python walk, in a cache folder of its own (never the user's).
-os.environ.setdefault("NBDEBUG_COMPILE", "0")
-if "NBDEBUG_CACHE_DIR" not in os.environ:
-    os.environ["NBDEBUG_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbdebug-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["NBDEBUG_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -223,7 +223,7 @@ def test_the_report_from_the_allocations_equals_the_report_from_the_snapshot_mod
     asked; both ways give the same numbers and sites."""
     from nbdebug.core.memory._model import site_columns
     from nbdebug.core.memory._snapshot import MemorySnapshot
-    from nbdebug.core.memory._trace import _build, _build_cpu
+    from nbdebug.core.memory._trace_result import build, build_cpu
 
     net, x, y = _net(), torch.randn(64, 32), torch.randn(64, 1)
     opt = torch.optim.Adam(net.parameters())
@@ -239,9 +239,9 @@ def test_the_report_from_the_allocations_equals_the_report_from_the_snapshot_mod
     a = walk_allocations(rec.results)
     cols = site_columns(a.frames, a.stacks)
     lazy = MemorySnapshot(lambda: model_of(a, cols), source="lazy")
-    lean = _build_cpu(a, lazy, cols, 0.0)
+    lean = build_cpu(a, lazy, cols, 0.0)
     assert lazy._model is None  # the report did not need the model
-    full = _build(MemorySnapshot(model_of(a), source="full"), "cpu", 0.0)
+    full = build(MemorySnapshot(model_of(a), source="full"), "cpu", 0.0)
     for name in ("peak_bytes", "retained_bytes", "delta_bytes", "events", "top_sites", "retained_sites"):
         assert getattr(lean, name) == getattr(full, name), name
     assert lean.retained_bytes >= 2 * 4096 * 4 and lean.peak_bytes >= lean.retained_bytes + 50_000 * 4
@@ -255,7 +255,7 @@ def test_the_report_from_the_allocations_equals_the_report_from_the_snapshot_mod
 def test_a_torch_profiler_recording_converts_to_a_snapshot_dict_that_loads():
     from torch.profiler import ProfilerActivity, profile
 
-    from nbdebug.core.memory._trace import profile_to_snapshot_dict
+    from nbdebug.core.memory._trace_result import profile_to_snapshot_dict
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
         kept = torch.ones(300_000)

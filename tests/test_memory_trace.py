@@ -454,10 +454,10 @@ def test_stack_roles():
 def test_a_real_training_trace_tells_adamw_state_and_gradients_apart(snapshots_dir):
     """A real CUDA trace of a training step (a course's own AdamW, C++ and Python stacks): read as if it were one
     traced cell, what stays alive is AdamW's state, exactly twice the gradients, and the gradients."""
-    from nbdebug.core.memory._trace import _build
+    from nbdebug.core.memory._trace_result import build
 
     snap = load_snapshot(snapshots_dir / "torch2.10plus_cs336_wedsonlin_medium_512_training.pickle")
-    parts = {p.kind: p for p in _build(snap, "cuda:0", 0.0).retained_parts}
+    parts = {p.kind: p for p in build(snap, "cuda:0", 0.0).retained_parts}
     assert parts["optimizer state"].bytes == 2 * parts["gradients"].bytes > 1024**3
     assert "optimizer.py" in parts["optimizer state"].sites[0].filename
     assert parts["other"].bytes < parts["gradients"].bytes / 10
@@ -493,7 +493,7 @@ def test_on_cuda_what_the_backward_thread_allocates_is_gradients(snapshots_dir):
     """A real CUDA trace with Python-only stacks, cut in the middle of the backward pass: autograd's device thread
     has no Python frame, so its allocations have no stack; in a block that called backward they are the backward
     pass's, not unexplained memory.  The same trace read as CPU (no such thread) leaves them unexplained."""
-    from nbdebug.core.memory._trace import _build
+    from nbdebug.core.memory._trace_result import build
 
     with open(snapshots_dir / "torch2.10plus_cs336_magma27_memory_snapshot.pickle", "rb") as fh:
         raw = pickle.load(fh)  # a file of the shared test data
@@ -501,8 +501,8 @@ def test_on_cuda_what_the_backward_thread_allocates_is_gradients(snapshots_dir):
     no_stack = sum(e["size"] for e in trace if e["action"] == "alloc" and not e.get("frames"))
     assert no_stack > 0
     cut = {"segments": [], "device_traces": [trace]}
-    on_cuda = {p.kind: p.bytes for p in _build(load_snapshot(cut), "cuda:0", 0.0).retained_parts}
-    as_cpu = {p.kind: p.bytes for p in _build(load_snapshot(cut), "cpu", 0.0).retained_parts}
+    on_cuda = {p.kind: p.bytes for p in build(load_snapshot(cut), "cuda:0", 0.0).retained_parts}
+    as_cpu = {p.kind: p.bytes for p in build(load_snapshot(cut), "cpu", 0.0).retained_parts}
     assert on_cuda["gradients"] > as_cpu.get("gradients", 0) and on_cuda["gradients"] >= 1024**2
     assert on_cuda["other"] < as_cpu["other"] and on_cuda["other"] > on_cuda["gradients"]  # the saved activations
 
@@ -571,7 +571,7 @@ def test_losses_kept_under_no_grad_are_no_leak(ip):
 
 
 def test_the_appended_value_runs_to_its_own_parenthesis():
-    from nbdebug.core.memory._trace import _appended
+    from nbdebug.core.memory._kept_lists import _appended
 
     assert _appended("losses.append(loss)   # keeps every graph (and its activations) alive") == ("losses", "loss")
     assert _appended("    _losses.append(_crit(out, yb))") == ("_losses", "_crit(out, yb)")
@@ -698,7 +698,7 @@ def test_a_dict_filled_with_outputs_is_named_like_a_list():
 
 
 def test_stored_lines():
-    from nbdebug.core.memory._trace import _stored
+    from nbdebug.core.memory._kept_lists import _stored
 
     assert _stored("    cache[i] = out  # kept") == ("cache", "i", "out")
     assert _stored("d[x[0]] = model(x)") == ("d", "x[0]", "model(x)")

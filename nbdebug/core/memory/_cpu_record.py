@@ -31,7 +31,7 @@ from nbdebug.core.memory._model import (
 from nbdebug.core.memory._sites import OPERATOR_LINE, Frame
 from nbdebug.errors import NbdebugError
 
-__all__ = ["CpuRecording", "Allocations", "walk_allocations", "compare_walks", "model_of", "snapshot_dict_of"]
+__all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
 
 _EXTRA, _START = attrgetter("extra_fields"), attrgetter("start_time_ns")
 _ALLOC_SIZE, _PTR, _DEVICE_TYPE = attrgetter("alloc_size"), attrgetter("ptr"), attrgetter("device.type")
@@ -199,114 +199,6 @@ def _other_devices_possible() -> bool:
 
 def walk_allocations(results: Any) -> Allocations:
     """Collect the CPU allocations of a profiler recording, each with the Python calls above it.
-
-    The compiled walk when it is built and verified for this torch (``_compiled``: built once, in the
-    background, the first time it is asked for), else the walk in Python; both give the same ``Allocations``.
-    """
-    from nbdebug.core.memory._compiled import compiled_walker
-
-    walker = compiled_walker()
-    if walker is not None:
-        try:
-            return _walk_compiled(results, walker)
-        except Exception:  # noqa: BLE001 - e.g. a results object of another type: the Python walk reads anything
-            pass
-    return _walk_python(results)
-
-
-def _decoded(name: bytes | None, placeholder: str) -> str:
-    """A name from the compiled walk, as the profiler's Python bindings give it (strict UTF-8)."""
-    if name is None:
-        return placeholder
-    try:
-        return name.decode()
-    except UnicodeDecodeError:
-        return placeholder
-
-
-def _walk_compiled(results: Any, walker: Any) -> Allocations:
-    """``_walk_python``'s result from the compiled walk's buffers: the same frames, stacks and order."""
-    (t_b, ptr_b, size_b, cpu_b, link_b, parent_b, kind_b, line_b, files, functions,
-     names) = walker.walk(results)
-    t_ns = np.frombuffer(t_b, dtype=np.int64)
-    ptr = np.frombuffer(ptr_b, dtype=np.int64)
-    size = np.frombuffer(size_b, dtype=np.int64)
-    on_cpu = np.frombuffer(cpu_b, dtype=np.int8).astype(bool)
-    if not _other_devices_possible():  # as the Python walk: a CPU-only machine records the CPU only
-        on_cpu[:] = True
-    link_of = np.frombuffer(link_b, dtype=np.int64)
-    parent = np.frombuffer(parent_b, dtype=np.int64).tolist()
-    line = np.frombuffer(line_b, dtype=np.int64).tolist()
-    kind = list(kind_b)  # 1 a Python call, 2 a C function called from Python, 0 anything else
-    n = t_ns.size
-    stack = np.full(n, -1, dtype=np.int32)
-
-    frames: list[Frame] = []
-    frame_ids: dict[Frame, int] = {}
-    stacks: list[tuple[int, ...]] = []
-    stack_ids: dict[tuple[int, ...], int] = {}
-    of_link: dict[int, tuple[int, ...]] = {}  # link -> the frame ids of its calls, innermost first
-
-    def frame_id(frame: Frame) -> int:
-        fid = frame_ids.get(frame)
-        if fid is None:
-            fid = frame_ids[frame] = len(frames)
-            frames.append(frame)
-        return fid
-
-    made = np.flatnonzero((size > 0) & on_cpu)
-    # each chain once, in the order of its first allocation (the order the Python walk numbers frames and stacks)
-    chains, first, inverse = np.unique(link_of[made], return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    sid_of = np.empty(chains.size, dtype=np.int32)
-    for j in by_first.tolist():
-        chain = int(chains[j])
-        unread = []
-        c = chain
-        while c >= 0 and c not in of_link:
-            unread.append(c)
-            c = parent[c]
-        ids = of_link[c] if c >= 0 else ()
-        for c in reversed(unread):  # outermost first, each link prepending its own frame
-            if kind[c]:
-                frame = (clip_text(_decoded(files[c], UNREADABLE_FILE)), line[c],
-                         clip_text(_decoded(functions[c], UNREADABLE_FUNCTION)))
-                ids = (frame_id(frame), *ids)
-            of_link[c] = ids
-        c = chain
-        while c >= 0 and not kind[c]:  # the innermost call, past operator scopes
-            c = parent[c]
-        callee = _callee_frame(_decoded(names[c], "")) if c >= 0 and kind[c] == 1 else None
-        if callee is not None:  # made by an operator in that function, not by a call: the function, no line
-            ids = (frame_id(callee), *ids)
-        sid = stack_ids.get(ids, -1)
-        if sid < 0:
-            sid = stack_ids[ids] = len(stacks)
-            stacks.append(ids)
-        sid_of[j] = sid
-    stack[made] = sid_of[inverse.reshape(-1)]
-    keep = np.flatnonzero((size != 0) & on_cpu)
-    order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
-    return Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
-
-
-def compare_walks(results: Any, walker: Any) -> str:
-    """Where the compiled walk and the Python walk differ on a recording ("" when they agree exactly)."""
-    a, b = _walk_python(results), _walk_compiled(results, walker)
-    for name in ("t_ns", "ptr", "size", "stack"):
-        x, y = getattr(a, name), getattr(b, name)
-        if x.shape != y.shape or not np.array_equal(x, y):
-            return f"{name}: {x.size} values in Python, {y.size} compiled, first differing at " \
-                   f"{int(np.argmax(x[:min(x.size, y.size)] != y[:min(x.size, y.size)]))}"
-    if a.frames != b.frames:
-        return f"frames: {a.frames[:3]} ... in Python, {b.frames[:3]} ... compiled"
-    if a.stacks != b.stacks:
-        return f"stacks: {len(a.stacks)} in Python, {len(b.stacks)} compiled"
-    return ""
-
-
-def _walk_python(results: Any) -> Allocations:
-    """The walk of :func:`walk_allocations` in Python, through the profiler's bindings.
 
     One walk of the event tree.  Each node costs a call into C++ per attribute read, so the walk reads as little
     as it can: a node's children (every node), a leaf's name (an allocation is the leaf named ``[memory]``), and
