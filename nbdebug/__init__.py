@@ -30,7 +30,7 @@ _LAZY: dict[str, str] = {
     "MemTrace": "nbdebug.core.memory:MemTrace",
     "GradHistory": "nbdebug.core.training._gradhistory:GradHistory",
     # training dynamics (issue 4)
-    "GradMonitor": "nbdebug.ipython._live:GradMonitor",
+    "GradMonitor": "nbdebug.core.training.grads:GradMonitor",
     "nan_sentinel": "nbdebug.core.training.nan:nan_sentinel",
     "NonFiniteError": "nbdebug.errors:NonFiniteError",
     "doctor": "nbdebug.core.doctor:doctor",
@@ -40,10 +40,15 @@ _LAZY: dict[str, str] = {
     # compilation (issue 5)
     "compile_check": "nbdebug.core.compile:compile_check",
     "CompileReport": "nbdebug.core.compile:CompileReport",
+    "capture_compile": "nbdebug.core.compile:capture_compile",
     "xla": "nbdebug.xla",
     # distributed (issue 6)
     "dist": "nbdebug.dist",
 }
+
+# public name -> the display module imported with it: it registers its view with the core class
+# (GradMonitor's live panel; core never imports the display layer)
+_DISPLAY: dict[str, str] = {"GradMonitor": "nbdebug.ipython._live"}
 
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 
@@ -55,6 +60,8 @@ def __getattr__(name: str) -> Any:
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     value = getattr(module, attr) if attr else module
+    if name in _DISPLAY:
+        importlib.import_module(_DISPLAY[name])
     globals()[name] = value
     return value
 

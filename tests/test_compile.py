@@ -271,9 +271,9 @@ def test_capture_keeps_torch_logs_env(monkeypatch):
 def test_recorder_survives_hostile_log_messages(message):
     import logging
 
-    from nbdebug.core.compile import _Recorder
+    from nbdebug.core.compile import _CompileLog
 
-    rec = _Recorder()
+    rec = _CompileLog()
     rec.emit(logging.LogRecord("torch._dynamo", logging.DEBUG, __file__, 1, message, None, None))
     for event in (*rec.breaks, *rec.recompiles, *rec.limits):
         assert event.line < 10**9

@@ -373,7 +373,9 @@ def test_bad_arguments_raise_invalid_argument_error(kwargs, match):
     assert isinstance(info.value, (ValueError, TypeError))  # what callers caught before still catches it
 
 
-def test_core_live_true_needs_a_view_and_a_callable_view_is_called_and_fed():
+def test_core_live_true_needs_a_view_and_a_callable_view_is_called_and_fed(monkeypatch):
+    # one GradMonitor: the display layer registers its view (set_live_view); here none is registered
+    monkeypatch.setattr(GradMonitor, "live_view", None)
     with pytest.raises(InvalidArgumentError, match="live=True needs a display"):
         GradMonitor(mlp(), live=True)
     seen = []

@@ -12,7 +12,13 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 import nbdebug
 from nbdebug.errors import InvalidArgumentError, NonFiniteError
-from nbdebug.integrations import Watch, accelerate_watch, hf_callback, lightning_callback, watch
+from nbdebug.integrations import (
+    TrainerWatch,
+    accelerate_watch,
+    hf_callback,
+    lightning_callback,
+    watch_trainer,
+)
 
 transformers = pytest.importorskip("transformers", reason="transformers is in the dev dependency group")
 
@@ -66,7 +72,7 @@ def test_hf_watch_stops_at_the_first_nan_and_takes_its_hooks_off(tmp_path):
         model.bert.encoder.layer[0].output.dense.bias[0] = float("nan")
     trainer = hf_trainer(model, tmp_path)
     with pytest.raises(NonFiniteError) as info:
-        with watch(trainer, nan_sentinel=True, live=False):
+        with watch_trainer(trainer, nan_sentinel=True, live=False):
             trainer.train()
     assert info.value.module == "bert.encoder.layer.0.output.dense" and info.value.step == 0
     assert len(_global_optimizer_pre_hooks) == before and hook_free(model)
@@ -128,11 +134,11 @@ def test_accelerate_loop_logs_the_loss_given_to_backward():
 
 def test_bad_arguments_are_one_clear_error():
     with pytest.raises(InvalidArgumentError, match="both False"):
-        Watch(grad_monitor=False, nan_sentinel=False)
+        TrainerWatch(grad_monitor=False, nan_sentinel=False)
     with pytest.raises(InvalidArgumentError, match="every must be an int >= 1, got 0"):
         hf_callback(every=0)
     with pytest.raises(InvalidArgumentError, match="expected a transformers.Trainer or a lightning Trainer, got str"):
-        with watch("trainer"):
+        with watch_trainer("trainer"):
             pass
     with pytest.raises(InvalidArgumentError, match="expected an accelerate.Accelerator, got int"):
         with accelerate_watch(3, nn.Linear(2, 2)):

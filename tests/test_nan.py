@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 import nbdebug
-from nbdebug.core import nan as nan_mod
+from nbdebug.core.training import nan as nan_mod
 from nbdebug.core.training.nan import LOSS, nan_sentinel
 from nbdebug.errors import NonFiniteError
 

@@ -1,14 +1,21 @@
 """One shape for every recorder: ``with X(...) as rec:`` runs the block, then ``rec.result`` is the result object.
 
-memtrace, nan_sentinel, GradMonitor, the torch.compile capture and the XLA watch are all recorders:
+memtrace, the NaN sentinel, GradMonitor, the torch.compile capture and the XLA watch are all recorders
+(``docs/recorders.md`` has the table):
 
 - a public lowercase function (``memtrace(...)``, ``nan_sentinel(model)``, ``capture_compile()``,
-  ``xla.watch()``) or the class itself (``GradMonitor(model)``) builds one; nothing is recorded yet;
+  ``xla.watch()``) or the class itself (``GradMonitor(model)``) builds one; nothing is recorded yet.  The
+  function builds the recorder's CapWords class (``NanSentinel``, ``CompileCapture``, ``XlaWatch``, ...);
 - ``with rec:`` (or ``rec.start()`` ... ``rec.stop()`` where a block does not fit, e.g. across cells) records;
   hooks, recording and modes always come off in ``stop()``, also when the block raises;
-- ``rec.result`` is the result object (data first: ``to_dict()``, ``to_pandas()``, a panel); before the
-  recorder stopped it is ``None`` for a recorder whose result exists only at the end, or the result so far;
-- a recorder shows its result in a notebook (``_repr_mimebundle_``), and a one-line ``repr`` otherwise.
+- ``rec.result`` is the result object (data first: ``to_dict()``, ``to_pandas()``, a panel).  Before the
+  recorder stopped it is the result so far where one exists at every moment (GradMonitor's history), else None;
+  a recorder that looks for one failure has None as the result of a clean run (the NaN sentinel);
+- a recorder shows its result in a notebook (``_repr_mimebundle_``), and a one-line ``repr`` otherwise;
+- a cell magic runs its cell inside the same recorder (``nbdebug.ipython._cell.run_body``) and returns
+  ``rec.result``; ``-o NAME`` binds it.
+
+Older accessors stay as synonyms of the shape (``GradMonitor.history``, ``attach()``/``detach()``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ class Recorder:
     """Base of every recorder: the context-manager protocol and the display, over ``start``/``stop``/``result``.
 
     Subclasses implement ``start()`` (returns ``self``), ``stop()`` (idempotent; never raises for the user's
-    error) and the ``result`` property.
+    error) and the ``result`` property.  ``__exit__`` may add the recorder's own verdict after a clean block
+    (the NaN sentinel raises what its last check found).
     """
 
     #: how the recorder names itself in its repr
@@ -46,9 +54,10 @@ class Recorder:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         result = self.result
-        if result is None:
+        show = getattr(result, "_repr_mimebundle_", None)
+        if show is None:
             return {"text/plain": repr(self)}
-        bundle: dict[str, str] = result._repr_mimebundle_(include, exclude)
+        bundle: dict[str, str] = show(include, exclude)
         return bundle
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from nbdebug.core import knowledge
 from nbdebug.core._findings import Finding, HasFindings, sort_findings
+from nbdebug.core._recorder import Recorder
 from nbdebug.core._result import Result
 from nbdebug.errors import InvalidArgumentError
 
@@ -28,6 +29,7 @@ __all__ = [
     "CompileReport",
     "compile_check",
     "capture_compile",
+    "CompileCapture",
     "build_report",
     "recompile_limit",
 ]
@@ -182,7 +184,9 @@ def _parse_limit(msg: str) -> LimitHit | None:
                     m.group(1), int(m.group(2)), last.group(1) if last else "")
 
 
-class _Recorder(logging.Handler):
+class _CompileLog(logging.Handler):
+    """The events of torch's ``graph_breaks`` and ``recompiles`` logs, parsed as they arrive."""
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.breaks: list[GraphBreak] = []
@@ -246,21 +250,33 @@ def _enable_artifacts(names: tuple[str, ...]) -> Callable[[], None]:
     return restore
 
 
-class capture_compile:  # noqa: N801 - a context manager
-    """Record graph breaks, recompilations and recompile-limit hits while a block of code runs.
+class CompileCapture(Recorder):
+    """Record graph breaks, recompilations and recompile-limit hits while a block of code runs (``capture_compile``).
 
     Turns on torch's ``recompiles`` and ``graph_breaks`` logging artifacts and listens to them; torch's own
-    console output of those artifacts is held back while recording.  ``.result`` is a ``CompileReport``.
+    console output of those artifacts is held back while recording (unless ``quiet=False``).  ``.result`` is the
+    ``CompileReport`` once the block has ended (None before).
     """
+
+    _label = "CompileCapture"
 
     def __init__(self, *, quiet: bool = True) -> None:
         self.quiet = quiet
-        self.recorder = _Recorder()
-        self.result: CompileReport | None = None
+        self.log = _CompileLog()
+        self._result: CompileReport | None = None
         self._removed: list[tuple[logging.Logger, logging.Handler]] = []
         self._restore_logs: Callable[[], None] | None = None
 
-    def __enter__(self) -> capture_compile:
+    @property
+    def result(self) -> CompileReport | None:
+        """The ``CompileReport`` of the block (None while it runs)."""
+        return self._result
+
+    def start(self) -> CompileCapture:
+        """Start listening to torch's logs; returns ``self``."""
+        if self._restore_logs is not None:
+            return self
+        self._result = None
         self._restore_logs = _enable_artifacts(("recompiles", "graph_breaks"))
         for name in _LOGGERS:
             logger = logging.getLogger(name)
@@ -268,20 +284,44 @@ class capture_compile:  # noqa: N801 - a context manager
                 for h in list(logger.handlers):
                     logger.removeHandler(h)
                     self._removed.append((logger, h))
-            logger.addHandler(self.recorder)
+            logger.addHandler(self.log)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
+        """Stop listening, put the user's logging settings back, and build ``result``."""
+        restore, self._restore_logs = self._restore_logs, None
+        if restore is None:
+            return
         for name in _LOGGERS:
-            logging.getLogger(name).removeHandler(self.recorder)
+            logging.getLogger(name).removeHandler(self.log)
         for logger, h in self._removed:
             if h not in logger.handlers:
                 logger.addHandler(h)
         self._removed.clear()
-        restore, self._restore_logs = self._restore_logs, None
-        if restore is not None:
-            restore()  # the user's own TORCH_LOGS / set_logs settings, and torch's handlers for them
-        self.result = build_report(self.recorder.breaks, self.recorder.recompiles, self.recorder.limits)
+        restore()  # the user's own TORCH_LOGS / set_logs settings, and torch's handlers for them
+        self._result = build_report(self.log.breaks, self.log.recompiles, self.log.limits)
+
+
+def capture_compile(*, quiet: bool = True) -> CompileCapture:
+    """Record what torch.compile does while a block runs: ``with capture_compile() as cap: ...``, then ``cap.result``.
+
+    Parameters
+    ----------
+    quiet : bool
+        Hold back torch's own console output of the same graph breaks and recompilations while recording.
+
+    Returns
+    -------
+    CompileCapture
+        A recorder; ``.result`` is the ``CompileReport`` once the block has ended.
+
+    Examples
+    --------
+    >>> with nbdebug.capture_compile() as cap:             # doctest: +SKIP
+    ...     compiled(x); compiled(x[:3])
+    >>> cap.result.findings                                # doctest: +SKIP
+    """
+    return CompileCapture(quiet=quiet)
 
 
 def build_report(
@@ -409,8 +449,8 @@ def compile_check(
             for call in calls:
                 c_args, c_kwargs = _split_call(call)
                 compiled(*c_args, **c_kwargs)
-        recompiles = list(cap.recorder.recompiles)
-        limits = list(cap.recorder.limits)
+        recompiles = list(cap.log.recompiles)
+        limits = list(cap.log.limits)
     return build_report(
         breaks, recompiles, limits,
         graph_count=int(explained.graph_count), graph_break_count=int(explained.graph_break_count),

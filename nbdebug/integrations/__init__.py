@@ -8,7 +8,7 @@ callback, so importing this module imports none of them.
 - ``lightning_callback(...)``: a ``lightning.pytorch.Callback``; ``Trainer(callbacks=[lightning_callback()])``.
 - ``accelerate_watch(accelerator, model, ...)``: a context manager around an accelerate loop; the loss given to
   ``accelerator.backward(loss)`` is logged for you.
-- ``watch(trainer, ...)``: a context manager for either Trainer that adds the callback and takes every hook off
+- ``watch_trainer(trainer, ...)``: a context manager for either Trainer that adds the callback and takes every hook off
   however ``train()``/``fit()`` ends (a Hugging Face callback has no "on exception" event).
 
 Each attaches a ``GradMonitor`` (with the live panel under the running cell when ``live=True`` in a notebook) and,
@@ -25,10 +25,10 @@ from typing import Any
 
 from nbdebug.errors import InvalidArgumentError
 
-__all__ = ["hf_callback", "lightning_callback", "accelerate_watch", "watch", "Watch"]
+__all__ = ["hf_callback", "lightning_callback", "accelerate_watch", "watch_trainer", "TrainerWatch"]
 
 
-class Watch:
+class TrainerWatch:
     """What every integration attaches to a model: a GradMonitor and/or a NaN sentinel, and how to stop them."""
 
     def __init__(self, *, grad_monitor: bool = True, nan_sentinel: bool = False, live: bool = True, every: int = 1,
@@ -56,13 +56,17 @@ class Watch:
         self.model = inner
         try:
             if self.grad_monitor:
-                self.monitor = _monitor_class(self.live)(inner, every=self.every, num_classes=self.num_classes,
-                                                         live=self.live and _in_notebook())
-                self.monitor.attach()
+                from nbdebug.core.training.grads import GradMonitor
+
+                live = self.live and _in_notebook()
+                if live:
+                    from nbdebug.ipython import _live  # noqa: F401 - registers the live panel with GradMonitor
+                self.monitor = GradMonitor(inner, every=self.every, num_classes=self.num_classes, live=live)
+                self.monitor.start()
             if self.nan_sentinel:
                 from nbdebug.core.training.nan import nan_sentinel
 
-                self.sentinel = nan_sentinel(inner, replay=self.replay).attach()
+                self.sentinel = nan_sentinel(inner, replay=self.replay).start()
         except BaseException:
             self.stop()
             raise
@@ -91,7 +95,7 @@ class Watch:
                     sentinel.detach()
         finally:
             if monitor is not None:
-                monitor.detach()
+                monitor.stop()
                 self._history = monitor.history
 
     @property
@@ -112,16 +116,6 @@ def _in_notebook() -> bool:
     except ImportError:  # pragma: no cover
         return False
     return get_ipython() is not None
-
-
-def _monitor_class(live: bool) -> Any:
-    if live and _in_notebook():
-        from nbdebug.ipython._live import GradMonitor
-
-        return GradMonitor
-    from nbdebug.core.training.grads import GradMonitor as CoreMonitor
-
-    return CoreMonitor
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -145,7 +139,7 @@ def hf_callback(*, grad_monitor: bool = True, nan_sentinel: bool = False, live: 
         from transformers import TrainerCallback
     except ImportError as e:
         raise InvalidArgumentError("nbdebug.integrations.hf_callback needs transformers; pip install transformers") from e
-    watch_ = Watch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
+    watch_ = TrainerWatch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
                    num_classes=num_classes, replay=replay)
 
     class NbdebugCallback(TrainerCallback):  # type: ignore[misc,valid-type]
@@ -191,7 +185,7 @@ def lightning_callback(*, grad_monitor: bool = True, nan_sentinel: bool = False,
         except ImportError as e:
             raise InvalidArgumentError("nbdebug.integrations.lightning_callback needs lightning; pip install "
                                        "lightning") from e
-    watch_ = Watch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
+    watch_ = TrainerWatch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
                    num_classes=num_classes, replay=replay)
 
     class NbdebugLightningCallback(Callback):  # type: ignore[misc,valid-type]
@@ -225,7 +219,7 @@ def lightning_callback(*, grad_monitor: bool = True, nan_sentinel: bool = False,
 @contextlib.contextmanager
 def accelerate_watch(accelerator: Any, model: Any, *, grad_monitor: bool = True, nan_sentinel: bool = False,
                      live: bool = True, every: int = 1, num_classes: int | None = None,
-                     replay: bool = False) -> Iterator[Watch]:
+                     replay: bool = False) -> Iterator[TrainerWatch]:
     """Watch a model trained with ``accelerate``: the loss passed to ``accelerator.backward(loss)`` is logged.
 
     Examples
@@ -239,7 +233,7 @@ def accelerate_watch(accelerator: Any, model: Any, *, grad_monitor: bool = True,
     if not callable(getattr(accelerator, "backward", None)):
         raise InvalidArgumentError(f"accelerate_watch: expected an accelerate.Accelerator, got "
                                    f"{type(accelerator).__name__}")
-    w = Watch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
+    w = TrainerWatch(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
               num_classes=num_classes, replay=replay)
     w.start(model)
     original = accelerator.backward
@@ -263,14 +257,14 @@ def accelerate_watch(accelerator: Any, model: Any, *, grad_monitor: bool = True,
 
 # -- either Trainer -------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def watch(trainer: Any, *, grad_monitor: bool = True, nan_sentinel: bool = False, live: bool = True,
-          every: int = 1, num_classes: int | None = None, replay: bool = False) -> Iterator[Any]:
+def watch_trainer(trainer: Any, *, grad_monitor: bool = True, nan_sentinel: bool = False, live: bool = True,
+                  every: int = 1, num_classes: int | None = None, replay: bool = False) -> Iterator[Any]:
     """Add the matching callback to a Hugging Face or Lightning ``Trainer`` for the ``with`` block, and take every
     hook off however it ends.  Yields the callback (``.history`` after training).
 
     Examples
     --------
-    >>> with nbdebug.integrations.watch(trainer, nan_sentinel=True) as cb:   # doctest: +SKIP
+    >>> with nbdebug.integrations.watch_trainer(trainer, nan_sentinel=True) as cb:   # doctest: +SKIP
     ...     trainer.train()
     """
     kw = dict(grad_monitor=grad_monitor, nan_sentinel=nan_sentinel, live=live, every=every,
@@ -298,5 +292,5 @@ def watch(trainer: Any, *, grad_monitor: bool = True, nan_sentinel: bool = False
                 trainer.callbacks.remove(cb)
             cb.watch.stop(check=ok)
         return
-    raise InvalidArgumentError(f"nbdebug.integrations.watch: expected a transformers.Trainer or a lightning Trainer, "
+    raise InvalidArgumentError(f"nbdebug.integrations.watch_trainer: expected a transformers.Trainer or a lightning Trainer, "
                                f"got {type(trainer).__name__}")

@@ -1,11 +1,14 @@
-"""The live GradMonitor panel, and the notebook ``GradMonitor`` whose ``live=True`` shows it.
+"""The live GradMonitor panel: what ``GradMonitor(model, live=True)`` shows in a notebook.
 
 The panel is an IPython display handle, not a widget: it is shown once with ``display(..., display_id=True)`` and
 updated in place (``handle.update``) between optimizer steps, at most ``refresh_hz`` times a second (the core
 monitor throttles its listeners).  The last update, when the monitor detaches, is the static final panel, which
 is what a saved notebook keeps: no widget model is needed to show it after reopening.
 
-Imported by ``nbdebug.GradMonitor`` and ``%%gradmonitor``; torch and numpy only through the core monitor's methods.
+There is one ``GradMonitor`` (``nbdebug.core.training.grads``); importing this module registers ``LivePanel`` as
+its live view (``GradMonitor.set_live_view``), the hook through which core reaches the display layer without
+importing it.  It is imported with ``nbdebug.GradMonitor``, by ``%load_ext nbdebug`` (``%%gradmonitor``) and by
+``nbdebug.integrations``; torch and numpy only through the core monitor's methods.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from nbdebug.core.training.grads import GradMonitor as _CoreGradMonitor
+from nbdebug.core.training.grads import GradMonitor
 
-__all__ = ["LivePanel", "GradMonitor"]
+__all__ = ["LivePanel", "register"]
 
 
 class LivePanel:
@@ -25,7 +28,7 @@ class LivePanel:
     If rendering ever fails, the panel says so once and stops updating: training goes on untouched.
     """
 
-    def __init__(self, monitor: _CoreGradMonitor) -> None:
+    def __init__(self, monitor: GradMonitor) -> None:
         self.monitor = monitor
         self.updates = 0
         self.handle: Any = None
@@ -47,7 +50,7 @@ class LivePanel:
         text = f"<GradMonitor {state}: {h.steps_seen} optimizer steps, {len(h.findings)} findings>"
         return {"text/plain": text, "text/html": live_html(h, running=running)}
 
-    def update(self, monitor: _CoreGradMonitor) -> None:
+    def update(self, monitor: GradMonitor) -> None:
         """Listener: redraw the panel in place ("done" once the monitor has detached)."""
         if self.handle is None or self.failed is not None:
             return
@@ -68,10 +71,9 @@ class LivePanel:
         return f"<LivePanel: {self.updates} updates{', failed' if self.failed else ''}>"
 
 
-class GradMonitor(_CoreGradMonitor):
-    """``nbdebug.core.training.grads.GradMonitor`` for notebooks: ``live=True`` shows a panel that updates in place.
+def register() -> None:
+    """Make ``LivePanel`` the view ``GradMonitor(..., live=True)`` shows (done when this module is imported)."""
+    GradMonitor.set_live_view(LivePanel)
 
-    Everything else is the core monitor (see its documentation); ``monitor.view`` is the ``LivePanel``.
-    """
 
-    live_view = LivePanel
+register()

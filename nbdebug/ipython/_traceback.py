@@ -23,7 +23,7 @@ import sysconfig
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ShortTracebacks", "fold_library_frames", "classify_entry"]
+__all__ = ["ShortTracebacks", "fold_library_frames", "classify_entry", "is_library_path"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FILE = re.compile(r"^File (?P<path>.+?):(?P<line>\d+)(?:, in (?P<func>[^\n(]+))?")
@@ -42,9 +42,20 @@ def _library_roots() -> tuple[str, ...]:
 _ROOTS: tuple[str, ...] | None = None
 
 
+def is_library_path(path: str) -> bool:
+    """True for a file of the standard library, an installed package, IPython or nbdebug; False for the user's
+    own code (notebook cells, ``<...>`` sources, the user's files)."""
+    global _ROOTS
+    if path.startswith("<"):
+        return False
+    if _ROOTS is None:
+        _ROOTS = _library_roots()
+    norm = os.path.normpath(path)
+    return any(norm.startswith(r) for r in _ROOTS) or "site-packages" in norm.split(os.sep)
+
+
 def classify_entry(entry: str) -> tuple[str, str]:
     """``("user" | "library" | "other", short location)`` of one entry of IPython's structured traceback."""
-    global _ROOTS
     text = _ANSI.sub("", entry).lstrip()
     if _CELL.match(text):
         return "user", text.split("\n", 1)[0]
@@ -52,11 +63,9 @@ def classify_entry(entry: str) -> tuple[str, str]:
     if m is None:
         return "other", ""
     path = m.group("path")
-    if _ROOTS is None:
-        _ROOTS = _library_roots()
-    norm = os.path.normpath(path)
-    if path.startswith("<") or not any(norm.startswith(r) for r in _ROOTS) and "site-packages" not in norm.split(os.sep):
+    if not is_library_path(path):
         return "user", f"{path}:{m.group('line')}"
+    norm = os.path.normpath(path)
     short = norm
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
         if marker in norm:

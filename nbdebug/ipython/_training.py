@@ -1,9 +1,9 @@
 """``%%nanhunt`` and ``%%gradmonitor`` cell magics, and the NaN/Inf section of the error panel.
 
 Imported by ``%load_ext nbdebug``: no torch, numpy, pandas, matplotlib or ipywidgets at import time.  Both magics
-run their cell through ``nbdebug.ipython._cell.run_body`` (``!``/``%`` lines work; hooks come off however the
-cell ends; on an error the report is shown, then the cell's own error is re-raised).  The live GradMonitor panel
-is ``nbdebug.ipython._live``.
+run their cell through ``nbdebug.ipython._cell.run_body`` inside their recorder (``nan_sentinel``, ``GradMonitor``)
+and return its ``result``: ``!``/``%`` lines work; hooks come off however the cell ends; on an error the report is
+shown, then the cell's own error is re-raised.  The live GradMonitor panel is ``nbdebug.ipython._live``.
 """
 
 from __future__ import annotations
@@ -48,19 +48,6 @@ def _find_model(shell: Any, expr: str | None, magic: str) -> Any:
     return roots[0][1]
 
 
-class _Sentinel:
-    """``%%nanhunt``'s recording context: hooks on at entry, off at exit; the last check is left to the report."""
-
-    def __init__(self, sentinel: Any) -> None:
-        self.sentinel = sentinel
-
-    def __enter__(self) -> Any:
-        return self.sentinel.attach()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.sentinel.remove_hooks()
-
-
 def _names_of(shell: Any, obj: Any) -> list[str]:
     return [k for k, v in list(shell.user_ns.items()) if v is obj and not k.startswith("_")]
 
@@ -76,7 +63,7 @@ class TrainingMagics(Magics):
     @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
               "nn.Module in the namespace)")
     @argument("--replay", action="store_true", help="replay the failing step to name the op and its source line")
-    @argument("-o", "--output", metavar="NAME", help="also bind the NonFiniteError (or None) to NAME")
+    @argument("-o", "--output", metavar="NAME", help="also bind the result, the NonFiniteError (or None), to NAME")
     @cell_magic
     def nanhunt(self, line: str, cell: str) -> Any:
         """Run the cell with a NaN/Inf sentinel on the model; stop at the first non-finite value.
@@ -92,37 +79,25 @@ class TrainingMagics(Magics):
         gradients are checked on the device, with one host sync per optimizer step.
         On the first NaN/Inf the cell stops with ``nbdebug.NonFiniteError`` naming the module, the step (from 0)
         and the phase (forward/backward); with ``--replay`` it also names the op and its source line (the
-        step's backward replayed under ``torch.autograd.detect_anomaly``).  Hooks come off however the cell ends;
-        any other error of the cell is re-raised unchanged.  ``!cmd`` and ``%magic`` lines work in the cell.
-        Returns None when the cell ran clean (``-o NAME`` binds the error, or None).
+        step's backward replayed under ``torch.autograd.detect_anomaly``).  The traceback ends at your line that
+        ran into it (the cell's last line when the last step's check found it).  Hooks come off however the cell
+        ends; any other error of the cell is re-raised unchanged.  ``!cmd`` and ``%magic`` lines work in the cell.
+        The result is the ``NonFiniteError``, or None when the cell ran clean (returned; ``-o NAME`` binds it).
         """
         args = parse_argstring(self.nanhunt, line)
         model = _find_model(self.shell, args.model, "nanhunt")
         from nbdebug.core.training.nan import nan_sentinel
-        from nbdebug.errors import InvalidArgumentError, NonFiniteError
+        from nbdebug.errors import InvalidArgumentError
         from nbdebug.ipython._cell import run_body
 
         try:
             sentinel = nan_sentinel(model, replay=args.replay)
         except InvalidArgumentError as e:
             raise UsageError(f"%%nanhunt: {e}") from e
-
-        def report(error: BaseException | None) -> None:
-            found = error if isinstance(error, NonFiniteError) else None
-            try:
-                if error is None:
-                    sentinel.check()  # what the last step left pending (no optimizer step after it)
-            except NonFiniteError as e:
-                found = e
-                raise
-            finally:
-                sentinel.detach()
-                if args.output:
-                    self.shell.user_ns[args.output] = found
-            # the error panel (the explainer's NaN/Inf section) is the report of a failed hunt
-            return None
-
-        return run_body(self.shell, cell, magic="nanhunt", context=_Sentinel(sentinel), report=report)
+        # a NonFiniteError is the cell's error and its result at once: the error panel (the explainer's NaN/Inf
+        # section) shows it, run_body does not show it twice
+        return run_body(self.shell, cell, magic="nanhunt", context=sentinel, report=lambda error: sentinel.result,
+                        output=args.output)
 
     @magic_arguments()
     @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
@@ -154,9 +129,10 @@ class TrainingMagics(Magics):
         if args.classes is not None and args.classes < 1:
             raise UsageError(f"%%gradmonitor: --classes must be >= 1, got {args.classes}")
         model = _find_model(self.shell, args.model, "gradmonitor")
+        from nbdebug.core.training.grads import GradMonitor
         from nbdebug.errors import InvalidArgumentError
+        from nbdebug.ipython import _live  # noqa: F401 - registers the live panel with GradMonitor
         from nbdebug.ipython._cell import run_body
-        from nbdebug.ipython._live import GradMonitor
 
         try:
             mon = GradMonitor(model, every=args.every, num_classes=args.classes, live=not args.no_live)
@@ -166,7 +142,7 @@ class TrainingMagics(Magics):
         names = _names_of(self.shell, model)
 
         def report(error: BaseException | None) -> Any:
-            return _explain_no_steps(self.shell, mon.history, model, names)
+            return _explain_no_steps(self.shell, mon.result, model, names)
 
         return run_body(self.shell, cell, magic="gradmonitor", context=mon, report=report, output=args.output)
 

@@ -1,7 +1,8 @@
 """``%%xlametrics`` (what a cell did on the XLA device) and ``%%compilecheck`` (torch.compile breaks/recompiles).
 
-Glue only: argument parsing and running the cell; the work is in ``nbdebug.core.xla`` and
-``nbdebug.core.compile``.  Nothing heavy is imported until a magic runs.
+Glue only: argument parsing and running the cell inside a recorder (``nbdebug.xla.watch()``, ``capture_compile()``)
+through ``nbdebug.ipython._cell.run_body``, which returns the recorder's ``result``; the work is in
+``nbdebug.core.xla`` and ``nbdebug.core.compile``.  Nothing heavy is imported until a magic runs.
 """
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ class XlaMagics(Magics):
         args = parse_argstring(self.xlametrics, line)
         if args.steps is not None and args.steps < 0:
             raise UsageError(f"%%xlametrics: --steps {args.steps}: expected a number of steps >= 0")
-        from nbdebug.core.xla.live import available, watch
+        from nbdebug.core.xla import live
 
-        if not available():
+        if not live.available():
             raise UsageError("%%xlametrics needs torch_xla, which is not installed: pip install 'nbdebug[xla]' "
                              "(to diagnose a saved report instead: nbdebug.xla.diagnose(text))")
         from nbdebug.ipython._cell import run_body
 
-        w = watch(steps=args.steps, debug=not args.no_debug)
+        w = live.watch(steps=args.steps, debug=not args.no_debug)
         return run_body(self.shell, cell, magic="xlametrics", context=w, report=lambda error: w.result,
                         output=args.output)
 

@@ -10,10 +10,14 @@ after ``GradScaler.unscale_`` (so norms are unscaled), and, given ``scaler=``, n
 because of inf/NaN gradients.  DDP / DataParallel wrappers and ``torch.compile``'d models are unwrapped, so
 parameter names are the user's.
 
+A recorder (``nbdebug.core._recorder``): ``with GradMonitor(model) as mon:``, then ``mon.result`` (also
+``mon.history``, the same ``GradHistory``; it is the history so far while the monitor records).
+
 Live views belong to the display layer: the monitor calls its listeners (``add_listener``) between steps, at most
-``refresh_hz`` times a second, and ``live=`` takes a view factory ``live(monitor)`` that subscribes itself.  The
-notebook ``GradMonitor`` of the IPython layer (the public ``nbdebug.GradMonitor``) sets ``live_view`` so that
-``live=True`` shows a panel that updates in place.
+``refresh_hz`` times a second, and ``live=`` takes a view factory ``live(monitor)`` that subscribes itself.
+``live=True`` uses the factory the display layer registered with ``GradMonitor.set_live_view``: the IPython layer
+(``nbdebug.ipython._live``, imported with ``nbdebug.GradMonitor`` and by ``%load_ext nbdebug``) registers its panel
+that updates in place.  Core never imports the display layer.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from nbdebug.core._findings import Finding
+from nbdebug.core._recorder import Recorder
 from nbdebug.core.knowledge import threshold
 from nbdebug.core.training._gradhistory import GradHistory, GradSpike, grad_findings
 from nbdebug.errors import InvalidArgumentError
@@ -81,7 +86,7 @@ class _Pending:
     losses: list[Any] = field(default_factory=list)  # device scalars or floats
 
 
-class GradMonitor:
+class GradMonitor(Recorder):
     """Record gradient norms at every optimizer step, keep them on the device, analyse them in batches.
 
     Parameters
@@ -101,9 +106,9 @@ class GradMonitor:
     flush_every : int
         Recorded steps kept on the device before one batched copy to the host.
     live : bool or callable
-        A view factory ``live(monitor)`` called on ``attach`` (it subscribes with ``add_listener``); True uses the
-        class's ``live_view`` (``nbdebug.GradMonitor``: a notebook panel that updates in place and leaves a static
-        picture in the saved notebook).
+        A view factory ``live(monitor)`` called on ``start`` (it subscribes with ``add_listener``); True uses the
+        factory registered with ``GradMonitor.set_live_view`` (in a notebook: a panel that updates in place and
+        leaves a static picture in the saved notebook).
     refresh_hz : float
         Live refresh rate (at most 2 per second); rendering happens only between steps.
 
@@ -120,12 +125,19 @@ class GradMonitor:
     ...         loss.backward()
     ...         mon.log_loss(loss)
     ...         opt.step(); opt.zero_grad()
-    >>> mon.history.to_pandas()                          # doctest: +SKIP
+    >>> mon.result.to_pandas()                           # doctest: +SKIP
     """
 
-    # the view factory ``live=True`` uses, ``live_view(monitor)``; None in core (no display layer here).
-    # Typed Any: a callable class attribute would be read by type checkers as a method bound to the monitor.
+    _label = "GradMonitor"
+    # the view factory ``live=True`` uses, ``live_view(monitor)``: registered by the display layer
+    # (``set_live_view``); None while none is.  Typed Any: a callable class attribute would be read by type
+    # checkers as a method bound to the monitor.
     live_view: ClassVar[Any] = None
+
+    @classmethod
+    def set_live_view(cls, factory: Callable[[GradMonitor], Any] | None) -> None:
+        """Register the view factory ``live=True`` uses (the display layer's hook; None removes it)."""
+        GradMonitor.live_view = factory
 
     def __init__(
         self,
@@ -158,8 +170,8 @@ class GradMonitor:
             view = type(self).live_view
             if view is None:
                 raise InvalidArgumentError(
-                    "GradMonitor: live=True needs a display; use nbdebug.GradMonitor (the notebook version) or pass "
-                    "a view factory live=callable(monitor)"
+                    "GradMonitor: live=True needs a display, and none is registered; use nbdebug.GradMonitor or "
+                    "%load_ext nbdebug in a notebook, or pass a view factory live=callable(monitor)"
                 )
             self._live_view: Callable[[GradMonitor], Any] | None = view
         elif live is False or live is None:
@@ -216,7 +228,7 @@ class GradMonitor:
         self._hist_cache: tuple[Any, GradHistory] | None = None
 
     # -- attaching -----------------------------------------------------------------------------------------
-    def attach(self) -> GradMonitor:
+    def start(self) -> GradMonitor:
         """Start recording (hooks the optimizer step); returns ``self``."""
         if self._attached:
             return self
@@ -230,11 +242,11 @@ class GradMonitor:
                 self.view = self._live_view(self)
             except BaseException:
                 # a view that cannot be shown leaves nothing behind: no optimizer hook outlives the failure
-                self.detach()
+                self.stop()
                 raise
         return self
 
-    def detach(self) -> None:
+    def stop(self) -> None:
         """Stop recording, remove every hook, and copy what is still on the device to the host."""
         for h in self._handles:
             h.remove()
@@ -249,11 +261,9 @@ class GradMonitor:
         self._flush()
         self._notify(force=True)
 
-    def __enter__(self) -> GradMonitor:
-        return self.attach()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.detach()
+    # the names the monitor had before the recorder shape
+    attach = start
+    detach = stop
 
     def _hook_optimizer(self) -> None:
         if self.optimizer is not None:
@@ -458,13 +468,18 @@ class GradMonitor:
 
     @property
     def attached(self) -> bool:
-        """True between ``attach`` and ``detach`` (while recording)."""
+        """True between ``start`` and ``stop`` (while recording)."""
         return self._attached
 
     @property
     def steps_seen(self) -> int:
         """Optimizer steps seen so far (recorded or not)."""
         return self._step
+
+    @property
+    def result(self) -> GradHistory:
+        """The ``GradHistory``: everything recorded so far (the same as ``history``)."""
+        return self.history
 
     @property
     def history(self) -> GradHistory:
@@ -517,9 +532,6 @@ class GradMonitor:
     def plot(self, ax: Any = None) -> Any:
         """Shortcut for ``history.plot()``."""
         return self.history.plot(ax=ax)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return self.history._repr_mimebundle_(include, exclude)
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"

@@ -16,84 +16,17 @@ of the model's output is already non-finite, the loss (code after the model) pro
 from __future__ import annotations
 
 import math
-import re
-import traceback
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from nbdebug.core._result import Result
+from nbdebug.core._recorder import Recorder
 from nbdebug.core.training._dynamics import describe_tensor
+from nbdebug.core.training._replay import ReplayResult, _tensors, replay_step
 from nbdebug.errors import InvalidArgumentError, NonFiniteError
 
 __all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
 
 LOSS = "(loss: code after the model's output)"
-
-
-def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif depth < 2 and isinstance(obj, (tuple, list)):
-        for o in obj:
-            yield from _tensors(o, depth + 1)
-    elif depth < 2 and isinstance(obj, dict):
-        for o in obj.values():
-            yield from _tensors(o, depth + 1)
-
-
-@dataclass(frozen=True, repr=False)
-class ReplayResult(Result):
-    """What replaying the failing step found: the first op with a non-finite output and where it was called."""
-
-    op: str | None
-    source: str | None
-    anomaly: str | None
-    note: str | None = None
-
-    def _summary_line(self) -> str:
-        return self.op or "not reproduced"
-
-    def describe(self) -> str:
-        """One line: the op and its source line, and what detect_anomaly said."""
-        parts = []
-        if self.op:
-            parts.append(f"first non-finite op in the forward pass: {self.op}"
-                         + (f" at {self.source}" if self.source else ""))
-        if self.note:
-            parts.append(self.note)
-        if self.anomaly:
-            parts.append(f"(detail, backward: {self.anomaly})" if self.op else f"detect_anomaly: {self.anomaly}")
-        return "; ".join(parts) if parts else "the replay did not reproduce the non-finite value"
-
-
-_INTERNAL = re.compile(r"[/\\](torch|nbdebug[/\\]core|contextlib|functools)[/\\]|[/\\]torch[/\\]|<frozen ")
-
-
-def _user_frame(stack: list[traceback.FrameSummary]) -> str | None:
-    for fr in reversed(stack):
-        if not _INTERNAL.search(fr.filename):
-            line = (fr.line or "").strip()
-            return f"{fr.filename}:{fr.lineno} in {fr.name}: {line}"
-    return None
-
-
-def _op_name(func: Any) -> str:
-    name = getattr(func, "__name__", None) or str(func)
-    qual = getattr(func, "__qualname__", "") or ""
-    module = getattr(func, "__module__", "") or ""
-    if qual.startswith("_VariableFunctionsClass") or module == "torch":
-        return f"torch.{name}"
-    if "TensorBase" in qual or qual.startswith("Tensor."):
-        return f"Tensor.{name}"
-    if module.endswith("nn.functional"):
-        return f"torch.nn.functional.{name}"
-    return qual or name
-
-
 _WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
 _F32: Any = None
 
@@ -104,99 +37,13 @@ def _finite_probe(t: Any) -> Any:
     return t.sum() if t.dtype in _WIDE else t.sum(dtype=_F32)
 
 
-def _first_nonfinite_mode() -> Any:
-    """A TorchFunctionMode that records the first op whose output is non-finite while its inputs are finite."""
-    import torch
-    from torch.overrides import TorchFunctionMode
+class NanSentinel(Recorder):
+    """Hooks that watch every module's outputs and gradients for NaN/Inf (see ``nan_sentinel``).
 
-    class FirstNonfinite(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.op: str | None = None
-            self.source: str | None = None
-
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if self.op is None:
-                with torch._C.DisableTorchFunction():
-                    outs = [t for t in _tensors(out) if t.is_floating_point()]
-                    if outs and not all(bool(torch.isfinite(t).all()) for t in outs):
-                        ins = [t for t in _tensors(list(args) + list(kwargs.values())) if t.is_floating_point()]
-                        if all(bool(torch.isfinite(t).all()) for t in ins):
-                            self.op = _op_name(func)
-                            self.source = _user_frame(traceback.extract_stack()[:-1])
-            return out
-
-    return FirstNonfinite()
-
-
-def replay_step(model: Any, calls: list[tuple[Any, Any, Any]], output_grads: list[Any]) -> ReplayResult:
-    """Run recorded forward calls again (same RNG state) to find the op, then backward under detect_anomaly.
-
-    ``calls`` are ``(args, kwargs, rng_state)``; ``output_grads`` are the gradients that reached the model's
-    outputs in the original backward (may be empty).  Parameters' ``.grad``, buffers and RNG state are restored.
+    A recorder: ``result`` is the first ``NonFiniteError`` it raised or found, None while it saw none.
     """
-    import warnings
 
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    buffers = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=False).items() if "running" in k or "num_batches" in k}
-    cpu_rng = torch.get_rng_state()
-    op = source = anomaly = note = None
-    bad_out = [g for g in output_grads if g is not None and not bool(torch.isfinite(g).all())]
-    try:
-        for args, kwargs, rng in calls:
-            if rng is not None:
-                torch.set_rng_state(rng)
-            mode = _first_nonfinite_mode()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    with torch.autograd.detect_anomaly(check_nan=True), torch.enable_grad():
-                        with mode:
-                            out = model(*args, **kwargs)
-                        outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
-                        if outs and bad_out and mode.op is None:
-                            # the model's forward is finite and the gradient the loss sent back is not: the
-                            # model's backward only carries the loss's NaN on (detect_anomaly would name the
-                            # last layer's backward function)
-                            note = ("the model's forward pass is finite; the gradient reaching the model's output "
-                                    "is already non-finite: the loss code after the model produced it (look for a "
-                                    "division by 0, e.g. a temperature of 0, log(0) or sqrt(0) there)")
-                            outs = []
-                        if outs:
-                            grads = [
-                                g if g is not None and g.shape == t.shape else torch.ones_like(t)
-                                for t, g in zip(outs, list(output_grads) + [None] * len(outs))
-                            ]
-                            torch.autograd.grad(outs, params, grad_outputs=grads, allow_unused=True)
-                except RuntimeError as e:
-                    anomaly = str(e).splitlines()[0]
-                    for w in caught:
-                        text = str(w.message)
-                        if "Traceback of forward call" in text:
-                            frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text)
-                            user = [f for f in frames if not _INTERNAL.search(f[0])]
-                            if user:
-                                f = user[-1]
-                                anomaly += f" (forward call: {f[0]}:{f[1]} in {f[2]}: {f[3].strip()})"
-            if mode.op is not None and op is None:
-                op, source = mode.op, mode.source
-            if op is not None or anomaly is not None or note is not None:
-                break
-    finally:
-        torch.set_rng_state(cpu_rng)
-        with torch.no_grad():
-            for k, v in model.state_dict(keep_vars=True).items():
-                if k in buffers:
-                    v.copy_(buffers[k])
-    return ReplayResult(op=op, source=source, anomaly=anomaly, note=note)
-
-
-class NanSentinel:
-    """Hooks that watch every module's outputs and gradients for NaN/Inf (see ``nan_sentinel``)."""
+    _label = "NanSentinel"
 
     def __init__(self, model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True):
         import torch
@@ -231,6 +78,7 @@ class NanSentinel:
         self._handles: list[Any] = []
         self._active = False
         self._replaying = False
+        self._found: NonFiniteError | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -255,18 +103,35 @@ class NanSentinel:
         self._out_grads: list[Any] = []
         self._forwards = 0
 
-    # -- context -------------------------------------------------------------------------------------------
-    def __enter__(self) -> NanSentinel:
-        return self.attach()
+    # -- the recorder ----------------------------------------------------------------------------------------
+    @property
+    def result(self) -> NonFiniteError | None:
+        """The first non-finite value seen, as the ``NonFiniteError`` raised for it; None when none was seen."""
+        return self._found
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            if exc_type is None:
-                self.check()
-        finally:
+        if exc_type is not None:  # the block's own error goes on: what is pending is not looked at
             self.detach()
+            return
+        found = self._last_check()
+        if found is not None:
+            raise found
 
-    def attach(self) -> NanSentinel:
+    def stop(self) -> None:
+        """Take every hook off, then check what the last step left pending: what it finds is ``result``."""
+        self._last_check()
+
+    def _last_check(self) -> NonFiniteError | None:
+        self.remove_hooks()
+        try:
+            self.check()
+        except NonFiniteError as e:
+            return e
+        finally:
+            self._reset()
+        return None
+
+    def start(self) -> NanSentinel:
         """Register the hooks; returns ``self``."""
         if self._active:
             return self
@@ -286,6 +151,8 @@ class NanSentinel:
             raise
         self._active = True
         return self
+
+    attach = start  # its name before the recorder shape
 
     def detach(self) -> None:
         """Remove every hook and drop what is pending (safe to call twice)."""
@@ -320,8 +187,6 @@ class NanSentinel:
             import torch
 
             self._calls.append((args, kwargs, torch.get_rng_state()))
-
-    _saw_optimizer = False
 
     def _make_fwd(self, idx: int) -> Any:
         def hook(module: Any, inputs: Any, output: Any) -> None:
@@ -438,7 +303,8 @@ class NanSentinel:
             self._add_param_flags()
         flags = self._flags
         # (n,) sums: NaN/Inf anywhere makes its sum non-finite
-        sums = torch.stack([v.to(torch.float64) for v in flags]) if self._mixed(flags) else torch.stack(flags)
+        mixed = len({v.dtype for v in flags}) > 1
+        sums = torch.stack([v.to(torch.float64) for v in flags]) if mixed else torch.stack(flags)
         self.syncs += 1
         bad = ~torch.isfinite(sums)
         if not bool(bad.any()):
@@ -467,11 +333,6 @@ class NanSentinel:
             for (idx, g), n in zip(items, norms):
                 self._flags.append(n)
                 self._where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
-
-    @staticmethod
-    def _mixed(values: list[Any]) -> bool:
-        d = values[0].dtype
-        return any(v.dtype != d for v in values)
 
     def _tensor(self, i: int) -> Any:
         t = self._where[i][2]
@@ -540,7 +401,7 @@ class NanSentinel:
             stats = {**stats, "location": location}
         if replay is not None:
             msg += "\nreplay: " + replay.describe()
-        raise NonFiniteError(
+        found = NonFiniteError(
             msg,
             module=module,
             step=step,
@@ -550,6 +411,9 @@ class NanSentinel:
             source=replay.source if replay else None,
             anomaly=replay.anomaly if replay else None,
         )
+        if self._found is None:
+            self._found = found
+        raise found
 
     def __repr__(self) -> str:
         return f"<NanSentinel {'active' if self._active else 'inactive'}: {len(self.names)} modules, step {self.step_index}>"
@@ -574,7 +438,8 @@ def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, che
     Returns
     -------
     NanSentinel
-        A context manager; ``.step()`` marks a step boundary in loops without a torch optimizer.
+        A recorder: ``with nan_sentinel(model) as s:``; ``s.result`` is the ``NonFiniteError`` it raised (None
+        after a clean run); ``s.step()`` marks a step boundary in loops without a torch optimizer.
 
     Raises
     ------

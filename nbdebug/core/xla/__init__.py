@@ -3,7 +3,7 @@
 from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.xla.debuglog import DebugEvent, DebugLog, Frame, parse_debug_log
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
-from nbdebug.core.xla.live import XlaCellReport, available, read_live, watch
+from nbdebug.core.xla.live import XlaCellReport, XlaWatch, available, read_live, watch
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport, parse_report
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "StepStats",
     "XlaCellReport",
     "XlaDiagnosis",
+    "XlaWatch",
     "available",
     "diagnose",
     "parse_debug_log",

@@ -18,16 +18,17 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nbdebug.core._findings import Finding, HasFindings
+from nbdebug.core._recorder import Recorder
 from nbdebug.core._result import Result
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport
 from nbdebug.errors import require
 
-__all__ = ["available", "read_live", "Snapshot", "take_snapshot", "XlaCellReport", "watch", "debug_status"]
+__all__ = ["available", "read_live", "Snapshot", "take_snapshot", "XlaCellReport", "XlaWatch", "watch", "debug_status"]
 
 _BYTE_METRICS = frozenset({"InboundData", "OutboundData"})
 _VALUE_METRICS = frozenset({"TensorsGraphSize", "InputOutputAliasCount"})
@@ -281,41 +282,40 @@ class XlaCellReport(HasFindings, Result):
         ]
 
 
-@dataclass
-class watch:  # noqa: N801 - used as a context manager, named like contextlib's helpers
-    """Measure what a block of code does on the XLA device and diagnose it.
+class XlaWatch(Recorder):
+    """Measure what a block of code does on the XLA device and diagnose it (built by ``watch``).
 
-    Parameters
-    ----------
-    steps : int, optional
-        Training steps the block runs (default: the ``torch_xla.sync()`` calls seen).
-    debug : bool
-        Capture torch_xla's debug analysis (and switch it on if nothing has run on the device yet).
-
-    Examples
-    --------
-    >>> with nbdebug.xla.watch() as w:          # doctest: +SKIP
-    ...     for batch in loader:
-    ...         train_step(batch); torch_xla.sync()
-    >>> w.result.diagnosis.findings              # doctest: +SKIP
+    ``.result`` is the ``XlaCellReport`` once the block has ended (None before).
     """
 
-    steps: int | None = None
-    debug: bool = True
-    result: XlaCellReport | None = field(default=None, init=False)
-    _met: Any = field(default=None, init=False, repr=False)
-    _before: Snapshot | None = field(default=None, init=False, repr=False)
-    _marks: list[Snapshot] = field(default_factory=list, init=False, repr=False)
-    _active: bool = field(default=False, init=False, repr=False)
-    _capture: _FdCapture | None = field(default=None, init=False, repr=False)
-    _debug_file: tuple[str, int] | None = field(default=None, init=False, repr=False)
-    _status: str = field(default="", init=False, repr=False)
-    _t0: float = field(default=0.0, init=False, repr=False)
+    _label = "XlaWatch"
 
-    def __enter__(self) -> watch:
+    def __init__(self, steps: int | None = None, debug: bool = True) -> None:
+        self.steps = steps
+        self.debug = debug
+        self._result: XlaCellReport | None = None
+        self._met: Any = None
+        self._before: Snapshot | None = None
+        self._marks: list[Snapshot] = []
+        self._active = False
+        self._capture: _FdCapture | None = None
+        self._debug_file: tuple[str, int] | None = None
+        self._status = ""
+        self._t0 = 0.0
+
+    @property
+    def result(self) -> XlaCellReport | None:
+        """The ``XlaCellReport`` of the block (None while it runs)."""
+        return self._result
+
+    def start(self) -> XlaWatch:
+        """Snapshot every counter and metric, and start recording one snapshot per step; returns ``self``."""
+        if self._active:
+            return self
         self._met = _metrics_module()
         import torch_xla.core.xla_model as xm
 
+        self._result = None
         self._before = take_snapshot(self._met)
         self._marks = []
         self._active = True
@@ -341,7 +341,10 @@ class watch:  # noqa: N801 - used as a context manager, named like contextlib's 
         self._t0 = time.perf_counter()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
+        """Stop recording, give the captured output back, and diagnose the difference (``result``)."""
+        if not self._active:
+            return
         seconds = time.perf_counter() - self._t0
         self._active = False  # the closure still pending for the next step does nothing
         log = ""
@@ -367,7 +370,32 @@ class watch:  # noqa: N801 - used as a context manager, named like contextlib's 
         diagnosis = diagnose(report, debug_log=log or None, steps=self.steps, per_step=per_step)
         if not log and self.debug:
             diagnosis = _with_note(diagnosis, status)
-        self.result = XlaCellReport(diagnosis, report, per_step, log, status, seconds)
+        self._result = XlaCellReport(diagnosis, report, per_step, log, status, seconds)
+
+
+def watch(steps: int | None = None, debug: bool = True) -> XlaWatch:
+    """Measure what a block of code does on the XLA device and diagnose it: ``with watch() as w:``, then ``w.result``.
+
+    Parameters
+    ----------
+    steps : int, optional
+        Training steps the block runs (default: the ``torch_xla.sync()`` calls seen).
+    debug : bool
+        Capture torch_xla's debug analysis (and switch it on if nothing has run on the device yet).
+
+    Returns
+    -------
+    XlaWatch
+        A recorder; ``.result`` is the ``XlaCellReport`` once the block has ended.
+
+    Examples
+    --------
+    >>> with nbdebug.xla.watch() as w:          # doctest: +SKIP
+    ...     for batch in loader:
+    ...         train_step(batch); torch_xla.sync()
+    >>> w.result.diagnosis.findings              # doctest: +SKIP
+    """
+    return XlaWatch(steps=steps, debug=debug)
 
 
 def _with_note(diagnosis: XlaDiagnosis, note: str) -> XlaDiagnosis:
