@@ -478,8 +478,8 @@ def test_rank_and_hang_have_their_own_panels():
 
 
 def test_a_cell_whose_ranks_all_fail_with_name_error_says_to_use_use():
-    from nbdebug.core.dist._launch import _name_errors
     from nbdebug.core.dist._types import RankResult
+    from nbdebug.core.dist._verdict import _name_errors
 
     ranks = [RankResult(rank=r, pid=r, exitcode=1, error="NameError: name 'model' is not defined", error_kind="cause")
              for r in range(2)]
@@ -491,8 +491,8 @@ def test_a_cell_whose_ranks_all_fail_with_name_error_says_to_use_use():
 
 
 def test_the_report_carries_the_explainers_diagnosis_of_the_primary_error():
-    from nbdebug.core.dist._launch import _diagnose
     from nbdebug.core.dist._types import RankResult
+    from nbdebug.core.dist._verdict import _diagnose
 
     r = RankResult(rank=1, pid=1, exitcode=1, error="RuntimeError: mat1 and mat2 shapes cannot be multiplied "
                    "(4x3 and 5x2)", traceback="Traceback (most recent call last):\n  File \"<cell>\", line 3, "

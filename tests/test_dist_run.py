@@ -141,11 +141,11 @@ def test_hang_while_another_rank_polls_is_still_a_hang():
 @pytest.mark.parametrize("pyspy", [True, False], ids=["py-spy", "faulthandler"])
 def test_stacks_of_a_rank_whose_gil_is_held(pyspy, monkeypatch):
     # catastrophic regex backtracking holds the GIL inside C: the in-rank dump thread cannot answer
-    from nbdebug.core.dist import _launch
+    from nbdebug.core.dist import _supervise
 
     if not pyspy:
-        monkeypatch.setattr(_launch, "_find_pyspy", lambda: None)
-    elif _launch._find_pyspy() is None:
+        monkeypatch.setattr(_supervise, "_find_pyspy", lambda: None)
+    elif _supervise._find_pyspy() is None:
         pytest.fail("py-spy is part of the dev environment; it must be found")
     source = textwrap.dedent("""
         import re, torch, torch.distributed as dist

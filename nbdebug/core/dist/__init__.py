@@ -30,9 +30,9 @@ from nbdebug.core.dist._checks import (
 )
 from nbdebug.core.dist._failures import classify, explain_detail_mismatch
 from nbdebug.core.dist._instrument import Instrumented, instrument
-from nbdebug.core.dist._postmortem import Divergence, HostState, Mismatch, PostMortem, RankState, postmortem
 from nbdebug.core.dist._launch import Backend, Echo, run, run_script
 from nbdebug.core.dist._nccl import NcclLog, parse_nccl_log
+from nbdebug.core.dist._postmortem import Divergence, HostState, Mismatch, PostMortem, RankState, postmortem
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult, RunInterrupted, StackGroup
 
 __all__ = [

@@ -28,6 +28,7 @@ import time
 import traceback
 import types
 from typing import Any
+
 from nbdebug.errors import describe_exception
 
 _LOCK = threading.Lock()

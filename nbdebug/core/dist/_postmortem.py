@@ -26,10 +26,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdebug.core._findings import Finding, sort_findings
+from nbdebug.core._findings import Finding, HasFindings, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.core.dist._artifacts import Collected, RankEvidence, collect
-from nbdebug.core.dist._failures import classify, meaning, signal_name
+from nbdebug.core.dist._blame import (
+    FIELD_WORDS,
+    Mismatch,
+    RankRow,
+    Stall,
+    Verdict,
+    blame,
+    first_line,
+    groups_text,
+    rank_ranges,
+    ranks_text,
+    read_error,
+)
+from nbdebug.core.dist._failures import signal_name
 from nbdebug.core.dist._hang import collective_of, user_frame
 from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
@@ -40,22 +53,6 @@ __all__ = ["postmortem", "PostMortem", "RankState", "HostState", "Divergence", "
 # a rank's state, worst first (the panel groups ranks by it)
 STATES = ("primary", "mismatched", "never arrived", "exited early", "failed", "consequence", "waiting", "killed",
           "finished", "no error seen", "no artifact")
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
-    out: list[str] = []
-    run: list[int] = []
-    for r in sorted(set(ranks)):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [r]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)
 
 
 @dataclass(frozen=True)
@@ -99,21 +96,8 @@ class Divergence:
     entered_where: str = ""
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    """Ranks that issued collective ``seq`` of a process group with a different op, sizes or dtypes."""
-
-    seq: int
-    process_group: str
-    field: str
-    expected: str
-    groups: Mapping[str, tuple[int, ...]]  # value -> ranks that issued it
-    culprits: tuple[int, ...]
-    where: str = ""
-
-
 @dataclass(frozen=True, repr=False)
-class PostMortem(Result):
+class PostMortem(HasFindings, Result):
     """What a job's per-rank artifacts say.
 
     Attributes
@@ -165,12 +149,6 @@ class PostMortem(Result):
     next_time: tuple[tuple[str, str, str], ...]
     files: Mapping[str, int]
     notes: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """No failure, hang or mismatch was found, and no rank reported an error."""
-        return (self.primary_rank is None and self.divergence is None and not self.mismatches
-                and not any(r.error for r in self.ranks))
 
     @property
     def bad_hosts(self) -> tuple[str, ...]:
@@ -357,153 +335,116 @@ def _nccl_divergence(c: Collected) -> Divergence | None:
     )
 
 
+def _placed(divergence: Divergence, c: Collected, last: Mapping[int, tuple[int, str]]) -> Divergence:
+    """The divergence with where each missing rank was, and its stack: the ranks without a dump never showed they
+    entered it either (say so, do not count them in)."""
+    where, stacks = {}, {}
+    for r in divergence.missing:
+        ev = c.ranks[r]
+        err = _error_of(ev)
+        # a rank that raised: its traceback says where it was; a stack dump may have been taken later, while
+        # it was already handling the error (or being terminated)
+        where[r] = ((_where(_tb_frames(err[2])) if err and err[2] else "") or _where(ev.stack_frames)
+                    or (f"last collective #{last[r][0]} ({last[r][1]})" if r in last else ""))
+        if err is not None and err[2]:
+            stacks[r] = err[2]
+        elif ev.stack:
+            stacks[r] = ev.stack
+    return Divergence(divergence.seq, divergence.op, divergence.process_group, divergence.entered,
+                      divergence.missing, where, stacks, divergence.entered_where)
+
+
+def _rows(c: Collected, last: Mapping[int, tuple[int, str]]) -> dict[int, RankRow]:
+    """Each rank's evidence for the verdict: its earliest error, read as a cause or a consequence."""
+    rows: dict[int, RankRow] = {}
+    for r, ev in c.ranks.items():
+        seen = f"collective #{last[r][0]} ({last[r][1]})" if r in last else ""
+        first = _error_of(ev)
+        if first is None:
+            rows[r] = RankRow(rank=r, exitcode=ev.exitcode, last_collective=seen)
+            continue
+        t, msg, tb, _ = first
+        role, what, culprit = read_error(msg, tb[-2000:])
+        rows[r] = RankRow(rank=r, role=role, error=msg, error_time=t, meaning=what, culprit=culprit, traceback=tb,
+                          exitcode=ev.exitcode, last_collective=seen)
+    return rows
+
+
 def _analyse(paths: tuple[str, ...], c: Collected) -> PostMortem:
     world = max([c.world_size or 0, max(c.ranks) + 1, *(ev.world_size or 0 for ev in c.ranks.values())])
     divergence, mismatches, last = _divergence(c, world)
     if divergence is None:
         divergence = _nccl_divergence(c)
     if divergence is not None:
-        # the ranks without a dump never showed they entered it either: say so, do not count them in
-        where, stacks = {}, {}
-        for r in divergence.missing:
-            ev = c.ranks[r]
-            err = _error_of(ev)
-            # a rank that raised: its traceback says where it was; a stack dump may have been taken later, while
-            # it was already handling the error (or being terminated)
-            where[r] = ((_where(_tb_frames(err[2])) if err and err[2] else "") or _where(ev.stack_frames)
-                        or (f"last collective #{last[r][0]} ({last[r][1]})" if r in last else ""))
-            if err is not None and err[2]:
-                stacks[r] = err[2]
-            elif ev.stack:
-                stacks[r] = ev.stack
-        divergence = Divergence(divergence.seq, divergence.op, divergence.process_group, divergence.entered,
-                                divergence.missing, where, stacks, divergence.entered_where)
-
-    # each rank's error: cause or victim
-    errors: dict[int, tuple[float | None, str, str, str, str, str]] = {}  # t, msg, tb, file, role, meaning
-    for r, ev in c.ranks.items():
-        first = _error_of(ev)
-        if first is None:
-            continue
-        t, msg, tb, path = first
-        role, entry, _ = classify(msg + "\n" + tb[-2000:])
-        errors[r] = (t, msg, tb, path, role, meaning(entry) if entry else "")
-
-    causes = sorted((r for r, e in errors.items() if e[4] == "cause"),
-                    key=lambda r: (errors[r][0] if errors[r][0] is not None else float("inf"), r))
-    victims = sorted((r for r, e in errors.items() if e[4] == "victim"),
-                     key=lambda r: (errors[r][0] if errors[r][0] is not None else float("inf"), r))
-    exited = sorted(r for r, ev in c.ranks.items() if ev.exitcode not in (None, 0, -15, -9) and r not in errors
-                    and ev.exitcode is not None and ev.exitcode > 0)
-    mismatch = next((m for m in mismatches if m.culprits), mismatches[0] if mismatches else None)
-
-    primary: int | None = None
-    reason = ""
-    first_time = min((e[0] for e in errors.values() if e[0] is not None), default=None)
-    if mismatch is not None and mismatch.culprits:
-        primary = mismatch.culprits[0]
-        reason = (f"rank(s) {rank_ranges(mismatch.culprits)} issued collective #{mismatch.seq} with other "
-                  f"{_FIELD_WORDS[mismatch.field]} than the others ({_groups_text(mismatch)})"
-                  + (f" at {mismatch.where}" if mismatch.where else "") +
-                  "; the ranks' failures that followed are its consequence")
-    elif causes:
-        primary = causes[0]
-        t, msg, _, _, _, what = errors[primary]
-        at = f" at +{t - first_time:.2f} s after the first error" if t is not None and first_time is not None \
-            and t > first_time else ""
-        reason = f"rank {primary} failed first{at}: {_clip(msg, 300)}" + (f" ({what})" if what else "")
-        if len(causes) > 1:
-            reason += "; also failed on their own: " + rank_ranges(causes[1:])
-    elif exited:
-        primary = exited[0]
-        ev = c.ranks[primary]
-        seen = f", after collective #{last[primary][0]} ({last[primary][1]})" if primary in last else ""
-        reason = (f"rank {primary} exited with code {ev.exitcode} without an error{seen}, while the other ranks "
-                  "still expected it in their collectives (an early return, sys.exit, fewer batches)")
-    elif divergence is not None:
-        primary = divergence.missing[0]
-        w = divergence.missing_where.get(primary, "")
-        reason = (f"rank(s) {rank_ranges(divergence.missing)} never reached collective #{divergence.seq} "
-                  f"({divergence.op or 'unknown op'}) that rank(s) {rank_ranges(divergence.entered)} waited in"
-                  + (f"; rank {primary} was at {w}" if w else ""))
-    elif mismatch is not None:
-        reason = (f"collective #{mismatch.seq} was issued with different {_FIELD_WORDS[mismatch.field]} "
-                  f"({_groups_text(mismatch)}); which side is wrong cannot be told from these dumps alone")
-    elif victims:
-        timed = [r for r in victims if errors[r][0] is not None]
-        example = f"rank {timed[0]} first: {_clip(errors[timed[0]][1], 300).rstrip('.')}" if timed else \
-            f"e.g. rank {victims[0]}: {_clip(errors[victims[0]][1], 300).rstrip('.')}"
-        reason = (f"every error found is a consequence of another rank's failure or stall (rank(s) "
-                  f"{rank_ranges(victims)}; {example}); the rank that caused them left no error here: look for the "
-                  "ranks without an artifact, or collect Flight Recorder dumps and stacks next time")
-
-    # per-rank state
-    consequences: set[int] = set()
-    states: list[RankState] = []
-    mismatched = set(mismatch.culprits) if mismatch else set()
-    # every rank of the job gets a row (those without an artifact too), unless the job size is implausible
-    # next to what was seen (a hostile or mislabelled file): then only the ranks seen
-    for r in range(world) if world <= max(100_000, 4 * len(c.ranks)) else sorted(c.ranks):
-        found = c.ranks.get(r)
-        if found is None:
-            states.append(RankState(rank=r, host="", state="no artifact"))
-            continue
-        ev = found
-        e = errors.get(r)
-        state = "no error seen"
-        if r == primary:
-            state = "primary"
-        elif r in mismatched:
-            state = "mismatched"
-        elif divergence is not None and r in divergence.missing and r not in errors:
-            state = "exited early" if r in exited else "never arrived"
-        elif r in exited:
-            state = "exited early"
-        elif e is not None and e[4] == "cause" and not (mismatch is not None and mismatch.culprits):
-            state = "failed"
-        elif e is not None:
-            state = "consequence"
-        elif ev.exitcode in (-15, -9):
-            state = "killed"
-        elif divergence is not None and r in divergence.entered:
-            state = "waiting"
-        elif ev.exitcode == 0:
-            state = "finished"
-        if state in ("consequence", "killed", "waiting") and (primary is not None or divergence is not None):
-            consequences.add(r)
-        msg = e[1] if e else (f"exit code {ev.exitcode} {signal_name(ev.exitcode)}".strip()
-                              if ev.exitcode not in (None, 0) else "")
-        states.append(RankState(
-            rank=r, host=ev.host, state=state, error=_clip(msg, 500), error_time=e[0] if e else None,
-            exitcode=ev.exitcode, last_seq=last[r][0] if r in last else None, last_op=last[r][1] if r in last else "",
-            where=(_where(_tb_frames(e[2])) if e and e[2] else "") or _where(ev.stack_frames),
-            artifacts=tuple(sorted(ev.kinds)),
-        ))
+        divergence = _placed(divergence, c, last)
+    rows = _rows(c, last)
+    stall = None if divergence is None else Stall(divergence.missing, divergence.entered, divergence.op,
+                                                  divergence.seq, divergence.missing_where)
+    verdict = blame(list(rows.values()), world_size=world, stall=stall, mismatches=mismatches)
+    states, consequences = _states(c, world, rows, verdict, divergence, last)
+    primary = verdict.rank
     hosts = _hosts(states, c, primary)
     diagnosis = None
-    if primary is not None and primary in errors:
-        diagnosis = _diagnose(errors[primary][1], errors[primary][2])
+    if primary is not None and primary in rows and rows[primary].failed:
+        diagnosis = _diagnose(rows[primary].error, rows[primary].traceback)
     missing, next_time = _gaps(c, world, divergence)
-    findings = _findings(primary, reason, divergence, mismatches, hosts, missing, errors, consequences)
+    findings = _findings(verdict, divergence, mismatches, hosts, missing, states, consequences)
     return PostMortem(
-        paths=paths, world_size=world, ranks=tuple(states), primary_rank=primary, primary_reason=reason,
+        paths=paths, world_size=world, ranks=tuple(states), primary_rank=primary, primary_reason=verdict.reason,
         diagnosis=diagnosis, consequences=tuple(sorted(consequences)), divergence=divergence,
         mismatches=tuple(mismatches), hosts=hosts, findings=findings, missing=tuple(missing),
         next_time=tuple(next_time), files=dict(c.files), notes=tuple(c.notes[:200]),
     )
 
 
-_FIELD_WORDS = {"op": "collective ops", "sizes": "tensor sizes", "dtypes": "dtypes"}
+def _state(row: RankRow, verdict: Verdict, divergence: Divergence | None) -> str:
+    """A rank's state (``STATES``) from its evidence and the verdict."""
+    mismatched = verdict.mismatch.culprits if verdict.mismatch is not None else ()
+    if row.rank == verdict.rank:
+        return "primary"
+    if row.rank in mismatched:
+        return "mismatched"
+    if divergence is not None and row.rank in divergence.missing and not row.failed:
+        return "exited early" if row.rank in verdict.exited else "never arrived"
+    if row.rank in verdict.exited:
+        return "exited early"
+    if row.role == "cause" and not mismatched:
+        return "failed"
+    if row.failed:
+        return "consequence"
+    if row.exitcode in (-15, -9):
+        return "killed"
+    if divergence is not None and row.rank in divergence.entered:
+        return "waiting"
+    return "finished" if row.exitcode == 0 else "no error seen"
 
 
-def _groups_text(m: Mismatch) -> str:
-    parts = [f"{v} on rank(s) {rank_ranges(rs)}" for v, rs in sorted(m.groups.items(), key=lambda kv: -len(kv[1]))]
-    return "; ".join(parts[:4]) + (f"; {len(parts) - 4} more" if len(parts) > 4 else "")
-
-
-def _clip(text: str, limit: int) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[:limit] + " ..."
+def _states(c: Collected, world: int, rows: Mapping[int, RankRow], verdict: Verdict, divergence: Divergence | None,
+            last: Mapping[int, tuple[int, str]]) -> tuple[list[RankState], set[int]]:
+    """One ``RankState`` per rank, and the ranks that failed or were stopped as a consequence."""
+    consequences: set[int] = set()
+    states: list[RankState] = []
+    # every rank of the job gets a row (those without an artifact too), unless the job size is implausible
+    # next to what was seen (a hostile or mislabelled file): then only the ranks seen
+    for r in range(world) if world <= max(100_000, 4 * len(c.ranks)) else sorted(c.ranks):
+        ev = c.ranks.get(r)
+        if ev is None:
+            states.append(RankState(rank=r, host="", state="no artifact"))
+            continue
+        row = rows[r]
+        state = _state(row, verdict, divergence)
+        if state in ("consequence", "killed", "waiting") and (verdict.rank is not None or divergence is not None):
+            consequences.add(r)
+        msg = row.error if row.failed else (f"exit code {ev.exitcode} {signal_name(ev.exitcode)}".strip()
+                                            if ev.exitcode not in (None, 0) else "")
+        states.append(RankState(
+            rank=r, host=ev.host, state=state, error=first_line(msg, 500),
+            error_time=row.error_time if row.failed else None, exitcode=ev.exitcode,
+            last_seq=last[r][0] if r in last else None, last_op=last[r][1] if r in last else "",
+            where=(_where(_tb_frames(row.traceback)) if row.traceback else "") or _where(ev.stack_frames),
+            artifacts=tuple(sorted(ev.kinds)),
+        ))
+    return states, consequences
 
 
 def _tb_frames(tb: str) -> list[dict[str, Any]]:
@@ -539,7 +480,7 @@ def _hosts(states: list[RankState], c: Collected, primary: int | None) -> tuple[
         bad, why = False, ""
         if len(by_host) > 1:
             if faults:
-                bad, why = True, f"hardware or network errors in its logs: {_clip(faults[0], 200)}"
+                bad, why = True, f"hardware or network errors in its logs: {first_line(faults[0], 200)}"
             elif len(rs) > 1 and all(s.state in bad_states for s in rs):
                 bad, why = True, f"all {len(rs)} of its ranks failed first or never arrived"
         out.append(HostState(host=host, ranks=tuple(s.rank for s in rs), states=dict(counts), bad=bad, reason=why))
@@ -601,16 +542,29 @@ def _gaps(c: Collected, world: int, divergence: Divergence | None) -> tuple[list
     return missing, uniq
 
 
-def _findings(primary: int | None, reason: str, divergence: Divergence | None, mismatches: list[Mismatch],
-              hosts: tuple[HostState, ...], missing: list[str], errors: Mapping[int, Any],
+def _findings(verdict: Verdict, divergence: Divergence | None, mismatches: list[Mismatch],
+              hosts: tuple[HostState, ...], missing: list[str], states: Sequence[RankState],
               consequences: set[int]) -> tuple[Finding, ...]:
+    """The verdict, the divergence, the mismatches, the bad nodes and the gaps as findings.  Every way the job
+    failed is an error finding (a rank that only ended by a signal too), so ``ok`` is "nothing failed"."""
     out: list[Finding] = []
+    primary, reason = verdict.rank, verdict.reason
     if primary is not None:
-        after = f"; rank(s) {rank_ranges(consequences)} failed or were stopped as a consequence" if consequences else ""
+        stopped = sorted(consequences - set(verdict.victims) - {primary})
+        after = f"; rank(s) {ranks_text(stopped)} were stopped or left waiting as a consequence" if stopped else ""
         out.append(finding("postmortem_primary", reason + after, where=(f"rank {primary}",),
                            evidence={"rank": primary, "consequences": len(consequences)}))
-    elif reason and divergence is None and not mismatches:
-        out.append(finding("postmortem_no_cause", reason, evidence={"ranks_with_errors": len(errors)}))
+    elif divergence is None and not mismatches:
+        failed = len(verdict.causes) + len(verdict.victims)
+        ended = [s for s in states if s.error]
+        if reason:
+            out.append(finding("postmortem_no_cause", reason, evidence={"ranks_with_errors": failed}))
+        elif ended:  # ranks that ended by a signal (SIGTERM, SIGKILL), and nothing says why
+            out.append(finding(
+                "postmortem_no_cause",
+                f"rank(s) {ranks_text([s.rank for s in ended])} ended without an error of their own ({ended[0].error}"
+                "); whoever ended them (the launcher after another rank failed, the OOM killer, the scheduler) left "
+                "no trace here", evidence={"ranks_with_errors": failed, "ranks_ended": len(ended)}))
     if divergence is not None:
         out.append(finding(
             "hang_divergence",
@@ -622,8 +576,8 @@ def _findings(primary: int | None, reason: str, divergence: Divergence | None, m
     for m in mismatches[:3]:
         out.append(finding(
             "fr_collective_mismatch",
-            f"collective #{m.seq} (process group {m.process_group}) differs in {_FIELD_WORDS[m.field]}: "
-            f"{_groups_text(m)}",
+            f"collective #{m.seq} (process group {m.process_group}) differs in {FIELD_WORDS[m.field]}: "
+            f"{groups_text(m)}",
             where=(m.where,) if m.where else (), evidence={"seq": m.seq, "field": m.field}))
     for h in hosts:
         if h.bad:
