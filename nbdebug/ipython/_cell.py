@@ -9,7 +9,9 @@ history entry (tracebacks show the user's lines), runs it in the user's namespac
 - builds the magic's report from what was recorded, also when the body raised;
 - binds the report to ``-o NAME`` when asked;
 - when the body raised: shows the report, then re-raises the user's own exception;
-- otherwise returns the report, which IPython displays as the cell's output unless the cell ends with ``;``.
+- otherwise returns the report, which IPython displays as the cell's output; a body that ends with ``;`` returns
+  None, so that nothing is displayed (IPython's own check looks at the line ``%%magic`` became, which never ends
+  with ``;``); ``-o NAME`` still binds the report.
 
 The user's frame is on top of every traceback the cell ends with:
 
@@ -103,7 +105,15 @@ def run_body(
 
             display(result)
         raise error.with_traceback(error.__traceback__)
-    return result
+    return None if _silenced(shell, cell) else result
+
+
+def _silenced(shell: Any, cell: str) -> bool:
+    """The body ends with ``;``: the cell's output is hidden, as for any cell."""
+    try:
+        return bool(shell.displayhook.semicolon_at_end_of_expression(cell))
+    except Exception:  # a body the tokenizer cannot read (IPython syntax): it decides nothing
+        return cell.rstrip().endswith(";")
 
 
 def _at_users_line(error: BaseException) -> BaseException:
