@@ -376,7 +376,7 @@ def test_nccl_log_of_a_run():
     run = _synthetic_run()
     log = (DATA / "no_route_to_host.log").read_text()
     run = dc.replace(run, ranks=(dc.replace(run.ranks[0], stderr=log), run.ranks[1]))
-    assert run.nccl_log().problems[0].kind == "no_route_to_host"
+    assert run.nccl_log().findings[0].kind == "no_route_to_host"
 
 
 def test_dist_enricher_adds_a_section_for_distributed_errors():

@@ -50,9 +50,9 @@ def test_parse_real_log(name):
     for iface in interfaces:
         assert iface in log.interfaces
     assert list(log.transports) == transports
-    assert [p.kind for p in log.problems] == problems
+    assert [p.kind for p in log.findings] == problems
     assert log.ok is ok
-    for p in log.problems:
+    for p in log.findings:
         assert isinstance(p, Finding) and isinstance(p.severity, Severity)
         assert p.evidence["line"] and p.evidence["count"] >= 1 and p.fix and p.title and p.message
         assert knowledge.entry(p.kind).sources
@@ -79,7 +79,7 @@ def test_ranks_out_of_step():
                                                                "[Rank 2] Watchdog caught collective operation "
                                                                "timeout: WorkNCCL(SeqNum=805")
     log = parse_nccl_log(text)
-    out_of_step = [p for p in log.problems if p.kind == "ranks_out_of_step"]
+    out_of_step = [p for p in log.findings if p.kind == "ranks_out_of_step"]
     assert out_of_step and "[2]" in out_of_step[0].message and out_of_step[0].where == ("rank 2",)
     assert out_of_step[0].evidence["seqs"] == [805, 808]
 
@@ -94,9 +94,9 @@ def test_every_nccl_entry_is_sourced_with_a_url_and_has_a_fix():
 
 def test_one_line_is_told_by_the_most_specific_entry():
     line = "host:1:2 [0] misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<1> failed : No route to host"
-    assert [p.kind for p in parse_nccl_log(line).problems] == ["no_route_to_host"]
+    assert [p.kind for p in parse_nccl_log(line).findings] == ["no_route_to_host"]
     line = "host:1:2 [0] proxy.cc:1519 NCCL WARN [Proxy Service 0] Failed to execute operation Connect"
-    assert [p.kind for p in parse_nccl_log(line).problems] == ["nccl_error"]
+    assert [p.kind for p in parse_nccl_log(line).findings] == ["nccl_error"]
 
 
 def test_the_watchdog_message_is_one_entry_for_all_three_readers():
@@ -108,7 +108,7 @@ def test_the_watchdog_message_is_one_entry_for_all_three_readers():
     holders = [e.slug for e in knowledge.entries() if any("Watchdog caught" in p for p in e.patterns)]
     assert holders == ["nccl_timeout"]
     assert classify(text)[1].slug == "nccl_timeout"
-    assert parse_nccl_log(text).problems[0].kind == "nccl_timeout"
+    assert parse_nccl_log(text).findings[0].kind == "nccl_timeout"
     assert explain(text).category == "nccl_timeout"
 
 
@@ -125,5 +125,5 @@ def test_cli_nccl_log():
     )
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["problems"][0]["kind"] == "no_route_to_host"
-    assert data["problems"][0]["severity"] == "error" and data["problems"][0]["fixes"]
+    assert data["findings"][0]["kind"] == "no_route_to_host"
+    assert data["findings"][0]["severity"] == "error" and data["findings"][0]["fixes"]

@@ -218,7 +218,7 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
         from nbdebug.core.dist._nccl import parse_nccl_log
 
         log = parse_nccl_log(text)
-        lines += [f"{p.title}: {p.message}" for p in log.problems if p.severity.value == "error"]
+        lines += [f"{p.title}: {p.message}" for p in log.errors()]
     if not lines:
         return diagnosis
     from nbdebug.core.explain import Section

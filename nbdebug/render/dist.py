@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nbdebug.core.dist._blame import ranks_text
 from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
 from nbdebug.core.dist._nccl import NcclLog
-from nbdebug.core.dist._postmortem import PostMortem, rank_ranges
+from nbdebug.core.dist._postmortem import PostMortem
 from nbdebug.core.dist._types import DistRun, Hang, RankResult
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
@@ -146,6 +147,8 @@ def dist_run_text(d: DistRun) -> str:
         out += ["", f"Primary failure: rank {d.primary_rank}", f"  {d.primary_reason}"]
         if p is not None and p.traceback:
             out += ["", f"Traceback of rank {p.rank}:", p.traceback.rstrip()]
+    elif d.primary_reason:  # every error is a consequence: the verdict names no rank, but says so
+        out += ["", "Primary failure: not found", f"  {d.primary_reason}"]
     if d.findings:
         out += ["", findings_text(d.findings)]
     if d.diagnosis is not None:
@@ -175,7 +178,8 @@ def _dist_run_title(d: DistRun) -> tuple[str, str]:
     if d.hang is not None and (p is None or p.error_kind != "cause"):
         return f"torchrun: {_hang_title(d.hang)}", "error"
     if p is None:
-        return f"torchrun: FAILED — {d.nprocs} ranks, no rank reported an error", "error"
+        seen = "only consequences were seen" if d.primary_reason else "no rank reported an error"
+        return f"torchrun: FAILED — {d.nprocs} ranks, {seen}", "error"
     return f"torchrun: FAILED — rank {p.rank}: {clip(_rank_error(p), 120)}", "error"
 
 
@@ -189,6 +193,8 @@ def dist_run_html(d: DistRun) -> str:
                      f"{esc(d.primary_reason)}</div>")
         if p is not None and p.traceback:
             parts.append(code_block(p.traceback))
+    elif d.primary_reason:
+        parts.append(f'<div class="nbd-first"><b>Primary failure: not found</b> — {esc(d.primary_reason)}</div>')
     if d.findings:
         parts.append(findings_html(d.findings))
     if d.diagnosis is not None:
@@ -232,7 +238,7 @@ def check_html(c: ConsistencyReport | DataOrderReport) -> str:
         body = findings_html(c.findings)
     else:
         body = f"<div>{esc(c.summary)}</div>" + (code_block(c.details) if c.details else "")
-    return panel(f"{c.kind}: {'OK' if c.ok else 'PROBLEM'}", body, kind="ok" if c.ok else "warning")
+    return panel(f"{c.kind}: {'OK' if c.ok else 'PROBLEM'}", body, kind=panel_kind(c.findings))
 
 
 @renders(NcclLog, "text")
@@ -245,7 +251,7 @@ def nccl_log_text(log: NcclLog) -> str:
         out.append(f"  transports: {', '.join(log.transports)}")
     if log.cuda_driver:
         out.append(f"  CUDA driver: {log.cuda_driver}")
-    out += ["", findings_text(log.problems, empty="no known failure pattern found")]
+    out += ["", findings_text(log.findings, empty="no known failure pattern found")]
     return "\n".join(out)
 
 
@@ -254,9 +260,8 @@ def nccl_log_html(log: NcclLog) -> str:
     """An NCCL log summary panel."""
     facts = [("version", log.version or "?"), ("ranks seen", len(log.ranks)),
              ("interfaces", ", ".join(log.interfaces) or "-"), ("transports", ", ".join(log.transports) or "-")]
-    body = kv_table(facts) + findings_html(log.problems, empty="no known failure pattern found")
-    kind = panel_kind(log.problems)
-    return panel(f"NCCL log: {len(log.problems)} problem(s)", body, kind=kind)
+    body = kv_table(facts) + findings_html(log.findings, empty="no known failure pattern found")
+    return panel(f"NCCL log: {len(log.findings)} finding(s)", body, kind=panel_kind(log.findings))
 
 
 @renders(StepReport, "text")
@@ -277,7 +282,7 @@ def step_report_html(s: StepReport) -> str:
     body = table(["rank", "median step", "last loss"], rows, numeric=(0,))
     body += findings_html(s.findings, empty="no straggler, losses agree")
     return panel(f"Steps: slowest rank {s.slowest_rank} at {s.slowdown:.2f}x median", body,
-                 kind="warning" if s.findings else "ok")
+                 kind=panel_kind(s.findings))
 
 
 # -- post-mortem ---------------------------------------------------------------------------------------------------
@@ -307,11 +312,6 @@ def rank_groups(pm: PostMortem, limit: int = 40) -> list[tuple[str, tuple[int, .
     return out
 
 
-def _ranks_short(ranks: tuple[int, ...], limit: int = 120) -> str:
-    text = rank_ranges(ranks)
-    return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f", ... ({len(ranks)} ranks)"
-
-
 def _by_place(where: dict[int, str] | Any) -> list[tuple[str, tuple[int, ...]]]:
     """Ranks that were at the same place, together: ``[(place, ranks)]``, most ranks first."""
     groups: dict[str, list[int]] = {}
@@ -325,16 +325,18 @@ def _pm_headline(pm: PostMortem) -> tuple[str, str]:
     d = pm.divergence
     if d is not None and pm.primary_rank in d.missing and pm.diagnosis is None and not pm.mismatches:
         return (f"post-mortem: {pm.world_size} ranks — hang at collective #{d.seq}: rank(s) "
-                f"{_ranks_short(d.missing, 40)} never arrived"), "error"
+                f"{ranks_text(d.missing, 40)} never arrived"), "error"
     if pm.primary_rank is not None:
         return f"post-mortem: {pm.world_size} ranks — primary failure on rank {pm.primary_rank}", "error"
     if pm.divergence is not None:
         return f"post-mortem: {pm.world_size} ranks — hang at collective #{pm.divergence.seq}", "error"
     if pm.mismatches:
         return f"post-mortem: {pm.world_size} ranks — mismatched collective #{pm.mismatches[0].seq}", "error"
-    if pm.primary_reason:
+    if pm.finding("postmortem_no_cause") is not None:
         return f"post-mortem: {pm.world_size} ranks — failed; the first cause left no error here", "error"
-    return f"post-mortem: {pm.world_size} ranks — no failure found in the artifacts", "ok"
+    if not pm.ok:  # e.g. a bad node whose ranks did not fail (yet)
+        return f"post-mortem: {pm.world_size} ranks — {pm.errors()[0].title.lower()}", panel_kind(pm.findings)
+    return f"post-mortem: {pm.world_size} ranks — no failure found in the artifacts", panel_kind(pm.findings)
 
 
 @renders(PostMortem, "text")
@@ -345,29 +347,29 @@ def postmortem_text(pm: PostMortem) -> str:
     if pm.primary_reason:
         out += ["", f"Primary failure: {pm.primary_reason}"]
     if pm.consequences:
-        out.append(f"  as a consequence: rank(s) {_ranks_short(pm.consequences)}")
+        out.append(f"  as a consequence: rank(s) {ranks_text(pm.consequences)}")
     if pm.diagnosis is not None:
         out += ["", f"Diagnosis of rank {pm.primary_rank}'s error:", diagnosis_text(pm.diagnosis)]
     d = pm.divergence
     if d is not None:
         word = "Hang" if pm.diagnosis is None else "Ranks diverged"
         out += ["", f"{word}: collective #{d.seq} ({d.op or '?'}, process group {d.process_group})",
-                f"  entered by rank(s) {_ranks_short(d.entered)}" + (f" at {d.entered_where}" if d.entered_where else ""),
-                f"  never by rank(s) {_ranks_short(d.missing)}"]
+                f"  entered by rank(s) {ranks_text(d.entered)}" + (f" at {d.entered_where}" if d.entered_where else ""),
+                f"  never by rank(s) {ranks_text(d.missing)}"]
         for w, ranks in _by_place(d.missing_where)[:8]:
-            out.append(f"    rank(s) {_ranks_short(ranks, 60)}: {w}")
+            out.append(f"    rank(s) {ranks_text(ranks, 60)}: {w}")
     for m in pm.mismatches[:5]:
-        sides = "; ".join(f"{v} on rank(s) {_ranks_short(rs, 60)}" for v, rs in m.groups.items())
+        sides = "; ".join(f"{v} on rank(s) {ranks_text(rs, 60)}" for v, rs in m.groups.items())
         out.append(f"\nMismatch at collective #{m.seq} ({m.field}): {sides}"
-                   + (f" -> odd one(s): {_ranks_short(m.culprits, 60)}" if m.culprits else " (a tie: no majority)"))
+                   + (f" -> odd one(s): {ranks_text(m.culprits, 60)}" if m.culprits else " (a tie: no majority)"))
     bad = [h for h in pm.hosts if h.bad]
     if bad:
-        out += [""] + [f"Bad node: {h.host} (rank(s) {_ranks_short(h.ranks, 60)}): {h.reason}" for h in bad]
+        out += [""] + [f"Bad node: {h.host} (rank(s) {ranks_text(h.ranks, 60)}): {h.reason}" for h in bad]
     if pm.hosts:
         out.append(f"\nHosts: {len(pm.hosts)}" + (f", {len(bad)} bad" if bad else ""))
     out += ["", "Ranks by state:"]
     for state, ranks, error, where in rank_groups(pm):
-        out.append(f"  {state:<14} {len(ranks):>6}  rank(s) {_ranks_short(ranks, 80)}"
+        out.append(f"  {state:<14} {len(ranks):>6}  rank(s) {ranks_text(ranks, 80)}"
                    + (f"  {error}" if error else "") + (f"  [{where}]" if where else ""))
     if pm.findings:
         out += ["", findings_text(pm.findings)]
@@ -386,13 +388,13 @@ def postmortem_html(pm: PostMortem) -> str:
     if pm.primary_reason:
         parts.append(f'<div class="nbd-first"><b>Primary failure</b> — {esc(pm.primary_reason)}</div>')
     if pm.consequences:
-        parts.append(f"<p>As a consequence: rank(s) {esc(_ranks_short(pm.consequences))}</p>")
+        parts.append(f"<p>As a consequence: rank(s) {esc(ranks_text(pm.consequences))}</p>")
     if pm.diagnosis is not None:
         parts.append(diagnosis_html(pm.diagnosis))
     d = pm.divergence
     if d is not None:
         rows = [("collective", f"#{d.seq} {d.op} (process group {d.process_group})"),
-                ("entered by", _ranks_short(d.entered)), ("never by", _ranks_short(d.missing))]
+                ("entered by", ranks_text(d.entered)), ("never by", ranks_text(d.missing))]
         if d.entered_where:
             rows.append(("waiting at", d.entered_where))
         parts.append("<h4>Hang</h4>" + kv_table(rows))
@@ -402,18 +404,18 @@ def postmortem_html(pm: PostMortem) -> str:
     if pm.mismatches:
         parts.append("<h4>Mismatched collectives</h4>" + table(
             ["seq", "what", "values (ranks)", "odd one(s)"],
-            [(m.seq, m.field, "; ".join(f"{v}: {_ranks_short(rs, 40)}" for v, rs in m.groups.items()),
-              _ranks_short(m.culprits, 40) if m.culprits else "tie") for m in pm.mismatches[:10]], numeric=(0,)))
+            [(m.seq, m.field, "; ".join(f"{v}: {ranks_text(rs, 40)}" for v, rs in m.groups.items()),
+              ranks_text(m.culprits, 40) if m.culprits else "tie") for m in pm.mismatches[:10]], numeric=(0,)))
     groups = rank_groups(pm)
     parts.append("<h4>Ranks by state</h4>" + table(
         ["state", "ranks", "which", "error", "where"],
-        [(state, len(ranks), _ranks_short(ranks, 80), clip(error, 100), where) for state, ranks, error, where in groups],
+        [(state, len(ranks), ranks_text(ranks, 80), clip(error, 100), where) for state, ranks, error, where in groups],
         numeric=(1,)))
     if pm.hosts:
         shown = [h for h in pm.hosts if h.bad] or list(pm.hosts[:10])
         parts.append(f"<h4>Hosts ({len(pm.hosts)})</h4>" + table(
             ["host", "ranks", "states", "bad node"],
-            [(h.host, _ranks_short(h.ranks, 40), ", ".join(f"{k} {v}" for k, v in h.states.items()),
+            [(h.host, ranks_text(h.ranks, 40), ", ".join(f"{k} {v}" for k, v in h.states.items()),
               h.reason if h.bad else "") for h in shown]))
     if pm.findings:
         parts.append(findings_html(pm.findings))

@@ -157,7 +157,7 @@ def _exited(rows: Sequence[RankRow], first_victim: float | None) -> list[RankRow
     """Ranks that ended without an error while the others still expected them: a non-zero exit code, or exit
     code 0 no later than the first consequence."""
     def early(r: RankRow) -> bool:
-        if r.failed or r.exitcode is None:
+        if r.role or r.exitcode is None:  # an error, or ended by nbdebug
             return False
         if r.exitcode > 0:
             return True

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdebug.core._findings import Finding, sort_findings
+from nbdebug.core._findings import Finding, HasFindings, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.core.knowledge import finding, threshold
 from nbdebug.errors import DistUsageError
@@ -61,13 +61,13 @@ def _report(kind: str, result: str, ok: bool, summary: str, details: str = "") -
 # -- weights and buffers ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, repr=False)
-class ConsistencyReport(Result):
+class ConsistencyReport(HasFindings, Result):
     """Whether every rank holds the same parameters and buffers.
+
+    ``ok`` (no finding) when every rank holds the same tensors.
 
     Attributes
     ----------
-    ok : bool
-        All ranks identical.
     kind : str
         ``ok``, ``structure`` (names/shapes differ), ``unsynced_init`` (every parameter differs: seeds not
         synchronised), ``diverged`` (some parameters differ) or ``buffers`` (only buffers differ).
@@ -81,7 +81,6 @@ class ConsistencyReport(Result):
         What it means and what to do.
     """
 
-    ok: bool
     kind: str
     nranks: int
     first_difference: str
@@ -107,8 +106,8 @@ class ConsistencyReport(Result):
 
     @property
     def details(self) -> str:
-        """Differing names."""
-        if self.ok:
+        """Differing names ('' when every rank agrees)."""
+        if not self.differing:
             return ""
         more = f" (+{len(self.differing) - 20} more)" if len(self.differing) > 20 else ""
         return "differing: " + ", ".join(self.differing[:20]) + more
@@ -142,7 +141,7 @@ def compare_fingerprints(all_fps: Sequence[Sequence[tuple[Any, ...]]]) -> Consis
         r = structure_ranks[0]
         first = next((a[0] for a, b in zip(ref, all_fps[r]) if a[:4] != b[:4]), "(number of tensors)")
         return ConsistencyReport(
-            ok=False, kind="structure", nranks=nranks, first_difference=first, differing=(first,),
+            kind="structure", nranks=nranks, first_difference=first, differing=(first,),
             differing_ranks=tuple(structure_ranks), n_tensors=len(ref),
             explanation=(f"rank {r} has a different model structure from rank 0 (first at {first!r}: "
                          "name, shape or dtype differ); every rank must build the same model"),
@@ -159,7 +158,7 @@ def compare_fingerprints(all_fps: Sequence[Sequence[tuple[Any, ...]]]) -> Consis
                 ranks.add(r)
                 gap = max(gap, abs(float(other[5]) - float(fp[5])))
     if not differing:
-        return ConsistencyReport(ok=True, kind="ok", nranks=nranks, first_difference="", differing=(),
+        return ConsistencyReport(kind="ok", nranks=nranks, first_difference="", differing=(),
                                  differing_ranks=(), n_tensors=len(ref),
                                  explanation=f"all {len(ref)} parameters and buffers are identical on {nranks} ranks")
     kinds = {fp[0]: fp[1] for fp in ref}
@@ -184,7 +183,7 @@ def compare_fingerprints(all_fps: Sequence[Sequence[tuple[Any, ...]]]) -> Consis
         explanation = (f"the parameters agree but {len(differing)} buffer(s) differ (first: {first!r}): BatchNorm "
                        "running statistics or other buffers are per-rank; use SyncBatchNorm / broadcast_buffers=True "
                        "or broadcast them before saving or evaluating")
-    return ConsistencyReport(ok=False, kind=kind, nranks=nranks, first_difference=first, differing=tuple(differing),
+    return ConsistencyReport(kind=kind, nranks=nranks, first_difference=first, differing=tuple(differing),
                              differing_ranks=tuple(sorted(ranks)), n_tensors=len(ref), explanation=explanation,
                              max_sum_gap=gap)
 
@@ -220,10 +219,10 @@ def check_consistency(model: Any, *, group: Any = None, buffers: bool = True) ->
 # -- data order --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, repr=False)
-class DataOrderReport(Result):
-    """Whether the ranks' first batches are disjoint (DistributedSampler) and change between epochs (set_epoch)."""
+class DataOrderReport(HasFindings, Result):
+    """Whether the ranks' first batches are disjoint (DistributedSampler) and change between epochs (set_epoch);
+    ``ok`` (no finding) when they are."""
 
-    ok: bool
     kind: str  # ok | same_batches | overlap | same_every_epoch
     epoch: int
     overlap: int
@@ -264,7 +263,7 @@ def compare_batches(batches: Sequence[Sequence[int]], epoch: int, previous: Sequ
     n = len(batches[0]) if batches else 0
     if len(batches) > 1 and all(list(b) == list(batches[0]) for b in batches[1:]):
         return DataOrderReport(
-            ok=False, kind="same_batches", epoch=epoch, overlap=n, batch_size=n,
+            kind="same_batches", epoch=epoch, overlap=n, batch_size=n,
             explanation=("every rank got the same samples in its first batch: the DataLoader has no "
                          "DistributedSampler, so each rank trains on the whole dataset in the same order. Use "
                          "DataLoader(ds, sampler=DistributedSampler(ds), ...) (and no shuffle=True on the loader)"),
@@ -276,18 +275,18 @@ def compare_batches(batches: Sequence[Sequence[int]], epoch: int, previous: Sequ
             overlap = max(overlap, len(sets[i] & sets[j]))
     if overlap:
         return DataOrderReport(
-            ok=False, kind="overlap", epoch=epoch, overlap=overlap, batch_size=n,
+            kind="overlap", epoch=epoch, overlap=overlap, batch_size=n,
             explanation=(f"ranks share up to {overlap} of {n} samples in their first batch: the shards overlap "
                          "(a sampler built with the wrong num_replicas/rank, or a hand-made split)"),
         )
     if previous is not None and epoch > 0 and list(previous) == list(batches[_rank_or_zero()]):
         return DataOrderReport(
-            ok=False, kind="same_every_epoch", epoch=epoch, overlap=0, batch_size=n,
+            kind="same_every_epoch", epoch=epoch, overlap=0, batch_size=n,
             explanation=(f"epoch {epoch} starts with exactly the same batch as epoch 0: DistributedSampler "
                          "shuffles with the epoch as seed, so call sampler.set_epoch(epoch) at the start of every "
                          "epoch"),
         )
-    return DataOrderReport(ok=True, kind="ok", epoch=epoch, overlap=0, batch_size=n,
+    return DataOrderReport(kind="ok", epoch=epoch, overlap=0, batch_size=n,
                            explanation=f"first batches of epoch {epoch} are disjoint across {len(batches)} ranks")
 
 
@@ -396,7 +395,7 @@ def flush_arrivals() -> None:
 
 
 @dataclass(frozen=True, repr=False)
-class StepReport(Result):
+class StepReport(HasFindings, Result):
     """Stragglers and loss dispersion across ranks, from ``log_step`` records.
 
     ``findings`` are ``Finding`` objects (kinds ``straggler``, ``loss_not_finite``, ``loss_outlier``,
@@ -410,11 +409,6 @@ class StepReport(Result):
     loss_spread: float
     loss_rel_spread: float
     findings: tuple[Finding, ...] = field(default_factory=tuple)
-
-    @property
-    def ok(self) -> bool:
-        """No straggler and no odd loss."""
-        return not self.findings
 
     def _summary_line(self) -> str:
         return f"{self.steps} steps, {len(self.findings)} finding(s)"

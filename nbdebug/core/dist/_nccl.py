@@ -1,7 +1,7 @@
 """Read an ``NCCL_DEBUG=INFO`` log: version, interfaces, transports, and the failures it shows.
 
 The failures are the knowledge entries read by ``nccl_log`` (``core/knowledge/dist.py``); each names the real
-log (a public GitHub issue) it was taken from, and tests/data/dist/ holds those logs.  Each problem is a
+log (a public GitHub issue) it was taken from, and tests/data/dist/ holds those logs.  Each failure is a
 ``Finding``.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from nbdebug.core._findings import Finding, Fix, Severity, sort_findings
+from nbdebug.core._findings import Finding, Fix, HasFindings, sort_findings
 from nbdebug.core._result import Result
 from nbdebug.core.dist._failures import meaning
 from nbdebug.core.knowledge import Entry, entries, finding
@@ -30,7 +30,7 @@ def _compiled() -> tuple[tuple[Entry, re.Pattern[str]], ...]:
 
 
 @dataclass(frozen=True, repr=False)
-class NcclLog(Result):
+class NcclLog(HasFindings, Result):
     """What an ``NCCL_DEBUG=INFO`` log says.
 
     Attributes
@@ -57,8 +57,8 @@ class NcclLog(Result):
         ``NCCL_*`` variables the log says were set.
     timeouts : tuple of dict
         Watchdog timeouts: rank, SeqNum, op, timeout in ms.
-    problems : tuple of Finding
-        Failures and notable facts, errors first: ``kind`` is the knowledge entry (``no_route_to_host``,
+    findings : tuple of Finding
+        Failures and notable facts, errors first (``ok`` when none is an error or a warning): ``kind`` is the knowledge entry (``no_route_to_host``,
         ``nccl_timeout``, ...), ``evidence`` holds the first matching ``line`` and the ``count`` of such lines.
     """
 
@@ -73,20 +73,15 @@ class NcclLog(Result):
     network: str
     env: dict[str, str]
     timeouts: tuple[dict[str, Any], ...]
-    problems: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        """No error-severity problem was found."""
-        return not any(p.severity is Severity.ERROR for p in self.problems)
+    findings: tuple[Finding, ...]
 
     def _summary_line(self) -> str:
-        return f"NCCL {self.version or '?'}: {len(self.problems)} problem(s)"
+        return f"NCCL {self.version or '?'}: {len(self.findings)} finding(s)"
 
     def _records(self) -> list[dict[str, Any]]:
         return [{"kind": p.kind, "severity": p.severity.value, "title": p.title, "message": p.message,
                  "fix": p.fix, "count": p.evidence.get("count", 1), "line": p.evidence.get("line", "")}
-                for p in self.problems]
+                for p in self.findings]
 
 
 _VERSION = re.compile(r"NCCL version (\S+)")
@@ -195,24 +190,24 @@ def parse_nccl_log(text: str) -> NcclLog:
             if rx.search(line):
                 hits.setdefault(e.slug, (e, []))[1].append(line.strip())
                 break
-    problems = [
+    findings = [
         finding(e.slug, meaning(e) + ".", evidence={"line": lines[0][:300], "count": len(lines)})
         for e, lines in hits.values()
     ]
-    problems += _interface_problems(tuple(interfaces), tuple(hosts))
+    findings += _interface_problems(tuple(interfaces), tuple(hosts))
     if timeouts:
         seqs = {t["seq"] for t in timeouts}
         if len(seqs) > 1:
             low = min(seqs)
             behind = sorted(t["rank"] for t in timeouts if t["seq"] == low)
-            problems.append(finding(
+            findings.append(finding(
                 "ranks_out_of_step", f"ranks {behind} time out at SeqNum {low}, others at a later one",
                 where=tuple(f"rank {r}" for r in behind),
                 evidence={"line": f"SeqNums seen: {sorted(seqs)}", "count": len(timeouts), "seqs": sorted(seqs)}))
     return NcclLog(
         version=version, cuda_driver=cuda_driver, hosts=tuple(hosts), ranks=tuple(sorted(ranks)), nranks=nranks,
         interfaces=tuple(interfaces), ib_devices=tuple(ib), transports=tuple(transports), network=network, env=env,
-        timeouts=tuple(timeouts), problems=sort_findings(problems),
+        timeouts=tuple(timeouts), findings=sort_findings(findings),
     )
 
 

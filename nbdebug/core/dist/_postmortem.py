@@ -100,6 +100,10 @@ class Divergence:
 class PostMortem(HasFindings, Result):
     """What a job's per-rank artifacts say.
 
+    Every way the job failed is an error finding (a primary failure, a divergence, a mismatched collective, a
+    bad node, only consequences, ranks ended by a signal), so ``ok`` (no error or warning finding) means the
+    artifacts show no failure.
+
     Attributes
     ----------
     paths : tuple of str
@@ -168,8 +172,10 @@ class PostMortem(HasFindings, Result):
             return f"{head}, primary failure on rank {self.primary_rank}"
         if self.divergence is not None:
             return f"{head}, hang at collective #{self.divergence.seq}"
-        if not self.ok:
+        if self.finding("postmortem_no_cause") is not None:
             return f"{head}, failed; the first cause left no error"
+        if not self.ok:
+            return f"{head}, {self.errors()[0].title.lower()}"
         return f"{head}, no failure found"
 
     def _records(self) -> list[dict[str, Any]]:

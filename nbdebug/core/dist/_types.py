@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from nbdebug.core.dist._nccl import NcclLog
 
 __all__ = [
-    "RunInterrupted","RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
+    "RunInterrupted", "RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -166,9 +166,11 @@ class DistRun(Result):
     ranks : tuple of RankResult
         One per rank, by rank.
     primary_rank : int or None
-        The rank whose failure came first and caused the rest (None when the run was ok).
+        The rank whose failure came first and caused the rest (None when the run was ok, or when every error is
+        a consequence of another rank's failure and no rank can be named); decided by ``_blame``, the rule order
+        the post-mortem uses too.
     primary_reason : str
-        Why that rank is the primary one, in words.
+        Why that rank is the primary one (or why none can be named), in words.
     hang : Hang or None
         What the watchdog found, when it fired.
     seconds : float
@@ -238,7 +240,7 @@ class DistRun(Result):
             return f"HANG: missing ranks {list(self.hang.missing_ranks)} ({self.hang.collective or 'no collective'})"
         p = self.primary
         if p is None:
-            return "FAILED: no rank reported an error"
+            return "FAILED: " + ("only consequences were seen" if self.primary_reason else "no rank reported an error")
         return f"FAILED: rank {p.rank}: {p.error or f'exit code {p.exitcode}'}"
 
     def _records(self) -> list[dict[str, Any]]:
