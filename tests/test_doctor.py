@@ -453,7 +453,7 @@ class SparseBag(nn.Module):
 
 @pytest.mark.parametrize("cls", _optimizer_classes(), ids=lambda c: c.__name__)
 def test_doctor_recreates_every_torch_optimizer(cls):
-    from nbdebug.core.doctor._run import recreate_optimizer
+    from nbdebug.core.doctor._inputs import recreate_optimizer
 
     torch.manual_seed(0)
     if cls is torch.optim.SparseAdam:
@@ -472,7 +472,7 @@ def test_doctor_recreates_every_torch_optimizer(cls):
 
 
 def test_doctor_keeps_adamw_settings_and_lr_override():
-    from nbdebug.core.doctor._run import recreate_optimizer
+    from nbdebug.core.doctor._inputs import recreate_optimizer
 
     m = mlp()
     opt = torch.optim.AdamW([{"params": m[0].parameters(), "weight_decay": 0.5}, {"params": m[2].parameters()}],

@@ -2,6 +2,12 @@
 
 No entry here has message patterns: these are findings of checks on a running (or one-batch) training loop,
 built with ``nbdebug.core.knowledge.finding(slug, message, ...)``.  Sources are pages a user can open.
+
+The last entries are never a finding's own kind: they are the causes the doctor names when it knows why a
+finding happened (a learning rate too high or too low, the input scale, the time budget, another finding), and
+a finding of that sort takes its fixes from the cause's entry (``fixes=entry("lr_too_high").fixes``).
+``consequence_of_another`` holds templates: ``{message}``, ``{cause}``, ``{cause_title}`` and ``{cause_fix}``
+are filled in by the doctor.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ CS231N_PRE = "https://cs231n.github.io/neural-networks-2/#datapre"
 OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
 
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
+_RAISE_LR = Fix("raise the learning rate (Adam: 1e-3 to 3e-3; SGD: 0.01 to 0.1 for this tiny problem)",
+                "for g in opt.param_groups: g['lr'] = 1e-3")
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -306,6 +314,63 @@ ENTRIES: tuple[Entry, ...] = (
                 "mon.step()  # or _gradmonitor.step() inside %%gradmonitor"),
         ),
         sources=(OPT_HOOK,),
+        contexts=(),
+    ),
+    # -- causes named in the fixes of other findings (see the module's docstring) --------------------------------
+    Entry(
+        slug="lr_too_high",
+        title="The learning rate is too high for this model",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("lower the learning rate (by 10x, then again until the loss falls steadily)",
+                "for g in opt.param_groups: g['lr'] *= 0.1"),
+            Fix("add warmup and clip gradients", _CLIP_CODE),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="lr_too_low",
+        title="The learning rate is too low, or the run too short, for this problem",
+        severity=Severity.INFO,
+        fixes=(
+            _RAISE_LR,
+            Fix("give the overfit run more steps", "nbdebug.doctor(model, batch, loss_fn, steps=500)"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="input_scale_downstream",
+        title="Logits and activations driven by the scale of the inputs",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("normalise the inputs to about unit scale (divide pixels by 255, then standardise)",
+                "x = (x / 255.0 - mean) / std  # or transforms.Normalize(mean, std) after ToTensor()"),
+            Fix("standardise tabular features with statistics of the training set",
+                "x = (x - x_train.mean(0)) / x_train.std(0).clamp_min(1e-8)"),
+        ),
+        sources=(KARPATHY, CS231N_PRE),
+        contexts=(),
+    ),
+    Entry(
+        slug="overfit_out_of_time",
+        title="The overfit run stopped at the time budget before its verdict was clear",
+        severity=Severity.INFO,
+        fixes=(
+            Fix("give the doctor more time", "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),
+            _RAISE_LR,
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="consequence_of_another",
+        title="A finding caused by another finding",
+        severity=Severity.WARNING,
+        summary="{message} - most likely a consequence of {cause} ({cause_title}): fix that first",
+        fixes=(Fix("fix {cause} first: {cause_fix}"),),
+        sources=(KARPATHY,),
         contexts=(),
     ),
 )

@@ -1,0 +1,315 @@
+"""The doctor's checks before training: what can be judged from the model, the batch and the first step.
+
+In the order the run calls them: frozen parameters and the input scale (before any forward pass); the task and
+its classes from the output and the loss (``infer_task``); targets in the output's class range; probabilities or
+an activation fed to a loss that expects logits; NaN/Inf in the first forward or backward pass (``nonfinite``);
+the loss at init against ``-log(1/C)``; parameters that get no gradient and the gradient flow per layer; whether
+the output depends on the input.  Each adds its findings and its outcome to the ``Session``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbdebug.core.doctor._inputs import tensor_leaves
+from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core.knowledge import threshold
+from nbdebug.core.training._dynamics import chance_loss, depth_correlation
+from nbdebug.errors import NonFiniteError
+
+__all__ = ["infer_task", "nonfinite", "frozen_parameters", "input_scale", "labels", "output_vs_loss",
+           "initial_loss", "gradients", "input_dependence", "grad_values"]
+
+_LOGIT_LOSSES = {"CrossEntropyLoss", "cross_entropy", "BCEWithLogitsLoss", "binary_cross_entropy_with_logits"}
+_LOGPROB_LOSSES = {"NLLLoss", "nll_loss"}
+_PROB_OUTPUTS = {"SoftmaxBackward0", "SigmoidBackward0"}
+_ACTIVATIONS = {"ReluBackward0": "ReLU", "HardtanhBackward0": "ReLU6", "SigmoidBackward0": "sigmoid",
+                "GeluBackward0": "GELU", "SoftplusBackward0": "softplus", "AbsBackward0": "abs"}
+
+
+def infer_task(s: Session, out: Any) -> None:
+    import torch
+
+    t = s.loss.targets
+    name = s.loss.loss_name
+    if name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "BCELoss", "binary_cross_entropy"):
+        s.task = "binary"
+        return
+    if isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
+        if out is not None and out.dim() >= 2:
+            s.task = "classification"
+            s.class_dim = _class_dim(out, t)
+            if s.num_classes is None:
+                s.num_classes = int(out.shape[s.class_dim])
+            return
+    if name in ("CrossEntropyLoss", "cross_entropy") and s.loss.mode == "fn" and out is not None and out.dim() >= 2:
+        s.task = "classification"
+        if s.num_classes is None:
+            s.num_classes = int(out.shape[1])
+
+
+def _class_dim(out: Any, t: Any) -> int:
+    """Where the classes are: dim 1 for (N, C, ...), the last dim for (B, T, V) with targets (B, T).
+
+    The second is how language models are trained (their loss flattens both).
+    """
+    if out.dim() >= 3 and tuple(t.shape) == tuple(out.shape[:-1]):
+        return out.dim() - 1
+    return 1
+
+
+def nonfinite(s: Session, kind: str, what: str, e: NonFiniteError) -> None:
+    where = e.module
+    if where not in ("(loss)", "(input)") and not where.startswith("(loss"):
+        where = s.label("" if where == "(model)" else where)
+    detail = f" ({e.stats['location']})" if e.stats.get("location") else ""
+    s.add(kind, f"{what}, first in {where}{detail} ({_stats_text(e.stats)})", (where,))
+
+
+def frozen_parameters(s: Session) -> None:
+    named = list(s.user_model.named_parameters())
+    frozen = [(n, p) for n, p in named if not p.requires_grad]
+    if not frozen:
+        s.check("frozen parameters", "none")
+        return
+    total = sum(p.numel() for _, p in named)
+    nf = sum(p.numel() for _, p in frozen)
+    frac = nf / max(total, 1)
+    # name whole sub-modules when all of their parameters are frozen
+    groups: list[str] = []
+    frozen_names = {n for n, _ in frozen}
+    for mname, mod in s.user_model.named_modules():
+        if not mname or any(mname.startswith(g + ".") for g in groups):
+            continue
+        ps = [f"{mname}.{n}" for n, _ in mod.named_parameters()]
+        if ps and all(p in frozen_names for p in ps):
+            groups.append(mname)
+    covered = {n for n in frozen_names if any(n.startswith(g + ".") for g in groups)}
+    where = [s.label(g) for g in groups] + sorted(frozen_names - covered)
+    trainable = [n for n, p in named if p.requires_grad]
+    heads = sorted({n.rsplit(".", 1)[0] if "." in n else n for n in trainable})
+    sev = "warning" if frac >= 0.5 else "info"
+    s.add("frozen_parameters",
+          f"{len(frozen)} of {len(named)} parameter tensors are frozen (requires_grad=False): "
+          f"{_units_count(nf)} of {_units_count(total)} weights ({_pct(frac)} of the model), in "
+          f"{', '.join(groups[:6]) or ', '.join(sorted(frozen_names)[:6])}; only "
+          f"{', '.join(heads[:6])} will train", where, severity=sev,
+          evidence={"frozen_fraction": round(frac, 4), "frozen_tensors": len(frozen)})
+    s.check("frozen parameters", f"{_pct(frac)} of the weights")
+
+
+def input_scale(s: Session) -> None:
+    import torch
+
+    xs = [t for t in tensor_leaves(s.loss.model_inputs()) if isinstance(t, torch.Tensor)
+          and t.is_floating_point() and t.numel() > 1]
+    if not xs:
+        return
+    x = xs[0].detach().float()
+    fin = x[torch.isfinite(x)]
+    if not fin.numel():
+        return
+    lo, hi, mean, std = float(fin.min()), float(fin.max()), float(fin.mean()), float(fin.std())
+    s.input_stats = (lo, hi, mean, std)
+    s.check("input scale", f"{lo:.3g}..{hi:.3g} (mean {mean:.3g}, std {std:.3g})")
+    if std > threshold("input_scale_std") or abs(mean) > threshold("input_scale_std"):
+        pixels = lo >= 0 and 100 < hi <= 255
+        s.add("unnormalised_inputs",
+              f"the inputs span {lo:.4g}..{hi:.4g} (mean {mean:.4g}, std {std:.4g})"
+              + (", raw 0-255 pixel values" if pixels else "")
+              + ": a network trains best on inputs of about unit scale; at this scale the first layer's "
+              "outputs, the initial loss and the gradients are all far too large", ("inputs",),
+              evidence={"min": lo, "max": hi, "mean": mean, "std": std})
+
+
+def labels(s: Session, y: Any) -> bool:
+    import torch
+
+    t = s.loss.targets
+    if s.task == "classification" and isinstance(t, torch.Tensor) and s.num_classes:
+        valid = t != s.ignore_index()
+        tv = t[valid]
+        if tv.numel():
+            lo, hi = int(tv.min()), int(tv.max())
+            if lo < 0 or hi >= s.num_classes:
+                bad = int(((tv < 0) | (tv >= s.num_classes)).sum())
+                s.add("label_out_of_range", f"{bad} target(s) outside 0..{s.num_classes - 1} (the output has "
+                      f"{s.num_classes} classes; targets span {lo}..{hi}); on CUDA this is the "
+                      "'device-side assert triggered' error", ("targets",))
+                s.check("labels", "out of range")
+                return False
+        s.check("labels", f"in 0..{s.num_classes - 1}")
+    if s.task == "binary" and isinstance(t, torch.Tensor) and t.numel():
+        blo, bhi = float(t.min()), float(t.max())
+        if blo < 0 or bhi > 1:
+            s.add("label_out_of_range", f"binary targets must lie in [0, 1]; they span {blo:g}..{bhi:g}", ("targets",))
+            s.check("labels", "out of range")
+            return False
+        s.check("labels", "in [0, 1]")
+    return True
+
+
+def output_vs_loss(s: Session, y: Any) -> None:
+    if y is None or s.task == "regression" or s.loss.mode != "fn":
+        return
+    fn_name = getattr(y.grad_fn, "name", lambda: "")() if y.grad_fn is not None else ""
+    yd = y.detach().float()
+    in_unit = bool((yd >= 0).all() and (yd <= 1).all())
+    rows_sum_1 = s.task == "classification" and y.dim() >= 2 and bool(
+        ((yd.sum(dim=s.class_dim) - 1).abs() < 1e-3).all())
+    last = s.last_module()
+    multiclass = s.loss.loss_name in ("CrossEntropyLoss", "cross_entropy")
+    if fn_name in _ACTIVATIONS and s.loss.loss_name in _LOGIT_LOSSES and not rows_sum_1 and \
+            (multiclass or fn_name != "SigmoidBackward0"):
+        act = _ACTIVATIONS[fn_name]
+        neg = float((yd <= 0).float().mean()) if act != "sigmoid" else float("nan")
+        detail = (f"{neg:.0%} of the logits are exactly 0 or below" if act != "sigmoid"
+                  else f"every logit lies in [{float(yd.min()):.3g}, {float(yd.max()):.3g}]")
+        s.add("activation_on_logits", f"the model's output comes out of a {act} ({fn_name}) and goes into "
+              f"{s.loss.loss_name}, which expects unbounded logits: {detail}, so the model cannot express "
+              "'this class is unlikely' and the loss cannot approach 0", (last,),
+              evidence={"grad_fn": fn_name})
+        s.check("output vs loss", f"{fn_name} outputs into {s.loss.loss_name}")
+        return
+    probs = fn_name in _PROB_OUTPUTS or (in_unit and rows_sum_1)
+    if probs and s.loss.loss_name in _LOGIT_LOSSES:
+        what = "softmax" if (fn_name == "SoftmaxBackward0" or rows_sum_1) else "sigmoid"
+        s.add("probabilities_to_loss", f"the model's output is {what} probabilities (in [0, 1]"
+              + (", rows sum to 1" if rows_sum_1 else "") + f") but {s.loss.loss_name} expects raw logits: "
+              "it applies log-softmax/log-sigmoid itself, so gradients shrink and the loss cannot reach 0",
+              (last,))
+        s.check("output vs loss", f"{what} probabilities into {s.loss.loss_name}")
+    elif s.loss.loss_name in _LOGPROB_LOSSES and bool((yd >= 0).all()):
+        s.add("probabilities_to_loss", f"{s.loss.loss_name} expects log-probabilities (<= 0, e.g. log_softmax) "
+              "but the output is non-negative (probabilities or raw scores)", (last,))
+        s.check("output vs loss", f"non-negative outputs into {s.loss.loss_name}")
+    else:
+        s.check("output vs loss", f"{fn_name or 'raw'} outputs into {s.loss.loss_name}")
+
+
+def initial_loss(s: Session) -> None:
+    loss = s.initial_loss
+    if loss is None:
+        return
+    expected: float | None = None
+    if s.task == "classification" and s.num_classes and s.num_classes > 1 and s.cross_entropy():
+        expected = chance_loss(s.num_classes)
+        label = f"-log(1/{s.num_classes}) = {expected:.4g}"
+    elif s.task == "binary" and s.loss.loss_name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits"):
+        expected = math.log(2)
+        label = f"log(2) = {expected:.4g}"
+    if expected is None:
+        s.check("loss at init", "no expected value for this loss")
+        return
+    if abs(loss - expected) / expected > threshold("init_loss_rel") and not s.has(
+            "probabilities_to_loss", "activation_on_logits"):
+        if s.has("unnormalised_inputs"):
+            lo, hi, _, _ = s.input_stats or (0.0, 0.0, 0.0, 0.0)
+            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
+                  f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
+                  ("inputs",), fixes=fixes_for("input_scale_downstream"))
+        else:
+            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
+                  "outputs are confidently wrong (bad initialisation or output scale)",
+                  (s.last_module(),))
+    s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
+
+
+def gradients(s: Session, work: Any) -> None:
+    import torch
+
+    none = [n for n, p in work.named_parameters() if p.requires_grad and p.grad is None]
+    if none:
+        s.add("no_gradient", f"{len(none)} trainable parameter(s) got no gradient from the loss "
+              "(detached, unused, or behind .data/.item()/no_grad)", none)
+    s.check("every parameter gets a gradient", "no" if none else "yes")
+    flow: list[tuple[str, float]] = []
+    for name, mod in work.named_modules():
+        grads = [p.grad for p in mod.parameters(recurse=False) if p.requires_grad and p.grad is not None]
+        if grads:
+            flat = torch.cat([grad_values(g).float().reshape(-1) for g in grads])
+            flow.append((name or "(model)", float(flat.pow(2).mean().sqrt())))
+    s.grad_flow = flow
+    pos = [(n, v) for n, v in flow if v > 0 and math.isfinite(v)]
+    if len(pos) >= 3:
+        lo = min(pos, key=lambda t: t[1])
+        hi = max(pos, key=lambda t: t[1])
+        ratio = lo[1] / hi[1]
+        # vanishing is a decay with depth (small near the input, large near the output), not a spread: at a
+        # standard init attention's query/key gradients are tiny next to large ones in every block
+        rho = depth_correlation([math.log(v) for _, v in pos])
+        if ratio < threshold("vanish_ratio") and rho >= threshold("vanish_depth_correlation"):
+            small = [n for n, v in pos if v / hi[1] < threshold("vanish_ratio")]
+            s.add("vanishing_gradients", f"per-layer RMS gradients shrink toward the input, spanning "
+                  f"{1 / ratio:.3g}x: {lo[0]} gets {lo[1]:.3g} while {hi[0]} gets {hi[1]:.3g} (rank "
+                  f"correlation of gradient size with depth {rho:.2f}); {len(small)} layer(s) barely learn",
+                  [s.label(n) if n != "(model)" else n for n in small])
+        s.check("gradient flow (min/max per-layer RMS; depth correlation)", f"{ratio:.3g}; {rho:.2f}")
+
+
+def input_dependence(s: Session, y: Any, work: Any) -> None:
+    """Does the output depend on the input?  Identical outputs for distinct inputs, or no gradient at all
+    reaching the first layer's weights."""
+    import torch
+
+    x = next((t for t in tensor_leaves(s.loss.model_inputs()) if isinstance(t, torch.Tensor)), None)
+    if x is None or y is None or not isinstance(y, torch.Tensor) or x.dim() < 1 or y.dim() < 1:
+        return
+    n = min(int(x.shape[0]), int(y.shape[0]))
+    if n < 2:
+        return
+    xr = x[:n].reshape(n, -1)
+    yr = y[:n].detach().reshape(n, -1)
+    distinct_x = bool((xr != xr[:1]).any())
+    same_y = bool((yr == yr[:1]).all())
+    if distinct_x and same_y:
+        s.add("ignores_input", f"the output is identical for all {n} samples of the batch although their "
+              "inputs differ: the forward pass does not depend on its input", ("inputs",),
+              evidence={"samples": n})
+        s.check("output depends on the input", "no: identical outputs")
+        return
+    first = next(((nm, p) for nm, p in work.named_parameters() if p.requires_grad and p.dim() >= 2), None)
+    if first is not None and first[1].grad is not None and distinct_x:
+        g = grad_values(first[1].grad)
+        others = [grad_values(p.grad) for nm, p in work.named_parameters() if p.grad is not None and nm != first[0]]
+        if not bool(g.any()) and any(bool(o.any()) for o in others):
+            mod = first[0].rsplit(".", 1)[0] if "." in first[0] else ""
+            s.add("ignores_input", f"the gradient reaching the first layer's weights ({first[0]}) is exactly "
+                  "zero while later layers get gradients: its input carries no signal (zeroed, constant "
+                  "or detached)", (s.label(mod),))
+            s.check("output depends on the input", "no: zero gradient at the first layer")
+            return
+    s.check("output depends on the input", "yes")
+
+
+def _stats_text(stats: dict[str, Any]) -> str:
+    parts = [f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf") if stats.get(k)]
+    if "shape" in stats:
+        parts.append(f"shape {tuple(stats['shape'])}")
+    return ", ".join(parts) or "non-finite"
+
+
+def _pct(frac: float) -> str:
+    """A share as a percentage that never rounds a part up to the whole (99.95%, not 100%)."""
+    if 0.99 < frac < 1.0 or 0.0 < frac < 0.01:
+        return f"{frac:.2%}"
+    return f"{frac:.0%}"
+
+
+def grad_values(g: Any) -> Any:
+    """A gradient's stored values: a sparse gradient (Embedding(sparse=True)) has no reshape."""
+    import torch
+
+    g = g.detach()
+    if g.layout is torch.sparse_coo:
+        return g.coalesce().values()
+    if g.layout is not torch.strided:
+        return g.values()
+    return g
+
+
+def _units_count(n: int) -> str:
+    from nbdebug._units import fmt_count
+
+    return fmt_count(n)

@@ -1,0 +1,372 @@
+"""What the user passes to ``doctor``: checked and normalised, and the one adapter that makes a loss from it.
+
+``checked`` validates the arguments (one clear ``InvalidArgumentError`` each) and resolves a DataLoader into its
+first batch.  ``LossAdapter`` turns the three ways a loss is made into one call, ``loss(work, inputs)``:
+
+- ``"fn"``: a plain ``loss_fn(model(inputs), targets)``;
+- ``"hf"``: a Hugging Face model called as ``model(**batch)``, whose output carries ``.loss`` (and ``.logits``);
+- ``"lightning"``: a LightningModule's ``training_step(batch, 0)``, returning a loss or a dict with ``"loss"``.
+
+``fresh_copy`` makes the deep copy the checks train, with the user's optimizer re-created on it.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, replace
+from typing import Any
+
+from nbdebug.errors import InvalidArgumentError
+
+__all__ = ["Options", "checked", "LossAdapter", "logits_of", "fresh_copy", "recreate_optimizer", "step_optimizer",
+           "to_device", "tensor_leaves", "call_model", "lr_of"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The doctor's keyword arguments, checked."""
+
+    steps: int
+    lr: float | None
+    num_classes: int | None
+    dataloader: Any
+    seed: int
+    baseline: bool
+    reproducibility: bool
+    data_batches: int
+    time_budget: float | None
+    progress: bool | None
+    name: str
+
+
+# -- checking what was passed --------------------------------------------------------------------------------
+def checked(model: Any, batch: Any, loss_fn: Any, optimizer: Any, options: Options) -> tuple[Any, Options, bool]:
+    """``(batch, options, lightning)`` once every argument is valid: a DataLoader given as the batch becomes the
+    ``dataloader`` option and its first batch; ``lightning`` says the model is a LightningModule."""
+    import torch
+
+    steps, data_batches, num_classes = options.steps, options.data_batches, options.num_classes
+    lr, time_budget, dataloader = options.lr, options.time_budget, options.dataloader
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(f"doctor: expected a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise InvalidArgumentError(f"doctor: steps must be an int >= 1, got {steps!r}")
+    if not isinstance(data_batches, int) or data_batches < 1:
+        raise InvalidArgumentError(f"doctor: data_batches must be an int >= 1, got {data_batches!r}")
+    if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+        raise InvalidArgumentError(f"doctor: num_classes must be an int >= 1 or None, got {num_classes!r}")
+    if lr is not None and (not isinstance(lr, (int, float)) or not lr > 0):
+        raise InvalidArgumentError(f"doctor: lr must be a number > 0 or None, got {lr!r}")
+    if time_budget is not None and (not isinstance(time_budget, (int, float)) or not time_budget > 0):
+        raise InvalidArgumentError(f"doctor: time_budget must be a number of seconds > 0 or None, got {time_budget!r}")
+    lightning = _is_lightning(model)
+    if loss_fn is not None and not callable(loss_fn):
+        raise InvalidArgumentError(
+            f"doctor: loss_fn must be callable (outputs, targets) -> loss, or None for a model that computes its "
+            f"own loss, got {type(loss_fn).__name__}"
+        )
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+        raise InvalidArgumentError(
+            f"doctor: optimizer must be a torch.optim.Optimizer, a factory params -> optimizer, or None, got "
+            f"{type(optimizer).__name__}"
+        )
+    if isinstance(batch, torch.utils.data.DataLoader):
+        dataloader = dataloader if dataloader is not None else batch
+        batch = None
+    if batch is None and dataloader is not None:
+        try:
+            batch = next(iter(dataloader))
+        except StopIteration as e:
+            raise InvalidArgumentError("doctor: batch is None and the DataLoader given is empty; expected a "
+                                       "DataLoader with at least one batch") from e
+    if not any(p.requires_grad for p in model.parameters()):
+        raise InvalidArgumentError(
+            f"doctor: {type(model).__name__} has no trainable parameters; expected at least one with requires_grad=True"
+        )
+    if isinstance(batch, dict) and loss_fn is None and not lightning:
+        pass  # a Hugging Face batch: model(**batch) computes the loss from the labels inside
+    elif lightning and loss_fn is None:
+        pass  # training_step takes the batch as the DataLoader yields it
+    elif not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise InvalidArgumentError(
+            f"doctor: batch must be (inputs, targets), a dict of model inputs (with loss_fn=None), or a DataLoader, "
+            f"got {type(batch).__name__}"
+            + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else "")
+        )
+    elif loss_fn is None:
+        raise InvalidArgumentError(
+            "doctor: loss_fn is None, but the batch is (inputs, targets) and the model is not a LightningModule; "
+            "expected loss_fn(outputs, targets), or a dict batch for a model that computes its own loss"
+        )
+    return batch, replace(options, dataloader=dataloader), lightning
+
+
+def _is_lightning(model: Any) -> bool:
+    return any(c.__name__ == "LightningModule" for c in type(model).__mro__) and callable(
+        getattr(model, "training_step", None))
+
+
+# -- tensors in what was passed ------------------------------------------------------------------------------
+def call_model(model: Any, inputs: Any) -> Any:
+    """``model(**inputs)``, ``model(*inputs)`` or ``model(inputs)``."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def to_device(obj: Any, device: Any) -> Any:
+    """A copy of ``obj``'s tensors on ``device`` (always a copy: a forward that writes into its input must not
+    change the caller's batch)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to(device, copy=True) if device is not None else obj.detach().clone()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def _zeros_like(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return torch.zeros_like(obj)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_zeros_like(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _zeros_like(v) for k, v in obj.items()}
+    return obj
+
+
+def _first_tensor(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out:
+        return _first_tensor(out[0])
+    if isinstance(out, dict) and out:
+        return _first_tensor(next(iter(out.values())))
+    return None
+
+
+def tensor_leaves(obj: Any) -> list[Any]:
+    """Every leaf of nested dicts, tuples and lists, in order."""
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in tensor_leaves(v)]
+    if isinstance(obj, (tuple, list)):
+        return [x for v in obj for x in tensor_leaves(v)]
+    return [obj]
+
+
+def _model_loss(out: Any) -> Any:
+    """The loss a model computed itself: ``ModelOutput.loss``, ``out["loss"]``, or the first item of a tuple."""
+    import torch
+
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if loss is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) \
+            and out[0].dim() == 0:
+        loss = out[0]
+    return loss
+
+
+def logits_of(out: Any) -> Any:
+    """The tensor the checks look at: ``.logits`` of a model output, else its first tensor."""
+    import torch
+
+    lg = getattr(out, "logits", None)
+    if isinstance(lg, torch.Tensor):
+        return lg
+    if isinstance(out, dict) and isinstance(out.get("logits"), torch.Tensor):
+        return out["logits"]
+    if isinstance(out, dict) and "loss" in out:
+        rest = {k: v for k, v in out.items() if k != "loss"}
+        return _first_tensor(rest)
+    return _first_tensor(out)
+
+
+def _loss_name(loss_fn: Any) -> str:
+    if isinstance(loss_fn, type):
+        return loss_fn.__name__
+    name = getattr(loss_fn, "__name__", None)
+    if name is None:
+        name = type(loss_fn).__name__
+    return str(name)
+
+
+# -- the one adapter -----------------------------------------------------------------------------------------
+class LossAdapter:
+    """One call for the loss, whichever way the user's setup makes it.
+
+    ``mode`` is ``"fn"`` (``loss_fn(model(inputs), targets)``), ``"hf"`` (``model(**batch).loss``) or
+    ``"lightning"`` (``model.training_step(batch, 0)``, a loss or a dict with ``"loss"``).  ``batch`` is a copy
+    of the user's batch on the model's device, split into ``inputs`` (what the model is called with) and
+    ``targets`` (None when the model's own loss holds them out of sight).
+    """
+
+    def __init__(self, batch: Any, loss_fn: Any, lightning: bool, device: Any) -> None:
+        self.loss_fn = loss_fn
+        self.mode = "fn" if loss_fn is not None else ("lightning" if lightning else "hf")
+        self.batch = to_device(batch, device)
+        self.inputs, self.targets = self.split(self.batch)
+        self.loss_name = _loss_name(loss_fn) if loss_fn is not None else (
+            "CrossEntropyLoss" if self.mode == "hf" else "training_step")
+
+    def split(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, targets)`` of a batch: a Hugging Face batch is its own inputs, with ``labels`` inside."""
+        if self.mode == "hf":
+            return batch, batch.get("labels") if isinstance(batch, dict) else None
+        if self.mode == "lightning" and not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            return batch, None
+        return batch[0], batch[1]
+
+    def model_inputs(self) -> Any:
+        """The inputs without the labels (what the input checks look at)."""
+        if self.mode == "hf":
+            return {k: v for k, v in self.inputs.items() if k != "labels"}
+        return self.inputs
+
+    def zeroed_inputs(self) -> Any:
+        """Zeroed inputs; a Hugging Face batch keeps its labels (and its attention mask, so attention stays
+        defined)."""
+        if self.mode == "hf" and isinstance(self.inputs, dict):
+            return {k: (v if k in ("labels", "attention_mask") else _zeros_like(v)) for k, v in self.inputs.items()}
+        return _zeros_like(self.inputs)
+
+    def forward(self, work: Any, inputs: Any) -> Any:
+        """The model's output on ``inputs``."""
+        if self.mode == "hf":
+            return work(**inputs) if isinstance(inputs, dict) else call_model(work, inputs)
+        return call_model(work, inputs)
+
+    def loss(self, work: Any, inputs: Any, targets: Any = None) -> tuple[Any, Any]:
+        """(model output or None, scalar loss) for one step on ``inputs`` (and ``targets``; the batch's own by
+        default)."""
+        targets = self.targets if targets is None else targets
+        if self.mode == "fn":
+            out = call_model(work, inputs)
+            return out, self.loss_fn(out, targets)
+        if self.mode == "hf":
+            out = self.forward(work, inputs)
+            loss = _model_loss(out)
+            if loss is None:
+                raise InvalidArgumentError(
+                    f"doctor: {type(work).__name__}(**batch) returned no loss; expected labels in the batch "
+                    "(a 'labels' key) or a loss_fn")
+            return out, loss
+        import warnings
+
+        b = inputs
+        if isinstance(self.batch, (tuple, list)) and len(self.batch) == 2:
+            b = [inputs, targets] if isinstance(self.batch, list) else (inputs, targets)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # self.log() outside a Trainer
+            res = work.training_step(b, 0)
+        loss = res.get("loss") if isinstance(res, dict) else res
+        if loss is None:
+            raise InvalidArgumentError(
+                f"doctor: {type(work).__name__}.training_step returned {type(res).__name__}; expected a loss tensor "
+                "or a dict with 'loss'")
+        return None, loss
+
+    def batch_loss(self, work: Any, batch: Any) -> Any:
+        """The scalar loss of one step on another batch of the same form (one of a DataLoader's)."""
+        return self.loss(work, *self.split(batch))[1]
+
+
+# -- the copy the checks train, and its optimizer -------------------------------------------------------------
+def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool) -> tuple[Any, Any]:
+    """A deep copy of the user's model in train mode, and an optimizer for it: the user's re-created on the copy,
+    a factory's, ``configure_optimizers()`` of a LightningModule trained by its ``training_step``
+    (``lightning``), or Adam(lr=3e-3)."""
+    import torch
+
+    work = copy.deepcopy(model)
+    work.train()
+    params = [p for p in work.parameters() if p.requires_grad]
+    if optimizer is None and lightning:
+        made = work.configure_optimizers()
+        while isinstance(made, (tuple, list)) and made:
+            made = made[0]
+        if isinstance(made, dict):
+            made = made.get("optimizer")
+        if isinstance(made, torch.optim.Optimizer):
+            if lr is not None:
+                for g in made.param_groups:
+                    g["lr"] = lr
+            return work, made
+    if optimizer is None:
+        return work, torch.optim.Adam(params, lr=lr or 3e-3)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        index = {id(p): i for i, p in enumerate(model.parameters())}
+        all_params = list(work.parameters())
+        return work, recreate_optimizer(
+            optimizer, lambda p: all_params[index[id(p)]] if id(p) in index else None, lr)
+    if callable(optimizer):
+        return work, optimizer(params)
+    raise InvalidArgumentError(
+        f"doctor: optimizer must be a torch.optim.Optimizer, a factory or None, got {type(optimizer).__name__}"
+    )
+
+
+def recreate_optimizer(opt: Any, params_of: Any, lr: float | None = None) -> Any:
+    """A new optimizer of ``opt``'s class over other parameters, with the same groups and hyper-parameters.
+
+    ``params_of(p)`` maps each of ``opt``'s parameters to its counterpart (or None to drop it).  Only the
+    constructor's own keyword arguments are passed (``defaults`` may hold internal keys, such as AdamW's
+    ``decoupled_weight_decay``); every group keeps all of its own settings.  State (moments) is not copied.
+    """
+    groups = []
+    for g in opt.param_groups:
+        hp = {k: v for k, v in g.items() if k != "params"}
+        if lr is not None:
+            hp["lr"] = lr
+        ps = [q for q in (params_of(p) for p in g["params"]) if q is not None]
+        if ps:
+            groups.append({"params": ps, **hp})
+    cls = type(opt)
+    sig: Any
+    try:
+        sig = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a C-level constructor
+        sig = {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values()):
+        kwargs = dict(opt.defaults)
+    else:
+        kwargs = {k: v for k, v in opt.defaults.items() if k in sig}
+    if lr is not None and "lr" in kwargs:
+        kwargs["lr"] = lr
+    try:
+        return cls(groups, **kwargs)
+    except TypeError:
+        # a constructor that takes fewer keywords than its defaults name: the groups carry every setting
+        return cls(groups)
+
+
+def step_optimizer(opt: Any, closure: Any) -> None:
+    """``opt.step()``; optimizers that evaluate the loss themselves (LBFGS) get the closure."""
+    import torch
+
+    if isinstance(opt, torch.optim.LBFGS):
+        opt.step(closure)
+    else:
+        opt.step()
+
+
+def lr_of(opt: Any) -> float | None:
+    """The first group's learning rate (None when it has none a float can hold)."""
+    try:
+        lr = opt.param_groups[0].get("lr")
+    except (AttributeError, IndexError):
+        return None
+    try:
+        return float(lr)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,142 @@
+"""What one ``doctor`` call knows so far: the user's objects, the loss adapter, the findings and checks, and what
+the checks learned about the problem (task, classes, the overfit curve); every check reads and adds to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from nbdebug.core._findings import Finding, Fix
+from nbdebug.core.doctor._inputs import LossAdapter, Options, fresh_copy
+from nbdebug.core.knowledge import entry, finding
+
+__all__ = ["Session", "Progress", "fixes_for"]
+
+
+def fixes_for(slug: str) -> tuple[Fix, ...]:
+    """The fixes of the knowledge entry ``slug``: a finding whose cause is known takes the cause's fixes."""
+    return entry(slug).fixes
+
+
+class Progress:
+    """One line on stderr, rewritten in place: phase, step, and the time left at the current pace."""
+
+    def __init__(self, enabled: bool | None) -> None:
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, phase: str, i: int, n: int, per_step: float, force: bool = False) -> None:
+        import sys
+
+        elapsed = time.perf_counter() - self.t0
+        if self.enabled is False or (self.enabled is None and elapsed < 3.0 and not force):
+            return
+        if self.enabled is None and not self.shown and per_step * max(n - i, 0) < 2.0:
+            return
+        width = 24
+        done = int(width * i / max(n, 1))
+        left = per_step * max(n - i, 0)
+        sys.stderr.write(f"\rdoctor: {phase:<22} [{'#' * done}{'.' * (width - done)}] {i}/{n}  "
+                         f"{elapsed:.0f} s elapsed, ~{left:.0f} s left   ")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        import sys
+
+        if self.shown:
+            sys.stderr.write(f"\rdoctor: done in {time.perf_counter() - self.t0:.1f} s" + " " * 60 + "\n")
+            sys.stderr.flush()
+
+
+class Session:
+    """The state of one doctor call, shared by the checks at init, the checks while training and the run."""
+
+    def __init__(self, model: Any, batch: Any, loss_fn: Any, optimizer: Any, options: Options,
+                 lightning: bool) -> None:
+        self.user_model = model
+        self.user_opt = optimizer
+        self.options = options
+        self.findings: list[Finding] = []
+        self.checks: list[tuple[str, str]] = []
+        try:
+            self.device = next(model.parameters()).device
+        except StopIteration:
+            self.device = None
+        self.loss = LossAdapter(batch, loss_fn, lightning, self.device)
+        # what the checks learn about the problem
+        self.task = "regression"
+        self.num_classes: int | None = options.num_classes
+        self.class_dim = 1
+        self.input_stats: tuple[float, float, float, float] | None = None  # min, max, mean, std
+        self.initial_loss: float | None = None
+        self.grad_flow: list[tuple[str, float]] = []
+        self.losses: list[float] = []
+        self.baseline_losses: list[float] = []
+        self.step_time = 0.0
+        self.lr_used: float | None = None
+        self.unstable = ""  # why the overfit run is unstable ("" when it is not)
+        self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
+        self.t0 = time.perf_counter()
+        self.progress = Progress(options.progress)
+
+    # -- findings and checks ---------------------------------------------------------------------------------
+    def add(self, kind: str, message: str, where: Iterable[str] = (), severity: str | None = None,
+            fixes: Any = None, evidence: Any = None) -> None:
+        """A finding of ``kind`` (its entry gives the title, and the severity and fixes unless given)."""
+        self.findings.append(finding(kind, message, tuple(where), severity=severity, fixes=fixes, evidence=evidence))
+
+    def has(self, *kinds: str) -> bool:
+        return any(f.kind in kinds for f in self.findings)
+
+    def check(self, name: str, outcome: str) -> None:
+        self.checks.append((name, outcome))
+
+    def label(self, qualname: str) -> str:
+        """``model.3 = Softmax(dim=1)``: the module's path from the model, as the error panel names it."""
+        root = self.options.name
+        mod = dict(self.user_model.named_modules()).get(qualname)
+        path = f"{root}.{qualname}" if qualname else root
+        if mod is None or list(mod.children()):
+            return path
+        try:
+            extra = mod.extra_repr()
+        except Exception:  # a module whose extra_repr fails still gets a name
+            extra = ""
+        return f"{path} = {type(mod).__name__}({extra})"
+
+    def last_module(self) -> str:
+        """The label of the model's last leaf module (where an output problem lives)."""
+        last = ""
+        for name, m in self.user_model.named_modules():
+            if not list(m.children()):
+                last = name
+        return self.label(last or "(model)")
+
+    # -- the problem -----------------------------------------------------------------------------------------
+    def ignore_index(self) -> int:
+        return int(getattr(self.loss.loss_fn, "ignore_index", -100))
+
+    def cross_entropy(self) -> bool:
+        """The loss is a softmax cross-entropy (named so, or a Hugging Face head's own loss on class labels)."""
+        return self.loss.loss_name in ("CrossEntropyLoss", "cross_entropy") or (
+            self.loss.mode != "fn" and self.task == "classification")
+
+    def lr_note(self) -> str:
+        """`` (lr=0.003)`` when the learning rate is known, else ''."""
+        return f" (lr={self.lr_used:g})" if self.lr_used is not None else ""
+
+    # -- copies and time -------------------------------------------------------------------------------------
+    def fresh(self) -> tuple[Any, Any]:
+        """A deep copy of the user's model in train mode, and an optimizer for it."""
+        return fresh_copy(self.user_model, self.user_opt, self.options.lr, self.loss.mode == "lightning")
+
+    def deadline(self, share: float) -> float | None:
+        """When a phase given ``share`` of the time left in the budget must stop (None: no budget)."""
+        budget = self.options.time_budget
+        if budget is None:
+            return None
+        left = budget - (time.perf_counter() - self.t0)
+        return time.perf_counter() + max(left, 0.0) * share

@@ -1,0 +1,420 @@
+"""The doctor's checks while training: what only shows once a copy of the model trains on the batch.
+
+In the order the run calls them: ReLU units that never fire (``dead_activations``, at init and after training);
+the overfit-one-batch run (``train``, with a ``GradMonitor`` for exploding norms) and its verdict (``overfit``:
+a rising or oscillating curve is a learning rate too high); given a DataLoader, a second batch after fitting the
+first (``generalisation``: labels that do not follow the inputs); the zero-input baseline; two seeded runs
+(``reproducibility``); and the time spent waiting for data (``dataloader_wait``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from nbdebug.core.doctor._inputs import logits_of, step_optimizer, to_device
+from nbdebug.core.doctor._repro import check_reproducible
+from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core.knowledge import threshold
+
+__all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "generalisation",
+           "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
+
+_RELU = ("ReLU", "ReLU6")
+MIN_STEPS = 20  # the overfit run takes at least this many steps whatever the budget
+
+
+class DeadProbe:
+    """Forward hooks on ReLU modules recording which units stayed zero for every sample."""
+
+    def __init__(self, model: Any) -> None:
+        self.alive: dict[str, Any] = {}
+        self.handles = []
+        for name, m in model.named_modules():
+            if type(m).__name__ in _RELU:
+                self.handles.append(m.register_forward_hook(self._make(name)))
+
+    def _make(self, name: str) -> Any:
+        def hook(module: Any, inputs: Any, out: Any) -> None:
+            o = out.detach()
+            if o.dim() >= 2:
+                # (N, C, ...) -> one flag per unit/channel: did it fire for any sample or position?
+                fired = (o > 0).transpose(0, 1).reshape(o.shape[1], -1).any(dim=1)
+            else:
+                fired = o > 0
+            prev = self.alive.get(name)
+            self.alive[name] = fired if prev is None else (prev | fired)
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def dead(self) -> list[tuple[str, float]]:
+        return [(n, 1.0 - float(f.float().mean())) for n, f in self.alive.items()]
+
+
+def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: bool = False) -> None:
+    """ReLU units that stayed at zero for every sample of the batch (``when``: at init, after training)."""
+    if skip_if_found and any(f.kind == "dead_activations" for f in s.findings):
+        return
+    dead = probe.dead()
+    bad = [(n, frac) for n, frac in dead if frac >= threshold("dead_fraction")]
+    if bad:
+        worst = max(frac for _, frac in bad)
+        sev = "error" if worst >= 1.0 else "warning"
+        desc = ", ".join(f"{n}: {frac:.0%}" for n, frac in bad[:6])
+        fixes = fixes_for("input_scale_downstream") if s.has("unnormalised_inputs") else None
+        why = ""
+        if when == "after training" and fixes is None:
+            # alive at init, dead after the overfit run: the updates pushed them off
+            why = f"; they fired at init, so the updates killed them: the learning rate is too high{s.lr_note()}"
+            fixes = fixes_for("lr_too_high")
+        s.add("dead_activations", f"ReLU units silent for every sample of the batch {when} ({desc}){why}",
+              [s.label(n) for n, _ in bad], severity=sev, fixes=fixes)
+    if dead:
+        s.check(f"dead ReLU units {when}", ", ".join(f"{n}: {frac:.0%}" for n, frac in dead[:6]))
+
+
+def one_step(s: Session, work: Any, opt: Any, inputs: Any) -> Any:
+    """One optimizer step of ``work`` on ``inputs``; the step's loss (optimizers such as LBFGS call the closure
+    again: the first loss is the step's)."""
+    holder: list[Any] = []
+
+    def closure() -> Any:
+        opt.zero_grad(set_to_none=True)
+        _, loss = s.loss.loss(work, inputs)
+        loss.backward()
+        holder.append(loss)
+        return loss
+
+    closure()
+    step_optimizer(opt, closure)
+    return holder[0]
+
+
+def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False, steps: int | None = None,
+          phase: str = "", early_stop: bool = False, deadline: float | None = None) -> list[float]:
+    """Train ``work`` on one repeated batch of ``inputs``; the loss per step.
+
+    ``monitor``: watch the gradients with a ``GradMonitor`` and add what it finds (the overfit run).
+    ``early_stop``: stop once the batch is fitted or the loss is no longer finite.  ``deadline``: stop there
+    (after at least ``MIN_STEPS`` steps).
+    """
+    import torch
+
+    from nbdebug.core.training.grads import GradMonitor
+
+    n = steps or s.options.steps
+    losses: list[float] = []
+    mon = GradMonitor(work, flush_every=n + 1) if monitor else None
+    loss_t: list[Any] = []
+    target = None
+    if early_stop and s.initial_loss is not None:
+        target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(s.initial_loss))
+    if mon is not None:
+        mon.attach()
+    t0 = time.perf_counter()
+    try:
+        for i in range(n):
+            loss_t.append(one_step(s, work, opt, inputs).detach().float())
+            if (i + 1) % 10 == 0:
+                now = time.perf_counter()
+                per = (now - t0) / (i + 1)
+                s.progress(phase, i + 1, n if deadline is None else min(n, i + 1 + int(
+                    max(deadline - now, 0) / max(per, 1e-9))), per)
+                if deadline is not None and now > deadline and i + 1 >= MIN_STEPS:
+                    s.cut_by_budget = s.cut_by_budget or monitor
+                    break
+                if target is not None:
+                    recent = torch.stack(loss_t[-5:]).cpu()
+                    if not bool(torch.isfinite(recent).all()):
+                        break  # diverged: the verdict is in
+                    if bool((recent <= target).all()):
+                        break  # fits the batch
+        losses = [float(v) for v in torch.stack(loss_t).cpu().tolist()]
+    finally:
+        if mon is not None:
+            mon.detach()
+    if mon is not None:
+        _monitor_findings(s, mon, losses)
+    return losses
+
+
+def _monitor_findings(s: Session, mon: Any, losses: list[float]) -> None:
+    """Exploding gradients: a loss that becomes NaN/Inf, or a gradient norm that grows by orders of magnitude."""
+    import numpy as np
+
+    h = mon.history
+    g = np.asarray(h.global_norms, dtype=float)
+    first_bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    nf = h.nonfinite
+    lr = s.lr_note()
+    if first_bad is not None or nf:
+        step = first_bad if first_bad is not None else nf[0][0]
+        fin = g[np.isfinite(g)]
+        growth = f"; the gradient norm grew from {fin[0]:.3g} to {fin.max():.3g}" if len(fin) > 1 else ""
+        s.add("exploding_gradients", f"training on one batch diverges{lr}: the loss becomes NaN/Inf at step "
+              f"{step}{growth}", nf[0][1] if nf else ())
+        s.unstable = f"it diverged at step {step}"
+        s.check("overfit run", f"diverged at step {step}")
+        return
+    if len(g) >= 8:
+        k = max(1, min(10, len(g) // 10))
+        early, peak = float(np.median(g[:k])), float(g.max())
+        if early > 0 and peak / early > threshold("explode_growth"):
+            s.add("exploding_gradients", f"the gradient norm grew {peak / early:.3g}x during training{lr} "
+                  f"(from {early:.3g} to {peak:.3g})")
+    s.check("max gradient norm", f"{float(g.max()) if len(g) else float('nan'):.3g}")
+
+
+def overfit(s: Session) -> None:
+    """Did the loss on one repeated batch approach zero?  If not, why: unstable, out of time, not moving, or
+    stalled."""
+    if not s.losses or any(not math.isfinite(v) for v in s.losses):
+        return
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    n = len(s.losses)
+    final = min(s.losses[-max(1, n // 10):])
+    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    s.check("overfit one batch", f"loss {init:.4g} -> {final:.4g} in {n} steps (target < {target:.3g})")
+    if final <= target:
+        return
+    lr = f"lr={s.lr_used:g}" if s.lr_used is not None else "the learning rate"
+    msg = f"after {n} steps on one repeated batch the loss is {final:.4g} (from {init:.4g})"
+    s.unstable = _instability(s.losses, init)
+    if s.unstable:
+        s.add("cannot_overfit", f"{msg}: {s.unstable}, the mark of a learning rate that is too high "
+              f"({lr})", severity="error", fixes=fixes_for("lr_too_high"),
+              evidence={"lr": s.lr_used, "final": final, "min": min(s.losses)})
+        return
+    earlier = min(s.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
+    if s.cut_by_budget and final < 0.999 * earlier:
+        budget = s.options.time_budget
+        s.add("cannot_overfit", msg + f"; the run stopped at the time budget ({budget:g} s) while the loss was "
+              f"still falling ({earlier:.4g} at step {int(0.6 * n)}), so there is no verdict yet",
+              severity="info", fixes=fixes_for("overfit_out_of_time"))
+        return
+    if abs(init - final) < threshold("overfit_still_rel") * abs(init):
+        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}; the updates are too small "
+              "to change the model", severity="error", fixes=fixes_for("lr_too_low") if (
+                  s.lr_used is not None and s.lr_used < threshold("tiny_lr")) else None,
+              evidence={"lr": s.lr_used, "final": final})
+        return
+    if final > threshold("overfit_fail_rel") * abs(init):
+        s.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
+    elif final < 0.8 * earlier:
+        s.add("cannot_overfit", msg + f"; it is still falling ({earlier:.4g} at step {int(0.6 * n)}): "
+              f"give it more steps or a higher learning rate than {lr}", severity="info",
+              fixes=fixes_for("lr_too_low"))
+    else:
+        s.add("cannot_overfit", msg + "; it has stalled", severity="warning")
+
+
+def _accuracy(s: Session, out: Any, targets: Any) -> tuple[float, float] | None:
+    """(accuracy, majority-class rate) of a classifier's output on ``targets``; None when not a classifier."""
+    import torch
+
+    y = logits_of(out)
+    if y is None or not isinstance(targets, torch.Tensor):
+        return None
+    if s.task == "classification":
+        if s.class_dim != 1 and y.dim() >= 3:
+            pred = y.argmax(dim=-1)
+        else:
+            pred = y.argmax(dim=1)
+        valid = targets != s.ignore_index()
+    elif s.task == "binary":
+        pred = (y.reshape(targets.shape) > (0.5 if s.loss.loss_name in ("BCELoss", "binary_cross_entropy") else 0))
+        pred = pred.to(targets.dtype)
+        valid = torch.ones_like(targets, dtype=torch.bool)
+    else:
+        return None
+    if pred.shape != targets.shape or not bool(valid.any()):
+        return None
+    t = targets[valid]
+    acc = float((pred[valid] == t).float().mean())
+    majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
+    return acc, majority
+
+
+def generalisation(s: Session, work: Any) -> None:
+    """After fitting batch 1, is another batch predicted better than by always guessing its commonest class?
+    Labels shuffled apart from the inputs can still be memorised, but never generalise."""
+    import torch
+
+    if s.task not in ("classification", "binary") or not s.losses or s.unstable:
+        return
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    if min(s.losses[-max(1, len(s.losses) // 10):]) > threshold("overfit_rel") * abs(init):
+        return  # batch 1 is not fitted: nothing to generalise from
+    it = iter(s.options.dataloader)
+    try:
+        next(it)
+        other = to_device(next(it), s.device)
+    except StopIteration:
+        return
+    try:
+        with torch.no_grad():
+            inputs, targets = s.loss.split(other)
+            out = s.loss.forward(work, inputs)
+    except Exception as e:  # a second batch of another shape: no verdict
+        s.check("second batch", f"could not run: {e!r}")
+        return
+    got = _accuracy(s, out, targets)
+    if got is None:
+        return
+    acc, majority = got
+    s.check("second batch after fitting the first", f"accuracy {acc:.0%} (commonest class: {majority:.0%})")
+    if acc <= majority + threshold("generalise_margin"):
+        s.add("labels_unrelated", f"after fitting one batch, the model predicts another batch with "
+              f"{acc:.0%} accuracy, no better than always guessing its commonest class ({majority:.0%}): it "
+              "memorised the first batch's labels, which do not follow from the inputs", ("targets",),
+              evidence={"accuracy": acc, "majority": majority})
+
+
+def zero_input_baseline(s: Session) -> None:
+    """Train a copy on zeroed inputs: a model that learns as well without its input ignores it."""
+    if not s.losses:
+        return
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    tail = max(1, len(s.losses) // 10)
+    real = min(s.losses[-tail:])
+    if not math.isfinite(real):
+        s.check("zero-input baseline", "skipped: the real run diverged")
+        return
+    if real <= max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init)):
+        # the real input fits the batch; a zero input that also does is memorising through biases only
+        s.check("zero-input baseline", "skipped: the real input fits the batch")
+        return
+    if s.unstable:
+        s.check("zero-input baseline", "skipped: the real run is unstable")
+        return
+    if s.cut_by_budget:
+        s.check("zero-input baseline", "skipped: the real run stopped at the time budget")
+        return
+    if s.has("ignores_input"):
+        s.check("zero-input baseline", "skipped: the output does not depend on the input")
+        return
+    work, opt = s.fresh()
+    zeros = s.loss.zeroed_inputs()
+    try:
+        s.baseline_losses = train(s, work, opt, zeros, steps=len(s.losses), phase="zero-input baseline",
+                                          deadline=s.deadline(0.7))
+    except Exception as e:  # a model that cannot take zeros (e.g. an embedding) still gets the other checks
+        s.check("zero-input baseline", f"could not run: {e!r}")
+        return
+    if not s.baseline_losses:
+        return
+    if len(s.baseline_losses) < len(s.losses):  # cut by the budget: compare at the same step
+        real = min(s.losses[max(0, len(s.baseline_losses) - tail): len(s.baseline_losses)])
+    zero = min(s.baseline_losses[-tail:])
+    s.check("zero-input baseline", f"real input -> {real:.4g}, zero input -> {zero:.4g}")
+    if not math.isfinite(zero):
+        return
+    gap = init - real
+    if gap <= 0.01 * abs(init):
+        return  # nothing learned at all: cannot_overfit says so
+    share = (init - zero) / gap
+    # the zero-input run must itself learn that much: a zero input can start lower (e.g. at chance level
+    # behind BatchNorm) without learning anything
+    zero_gap = s.baseline_losses[0] - zero
+    margin = threshold("zero_input_margin")
+    if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap:
+        how = "as low as" if zero <= real else f"{share:.0%} of the way to"
+        s.add("ignores_input", f"with all inputs zeroed the model's loss goes from {init:.4g} to {zero:.4g}, "
+              f"{how} the {real:.4g} it reaches with the real inputs: it learns the target statistics, not "
+              "the input", ("inputs",), evidence={"real": real, "zero": zero, "initial": init})
+
+
+def reproducibility(s: Session) -> None:
+    """Two runs of a few steps with the same seed must give the same losses and parameters."""
+    n = min(3, s.options.steps)
+
+    def run() -> list[Any]:
+        work, opt = s.fresh()
+        vals: list[Any] = [one_step(s, work, opt, s.loss.inputs).detach().float().reshape(-1) for _ in range(n)]
+        vals.append([p.detach().float().sum().reshape(-1) for p in work.parameters()])
+        return vals
+
+    s.progress("two seeded runs", 0, 2 * n, s.step_time)
+    rep = check_reproducible(run, seed=s.options.seed)
+    if rep.reproducible:
+        s.check("two seeded runs", f"identical over {n} steps")
+    else:
+        step = rep.first_divergent_step
+        when = f"at step {step}" if step is not None and step < n else "in the final parameters"
+        s.add("not_reproducible", f"two runs seeded with {s.options.seed} differ {when} ({rep.value_a} vs "
+              f"{rep.value_b}): something draws from an unseeded generator or a non-deterministic kernel")
+        s.check("two seeded runs", f"differ {when}")
+
+
+def dataloader_wait(s: Session) -> None:
+    """The share of step time spent waiting for the DataLoader."""
+    loader = s.options.dataloader
+    work, opt = s.fresh()
+    wait = comp = 0.0
+    n = 0
+    it = iter(loader)
+    t0 = time.perf_counter()
+    try:
+        first = next(it)  # worker start-up is not steady-state waiting
+    except StopIteration:
+        s.check("dataloader", "empty")
+        return
+    _data_step(s, work, opt, first)
+    for i in range(s.options.data_batches):
+        t0 = time.perf_counter()
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        _data_step(s, work, opt, b)
+        t2 = time.perf_counter()
+        wait += t1 - t0
+        comp += t2 - t1
+        n += 1
+        s.progress("dataloader", i + 1, s.options.data_batches, (wait + comp) / n)
+    if n == 0:
+        s.check("dataloader", "fewer than 2 batches")
+        return
+    frac = wait / max(wait + comp, 1e-12)
+    s.check("dataloader wait", f"{frac:.0%} of step time over {n} batches")
+    if frac > threshold("data_wait_fraction"):
+        s.add("dataloader_bottleneck", f"{frac:.0%} of each step is spent waiting for the DataLoader "
+              f"({wait / n * 1e3:.1f} ms waiting vs {comp / n * 1e3:.1f} ms computing per batch; "
+              f"num_workers={getattr(loader, 'num_workers', '?')})", ("dataloader",))
+
+
+def _data_step(s: Session, work: Any, opt: Any, b: Any) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss = s.loss.batch_loss(work, to_device(b, s.device))
+    loss.backward()
+    step_optimizer(opt, lambda: loss)
+
+
+def _instability(losses: list[float], init: float) -> str:
+    """Why a loss curve on one batch is unstable ("" when it is not): rising well above its minimum, or
+    oscillating with a large amplitude."""
+    n = len(losses)
+    if n < 10:
+        return ""
+    lo = min(losses)
+    at = losses.index(lo)
+    tail = losses[-max(3, n // 10):]
+    now = sorted(tail)[len(tail) // 2]
+    if now > max(1.5 * lo, lo + 0.1 * abs(init)) and at < n - len(tail):
+        return f"it fell to {lo:.4g} at step {at} and rose again to {now:.4g}"
+    if now > 1.05 * abs(init):
+        return f"it ends above where it started ({now:.4g} vs {init:.4g})"
+    second = losses[n // 2:]
+    ups = sum(1 for a, b in zip(second, second[1:]) if b > a)
+    swing = sum(abs(b - a) for a, b in zip(second, second[1:])) / max(len(second) - 1, 1)
+    if ups >= 0.4 * (len(second) - 1) and swing > 0.1 * max(abs(now), 1e-12):
+        return (f"it oscillates (up on {ups} of the last {len(second) - 1} steps, by {swing:.3g} on average "
+                f"around {now:.4g})")
+    return ""
