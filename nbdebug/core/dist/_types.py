@@ -158,7 +158,8 @@ class DistRun(Result):
     Attributes
     ----------
     ok : bool
-        Every rank exited 0 and no hang was found.
+        Every rank exited 0 and no hang was found.  Not the findings' ``ok`` (``HasFindings``): a failed check
+        is one of ``findings``, and a run whose check failed still ran ok.
     nprocs : int
         Number of ranks.
     backend : str
