@@ -17,6 +17,9 @@ Nothing of the caller's changes: the model is deep-copied, the optimizer is re-c
 class and hyper-parameters, and the Python, numpy and torch (CPU and CUDA) RNG states are restored.
 
 What each finding kind means, its fixes and sources, and the thresholds: ``nbdebug.core.knowledge.training``.
+The rooms: ``_inputs`` (what was passed, and one adapter for a plain loss, a Hugging Face output and a Lightning
+``training_step``), ``_session`` (what one call knows), ``_init_checks``, ``_train_checks``, ``_run`` (the order
+and the report), ``_report``, ``_repro``.
 """
 
 from nbdebug.core.doctor._report import DoctorReport
