@@ -175,7 +175,7 @@ def main() -> None:
         t0 = time.perf_counter()
         r = run_script(str(ok), 2, timeout=60, echo=False)
         t_nbd = time.perf_counter() - t0
-        assert r.ok, str(r)
+        assert r.succeeded, str(r)
         print(f"healthy 2-rank script : torchrun {t_torchrun:6.2f} s | nbdebug {t_nbd:6.2f} s | "
               f"ratio nbdebug/torchrun {t_nbd / t_torchrun:.2f}")
 

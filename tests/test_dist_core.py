@@ -383,7 +383,7 @@ def test_dist_enricher_adds_a_section_for_distributed_errors():
     from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
-    base = Diagnosis(category="unknown", title="?", summary="?")
+    base = Diagnosis(kind="unknown", title="?", summary="?")
     exc = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
                        "[127.0.0.1]:32164")
     enriched = dist_enricher(exc, base)
@@ -401,7 +401,7 @@ def test_dist_enricher_leaves_single_process_errors_alone(exc):
     from nbdebug.core.explain import Diagnosis
     from nbdebug.ipython._dist import dist_enricher
 
-    base = Diagnosis(category="unknown", title="?", summary="?")
+    base = Diagnosis(kind="unknown", title="?", summary="?")
     assert dist_enricher(exc, base) is base
 
 
@@ -413,7 +413,7 @@ def test_dist_enricher_survives_an_exception_whose_str_raises():
         def __str__(self):
             raise ValueError("no str for you")
 
-    base = Diagnosis(category="unknown", title="?", summary="?")
+    base = Diagnosis(kind="unknown", title="?", summary="?")
     assert dist_enricher(Weird(), base) is base
     Weird.__module__ = "torch.distributed"
     assert dist_enricher(Weird(), base) is base  # distributed by type, but nothing known in its text
@@ -428,7 +428,7 @@ def test_dist_enricher_survives_a_str_that_raises_keyboard_interrupt():
             raise KeyboardInterrupt
 
     Nasty.__module__ = "torch.distributed"
-    base = Diagnosis(category="unknown", title="?", summary="?")
+    base = Diagnosis(kind="unknown", title="?", summary="?")
     assert dist_enricher(Nasty(), base) is base  # no KeyboardInterrupt escapes in place of the user's error
 
 
@@ -439,7 +439,7 @@ def test_dist_enricher_does_not_repeat_the_fixes_of_the_diagnosis():
     exc = RuntimeError("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, "
                        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.")
     diagnosis = explain(exc)
-    assert diagnosis.category == "nccl_timeout"
+    assert diagnosis.kind == "nccl_timeout"
     section = dist_enricher(exc, diagnosis).sections[-1]
     assert "victim" in section.text and not section.fixes
 

@@ -109,7 +109,7 @@ def test_the_watchdog_message_is_one_entry_for_all_three_readers():
     assert holders == ["nccl_timeout"]
     assert classify(text)[1].slug == "nccl_timeout"
     assert parse_nccl_log(text).findings[0].kind == "nccl_timeout"
-    assert explain(text).category == "nccl_timeout"
+    assert explain(text).kind == "nccl_timeout"
 
 
 @pytest.mark.parametrize("bad", ["", "just some text\nwithout the library name", 42])

@@ -86,7 +86,7 @@ def test_a_rank_that_raises_is_primary_with_the_explainers_diagnosis(jobs):
     pm = dist.postmortem(jobs["raise"])
     assert pm.primary_rank == 1
     assert "Target 12 is out of bounds" in pm.primary_reason
-    assert pm.diagnosis is not None and pm.diagnosis.category == "target_out_of_bounds"
+    assert pm.diagnosis is not None and pm.diagnosis.kind == "target_out_of_bounds"
     # "Connection closed by peer" (or, on a loaded machine, gloo's own timeout): victims, not causes
     assert {0, 2} <= set(pm.consequences)
     victims = [r for r in pm.ranks if r.rank in (0, 2)]
@@ -122,8 +122,8 @@ def test_files_are_recognised_by_content_not_by_name(jobs, tmp_path):
         name = f"artifact{i:02d}.dat" if not f.name.startswith("fr_rank_") else f"dump_rank{f.name[8:]}"
         shutil.copy(f, tmp_path / name)
     a, b = dist.postmortem(jobs["raise"]), dist.postmortem(tmp_path)
-    assert (b.primary_rank, b.consequences, b.diagnosis.category) == (a.primary_rank, a.consequences,
-                                                                    a.diagnosis.category)
+    assert (b.primary_rank, b.consequences, b.diagnosis.kind) == (a.primary_rank, a.consequences,
+                                                                    a.diagnosis.kind)
     assert b.files == a.files
 
 

@@ -71,7 +71,7 @@ def test_corpus_file(path: Path):
     text = path.read_text()
     assert text.startswith("# source: "), "every corpus file names where it comes from"
     d = explain(text)
-    assert d.category == _expected(path), f"{path.name}: got {d.category} ({d.message!r})"
+    assert d.kind == _expected(path), f"{path.name}: got {d.kind} ({d.message!r})"
     # templates fully filled, whatever the wording era
     assert "[[" not in d.summary and not re.search(r"\{\w+(?::\w+)?\}|(?:^|\s)\?(?:\s|$)", d.summary), d.summary
     if d.known:
@@ -83,7 +83,7 @@ def test_corpus_accuracy():
     known = unknown = known_ok = unknown_ok = 0
     wrong = []
     for path in FILES:
-        got = explain(path.read_text()).category
+        got = explain(path.read_text()).kind
         if _expected(path) == "unknown":
             unknown += 1
             unknown_ok += got == "unknown"
@@ -129,8 +129,8 @@ def test_corpus_accuracy():
 )
 def test_oom_facts(name, expected):
     d = explain((CORPUS / f"{name}.txt").read_text())
-    assert d.category == "cuda_oom"
-    assert {k: d.facts.get(k) for k in expected} == expected
+    assert d.kind == "cuda_oom"
+    assert {k: d.evidence.get(k) for k in expected} == expected
 
 
 def test_oom_fragmentation_advice_depends_on_the_numbers():
@@ -146,55 +146,55 @@ def test_oom_fragmentation_advice_depends_on_the_numbers():
 
 def test_shape_facts_from_messages():
     d = explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
-    assert (d.category, d.facts["left_shape"], d.facts["right_shape"]) == ("shape_mismatch", [4, 10], [20, 5])
+    assert (d.kind, d.evidence["left_shape"], d.evidence["right_shape"]) == ("shape_mismatch", [4, 10], [20, 5])
     assert "in_features=20" in d.summary and "10 features" in d.summary
     d = explain((CORPUS / "shape_mismatch__broadcast.txt").read_text())
-    assert (d.facts["size_a"], d.facts["size_b"], d.facts["dim"]) == (3, 4, 1)
+    assert (d.evidence["size_a"], d.evidence["size_b"], d.evidence["dim"]) == (3, 4, 1)
     d = explain((CORPUS / "shape_mismatch__conv_channels.txt").read_text())
-    assert (d.facts["expected_channels"], d.facts["got_channels"], d.facts["input_shape"]) == (3, 1, [1, 1, 28, 28])
+    assert (d.evidence["expected_channels"], d.evidence["got_channels"], d.evidence["input_shape"]) == (3, 1, [1, 1, 28, 28])
 
 
 def test_device_dtype_and_target_facts():
     d = explain((CORPUS / "device_mismatch__cuda0_cpu_nunchaku.txt").read_text())
-    assert (d.facts["device_a"], d.facts["device_b"]) == ("cuda:0", "cpu")
+    assert (d.evidence["device_a"], d.evidence["device_b"]) == ("cuda:0", "cpu")
     d = explain((CORPUS / "dtype_mismatch__linear_double.txt").read_text())
-    assert (d.facts["dtype_a"], d.facts["dtype_b"]) == ("Double", "Float")
+    assert (d.evidence["dtype_a"], d.evidence["dtype_b"]) == ("Double", "Float")
     d = explain((CORPUS / "target_out_of_bounds__cross_entropy.txt").read_text())
-    assert d.facts["target"] == 5
+    assert d.evidence["target"] == 5
     d = explain((CORPUS / "invalid_device_ordinal__model_to_odcnn.txt").read_text())
-    assert d.category == "invalid_device_ordinal"
+    assert d.kind == "invalid_device_ordinal"
 
 
 def test_distributed_facts():
     d = explain((CORPUS / "nccl_timeout__interleaved_llamafactory.txt").read_text())
-    assert (d.facts["op_type"], d.facts["seq_num"], d.facts["timeout_ms"], d.facts["ranks"]) == ("ALLREDUCE", 1580, 600000, "0, 4")
+    assert (d.evidence["op_type"], d.evidence["seq_num"], d.evidence["timeout_ms"], d.evidence["ranks"]) == ("ALLREDUCE", 1580, 600000, "0, 4")
     d = explain((CORPUS / "world_size_mismatch__metaseq.txt").read_text())
-    assert (d.facts["world_size"], d.facts["worker_count"]) == (2048, 1792)
+    assert (d.evidence["world_size"], d.evidence["worker_count"]) == (2048, 1792)
     d = explain((CORPUS / "child_failed__sigkill_minicpm.txt").read_text())
-    assert d.facts["exitcode"] == -9 and d.facts["signal_name"] == "SIGKILL"
+    assert d.evidence["exitcode"] == -9 and d.evidence["signal_name"] == "SIGKILL"
     d = explain((CORPUS / "address_in_use__one_line_tuneavideo.txt").read_text())
-    assert d.facts["port"] == 29500
+    assert d.evidence["port"] == 29500
 
 
 def test_state_dict_size_mismatch_facts():
     d = explain((CORPUS / "size_mismatch_state_dict__classifier.txt").read_text())
-    assert (d.facts["param"], d.facts["checkpoint_shape"], d.facts["model_shape"]) == ("1.weight", [10, 4], [3, 4])
-    assert d.facts["mismatched_params"] == ["1.weight", "1.bias"]
+    assert (d.evidence["param"], d.evidence["checkpoint_shape"], d.evidence["model_shape"]) == ("1.weight", [10, 4], [3, 4])
+    assert d.evidence["mismatched_params"] == ["1.weight", "1.bias"]
 
 
 def test_device_side_assert_says_restart_and_cpu():
     d = explain((CORPUS / "device_side_assert__nll2d_unet.txt").read_text())
-    assert d.category == "device_side_assert"
+    assert d.kind == "device_side_assert"
     assert "restart" in d.summary.lower() and any("CPU" in n for n in d.notes)
-    assert "class label" in d.facts["likely_cause"]
+    assert "class label" in d.evidence["likely_cause"]
     assert any("cpu" in f.code for f in d.fixes)
 
 
 def test_compile_limit_both_names():
     old = explain((CORPUS / "torch_compile__cache_limit_exceeded_heavyball.txt").read_text())
     new = explain((CORPUS / "torch_compile__recompile_limit.txt").read_text())
-    assert (old.facts["limit_name"], old.facts["limit"]) == ("cache_size_limit", 8)
-    assert (new.facts["limit_name"], new.facts["limit"]) == ("recompile_limit", 2)
+    assert (old.evidence["limit_name"], old.evidence["limit"]) == ("cache_size_limit", 8)
+    assert (new.evidence["limit_name"], new.evidence["limit"]) == ("recompile_limit", 2)
 
 
 # ---------------------------------------------------------------- noise and choice
@@ -207,7 +207,7 @@ def test_launcher_prefixes_do_not_change_the_diagnosis(prefix, name):
     text = (CORPUS / f"{name}.txt").read_text()
     clean = explain(text)
     noisy = explain("\n".join(prefix + line for line in text.splitlines()))
-    assert (noisy.category, noisy.facts) == (clean.category, clean.facts)
+    assert (noisy.kind, noisy.evidence) == (clean.kind, clean.evidence)
 
 
 def test_normalize_drops_frames_but_keeps_messages():
@@ -226,15 +226,15 @@ def test_root_cause_wins_over_launcher_summary():
     oom = (CORPUS / "cuda_oom__v23_expandable_16417.txt").read_text()
     summary = (CORPUS / "child_failed__minigpt4_summary.txt").read_text()
     d = explain(oom + "\n" + summary)
-    assert d.category == "cuda_oom"
-    assert d.facts["reported_through"] == "child_failed"
-    assert explain(summary).category == "child_failed"
+    assert d.kind == "cuda_oom"
+    assert d.evidence["reported_through"] == "child_failed"
+    assert explain(summary).kind == "child_failed"
 
 
 def test_device_assert_wins_over_the_nccl_errors_it_causes():
     log = ((CORPUS / "nccl_error__distbackend_vllm.txt").read_text() + "\n"
            + (CORPUS / "device_side_assert__dcp.txt").read_text())
-    assert explain(log).category == "device_side_assert"
+    assert explain(log).kind == "device_side_assert"
 
 
 @pytest.mark.parametrize(("size", "expected"), [("20.00 MiB", 20 * MiB), ("1.95 GiB", round(1.95 * GiB)),
@@ -272,17 +272,17 @@ def test_module_named_from_the_traceback():
     with pytest.raises(RuntimeError) as info:
         model(torch.randn(4, 8))
     d = explain(info.value, roots={"model": model, "other": nn.Linear(1, 1)})
-    assert d.category == "shape_mismatch"
+    assert d.kind == "shape_mismatch"
     assert d.exception_type == "RuntimeError"
-    assert d.facts["module"] == "model.encoder.2"
-    assert d.facts["module_type"] == "Linear(in_features=20, out_features=5, bias=True)"
-    assert d.facts["module_input_shapes"] == {"input": [4, 10]}
-    assert d.facts["module_weight_shape"] == [5, 20]
-    assert (d.facts["left_shape"], d.facts["right_shape"]) == ([4, 10], [20, 5])
+    assert d.evidence["module"] == "model.encoder.2"
+    assert d.evidence["module_type"] == "Linear(in_features=20, out_features=5, bias=True)"
+    assert d.evidence["module_input_shapes"] == {"input": [4, 10]}
+    assert d.evidence["module_weight_shape"] == [5, 20]
+    assert (d.evidence["left_shape"], d.evidence["right_shape"]) == ([4, 10], [20, 5])
     assert any("model.encoder.2" in n and "(4, 10)" in n for n in d.notes)
     assert any("in_features=20" in n for n in d.notes)
     # without roots the module is named relative to the outermost module in the traceback
-    assert explain(info.value).facts["module"] == "<Net>.encoder.2"
+    assert explain(info.value).evidence["module"] == "<Net>.encoder.2"
 
 
 def test_conv_channel_hint():
@@ -291,13 +291,13 @@ def test_conv_channel_hint():
     with pytest.raises(RuntimeError) as info:
         conv(torch.randn(2, 1, 16, 16))
     d = explain(info.value, roots={"conv": conv})
-    assert d.facts["module"] == "conv"
+    assert d.evidence["module"] == "conv"
     assert any("in_channels=3" in n and "1 channels" in n for n in d.notes)
 
 
 def test_exception_type_alone_is_enough():
     torch = pytest.importorskip("torch")
-    assert explain(torch.OutOfMemoryError("")).category == "cuda_oom"
+    assert explain(torch.OutOfMemoryError("")).kind == "cuda_oom"
 
 
 def test_cause_chain_is_searched():
@@ -309,7 +309,7 @@ def test_cause_chain_is_searched():
             raise ValueError("training step 12 failed") from inner
     except ValueError as outer:
         d = explain(outer)
-    assert d.category == "shape_mismatch"
+    assert d.kind == "shape_mismatch"
     assert d.exception_type == "ValueError"
 
 
@@ -321,7 +321,7 @@ def test_module_prefix_fix_works():
     with pytest.raises(RuntimeError) as info:
         model.load_state_dict(saved)
     d = explain(info.value)
-    assert d.category == "state_dict_keys" and d.facts["key_prefix"] == "module."
+    assert d.kind == "state_dict_keys" and d.evidence["key_prefix"] == "module."
     assert "module." in d.summary
     fix = d.fixes[0]
     assert "removeprefix('module.')" in fix.code and len(fix.code.splitlines()) == 1
@@ -331,11 +331,11 @@ def test_module_prefix_fix_works():
 
 def test_unknown_reports_type_and_message():
     d = explain((CORPUS / "unknown__forward_kwarg_yolov3.txt").read_text())
-    assert (d.category, d.known) == ("unknown", False)
+    assert (d.kind, d.known) == ("unknown", False)
     assert d.exception_type == "TypeError"
     assert d.message == "forward() got an unexpected keyword argument 'img_dim'"
     d = explain(KeyError("label"))
-    assert (d.category, d.exception_type) == ("unknown", "KeyError")
+    assert (d.kind, d.exception_type) == ("unknown", "KeyError")
 
 
 def test_bad_input_is_one_clear_error():
@@ -349,7 +349,7 @@ def test_result_contract():
     d = explain((CORPUS / "cuda_oom__v23_expandable_16417.txt").read_text())
     assert isinstance(d, Diagnosis)
     data = d.to_dict()
-    assert {"category", "title", "summary", "facts", "fixes", "first_step"} <= set(data)
+    assert {"kind", "title", "summary", "evidence", "fixes", "first_step"} <= set(data)
     assert all(set(f) >= {"title", "code"} for f in data["fixes"])
     assert re.match(r"<Diagnosis: cuda_oom: ", repr(d))
     assert "expandable_segments" in str(d)
@@ -369,7 +369,7 @@ def test_oom_facts_survive_line_wrapping():
     text = (CORPUS / "cuda_oom__gpu1_stripformer.txt").read_text().split("\n", 1)[1]
     wrapped = "\n".join(textwrap.wrap(text, 60))
     assert wrapped.count("\n") >= 4
-    assert explain(wrapped).facts == explain(text).facts
+    assert explain(wrapped).evidence == explain(text).evidence
 
 
 # Error texts as the seed playbooks (../shared/seeds) print them: every one must be covered.
@@ -401,14 +401,14 @@ SEED_ERRORS = [
 
 @pytest.mark.parametrize(("text", "slug"), SEED_ERRORS, ids=[s for _, s in SEED_ERRORS])
 def test_seed_errors_are_covered(text, slug):
-    assert explain(text).category == slug
+    assert explain(text).kind == slug
 
 
 def test_seed_oom_numbers_despite_wrapping():
     d = explain(SEED_ERRORS[0][0])
-    assert (d.facts["tried_to_allocate"], d.facts["total_capacity"], d.facts["reserved_by_pytorch"]) == (
+    assert (d.evidence["tried_to_allocate"], d.evidence["total_capacity"], d.evidence["reserved_by_pytorch"]) == (
         2 * GiB, round(79.35 * GiB), round(77.50 * GiB))
-    assert d.facts["reserved_but_unallocated"] == round(77.50 * GiB) - round(76.28 * GiB)
+    assert d.evidence["reserved_but_unallocated"] == round(77.50 * GiB) - round(76.28 * GiB)
 
 
 def test_class_count_and_label_range_from_the_exception():
@@ -416,15 +416,15 @@ def test_class_count_and_label_range_from_the_exception():
     with pytest.raises(IndexError) as info:
         torch.nn.functional.cross_entropy(torch.randn(4, 5), torch.tensor([0, 1, 5, 2]))
     d = explain(info.value)
-    assert d.category == "target_out_of_bounds"
-    assert (d.facts["target"], d.facts["num_classes"], d.facts["target_min"], d.facts["target_max"]) == (5, 5, 0, 5)
+    assert d.kind == "target_out_of_bounds"
+    assert (d.evidence["target"], d.evidence["num_classes"], d.evidence["target_min"], d.evidence["target_max"]) == (5, 5, 0, 5)
     assert "with 5 classes" in d.summary and any("0..4" in n for n in d.notes)
     emb = torch.nn.Embedding(10, 4)
     with pytest.raises(IndexError) as info:
         emb(torch.tensor([[1, 2, 12]]))
     d = explain(info.value, roots={"emb": emb})
-    assert d.category == "index_out_of_range"  # an embedding lookup, kept apart from class labels (issue 10)
-    assert (d.facts["num_embeddings"], d.facts["index_max"], d.facts["module"]) == (10, 12, "emb")
+    assert d.kind == "index_out_of_range"  # an embedding lookup, kept apart from class labels (issue 10)
+    assert (d.evidence["num_embeddings"], d.evidence["index_max"], d.evidence["module"]) == (10, 12, "emb")
     assert "10 rows and got index 12" in d.summary
 
 
@@ -438,7 +438,7 @@ def test_never_raises_on_arbitrary_text():
     @given(st.lists(st.one_of(st.sampled_from(lines), st.text(max_size=80)), max_size=25))
     def check(parts):
         d = explain("\n".join(parts))
-        assert d.category in set(SLUGS) | {"unknown"}
+        assert d.kind in set(SLUGS) | {"unknown"}
         assert "[[" not in d.summary
 
     check()
@@ -460,7 +460,7 @@ def test_reports_name_only_sources_a_user_can_open():
 
 
 def test_diagnosis_drops_sources_a_user_cannot_open():
-    d = Diagnosis(category="x", title="t", summary="s",
+    d = Diagnosis(kind="x", title="t", summary="s",
                   sources=("seed: debugging-recipes.md", "shared/notes/a.md", "https://example.org/a", "https://example.org/a"))
     assert d.sources == ("https://example.org/a",)
     assert "Sources: https://example.org/a" in str(d)
@@ -488,8 +488,8 @@ def test_ddp_unused_parameters_are_named_from_the_wrapped_model(tmp_path):
         d = explain(info.value, roots={"model": model})
     finally:
         dist.destroy_process_group()
-    assert d.category == "ddp_unused_parameters"
-    assert d.facts["unused_names"] == "aux_head.weight, aux_head.bias"
+    assert d.kind == "ddp_unused_parameters"
+    assert d.evidence["unused_names"] == "aux_head.weight, aux_head.bias"
     assert "aux_head.weight, aux_head.bias" in d.summary and "model.module" in d.notes[0]
     assert d.first_step.startswith("Look at aux_head.weight")
 
@@ -508,7 +508,7 @@ def test_the_forgotten_flatten_is_said_first():
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Linear(2048, 10))
     d = explain(_raised(lambda: model(torch.randn(8, 3, 32, 32))), roots={"model": model})
-    assert d.category == "shape_mismatch"
+    assert d.kind == "shape_mismatch"
     assert d.fixes[0].title == "Flatten before this layer" and "x.flatten(1)" in d.fixes[0].code
     assert "x.flatten(1)" in d.first_step and d.first_step.startswith("At model.3 = Linear(in_features=2048")
     assert not any("in_features should be" in n for n in d.notes)
@@ -574,7 +574,7 @@ def test_channels_last_transposed_and_missing_dimensions():
     assert "x[None, None]" in d.fixes[0].code
     bn = nn.BatchNorm2d(3)
     d = explain(_raised(lambda: bn(torch.randn(3, 8, 8))))
-    assert d.category == "shape_mismatch" and d.fixes[0].title == "Add the batch dimension"
+    assert d.kind == "shape_mismatch" and d.fixes[0].title == "Add the batch dimension"
 
 
 def test_numpy_conversion_says_what_is_wrong_with_the_tensor():
@@ -582,7 +582,7 @@ def test_numpy_conversion_says_what_is_wrong_with_the_tensor():
     with pytest.raises(RuntimeError) as info:
         torch.ones(2, requires_grad=True).numpy()
     d = explain(info.value)
-    assert d.category == "numpy_conversion" and d.summary.endswith("this one requires grad.")
+    assert d.kind == "numpy_conversion" and d.summary.endswith("this one requires grad.")
     d = explain("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor")
     assert d.summary.endswith("this one is on cuda:0.") and "requires grad" not in d.summary
 
@@ -595,7 +595,7 @@ def test_parameter_in_two_groups_is_a_construction_error_not_a_resume():
     with pytest.raises(ValueError) as info:
         torch.optim.SGD([{"params": lin.parameters()}, {"params": [lin.weight]}], lr=0.1)
     for d in (explain(text), explain(info.value)):
-        assert d.category == "optimizer_setup"
+        assert d.kind == "optimizer_setup"
         assert d.summary.startswith("A parameter is listed in two parameter groups")
         assert "saved" not in d.summary and "loaded" not in d.summary
         assert d.fixes[0].title.startswith("Deduplicate the parameter groups") and "not in head" in d.fixes[0].code
@@ -615,14 +615,14 @@ def test_loss_broadcast_says_every_with_every_only_when_it_is():
     """Review 8: target [1] vs input [] broadcasts harmlessly; only a broadcast shape larger than both inputs
     compares every prediction with every target."""
     d = explain(_loss_warning("[1]", "[]"))
-    assert d.category == "loss_broadcast" and "harmless here" in d.summary
+    assert d.kind == "loss_broadcast" and "harmless here" in d.summary
     assert "every prediction with every target" not in d.summary and "wrong thing" not in d.summary
     d = explain(_loss_warning("[32]", "[32, 1]"))
     assert "every prediction with every target" in d.summary and "[32, 32]" in d.summary and "harmless" not in d.summary
     d = explain(_loss_warning("[4]", "[4, 4]"))  # repeated, not every-with-every, and not harmless either
     assert "is repeated" in d.summary and "harmless" not in d.summary and "every target" not in d.summary
     d = explain("UserWarning: Using a target size (torch.Size([3, 2])) that is different to the input size")
-    assert d.category == "loss_broadcast" and "print both shapes" in d.summary
+    assert d.kind == "loss_broadcast" and "print both shapes" in d.summary
 
 
 def test_a_bare_launch_failure_is_not_called_a_hardware_fault():
@@ -631,7 +631,7 @@ def test_a_bare_launch_failure_is_not_called_a_hardware_fault():
                  "RuntimeError: CUDA error: unspecified launch failure\n"
                  "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, Ch 0000, MMU Fault"):
         d = explain(text)
-        assert d.category == "cuda_hardware_fault"
+        assert d.kind == "cuda_hardware_fault"
         assert "not from the program" not in d.summary and "not your code" not in d.title
         assert "custom CUDA kernel" in d.summary.split(".")[1] and "second" in d.summary
         assert "CUDA_LAUNCH_BLOCKING=1" in d.fixes[0].code

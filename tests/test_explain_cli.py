@@ -26,12 +26,12 @@ def test_json_contract_from_file(name):
     proc = _run(str(CORPUS / f"{name}.txt"), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["category"] == name.split("__")[0]
-    for key, kind in {"category": str, "title": str, "summary": str, "facts": dict, "fixes": list,
+    assert data["kind"] == name.split("__")[0]
+    for key, kind in {"kind": str, "title": str, "summary": str, "evidence": dict, "fixes": list,
                       "first_step": str}.items():
         assert isinstance(data[key], kind), key
     assert all(isinstance(f["title"], str) and isinstance(f["code"], str) for f in data["fixes"])
-    if data["category"] != "unknown":
+    if data["kind"] != "unknown":
         assert data["fixes"] and data["first_step"]
 
 
@@ -41,7 +41,7 @@ def test_stdin_and_text_output():
     assert proc.returncode == 0, proc.stderr
     assert "[nccl_timeout]" in proc.stdout and "First step:" in proc.stdout
     proc = _run("--json", stdin=text)
-    assert json.loads(proc.stdout)["facts"]["timeout_ms"] == 1800000
+    assert json.loads(proc.stdout)["evidence"]["timeout_ms"] == 1800000
 
 
 def test_missing_file_is_one_clear_error(tmp_path):
@@ -63,9 +63,9 @@ def test_long_log_is_read_from_its_end(tmp_path):
     assert log.stat().st_size > 5_000_000
     proc = _run(str(log), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["category"] == "nccl_timeout"
+    assert json.loads(proc.stdout)["kind"] == "nccl_timeout"
     proc = _run("--json", stdin=log.read_text(encoding="utf-8"))
-    assert json.loads(proc.stdout)["category"] == "nccl_timeout"
+    assert json.loads(proc.stdout)["kind"] == "nccl_timeout"
 
 
 def test_read_text_keeps_the_tail_and_translates_newlines(tmp_path, monkeypatch):

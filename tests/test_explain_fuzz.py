@@ -37,7 +37,7 @@ _UNFILLED = re.compile(r"\[\[|\{\w+(?::\w+)?\}")
 
 def _check(result: Diagnosis, seconds: float) -> None:
     assert isinstance(result, Diagnosis)
-    assert result.category in SLUGS, result.category
+    assert result.kind in SLUGS, result.kind
     assert result.severity in ("error", "warning")
     assert isinstance(result.summary, str) and not _UNFILLED.search(result.summary), result.summary
     assert all(isinstance(n, str) for n in result.notes)

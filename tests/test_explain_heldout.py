@@ -79,7 +79,7 @@ def test_heldout_sources_are_disjoint_from_the_original_corpus():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_heldout_file(path: Path):
     d = explain(path.read_text(errors="replace"))
-    assert d.category == _expected(path), f"{path.name}: got {d.category} ({d.message!r})"
+    assert d.kind == _expected(path), f"{path.name}: got {d.kind} ({d.message!r})"
     if d.known:
         assert d.title and d.fixes and d.first_step and d.message
         assert "[[" not in d.summary and not re.search(r"\{\w+(?::\w+)?\}", d.summary), d.summary
@@ -89,7 +89,7 @@ def test_heldout_accuracy_meets_the_issue_targets():
     known = unknown = known_ok = unknown_ok = 0
     wrong_category, missed = [], []
     for path in FILES:
-        expected, got = _expected(path), explain(path.read_text(errors="replace")).category
+        expected, got = _expected(path), explain(path.read_text(errors="replace")).kind
         if expected == "unknown":
             unknown += 1
             unknown_ok += got == "unknown"
@@ -118,7 +118,7 @@ def test_heldout_accuracy_meets_the_issue_targets():
 )
 def test_heldout_facts_survive_old_and_wrapped_wordings(name, facts):
     d = explain((HELDOUT / f"{name}.txt").read_text())
-    assert {k: d.facts.get(k) for k in facts} == facts
+    assert {k: d.evidence.get(k) for k in facts} == facts
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_heldout_facts_survive_old_and_wrapped_wordings(name, facts):
     ],
 )
 def test_cuda_error_numbers_alone(text, slug):
-    assert explain(text).category == slug
+    assert explain(text).kind == slug
 
 
 # Messages as PyTorch / its launchers word them in other versions than the corpora show (from the library's
@@ -187,24 +187,24 @@ def test_cuda_error_numbers_alone(text, slug):
     ],
 )
 def test_wordings_of_other_versions(slug, text):
-    assert explain(text).category == slug
+    assert explain(text).kind == slug
 
 
 def test_jupyter_header_names_a_cut_traceback_but_only_with_its_module():
     cut = (HELDOUT.parent / "errors_heldout_r2" / "torch_compile__jupyter_unsupported_header.txt").read_text()
-    assert explain(cut).category == "torch_compile"
+    assert explain(cut).kind == "torch_compile"
     # the same generic class name from another library stays unknown
     other = "Unsupported                               Traceback (most recent call last)\nCell In[3], line 1\n"
-    assert explain(other).category == "unknown"
+    assert explain(other).kind == "unknown"
 
 
 def test_truncated_traceback_is_recognised_from_its_last_raise_line():
     text = (HELDOUT / "torch_compile__frames_only_raise_backend.txt").read_text()
     assert "BackendCompilerFailed:" not in text  # only the frame's source line names it
-    assert explain(text).category == "torch_compile"
+    assert explain(text).kind == "torch_compile"
     # the same fallback never turns a generic raise into a category
     generic = 'Traceback (most recent call last):\n  File "a.py", line 3, in f\n    raise ValueError("bad config")\n'
-    assert explain(generic).category == "unknown"
+    assert explain(generic).kind == "unknown"
 
 
 def test_frames_recognise_a_failure_only_when_no_message_matched():
@@ -218,15 +218,15 @@ def test_frames_recognise_a_failure_only_when_no_message_matched():
         "AttributeError: 'NoneType' object has no attribute 'shape'\n"
     )
     d = explain(old_worker)
-    assert d.category == "dataloader_worker"
+    assert d.kind == "dataloader_worker"
     assert d.message == "'NoneType' object has no attribute 'shape'"
     # the same user error outside a worker stays unknown
-    assert explain(old_worker.split("\n", 3)[3]).category == "unknown"
+    assert explain(old_worker.split("\n", 3)[3]).kind == "unknown"
     # a message in a category wins over the frames: an inner shape error inside a worker
     inner = old_worker.replace("AttributeError: 'NoneType' object has no attribute 'shape'",
                                "RuntimeError: stack expects each tensor to be equal size, but got [3] at entry 0 "
                                "and [4] at entry 1")
-    assert explain(inner).category == "collate_mismatch"  # stacking in the loader's collate step (issue 10)
+    assert explain(inner).kind == "collate_mismatch"  # stacking in the loader's collate step (issue 10)
     # frames only the backend compiler runs
     compile_frames = (
         'W0916 19:14:38.825000 9120 Lib\\site-packages\\torch\\_dynamo\\convert_frame.py:1280]   File '
@@ -234,7 +234,7 @@ def test_frames_recognise_a_failure_only_when_no_message_matched():
         "W0916 19:14:38.825000 9120 Lib\\site-packages\\torch\\_dynamo\\convert_frame.py:1280]     "
         "compiled_gm = compiler_fn(gm, example_inputs)\n"
     )
-    assert explain(compile_frames).category == "torch_compile"
+    assert explain(compile_frames).kind == "torch_compile"
     # a generic user traceback has no such frames
     user = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\nKeyError: 3\n'
-    assert explain(user).category == "unknown"
+    assert explain(user).kind == "unknown"

@@ -138,13 +138,13 @@ def test_explain_takes_a_captured_warning_or_its_text():
         torch.nn.functional.l1_loss(torch.randn(8, 1), torch.randn(8))
     (record,) = [w for w in caught if "target size" in str(w.message)]
     d = explain(record)
-    assert (d.category, d.severity, d.exception_type) == ("loss_broadcast", "warning", "UserWarning")
-    assert d.facts["target_shape"] == [8] and d.facts["input_shape"] == [8, 1]
+    assert (d.kind, d.severity, d.exception_type) == ("loss_broadcast", "warning", "UserWarning")
+    assert d.evidence["target_shape"] == [8] and d.evidence["input_shape"] == [8, 1]
     printed = warnings.formatwarning(record.message, record.category, record.filename, record.lineno, "")
-    assert explain(printed).category == "loss_broadcast"
+    assert explain(printed).kind == "loss_broadcast"
     # a warning printed before the error that stopped the run is background: the error is the diagnosis
     after = printed + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyError: 'x'\n"
-    assert explain(after).category == "unknown"
+    assert explain(after).kind == "unknown"
 
 
 def test_a_failing_explainer_never_breaks_the_cell(printed, ip, monkeypatch):

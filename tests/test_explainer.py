@@ -77,11 +77,11 @@ def test_keyboard_interrupt_is_not_diagnosed(ip):
 
 def test_explain_magic_on_pasted_text_and_last_error(ip):
     d = ip.run_cell_magic("explain", "", "[rank0]: RuntimeError: CUDA error: device-side assert triggered\n")
-    assert d.category == "device_side_assert"
+    assert d.kind == "device_side_assert"
     with capture_output():
         ip.run_cell(SHAPE_CELL)
     last = ip.run_line_magic("explain", "")
-    assert last.category == "shape_mismatch"
+    assert last.kind == "shape_mismatch"
     bundle, _ = ip.display_formatter.format(last)
     assert {"text/plain", "text/html"} <= set(bundle)
 

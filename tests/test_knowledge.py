@@ -87,7 +87,7 @@ def test_scheduler_order_says_the_gradscaler_warning_is_harmless_first():
     d = explain("UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 "
                 "and later, you should call them in the opposite order: `optimizer.step()` before "
                 "`lr_scheduler.step()`.")
-    assert d.category == "scheduler_order"
+    assert d.kind == "scheduler_order"
     first = d.first_step
     assert first.startswith("Under GradScaler / AMP") and "single warning at the start is harmless" in first
     assert "scaler.get_scale()" in first and "65536" in first and "step the optimizer first" in first

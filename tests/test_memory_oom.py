@@ -99,7 +99,7 @@ def test_section_without_a_snapshot_still_says_how_to_release():
     from nbdebug.core.explain import Diagnosis
     from nbdebug.core.memory._oom import enrich_oom
 
-    diagnosis = Diagnosis(category="cuda_oom", title="CUDA out of memory", summary="")
+    diagnosis = Diagnosis(kind="cuda_oom", title="CUDA out of memory", summary="")
     (section,) = enrich_oom(RuntimeError("CUDA out of memory."), diagnosis, None).sections
     assert "No snapshot" in section.text and "release_failed_cell" in section.fixes[0].code
 

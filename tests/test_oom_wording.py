@@ -27,7 +27,7 @@ def test_oom_panel_wording(message):
     for text in (str(d), d._repr_html_()):
         assert not re.search(r"[^.]\.\.(?!\.)", text), re.search(r".{40}[^.]\.\.(?!\.).{10}", text)
         assert "Distributed" not in text
-    assert d.category == "cuda_oom" and any("OOM" in s.title or "Memory" in s.title for s in d.sections)
+    assert d.kind == "cuda_oom" and any("OOM" in s.title or "Memory" in s.title for s in d.sections)
 
 
 def test_a_single_process_oom_gets_no_distributed_section(ip):

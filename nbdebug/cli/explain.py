@@ -11,8 +11,8 @@ from nbdebug.cli._io import read_text
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the verb's arguments."""
     parser.add_argument("file", nargs="?", default="-", help="error text or log file; - (default) reads stdin")
-    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (category, title, "
-                        "summary, facts, fixes, first_step, ...)")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (kind, title, "
+                        "summary, evidence, fixes, first_step, ...)")
 
 
 def run(args: argparse.Namespace) -> int:

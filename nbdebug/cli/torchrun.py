@@ -54,4 +54,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         print()
         print(str(result))
-    return 0 if result.ok else 1
+    return 0 if result.succeeded else 1

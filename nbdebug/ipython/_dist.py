@@ -80,7 +80,7 @@ class DistMagics(Magics):
         (functions and classes travel as source, modules as imports, other values pickled; lambdas, closures,
         CUDA tensors and open files cannot travel, and are refused with the reason).
 
-        Returns a ``DistRun``: ``.ok``, ``.ranks`` (exit code, stdout, stderr, traceback per rank), ``.primary``
+        Returns a ``DistRun``: ``.succeeded``, ``.ok``, ``.ranks`` (exit code, stdout, stderr, traceback per rank), ``.primary``
         (the rank whose failure came first and caused the others, not the victims that died of a closed
         connection), ``.hang`` (when no rank made progress for ``--timeout`` seconds: each rank's stack, the
         collective the others wait in, and the rank(s) that never reached it, with file and line).  No rank
@@ -134,7 +134,9 @@ class DistMagics(Magics):
             raise
         if args.output:
             user_ns[args.output] = result
-        return result
+        from nbdebug.ipython._cell import _silenced
+
+        return None if _silenced(self.shell, cell) else result
 
     @magic_arguments()
     @argument("paths", nargs="+", metavar="PATH", help="folders, files or globs of a job's per-rank artifacts")
@@ -209,7 +211,7 @@ def dist_enricher(exc: BaseException, diagnosis: Any) -> Any:
                          "%%torchrun (or python -m nbdebug torchrun) to see which rank and where.")
         if culprit is not None:
             lines.append(f"The message names rank {culprit}.")
-        if getattr(diagnosis, "category", None) != entry.slug:  # the diagnosis lists this entry's fixes already
+        if getattr(diagnosis, "kind", None) != entry.slug:  # the diagnosis lists this entry's fixes already
             fixes += entry.fixes
     detail = explain_detail_mismatch(text)
     if detail:

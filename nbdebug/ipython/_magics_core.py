@@ -79,7 +79,7 @@ class CoreMagics(Magics):
             %%explain                # a whole pasted log or traceback from a job that ran elsewhere
             ...pasted text...
 
-        Returns a ``Diagnosis`` (``.category``, ``.facts``, ``.fixes``, ``.to_dict()``).
+        Returns a ``Diagnosis`` (``.kind``, ``.evidence``, ``.fixes``, ``.to_dict()``).
         """
         from nbdebug.core.explain import explain
 

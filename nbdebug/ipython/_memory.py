@@ -49,11 +49,6 @@ class MemoryMagics(Magics):
         remark, not a warning.
         ``!cmd`` and ``%magic`` lines work inside the cell.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
-
-        On CPU, the first traced cell also starts building a compiled reader of the profiler's events in the
-        background (a C++ compiler, about 10 s, once per torch); later cells use it and turn the recording into
-        the report faster (the same report).  ``NBDEBUG_COMPILE=0`` turns it off;
-        ``!python -m nbdebug compile --status`` says whether it is in use.
         """
         if cell is None:  # registered for lines too, so that %memtrace? shows this help
             raise UsageError("%memtrace is a cell magic: put %%memtrace [options] on the first line of the cell "

@@ -171,7 +171,7 @@ class ShortTracebacks:
             return None
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
         # bold in the terminal's own colour: readable on every theme's error background
-        headline = f"\x1b[1mnbdebug ▸ [{diagnosis.category}] {diagnosis.title} — explained below the traceback\x1b[0m\n"
+        headline = f"\x1b[1mnbdebug ▸ [{diagnosis.kind}] {diagnosis.title} — explained below the traceback\x1b[0m\n"
         short = fold_library_frames(stb, headline=headline)
         if len(short) >= len(stb) + 1:  # nothing folded: the headline alone is not worth a different traceback
             return [headline, *stb]

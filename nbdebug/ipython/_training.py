@@ -250,7 +250,7 @@ def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
         **extra,
         sections=(*diagnosis.sections, section),
         # the sentinel knows more than the message: where, when and in which pass the value appeared
-        category=diagnosis.category if diagnosis.known else "nan_loss",
+        kind=diagnosis.kind if diagnosis.known else "nan_loss",
         title=f"NaN/Inf in the {phase} pass{where} at step {step}",
         summary=f"{e.title}: first seen{where}, step {step} (from 0), {phase} pass",
         fixes=(*fixes, *(f for f in diagnosis.fixes if not (replayed and "anomaly" in (f.title + f.code)))),

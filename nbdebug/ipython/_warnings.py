@@ -107,7 +107,7 @@ class WarningWatcher:
             diagnosis = explain(record)
             if diagnosis.severity != "warning":
                 return
-            site = (str(filename), int(lineno), diagnosis.category)
+            site = (str(filename), int(lineno), diagnosis.kind)
             if site in self._seen:
                 return
             self._seen.add(site)

@@ -64,9 +64,9 @@ def diagnosis_text(d: Diagnosis) -> str:
             + "\n(an honest 'unknown' rather than a wrong guess; the traceback above is the place to look)"
         )
     kind = " warning" if d.severity == "warning" else ""
-    out = [f"nbdebug{kind} [{d.category}] {d.title}", "", d.summary]
-    if d.facts:
-        out += ["", "Facts:"] + [f"  {k}: {_fact_value(v, k)}" for k, v in d.facts.items()]
+    out = [f"nbdebug{kind} [{d.kind}] {d.title}", "", d.summary]
+    if d.evidence:
+        out += ["", "Facts:"] + [f"  {k}: {_fact_value(v, k)}" for k, v in d.evidence.items()]
     if d.notes:
         out += ["", "Here:"] + [f"  - {n}" for n in d.notes]
     if d.causes:
@@ -99,8 +99,8 @@ def diagnosis_html(d: Diagnosis) -> str:
         parts.append(f'<div class="nbd-first"><b>First step:</b> {esc(d.first_step)}</div>')
     if d.notes:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in d.notes) + "</ul>")
-    if d.facts:
-        parts.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.facts.items()))
+    if d.evidence:
+        parts.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.evidence.items()))
     if d.causes:
         items = "".join(f"<li>{esc(c)}</li>" for c in d.causes)
         parts.append(f"<details open><summary><b>Likely causes</b></summary><ol>{items}</ol></details>")
@@ -116,7 +116,7 @@ def diagnosis_html(d: Diagnosis) -> str:
     if sources:
         links = "; ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(u)}</a>' for u in sources)
         parts.append(f'<div class="nbd-muted">Sources: {links}</div>')
-    return panel(f"nbdebug · {d.title}  [{d.category}]", "".join(parts), kind="error", css_class="nbd-diagnosis")
+    return panel(f"nbdebug · {d.title}  [{d.kind}]", "".join(parts), kind="error", css_class="nbd-diagnosis")
 
 
 def _warning_html(d: Diagnosis) -> str:
@@ -132,8 +132,8 @@ def _warning_html(d: Diagnosis) -> str:
     if d.fixes:
         folded.append("<h4>Fixes</h4><ol>" + "".join(
             f"<li>{esc(f.title)}{code_block(f.code) if f.code else ''}</li>" for f in d.fixes) + "</ol>")
-    if d.facts:
-        folded.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.facts.items()))
+    if d.evidence:
+        folded.append("<h4>Facts</h4>" + kv_table((k, _fact_value(v, k)) for k, v in d.evidence.items()))
     sources = user_sources(d.sources)
     if sources:
         links = "; ".join(f'<a href="{esc(u)}" target="_blank" rel="noopener">{esc(u)}</a>' for u in sources)
@@ -142,5 +142,5 @@ def _warning_html(d: Diagnosis) -> str:
         parts.append(f"<details><summary><b>Causes and fixes</b></summary>{''.join(folded)}</details>")
     parts.append('<div class="nbd-muted">Shown once per warning site; <code>%nbdebug warnings off</code> stops '
                  "these panels.</div>")
-    return panel(f"nbdebug · warning · {d.title}  [{d.category}]", "".join(parts), kind="warning",
+    return panel(f"nbdebug · warning · {d.title}  [{d.kind}]", "".join(parts), kind="warning",
                  css_class="nbd-diagnosis nbd-warning-panel")

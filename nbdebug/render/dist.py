@@ -8,11 +8,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nbdebug.core._findings import Finding
 from nbdebug.core.dist._blame import ranks_text
 from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
 from nbdebug.core.dist._nccl import NcclLog
 from nbdebug.core.dist._postmortem import PostMortem
 from nbdebug.core.dist._types import DistRun, Hang, RankResult
+from nbdebug.core.dist._verdict import FAILURE_KINDS
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
 from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text
@@ -139,8 +141,8 @@ def dist_run_text(d: DistRun) -> str:
     p = d.primary
     hang_first = d.hang is not None and (p is None or p.error_kind != "cause")
     bad_checks = sum(1 for c in d.checks if not c.ok)
-    head = "OK" if d.ok else ("HANG" if hang_first else "FAILED")
-    if d.ok and bad_checks:
+    head = "OK" if d.succeeded else ("HANG" if hang_first else "FAILED")
+    if d.succeeded and bad_checks:
         head = f"OK, but {bad_checks} check(s) found a problem"
     out = [f"nbdebug torchrun: {head} - {d.nprocs} ranks, {d.backend}, {d.seconds:.1f} s (port {d.port})"]
     if d.primary_rank is not None:
@@ -149,8 +151,8 @@ def dist_run_text(d: DistRun) -> str:
             out += ["", f"Traceback of rank {p.rank}:", p.traceback.rstrip()]
     elif d.primary_reason:  # every error is a consequence: the verdict names no rank, but says so
         out += ["", "Primary failure: not found", f"  {d.primary_reason}"]
-    if d.findings:
-        out += ["", findings_text(d.findings)]
+    if _more(d):
+        out += ["", findings_text(_more(d))]
     if d.diagnosis is not None:
         out += ["", f"Diagnosis of rank {d.primary_rank}'s error:", diagnosis_text(d.diagnosis)]
     if d.hang is not None:
@@ -167,12 +169,17 @@ def dist_run_text(d: DistRun) -> str:
     return "\n".join(out)
 
 
+def _more(d: DistRun) -> tuple[Finding, ...]:
+    """The findings beyond the run's failure, which the panel already states first (primary failure, hang)."""
+    return tuple(f for f in d.findings if f.kind not in FAILURE_KINDS)
+
+
 def _dist_run_title(d: DistRun) -> tuple[str, str]:
     bad_checks = [c for c in d.checks if not c.ok]
-    if d.ok and bad_checks:
+    if d.succeeded and bad_checks:
         return (f"torchrun: {d.nprocs} ranks ran, {len(bad_checks)} check(s) found a problem: "
                 f"{bad_checks[0].kind}"), "warning"
-    if d.ok:
+    if d.succeeded:
         return f"torchrun: {d.nprocs} ranks OK ({d.seconds:.1f} s)", "ok"
     p = d.primary
     if d.hang is not None and (p is None or p.error_kind != "cause"):
@@ -195,8 +202,8 @@ def dist_run_html(d: DistRun) -> str:
             parts.append(code_block(p.traceback))
     elif d.primary_reason:
         parts.append(f'<div class="nbd-first"><b>Primary failure: not found</b> — {esc(d.primary_reason)}</div>')
-    if d.findings:
-        parts.append(findings_html(d.findings))
+    if _more(d):
+        parts.append(findings_html(_more(d)))
     if d.diagnosis is not None:
         parts.append(diagnosis_html(d.diagnosis))
     if d.hang is not None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._result import Result
 from nbdebug.core.explain import Diagnosis
 
@@ -152,14 +152,15 @@ class CheckRecord:
 
 
 @dataclass(frozen=True, repr=False)
-class DistRun(Result):
+class DistRun(HasFindings, Result):
     """The outcome of running code on N local ranks.
 
     Attributes
     ----------
-    ok : bool
-        Every rank exited 0 and no hang was found.  Not the findings' ``ok`` (``HasFindings``): a failed check
-        is one of ``findings``, and a run whose check failed still ran ok.
+    succeeded : bool
+        Every rank exited 0 and no hang was found.  ``ok`` (the one meaning, from ``HasFindings``) is stricter:
+        no error and no warning among ``findings``, which hold the failure itself and every failed check, so a
+        run whose ranks all exited 0 but whose check found a problem has ``succeeded`` and is not ``ok``.
     nprocs : int
         Number of ranks.
     backend : str
@@ -187,13 +188,13 @@ class DistRun(Result):
     run_dir : str
         Folder with each rank's error file and dumps (deleted unless ``keep_files``).
     findings : tuple of Finding
-        What the run shows beyond each rank's error, worst first: every failed check, and e.g. every rank
-        failing with ``NameError`` (a name not shipped with ``--use``).
+        What the run shows, worst first: its failure (the primary rank, the hang, or only consequences), every
+        failed check, and e.g. every rank failing with ``NameError`` (a name not shipped with ``--use``).
     diagnosis : Diagnosis or None
         The explainer's diagnosis of the primary rank's error, when it recognised it.
     """
 
-    ok: bool
+    succeeded: bool
     nprocs: int
     backend: str
     ranks: tuple[RankResult, ...]
@@ -235,7 +236,7 @@ class DistRun(Result):
         return step_report(self.steps, self.nprocs)
 
     def _summary_line(self) -> str:
-        if self.ok:
+        if self.succeeded:
             return f"{self.nprocs} ranks ok in {self.seconds:.1f} s"
         if self.hang is not None:
             return f"HANG: missing ranks {list(self.hang.missing_ranks)} ({self.hang.collective or 'no collective'})"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core._result import Result
 
 __all__ = ["Fix", "Section", "Diagnosis", "user_sources"]
@@ -44,14 +44,16 @@ class Diagnosis(Result):
 
     Attributes
     ----------
-    category : str
-        Stable slug (``cuda_oom``, ``shape_mismatch``, ..., or ``unknown``).
+    kind : str
+        Stable slug of the knowledge entry (``cuda_oom``, ``shape_mismatch``, ..., or ``unknown``): the same word
+        as ``Finding.kind``.
     title : str
         One line naming the problem.
     summary : str
         What happened, in plain words, with the numbers filled in.
-    facts : Mapping[str, Any]
-        Numbers and names parsed out of the message or the exception (sizes, shapes, devices, ...).
+    evidence : Mapping[str, Any]
+        Numbers and names parsed out of the message or the exception (sizes, shapes, devices, ...): the same word
+        as ``Finding.evidence``.
     causes : tuple of str
         Likely causes, most likely first.
     fixes : tuple of Fix
@@ -69,15 +71,15 @@ class Diagnosis(Result):
     sources : tuple of str
         Public pages the knowledge behind this diagnosis comes from (issue threads, docs): http(s) addresses
         only; anything else given here is dropped.
-    severity : str
-        ``"error"``, or ``"warning"`` for a warning that signals a bug (``loss_broadcast``, ...): the run went
+    severity : Severity
+        ``error``, or ``warning`` (the same ``Severity`` as a ``Finding``, equal to those strings) for a warning that signals a bug (``loss_broadcast``, ...): the run went
         on, but it is training the wrong thing, slower, or without gradients somewhere.
     """
 
-    category: str
+    kind: str
     title: str
     summary: str
-    facts: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Any] = field(default_factory=dict)
     causes: tuple[str, ...] = ()
     fixes: tuple[Fix, ...] = ()
     first_step: str = ""
@@ -86,20 +88,22 @@ class Diagnosis(Result):
     notes: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
     sources: tuple[str, ...] = ()
-    severity: str = "error"
+    severity: Severity = Severity.ERROR
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", user_sources(self.sources))
+        if not isinstance(self.severity, Severity):
+            object.__setattr__(self, "severity", Severity.parse(self.severity))
 
     @property
     def known(self) -> bool:
-        """False when the error matched no known category."""
-        return self.category != "unknown"
+        """False when the error matched no known knowledge entry."""
+        return self.kind != "unknown"
 
     def _summary_line(self) -> str:
-        return f"{self.category}: {self.title}"
+        return f"{self.kind}: {self.title}"
 
     def _records(self) -> list[dict[str, Any]]:
-        return [{"category": self.category, "fact": k, "value": v} for k, v in self.facts.items()] or [
-            {"category": self.category, "fact": None, "value": None}
+        return [{"kind": self.kind, "evidence": k, "value": v} for k, v in self.evidence.items()] or [
+            {"kind": self.kind, "evidence": None, "value": None}
         ]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
+from nbdebug.core._findings import Severity
 from nbdebug.core.explain._analyze import ANALYSERS
 from nbdebug.core.explain._context import (
     ddp_unused_context,
@@ -398,7 +399,7 @@ def _type_names(exc: BaseException) -> frozenset[str]:
 
 def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapping[str, Any] | None = None,
             ) -> Diagnosis:
-    """Explain an exception or an error text: category, plain summary, parsed facts, causes, fixes, first step.
+    """Explain an exception or an error text: kind, plain summary, parsed evidence, causes, fixes, first step.
 
     Parameters
     ----------
@@ -412,11 +413,11 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     Returns
     -------
     Diagnosis
-        ``category`` is a stable slug (``cuda_oom``, ``shape_mismatch``, ...) or ``"unknown"``.
+        ``kind`` is a stable slug (``cuda_oom``, ``shape_mismatch``, ...) or ``"unknown"``.
 
     Examples
     --------
-    >>> explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)").category
+    >>> explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)").kind
     'shape_mismatch'
     """
     if isinstance(error, BaseException):
@@ -526,10 +527,10 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     for key in _PROSE:  # sentences built for the summary, not facts
         facts.pop(key, None)
     return Diagnosis(
-        category=entry.slug,
+        kind=entry.slug,
         title=entry.title,
         summary=summary,
-        facts={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
+        evidence={k: (list(v) if isinstance(v, tuple) else v) for k, v in facts.items()},
         causes=entry.causes,
         fixes=fixes,
         first_step=first_step,
@@ -537,7 +538,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         message=message,
         notes=tuple(notes),
         sources=user_sources(entry.sources),
-        severity="warning" if compiled.is_warning else "error",
+        severity=Severity.WARNING if compiled.is_warning else Severity.ERROR,
     )
 
 
@@ -545,7 +546,7 @@ def _unknown(text: str, exc_type: str) -> Diagnosis:
     found_type, found_message = last_exception_line(text)
     message = found_message or next((ln for ln in reversed(text.split("\n")) if ln.strip()), "")[:500]
     return Diagnosis(
-        category="unknown",
+        kind="unknown",
         title="Unrecognised error",
         summary="nbdebug has no diagnosis for this error; read the traceback from its last line upwards.",
         exception_type=exc_type or found_type,

@@ -33,7 +33,7 @@ RELEASE_NOTE = (
 
 def is_cuda_oom(exc: BaseException | None, diagnosis: Any = None) -> bool:
     """True for ``torch.OutOfMemoryError`` / a "CUDA out of memory" message / a ``cuda_oom`` diagnosis."""
-    if diagnosis is not None and getattr(diagnosis, "category", "") == "cuda_oom":
+    if diagnosis is not None and getattr(diagnosis, "kind", "") == "cuda_oom":
         return True
     if exc is None:
         return False
