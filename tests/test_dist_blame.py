@@ -111,6 +111,6 @@ def test_a_run_with_only_consequences_says_so():
                              error_time=T0 + dt if dt is not None else None)
                   for r, (error, dt, code) in sorted(scenario.items()))
     primary, reason = pick_primary(ranks, None)
-    run = DistRun(ok=False, nprocs=3, backend="gloo", ranks=ranks, primary_rank=primary, primary_reason=reason)
+    run = DistRun(succeeded=False, nprocs=3, backend="gloo", ranks=ranks, primary_rank=primary, primary_reason=reason)
     assert "Primary failure: not found" in str(run) and "left no error here" in str(run)
     assert "only consequences were seen" in run._repr_html_() and "only consequences" in repr(run)

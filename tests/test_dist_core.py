@@ -352,7 +352,7 @@ def _synthetic_run():
         RankResult(rank=1, pid=11, exitcode=1, stdout="<script>alert(1)</script>",
                    error="ValueError: bad <script>", error_kind="cause", traceback="Traceback ...\nValueError: bad"),
     )
-    return DistRun(ok=False, nprocs=2, backend="gloo", ranks=ranks, primary_rank=1,
+    return DistRun(succeeded=False, nprocs=2, backend="gloo", ranks=ranks, primary_rank=1,
                    primary_reason="rank 1 failed first: ValueError: bad <script>", seconds=1.5, port=1234)
 
 

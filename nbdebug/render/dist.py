@@ -13,8 +13,7 @@ from nbdebug.core.dist._blame import ranks_text
 from nbdebug.core.dist._checks import ConsistencyReport, DataOrderReport, StepReport
 from nbdebug.core.dist._nccl import NcclLog
 from nbdebug.core.dist._postmortem import PostMortem
-from nbdebug.core.dist._types import DistRun, Hang, RankResult
-from nbdebug.core.dist._verdict import FAILURE_KINDS
+from nbdebug.core.dist._types import FAILURE_KINDS, DistRun, Hang, RankResult
 from nbdebug.render._html import code_block, esc, fmt_seconds, kv_table, panel, table
 from nbdebug.render._registry import renders
 from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text

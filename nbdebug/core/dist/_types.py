@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from nbdebug.core.dist._nccl import NcclLog
 
 __all__ = [
-    "RunInterrupted", "RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun"]
+    "RunInterrupted", "RankResult", "StackGroup", "Hang", "CheckRecord", "DistRun", "FAILURE_KINDS"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -210,6 +210,14 @@ class DistRun(HasFindings, Result):
     findings: tuple[Finding, ...] = ()
     diagnosis: Diagnosis | None = None
 
+    def __post_init__(self) -> None:
+        # a failed run always carries its failure as a finding (where no error finding names it already, as every
+        # rank's NameError does), so that ok, from the findings, is never True for a run that failed
+        if not self.succeeded and not self.errors():
+            failure = _failure_finding(self.primary_rank, self.primary_reason, self.hang,
+                                       any("interrupted" in n for n in self.notes))
+            object.__setattr__(self, "findings", (failure, *self.findings))
+
     @property
     def primary(self) -> RankResult | None:
         """The ``RankResult`` of the primary rank, or None."""
@@ -267,3 +275,21 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, run: DistRun) -> None:
         super().__init__("distributed run interrupted: every rank was killed")
         self.run = run
+
+
+#: the kinds of a run's own failure finding (the post-mortem gives the same kinds for the same failures)
+FAILURE_KINDS = ("postmortem_primary", "hang_divergence", "postmortem_no_cause")
+
+
+def _failure_finding(primary: int | None, reason: str, hang: Hang | None, interrupted: bool) -> Finding:
+    """A failed run's failure as a finding: the primary rank, the hang, or why no rank can be named."""
+    from nbdebug.core.knowledge import finding
+
+    if primary is not None:
+        return finding("postmortem_primary", reason or f"rank {primary} failed first", where=(f"rank {primary}",))
+    if hang is not None:
+        missing = tuple(f"rank {r}" for r in hang.missing_ranks)
+        return finding("hang_divergence", reason or f"ranks {list(hang.missing_ranks)} never arrived", where=missing)
+    why = "the run was interrupted before every rank finished" if interrupted else (
+        reason or "ranks failed, and none can be named as the first cause")
+    return finding("postmortem_no_cause", why)

@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Sequence
 
-from nbdebug.core._findings import Finding, Fix, Severity, sort_findings
+from nbdebug.core._findings import Finding, Fix, sort_findings
 from nbdebug.core.dist._blame import RankRow, Stall, blame, read_error
 from nbdebug.core.dist._checks import check_finding
 from nbdebug.core.dist._failures import classify, signal_name
@@ -18,10 +18,7 @@ from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
 from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
 
-__all__ = ["session_result", "pick_primary", "rank_rows", "FAILURE_KINDS"]
-
-#: the kinds of a run's own failure finding (``_failure_finding``)
-FAILURE_KINDS = ("postmortem_primary", "hang_divergence", "postmortem_no_cause")
+__all__ = ["session_result", "pick_primary", "rank_rows"]
 
 
 def session_result(self: Session, store_port: int) -> DistRun:
@@ -52,9 +49,6 @@ def session_result(self: Session, store_port: int) -> DistRun:
         f = None if check.ok else check_finding(check.result, check.summary, check.details)
         if f is not None:
             findings.append(f)
-    if not succeeded and not any(f.severity is Severity.ERROR for f in findings):
-        # the failure itself, where no finding names it already (every rank's NameError: a name not shipped)
-        findings.insert(0, _failure_finding(primary, reason, self.hang, self.interrupted))
     return DistRun(
         succeeded=succeeded, nprocs=self.nprocs, backend=str(self.spec["backend"]), ranks=tuple(results),
         primary_rank=primary, primary_reason=reason, hang=self.hang, seconds=time.time() - self.t0,
@@ -62,18 +56,6 @@ def session_result(self: Session, store_port: int) -> DistRun:
         findings=sort_findings(findings),
         diagnosis=_diagnose(results[primary]) if primary is not None else None,
     )
-
-
-def _failure_finding(primary: int | None, reason: str, hang: Hang | None, interrupted: bool) -> Finding:
-    """The run's failure as a finding (the same kinds the post-mortem gives), so ``ok`` has its one meaning."""
-    if primary is not None:
-        return finding("postmortem_primary", reason or f"rank {primary} failed first", where=(f"rank {primary}",))
-    if hang is not None:
-        missing = tuple(f"rank {r}" for r in hang.missing_ranks)
-        return finding("hang_divergence", reason or f"ranks {list(hang.missing_ranks)} never arrived", where=missing)
-    why = "the run was interrupted before every rank finished" if interrupted else (
-        reason or "ranks failed, and none can be named as the first cause")
-    return finding("postmortem_no_cause", why)
 
 
 def _rank_result(self: Session, r: Rank) -> RankResult:
