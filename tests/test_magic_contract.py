@@ -228,3 +228,27 @@ def test_an_error_nbdebug_raises_ends_at_the_users_line(contract, magic, body, e
     assert top.filename in contract.compile._filename_map and top.lineno == 2, top  # not nbdebug's own frames
     assert contract.user_ns["out"] is error  # the magic's result, bound by -o
     assert state(contract) == before
+
+
+def test_arguments_no_shell_can_split_are_one_usage_line_for_every_magic(ip):
+    # an unclosed quote fails in shlex, before argparse: every nbdebug magic, line or cell, says so in one line
+    from IPython.core.error import UsageError
+
+    magics = {(kind, name) for kind in ("line", "cell") for name, fn in ip.magics_manager.magics[kind].items()
+              if type(getattr(fn, "__self__", None)).__module__.startswith("nbdebug.")}
+    assert {("cell", "memtrace"), ("line", "nbdebug"), ("line", "postmortem")} <= magics
+    free_text = {"explain"}  # %explain / %%explain take pasted error text, not arguments: a quote is text
+    for kind, name in sorted(magics):
+        if name in free_text:
+            continue
+        try:
+            if kind == "cell":
+                ip.run_cell_magic(name, '"unclosed', "x = 1")
+            else:
+                ip.run_line_magic(name, '"unclosed')
+        except UsageError as e:
+            assert str(e) and "\n" not in str(e), (kind, name, str(e))  # one line, which says something
+        except Exception as e:  # noqa: BLE001 - anything else is what this test is about
+            pytest.fail(f"%{'%' if kind == 'cell' else ''}{name} '\"unclosed' raised {type(e).__name__}: {e}")
+        else:
+            pytest.fail(f"%{'%' if kind == 'cell' else ''}{name} '\"unclosed' raised nothing")

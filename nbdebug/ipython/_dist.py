@@ -9,9 +9,10 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from nbdebug.errors import describe_exception
+from nbdebug.ipython._args import parse_args
 from nbdebug.ipython._state import ExtensionState
 
 
@@ -96,12 +97,7 @@ class DistMagics(Magics):
         Only problems of the magic itself raise: bad options, names ``--use`` cannot ship or an impossible
         request (``UsageError``, one line), and a run that could not be started or collected (``DistRunError``).
         """
-        try:
-            args = parse_argstring(self.torchrun, line)
-        except UsageError:
-            raise
-        except Exception as e:  # argparse errors on odd quoting
-            raise UsageError(f"%%torchrun {line!r}: {e}") from e
+        args = parse_args(self.torchrun, line, "%%torchrun")
         if args.nprocs < 1:
             raise UsageError(f"%%torchrun -n {args.nprocs}: expected at least 1 rank")
         if args.timeout <= 0:
@@ -153,12 +149,7 @@ class DistMagics(Magics):
         died as a consequence, where a hang diverged (by Flight Recorder sequence id) and who never arrived,
         mismatched collectives, bad nodes, and what to collect next time.  Returns a ``PostMortem``.
         """
-        try:
-            args = parse_argstring(self.postmortem, line)
-        except UsageError:
-            raise
-        except Exception as e:  # argparse errors on odd quoting
-            raise UsageError(f"%postmortem {line!r}: {e}") from e
+        args = parse_args(self.postmortem, line, "%postmortem")
         from nbdebug.core.dist import postmortem
         from nbdebug.errors import DistUsageError
 

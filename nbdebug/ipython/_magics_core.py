@@ -7,8 +7,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from nbdebug.ipython._args import parse_args
 from nbdebug.ipython._explainer import Explainer, diagnose_exception
 from nbdebug.ipython._state import ExtensionState, Feature
 
@@ -40,7 +41,7 @@ class CoreMagics(Magics):
 
         Returns the status object (also after a switch).
         """
-        args = parse_argstring(self.nbdebug, line)
+        args = parse_args(self.nbdebug, line, "%nbdebug")
         features = self.nbd_state.features
         explainer: Explainer = self.nbd_state.explainer  # type: ignore[attr-defined]
         if args.feature is not None:

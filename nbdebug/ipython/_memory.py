@@ -10,8 +10,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from nbdebug.ipython._args import parse_args
 from nbdebug.ipython._state import ExtensionState, Feature
 
 
@@ -53,7 +54,7 @@ class MemoryMagics(Magics):
         if cell is None:  # registered for lines too, so that %memtrace? shows this help
             raise UsageError("%memtrace is a cell magic: put %%memtrace [options] on the first line of the cell "
                              "(%memtrace? for the options)")
-        args = parse_argstring(self.memtrace, line)
+        args = parse_args(self.memtrace, line, "%%memtrace")
         device: Any = args.device
         if device is not None and device.isdigit():
             device = int(device)

@@ -12,8 +12,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from nbdebug.ipython._args import parse_args
 from nbdebug.ipython._state import ExtensionState
 
 
@@ -84,7 +85,7 @@ class TrainingMagics(Magics):
         ends; any other error of the cell is re-raised unchanged.  ``!cmd`` and ``%magic`` lines work in the cell.
         The result is the ``NonFiniteError``, or None when the cell ran clean (returned; ``-o NAME`` binds it).
         """
-        args = parse_argstring(self.nanhunt, line)
+        args = parse_args(self.nanhunt, line, "%%nanhunt")
         model = _find_model(self.shell, args.model, "nanhunt")
         from nbdebug.core.training.nan import nan_sentinel
         from nbdebug.errors import InvalidArgumentError
@@ -123,7 +124,7 @@ class TrainingMagics(Magics):
         it.  A cell that records no optimizer step gets a warning saying why.  When the cell raises, the history
         is shown and the cell's own error is re-raised.
         """
-        args = parse_argstring(self.gradmonitor, line)
+        args = parse_args(self.gradmonitor, line, "%%gradmonitor")
         if args.every < 1:
             raise UsageError(f"%%gradmonitor: --every must be >= 1, got {args.every}")
         if args.classes is not None and args.classes < 1:

@@ -11,8 +11,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from nbdebug.ipython._args import parse_args
 from nbdebug.ipython._state import ExtensionState
 
 
@@ -47,7 +48,7 @@ class XlaMagics(Magics):
         Returns an ``XlaCellReport`` (``.diagnosis``, ``.report``, ``.per_step``, ``.to_pandas()``). When the
         cell raises, the report of what it did up to the error is shown, then the error is raised again.
         """
-        args = parse_argstring(self.xlametrics, line)
+        args = parse_args(self.xlametrics, line, "%%xlametrics")
         if args.steps is not None and args.steps < 0:
             raise UsageError(f"%%xlametrics: --steps {args.steps}: expected a number of steps >= 0")
         from nbdebug.core.xla import live
@@ -83,7 +84,7 @@ class XlaMagics(Magics):
         torch logging settings (``TORCH_LOGS``, ``torch._logging.set_logs``) are back in effect afterwards. When the
         cell raises, the report of what it compiled up to the error is shown, then the error is raised again.
         """
-        args = parse_argstring(self.compilecheck, line)
+        args = parse_args(self.compilecheck, line, "%%compilecheck")
         from nbdebug.core.compile import capture_compile
         from nbdebug.ipython._cell import run_body
 
