@@ -90,31 +90,11 @@ class GradHistory(HasFindings, Result):
 
     def to_pandas(self) -> Any:
         """Tidy frame: one row per (step, parameter) with columns ``step``, ``name``, ``norm``."""
-        import numpy as np
-        import pandas as pd
-
-        n_steps, n_names = len(self.steps), len(self.names)
-        return pd.DataFrame(
-            {
-                "step": np.repeat(np.asarray(self.steps, dtype=np.int64), n_names),
-                "name": np.tile(np.asarray(self.names, dtype=object), n_steps),
-                "norm": np.asarray(self.norms, dtype=np.float64).reshape(-1),
-            }
-        )
+        return _tidy(self.steps, "name", self.names, self.norms)
 
     def modules_to_pandas(self) -> Any:
         """Tidy frame of per-module norms: ``step``, ``module``, ``norm``."""
-        import numpy as np
-        import pandas as pd
-
-        n_steps, n_mods = len(self.steps), len(self.modules)
-        return pd.DataFrame(
-            {
-                "step": np.repeat(np.asarray(self.steps, dtype=np.int64), n_mods),
-                "module": np.tile(np.asarray(self.modules, dtype=object), n_steps),
-                "norm": np.asarray(self.module_norms, dtype=np.float64).reshape(-1),
-            }
-        )
+        return _tidy(self.steps, "module", self.modules, self.module_norms)
 
     def plot(self, ax: Any = None) -> Any:
         """Global norm (and loss) over steps, and a per-module heatmap of log10 norms.
@@ -207,3 +187,15 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             )
     if h.losses:
         yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)
+
+
+def _tidy(steps: tuple[int, ...], column: str, labels: tuple[str, ...], norms: Any) -> Any:
+    """One row per (step, label): ``step``, ``column``, ``norm`` from a (steps, labels) array of norms."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame({
+        "step": np.repeat(np.asarray(steps, dtype=np.int64), len(labels)),
+        column: np.tile(np.asarray(labels, dtype=object), len(steps)),
+        "norm": np.asarray(norms, dtype=np.float64).reshape(-1),
+    })
