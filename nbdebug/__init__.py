@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     # training dynamics (issue 4)
     "GradMonitor": "nbdebug.core.training.grads:GradMonitor",
     "nan_sentinel": "nbdebug.core.training.nan:nan_sentinel",
+    "NanReport": "nbdebug.core.training.nan:NanReport",
     "NonFiniteError": "nbdebug.errors:NonFiniteError",
     "doctor": "nbdebug.core.doctor:doctor",
     "DoctorReport": "nbdebug.core.doctor:DoctorReport",

@@ -59,7 +59,7 @@ class Case:
 
 CASES = {
     "memtrace": Case("--device cpu", nbdebug.MemTrace),
-    "nanhunt": Case("contract_model", None, own_errors=(
+    "nanhunt": Case("contract_model", nbdebug.NanReport, own_errors=(
         # raised by the sentinel's optimizer hook, inside the user's opt.step()
         ("contract_model(torch.full((2, 4), float('nan'))).sum().backward()\ncontract_opt.step()",
          nbdebug.NonFiniteError),
@@ -226,7 +226,8 @@ def test_an_error_nbdebug_raises_ends_at_the_users_line(contract, magic, body, e
     assert isinstance(error, error_type)
     top = innermost(error)
     assert top.filename in contract.compile._filename_map and top.lineno == 2, top  # not nbdebug's own frames
-    assert contract.user_ns["out"] is error  # the magic's result, bound by -o
+    out = contract.user_ns["out"]  # the magic's result, bound by -o: the error, or a report that carries it
+    assert out is error or out.error is error
     assert state(contract) == before
 
 

@@ -229,16 +229,17 @@ def test_nanhunt_magic_raises_and_binds(ip):
     with capture_output():
         result = ip.run_cell(f"%%nanhunt model --replay -o err\n{cell}")
     assert isinstance(result.error_in_exec, NonFiniteError)
-    err = ip.user_ns["err"]
+    err = ip.user_ns["err"].error  # -o binds the NanReport; its error is the NonFiniteError the cell raised
     assert (err.module, err.step, err.phase, err.op) == ("2", 51, "forward", "torch.log")
     assert hook_counts(ip.user_ns["model"]) == before
     COUNTER["step"] = 0
-    # the only top-level module is found without naming it; a clean cell returns None
+    # the only top-level module is found without naming it; a clean cell returns a report that says so
     for name in [k for k, v in ip.user_ns.items() if isinstance(v, torch.nn.Module) and k != "model"]:
         del ip.user_ns[name]  # modules left by other tests sharing this session's shell
     with capture_output():
         ok = ip.run_cell("%%nanhunt\nmodel(torch.randn(2, 8))")
-    assert ok.success and ok.result is None
+    assert ok.success and ok.result.error is None and ok.result.ok and ok.result.modules == len(list(ip.user_ns["model"].modules()))
+    assert str(ok.result).startswith("NaN/Inf sentinel: no NaN/Inf in")
 
 
 def test_nanhunt_bad_input_is_a_usage_error(ip):
@@ -355,7 +356,7 @@ def test_nanhunt_reraises_other_errors_unchanged_and_takes_hooks_off(ip):
     with capture_output():
         result = ip.run_cell("%%nanhunt m -o err\nm(torch.randn(2, 8))\nraise ValueError('not a NaN')")
     assert isinstance(result.error_in_exec, ValueError) and str(result.error_in_exec) == "not a NaN"
-    assert ip.user_ns["err"] is None and hook_counts(m) == before
+    assert ip.user_ns["err"].error is None and hook_counts(m) == before
 
 
 def test_nanhunt_checks_what_the_last_step_left_pending(ip):
@@ -364,7 +365,7 @@ def test_nanhunt_checks_what_the_last_step_left_pending(ip):
     with capture_output():
         result = ip.run_cell("%%nanhunt m -o err\nm(torch.full((2, 8), float('nan')))")
     assert isinstance(result.error_in_exec, NonFiniteError)
-    assert ip.user_ns["err"] is result.error_in_exec and ip.user_ns["err"].module == "(input)"
+    assert ip.user_ns["err"].error is result.error_in_exec and ip.user_ns["err"].error.module == "(input)"
 
 
 def test_error_panel_gets_a_data_only_sentinel_section(ip):

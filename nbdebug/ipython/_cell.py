@@ -21,8 +21,8 @@ The user's frame is on top of every traceback the cell ends with:
 - an error the recorder raises when it stops (the NaN sentinel's check of what the last step left pending) is
   raised at the cell's last line, as ``with nan_sentinel(model):`` raises at its ``with`` line.
 
-A report that is the cell's error itself (``%%nanhunt``'s ``NonFiniteError``) is not shown twice: the error panel
-shows it.  If building the report fails while the body had raised, one line says so and the user's error is what
+A report that is the cell's error itself, or carries it as ``.error`` (``%%nanhunt``'s ``NanReport`` when the
+sentinel raised), is not shown a second time: the error panel shows it.  If building the report fails while the body had raised, one line says so and the user's error is what
 the cell raises.
 """
 
@@ -100,7 +100,7 @@ def run_body(
     if output:
         shell.user_ns[output] = result
     if error is not None:
-        if result is not None and result is not error:
+        if result is not None and result is not error and getattr(result, "error", None) is not error:
             from IPython.display import display
 
             display(result)

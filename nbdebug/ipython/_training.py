@@ -83,7 +83,8 @@ class TrainingMagics(Magics):
         step's backward replayed under ``torch.autograd.detect_anomaly``).  The traceback ends at your line that
         ran into it (the cell's last line when the last step's check found it).  Hooks come off however the cell
         ends; any other error of the cell is re-raised unchanged.  ``!cmd`` and ``%magic`` lines work in the cell.
-        The result is the ``NonFiniteError``, or None when the cell ran clean (returned; ``-o NAME`` binds it).
+        The result is a ``NanReport`` (returned; ``-o NAME`` binds it): the steps and modules checked, and in
+        ``.error`` the ``NonFiniteError`` when the cell raised one (None when it ran clean).
         """
         args = parse_args(self.nanhunt, line, "%%nanhunt")
         model = _find_model(self.shell, args.model, "nanhunt")
@@ -95,8 +96,8 @@ class TrainingMagics(Magics):
             sentinel = nan_sentinel(model, replay=args.replay)
         except InvalidArgumentError as e:
             raise UsageError(f"%%nanhunt: {e}") from e
-        # a NonFiniteError is the cell's error and its result at once: the error panel (the explainer's NaN/Inf
-        # section) shows it, run_body does not show it twice
+        # a NonFiniteError is the cell's error and the report's .error at once: the error panel (the explainer's
+        # NaN/Inf section) shows it, run_body does not show the report a second time
         return run_body(self.shell, cell, magic="nanhunt", context=sentinel, report=lambda error: sentinel.result,
                         output=args.output)
 

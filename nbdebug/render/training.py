@@ -14,7 +14,7 @@ from typing import Any
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import ReproReport
 from nbdebug.core.training._gradhistory import GradHistory
-from nbdebug.core.training.nan import ReplayResult
+from nbdebug.core.training.nan import NanReport, ReplayResult
 from nbdebug.render._html import esc, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
 from nbdebug.render.findings import findings_html, findings_text, panel_kind
@@ -372,3 +372,22 @@ def replay_html(r: ReplayResult) -> str:
     rows = [(k, v) for k, v in (("op", r.op), ("source", r.source), ("detect_anomaly", r.anomaly)) if v]
     body = kv_table(rows) if rows else f'<div class="nbd-muted">{esc(r.describe())}</div>'
     return panel("NaN/Inf replay", body, kind="error" if r.op else "info")
+
+
+# -- NaN/Inf sentinel ----------------------------------------------------------------------------------------
+@renders(NanReport, "text")
+def nan_report_text(r: NanReport) -> str:
+    """The sentinel's one line, then its finding (the module, step, phase and what to do) when it found one."""
+    head = f"NaN/Inf sentinel: {r._summary_line()}"
+    return head if r.error is None else f"{head}\n{findings_text(r.findings)}"
+
+
+@renders(NanReport, "html")
+def nan_report_html(r: NanReport) -> str:
+    """A small panel: what was checked, and the finding when there is one."""
+    body = kv_table([("steps checked", r.steps), ("modules watched", r.modules),
+                     ("gradients checked", "yes" if r.backward else "no")])
+    if r.error is not None:
+        body = findings_html(r.findings) + body
+    return panel(f"NaN/Inf sentinel: {r._summary_line()}", body, kind=panel_kind(r.findings))
+

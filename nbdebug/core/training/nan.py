@@ -17,14 +17,66 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
+from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._recorder import Recorder
+from nbdebug.core._result import Result
 from nbdebug.core.training._dynamics import describe_tensor
 from nbdebug.core.training._replay import ReplayResult, _tensors, replay_step
-from nbdebug.errors import InvalidArgumentError, NonFiniteError
+from nbdebug.errors import InvalidArgumentError, NonFiniteError, exception_message
 
-__all__ = ["nan_sentinel", "NanSentinel", "ReplayResult", "replay_step"]
+__all__ = ["nan_sentinel", "NanSentinel", "NanReport", "ReplayResult", "replay_step"]
+
+
+@dataclass(frozen=True, repr=False)
+class NanReport(HasFindings, Result):
+    """What a NaN/Inf sentinel watched, and the first non-finite value it found (``rec.result``).
+
+    Attributes
+    ----------
+    modules : int
+        Modules whose outputs (and, with ``backward``, gradients) were checked.
+    steps : int
+        Training steps checked (one host sync each).
+    backward : bool
+        Gradients were checked too.
+    error : NonFiniteError or None
+        The first non-finite value, as the error raised for it (module, step, phase, statistics, and with replay
+        the op and its source line); None when every checked value was finite.
+    """
+
+    modules: int
+    steps: int
+    backward: bool
+    error: NonFiniteError | None = None
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The non-finite value as a finding (``nonfinite_forward`` or ``nonfinite_gradient``), or none."""
+        e = self.error
+        if e is None:
+            return ()
+        from nbdebug.core.knowledge import finding
+
+        kind = "nonfinite_forward" if e.phase in ("forward", "input") else "nonfinite_gradient"
+        where = tuple(w for w in (e.module and f"module {e.module}", e.source) if w)
+        return (finding(kind, exception_message(e), where=where,
+                        evidence={"step": e.step, "phase": e.phase, **({"op": e.op} if e.op else {})}),)
+
+    def _summary_line(self) -> str:
+        if self.error is not None:
+            return f"NaN/Inf at step {self.error.step}, {self.error.phase}, module {self.error.module or '(root)'}"
+        checked = "outputs and gradients" if self.backward else "outputs"
+        return f"no NaN/Inf in {self.steps} step(s): {checked} of {self.modules} module(s) checked"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the counts, and the error's module, step, phase, op, source and message."""
+        e = self.error
+        return {"modules": self.modules, "steps": self.steps, "backward": self.backward,
+                "error": None if e is None else {"message": exception_message(e), "module": e.module, "step": e.step,
+                                                 "phase": e.phase, "op": e.op, "source": e.source}}
 
 LOSS = "(loss: code after the model's output)"
 _WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
@@ -40,7 +92,8 @@ def _finite_probe(t: Any) -> Any:
 class NanSentinel(Recorder):
     """Hooks that watch every module's outputs and gradients for NaN/Inf (see ``nan_sentinel``).
 
-    A recorder: ``result`` is the first ``NonFiniteError`` it raised or found, None while it saw none.
+    A recorder: ``result`` is a ``NanReport``: what it watched, and in ``.error`` the first ``NonFiniteError`` it
+    raised or found (None while it saw none).
     """
 
     _label = "NanSentinel"
@@ -105,9 +158,10 @@ class NanSentinel(Recorder):
 
     # -- the recorder ----------------------------------------------------------------------------------------
     @property
-    def result(self) -> NonFiniteError | None:
-        """The first non-finite value seen, as the ``NonFiniteError`` raised for it; None when none was seen."""
-        return self._found
+    def result(self) -> NanReport:
+        """What was watched so far, and the first non-finite value seen (``.error``; None when none was)."""
+        return NanReport(modules=len(self.names), steps=self.step_index, backward=self.check_backward,
+                         error=self._found)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:  # the block's own error goes on: what is pending is not looked at
