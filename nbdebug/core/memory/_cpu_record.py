@@ -14,6 +14,7 @@ format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the record
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -155,32 +156,12 @@ def _readable(c: Any, attr: str, placeholder: str) -> str:
 _CALLEE = re.compile(r"(.*)\((\d+)\): (.*)", re.S)
 
 
-def _operator_frame(chain: Any, of_link: dict[int, tuple[tuple[int, ...], type]]) -> Frame | None:
-    """The function an allocation was made in, when no recorded call made it (``a @ b``, ``x[i]``, ``a + 1``).
-
-    The Python tracer records calls, each with the line it was made at; an operator is no call, so its allocation
-    lands directly under the Python function running it.  That function (the callee of the innermost Python call,
-    whose name reads ``file(first line): function``) is then the allocation's innermost frame, with its line
-    marked as not recorded.  An allocation under a C function (``torch.relu``) needs nothing more: its call's
-    line is the caller frame.  ``of_link`` holds, per link, the type of its extra fields read by the walk.
-    """
-    from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
-
-    c = chain
-    while c is not None and of_link[id(c)][1] not in (_ExtraFields_PyCall, _ExtraFields_PyCCall):
-        c = c[1]  # an operator scope (record_function, an ATen op when they are recorded)
-    if c is None or of_link[id(c)][1] is not _ExtraFields_PyCall:
-        return None
-    try:
-        return _callee_frame(c[0].name)
-    except UnicodeDecodeError:
-        return None
-
-
+@lru_cache(maxsize=65_536)
 def _callee_frame(name: str) -> Frame | None:
     """The function a Python call ran, from the call's name (``file(first line): function``), as the frame an
     operator's allocation in it is given (its line not recorded); None for a module call
-    ("nn.Module: Linear_0"), which names no file."""
+    ("nn.Module: Linear_0"), which names no file.  The same few hundred functions come back in every recording of
+    a session."""
     m = _CALLEE.fullmatch(name)
     if m is None:
         return None
@@ -197,19 +178,25 @@ def _other_devices_possible() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# the kinds of the chain's links: a record_function scope (or an ATen op, when they are recorded), a Python call
+# (a function written in Python), a call of a C function from Python (``torch.relu``)
+_SCOPE, _PY_CALL, _PY_C_CALL = 0, 1, 2
+
+
 def walk_allocations(results: Any) -> Allocations:
     """Collect the CPU allocations of a profiler recording, each with the Python calls above it.
 
-    One walk of the event tree.  Each node costs a call into C++ per attribute read, so the walk reads as little
-    as it can: a node's children (every node), a leaf's name (an allocation is the leaf named ``[memory]``), and
-    an inner node's kind only when an allocation lies under it.  The chain of inner nodes is carried down the walk
-    as a linked list (asking a node for its parent is slow).
+    One walk of the event tree.  Each node costs a call into C++ per attribute read (and the first read of a
+    node, just recorded, costs more), so the walk reads as little as it can: a node's children (every node), a
+    leaf's name (an allocation is the leaf named ``[memory]``), and an inner node's kind and caller only when an
+    allocation lies under it, once whatever the allocations under it.  The chain of inner nodes is carried down
+    the walk as a linked list ``(node, outer link)`` (asking a node for its parent costs a call per node).
     """
     from torch._C._profiler import _ExtraFields_Allocation, _ExtraFields_PyCall, _ExtraFields_PyCCall
 
-    py_calls = (_ExtraFields_PyCall, _ExtraFields_PyCCall)
-    found: list[tuple[Any, Any]] = []  # (allocation node, chain of the inner nodes above it)
-    add = found.append
+    nodes: list[Any] = []  # the allocation leaves, in the tree's order
+    chains: list[Any] = []  # the chain of inner nodes above each
+    add_node, add_chain = nodes.append, chains.append
     # depth first, in the tree's order (so that ties in time keep it): a stack of (iterator over a node's children,
     # chain down to that node); a node's leaves are read in one tight loop
     pending: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
@@ -222,21 +209,20 @@ def walk_allocations(results: Any) -> Allocations:
                 push((iter(kids), (node, chain)))
                 break
             try:
-                name = node.name
+                if node.name == "[memory]":
+                    add_node(node)
+                    add_chain(chain)
             except UnicodeDecodeError:  # a Python call whose name the tracer garbled (torch 2.13 on CPU), not ours
                 continue
-            if name == "[memory]":
-                add((node, chain))
         else:
             pop()
 
     # the allocations' fields, each read in one C-level loop (a Python loop pays for its own bytecode on top)
-    nodes = [node for node, _ in found]
     fields = list(map(_EXTRA, nodes))
-    if set(map(type, fields)) != {_ExtraFields_Allocation} and fields:  # a user scope named "[memory]"
+    if fields and set(map(type, fields)) != {_ExtraFields_Allocation}:  # a user scope named "[memory]"
         keep_i = [i for i, f in enumerate(fields) if type(f) is _ExtraFields_Allocation]
-        found, nodes, fields = [found[i] for i in keep_i], [nodes[i] for i in keep_i], [fields[i] for i in keep_i]
-    n = len(found)
+        nodes, chains, fields = [nodes[i] for i in keep_i], [chains[i] for i in keep_i], [fields[i] for i in keep_i]
+    n = len(fields)
     size = np.fromiter(map(_ALLOC_SIZE, fields), dtype=np.int64, count=n)
     if _other_devices_possible():
         on_cpu = np.fromiter(map("cpu".__eq__, map(_DEVICE_TYPE, fields)), dtype=bool, count=n)
@@ -244,18 +230,19 @@ def walk_allocations(results: Any) -> Allocations:
         on_cpu = np.ones(n, dtype=bool)
     t_ns = np.fromiter(map(_START, nodes), dtype=np.int64, count=n)
     ptr = np.fromiter(map(_PTR, fields), dtype=np.int64, count=n)
-    stack = np.full(n, -1, dtype=np.int32)
 
+    kinds = {_ExtraFields_PyCall: _PY_CALL, _ExtraFields_PyCCall: _PY_C_CALL}
     frames: list[Frame] = []
     frame_ids: dict[Frame, int] = {}
     stacks: list[tuple[int, ...]] = []
     stack_ids: dict[tuple[int, ...], int] = {}
-    # id of a chain link (alive in `found`) -> (the frame ids of its calls, innermost first; the type of its node's
-    # extra fields); chains share their outer links, so each link is read once whatever the allocations under it
-    of_link: dict[int, tuple[tuple[int, ...], type]] = {}
+    # id of a chain link (alive in `chains`) -> (the frame ids of its calls, innermost first; its kind); chains
+    # share their outer links, so each link is read once whatever the allocations under it
+    of_link: dict[int, tuple[tuple[int, ...], int]] = {}
     of_chain: dict[int, int] = {}  # id of a whole chain -> its stack id
+    sid_of = [-1] * n
     for i in np.flatnonzero((size > 0) & on_cpu).tolist():
-        chain = found[i][1]
+        chain = chains[i]
         sid = of_chain.get(id(chain), -1)
         if sid < 0:
             unread = []
@@ -266,30 +253,57 @@ def walk_allocations(results: Any) -> Allocations:
             ids = of_link[id(c)][0] if c is not None else ()
             for c in reversed(unread):  # outermost first, each link prepending its own frame
                 call = c[0].extra_fields
-                if type(call) in py_calls:
+                kind = kinds.get(type(call), _SCOPE)
+                if kind:
                     frame = _caller_frame(call.caller)
                     fid = frame_ids.get(frame)
                     if fid is None:
                         fid = frame_ids[frame] = len(frames)
                         frames.append(frame)
                     ids = (fid, *ids)
-                of_link[id(c)] = (ids, type(call))
-            callee = _operator_frame(chain, of_link) if chain is not None else None
-            if callee is not None:  # made by an operator in that function, not by a call: the function, no line
-                fid = frame_ids.get(callee)
-                if fid is None:
-                    fid = frame_ids[callee] = len(frames)
-                    frames.append(callee)
-                ids = (fid, *ids)
+                of_link[id(c)] = (ids, kind)
+            # the innermost Python call above the allocation (past operator scopes): when it ran a Python
+            # function, the allocation was made by an operator in it, not by a call (`a @ b`, `x[i]`, `a + 1`),
+            # and that function is its innermost frame, with no line (see _operator_frame)
+            c = chain
+            while c is not None and not of_link[id(c)][1]:
+                c = c[1]
+            if c is not None and of_link[id(c)][1] == _PY_CALL:
+                callee = _operator_frame(c[0])
+                if callee is not None:
+                    fid = frame_ids.get(callee)
+                    if fid is None:
+                        fid = frame_ids[callee] = len(frames)
+                        frames.append(callee)
+                    ids = (fid, *ids)
             sid = stack_ids.get(ids, -1)
             if sid < 0:
                 sid = stack_ids[ids] = len(stacks)
                 stacks.append(ids)
             of_chain[id(chain)] = sid
-        stack[i] = sid
+        sid_of[i] = sid
+    stack = np.array(sid_of, dtype=np.int32)
+    if n and on_cpu.all() and size.all() and (t_ns[1:] >= t_ns[:-1]).all():  # the usual case: in order already
+        return Allocations(t_ns, ptr, size, stack, frames, stacks)
     keep = np.flatnonzero((size != 0) & on_cpu)
     order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
     return Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
+
+
+def _operator_frame(call: Any) -> Frame | None:
+    """The function an allocation was made in, when no recorded call made it (``a @ b``, ``x[i]``, ``a + 1``):
+    ``call`` is the innermost Python call above the allocation (past operator scopes), a call of a Python function.
+
+    The Python tracer records calls, each with the line it was made at; an operator is no call, so its allocation
+    lands directly under the Python function running it.  That function (the callee of the innermost Python call,
+    whose name reads ``file(first line): function``) is then the allocation's innermost frame, with its line
+    marked as not recorded.  An allocation under a C function (``torch.relu``) needs nothing more: its call's
+    line is the caller frame.
+    """
+    try:
+        return _callee_frame(call.name)
+    except UnicodeDecodeError:
+        return None
 
 
 def model_of(a: Allocations, site_cols: tuple[np.ndarray, list[Frame | None]] | None = None) -> Model:
