@@ -128,6 +128,8 @@ def look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], ce
             at = [1]
         for number in range(max(lo, 1), min(hi, len(lines)) + 1):
             line = lines[number - 1]
+            if ".append(" not in line and ("]" not in line or "=" not in line):  # most lines: neither
+                continue
             if line.lstrip().startswith("#"):
                 continue
             key = ""
