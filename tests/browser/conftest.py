@@ -31,6 +31,8 @@ CHROMIUM_ARGS = [
 DOCS = REPO / "docs"
 # The README's pictures are rewritten only by `make screenshots` (NBDEBUG_SCREENSHOTS=1): a plain `make test`
 # takes the same screenshots into a temporary folder and leaves the tracked docs/*.png as they are.
+# (NBDEBUG_SHOTS_DIR keeps them in a folder of your choosing, to look at them)
+_OWN_SHOTS = os.environ.get("NBDEBUG_SCREENSHOTS") != "1" and not os.environ.get("NBDEBUG_SHOTS_DIR")
 SHOTS = DOCS if os.environ.get("NBDEBUG_SCREENSHOTS") == "1" else Path(
     os.environ.get("NBDEBUG_SHOTS_DIR") or __import__("tempfile").mkdtemp(prefix="nbdebug-shots-"))
 
@@ -38,7 +40,7 @@ SHOTS = DOCS if os.environ.get("NBDEBUG_SCREENSHOTS") == "1" else Path(
 @pytest.fixture(scope="session", autouse=True)
 def _remove_temporary_shots():
     yield
-    if SHOTS != DOCS:
+    if _OWN_SHOTS:  # only the temporary folder this run made
         import shutil
 
         shutil.rmtree(SHOTS, ignore_errors=True)
