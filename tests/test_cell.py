@@ -42,6 +42,44 @@ def test_a_failing_body_shows_the_report_then_reraises_the_users_error(shell, ex
     assert any(f"saw {exc!r}" in o.data.get("text/plain", "") for o in out.outputs)
 
 
+class _Recorder:
+    """A recorder that says what its exit saw, and can fail to start."""
+
+    def __init__(self, fail_start=None):
+        self.fail_start, self.exit_saw = fail_start, "not exited"
+
+    def __enter__(self):
+        if self.fail_start is not None:
+            raise self.fail_start
+        return self
+
+    def __exit__(self, tp, value, tb):
+        self.exit_saw = value
+
+
+def test_a_recorder_that_cannot_start_raises_its_own_error_before_the_body_runs(shell):
+    # (it used to be taken for the recorder's verdict at the stop: re-pointed at the cell's last line, and a
+    # report of nothing recorded shown above it)
+    err = RuntimeError("the live panel cannot be shown")
+    rec, reports = _Recorder(fail_start=err), []
+    shell.user_ns.pop("ran_body", None)
+    with capture_output() as out, pytest.raises(RuntimeError) as info:
+        run_body(shell, "ran_body = True", magic="t", context=rec, report=reports.append)
+    assert info.value is err and info.traceback[-1].name == "__enter__"  # its own traceback, not re-pointed
+    assert "ran_body" not in shell.user_ns and reports == [] and not out.outputs
+    assert rec.exit_saw == "not exited"
+
+
+def test_the_recorder_sees_the_bodys_error_as_a_with_statement_shows_it(shell):
+    rec = _Recorder()
+    with capture_output(), pytest.raises(ZeroDivisionError) as info:
+        run_body(shell, "1/0", magic="t", context=rec)
+    assert rec.exit_saw is info.value
+    rec = _Recorder()
+    run_body(shell, "pass", magic="t", context=rec)
+    assert rec.exit_saw is None
+
+
 def test_a_failing_report_never_replaces_the_users_error(shell):
     def broken(err):
         raise RuntimeError("report broke")

@@ -15,6 +15,8 @@ import pytest
 from nbdebug.core import knowledge
 from nbdebug.core._findings import HasFindings, Severity
 from nbdebug.core.compile import CompileReport
+from nbdebug.core.dist._nccl import NcclLog
+from nbdebug.core.dist._types import DistRun
 from nbdebug.core.doctor import DoctorReport
 from nbdebug.core.training._gradhistory import GradHistory
 from nbdebug.core.xla.diagnose import XlaDiagnosis
@@ -39,7 +41,17 @@ def _grads(findings):
                        module_norms=np.ones((2, 1)), findings=findings)
 
 
-BUILDERS = {"xla": _xla, "compile": _compile, "doctor": _doctor, "grads": _grads}
+def _dist_run(findings):
+    return DistRun(succeeded=True, nprocs=2, backend="gloo", ranks=(), findings=findings)
+
+
+def _nccl(findings):
+    return NcclLog(version="2.21.5", cuda_driver="", hosts=(), ranks=(), nranks=None, interfaces=(), ib_devices=(),
+                   transports=(), network="", env={}, timeouts=(), findings=findings)
+
+
+BUILDERS = {"xla": _xla, "compile": _compile, "doctor": _doctor, "grads": _grads, "dist run": _dist_run,
+            "nccl log": _nccl}
 CASES = [((), "ok"), (("info",), "ok"), (("info", "warning"), "warning"), (("warning", "error"), "error"),
          (("error", "info"), "error")]
 
@@ -77,3 +89,15 @@ def test_kinds_and_finding_are_the_same_everywhere():
 def test_a_single_info_finding_is_never_drawn_as_a_warning():
     f = knowledge.finding("recompilation", "bounded: 3 graphs for 3 bucket sizes", severity="info")
     assert _border(to_html(f)) == "info"
+
+
+def test_a_remark_alone_is_shown_not_hidden_behind_a_clean_headline():
+    # one bounded recompilation is an info finding: the panel is ok-coloured but lists it, and never says "clean"
+    from nbdebug.render import to_text
+
+    info = knowledge.finding("recompilation", "1 recompilation of f (bounded)", severity="info")
+    r = _compile((info,))
+    assert r.ok and _border(to_html(r)) == "ok"
+    assert 'data-kind="recompilation"' in to_html(r) and "No graph break" not in to_html(r)
+    assert "1 recompilation of f" in to_text(r)
+

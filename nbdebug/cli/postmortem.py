@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         import sys
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0 if pm.ok else 1
+    return 1 if pm.errors() else 0  # exit 1 when an error was found (a failure, a hang, a bad node, ...)
 
 
 def _print(pm: PostMortem, args: argparse.Namespace) -> None:

@@ -147,8 +147,8 @@ class HasFindings:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """The kinds of all findings, worst first, each once."""
-        return tuple(dict.fromkeys(f.kind for f in self.findings))
+        """The kinds of all findings, worst first (in their order within a severity), each once."""
+        return tuple(dict.fromkeys(f.kind for f in sort_findings(self.findings)))
 
     def finding(self, kind: str) -> Finding | None:
         """The first finding of ``kind`` (None when there is none)."""
@@ -162,3 +162,11 @@ class HasFindings:
     def errors(self) -> list[Finding]:
         """The findings of severity ``error``."""
         return [f for f in self.findings if f.severity is Severity.ERROR]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result's fields (``Result.to_dict``), with ``ok`` and the ``findings``, which JSON readers test."""
+        data: dict[str, Any] = Result.to_dict(self)  # type: ignore[arg-type]
+        data["ok"] = self.ok
+        if "findings" not in data:  # a result whose findings are a property
+            data["findings"] = [f.to_dict() for f in self.findings]
+        return data

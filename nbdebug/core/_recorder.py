@@ -9,8 +9,8 @@ memtrace, the NaN sentinel, GradMonitor, the torch.compile capture and the XLA w
 - ``with rec:`` (or ``rec.start()`` ... ``rec.stop()`` where a block does not fit, e.g. across cells) records;
   hooks, recording and modes always come off in ``stop()``, also when the block raises;
 - ``rec.result`` is the result object (data first: ``to_dict()``, ``to_pandas()``, a panel).  Before the
-  recorder stopped it is the result so far where one exists at every moment (GradMonitor's history), else None;
-  a recorder that looks for one failure has None as the result of a clean run (the NaN sentinel);
+  recorder stopped it is the result so far where one exists at every moment (GradMonitor's history, the NaN
+  sentinel's ``NanReport``, whose ``.error`` stays None after a clean run), else None;
 - a recorder shows its result in a notebook (``_repr_mimebundle_``), and a one-line ``repr`` otherwise;
 - a cell magic runs its cell inside the same recorder (``nbdebug.ipython._cell.run_body``) and returns
   ``rec.result``; ``-o NAME`` binds it.

@@ -67,7 +67,8 @@ def run_body(
         The magic's name, for messages.
     context : context manager, optional
         The magic's recorder: entered just before the body runs and always exited after it (start/stop
-        recording, add/remove hooks).  An error its exit raises after a clean body is the cell's error.
+        recording, add/remove hooks), with the body's error if there was one.  An error its entry raises is
+        raised as it is (the body never ran); an error its exit raises after a clean body is the cell's error.
     report : callable, optional
         ``report(error)`` builds the result from what was recorded; ``error`` is the cell's error or None.
         Without it the result is None.
@@ -75,15 +76,19 @@ def run_body(
         A name in the user's namespace to bind the result to (``-o NAME``).
     """
     code = compile_body(shell, cell)
+    recorder = context if context is not None else contextlib.nullcontext()
+    # a recorder that cannot start (a hook that cannot be added, a panel that cannot be shown) is the magic's own
+    # error: raised as it is, before the body runs, with nothing recorded to report
+    recorder.__enter__()
     error: BaseException | None = None
     try:
-        with context if context is not None else contextlib.nullcontext():
-            try:
-                exec(code, shell.user_ns)  # noqa: S102 - the user's own cell
-            except BaseException as e:  # KeyboardInterrupt too: the report is still made, then it is re-raised
-                error = _at_users_line(e)
+        exec(code, shell.user_ns)  # noqa: S102 - the user's own cell
+    except BaseException as e:  # KeyboardInterrupt too: the report is still made, then it is re-raised
+        error = _at_users_line(e)
+    try:  # the recorder sees the body's error, as a with-statement would show it (the sentinel then checks nothing)
+        recorder.__exit__(*((type(error), error, error.__traceback__) if error is not None else (None, None, None)))
     except BaseException as e:  # the recorder's own verdict as it stopped (only after a clean body)
-        if error is not None:  # pragma: no cover - a recorder that raises over the user's error is a bug of ours
+        if error is not None:  # a recorder that raises over the user's error: the user's error is what matters
             print(f"nbdebug %%{magic}: stopping the recording failed ({type(e).__name__}); the cell's own error "
                   "follows.", file=sys.stderr)
         else:

@@ -7,7 +7,8 @@ is what a saved notebook keeps: no widget model is needed to show it after reope
 
 There is one ``GradMonitor`` (``nbdebug.core.training.grads``); importing this module registers ``LivePanel`` as
 its live view (``GradMonitor.set_live_view``), the hook through which core reaches the display layer without
-importing it.  It is imported with ``nbdebug.GradMonitor``, by ``%load_ext nbdebug`` (``%%gradmonitor``) and by
+importing it.  It is imported with ``nbdebug.GradMonitor``, by ``%%gradmonitor`` (not by ``%load_ext``, which
+stays light) and by
 ``nbdebug.integrations``; torch and numpy only through the core monitor's methods.
 """
 

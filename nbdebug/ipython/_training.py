@@ -64,7 +64,7 @@ class TrainingMagics(Magics):
     @argument("model", nargs="?", help="expression naming the model or a Trainer holding it (default: the only "
               "nn.Module in the namespace)")
     @argument("--replay", action="store_true", help="replay the failing step to name the op and its source line")
-    @argument("-o", "--output", metavar="NAME", help="also bind the result, the NonFiniteError (or None), to NAME")
+    @argument("-o", "--output", metavar="NAME", help="also bind the NanReport (its .error: the NonFiniteError, or None) to NAME")
     @cell_magic
     def nanhunt(self, line: str, cell: str) -> Any:
         """Run the cell with a NaN/Inf sentinel on the model; stop at the first non-finite value.

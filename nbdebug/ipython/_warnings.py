@@ -19,6 +19,7 @@ import threading
 import warnings
 from typing import Any
 
+from nbdebug.errors import exception_message
 from nbdebug.ipython._state import ExtensionState, Feature
 
 __all__ = ["WarningWatcher", "register"]
@@ -91,12 +92,9 @@ class WarningWatcher:
         try:
             if isinstance(category, type) and issubclass(category, _NOISE):
                 return
-            try:
-                # the message object is the user's: its __str__ may raise anything, KeyboardInterrupt included,
-                # which must not escape from showwarning because of nbdebug: then there is no panel
-                message_text = str(message)
-            except BaseException:  # noqa: BLE001
-                return
+            # the message object is the user's: its __str__ may raise anything, KeyboardInterrupt included, which
+            # must not escape from showwarning because of nbdebug; a placeholder matches no pattern: no panel
+            message_text = exception_message(message)
             text = message_text.lower()
             if not any(k in text for k in self._candidates()):  # cheap: most warnings stop here
                 return

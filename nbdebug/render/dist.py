@@ -177,9 +177,9 @@ def _dist_run_title(d: DistRun) -> tuple[str, str]:
     bad_checks = [c for c in d.checks if not c.ok]
     if d.succeeded and bad_checks:
         return (f"torchrun: {d.nprocs} ranks ran, {len(bad_checks)} check(s) found a problem: "
-                f"{bad_checks[0].kind}"), "warning"
+                f"{bad_checks[0].kind}"), panel_kind(d.findings, empty="warning")
     if d.succeeded:
-        return f"torchrun: {d.nprocs} ranks OK ({d.seconds:.1f} s)", "ok"
+        return f"torchrun: {d.nprocs} ranks OK ({d.seconds:.1f} s)", panel_kind(d.findings)
     p = d.primary
     if d.hang is not None and (p is None or p.error_kind != "cause"):
         return f"torchrun: {_hang_title(d.hang)}", "error"
@@ -341,7 +341,7 @@ def _pm_headline(pm: PostMortem) -> tuple[str, str]:
     if pm.finding("postmortem_no_cause") is not None:
         return f"post-mortem: {pm.world_size} ranks — failed; the first cause left no error here", "error"
     if not pm.ok:  # e.g. a bad node whose ranks did not fail (yet)
-        return f"post-mortem: {pm.world_size} ranks — {pm.errors()[0].title.lower()}", panel_kind(pm.findings)
+        return f"post-mortem: {pm.world_size} ranks — {(pm.errors() or list(pm.findings))[0].title.lower()}", panel_kind(pm.findings)
     return f"post-mortem: {pm.world_size} ranks — no failure found in the artifacts", panel_kind(pm.findings)
 
 

@@ -175,7 +175,7 @@ class PostMortem(HasFindings, Result):
         if self.finding("postmortem_no_cause") is not None:
             return f"{head}, failed; the first cause left no error"
         if not self.ok:
-            return f"{head}, {self.errors()[0].title.lower()}"
+            return f"{head}, {(self.errors() or list(self.findings))[0].title.lower()}"
         return f"{head}, no failure found"
 
     def _records(self) -> list[dict[str, Any]]:

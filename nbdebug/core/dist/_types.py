@@ -211,9 +211,10 @@ class DistRun(HasFindings, Result):
     diagnosis: Diagnosis | None = None
 
     def __post_init__(self) -> None:
-        # a failed run always carries its failure as a finding (where no error finding names it already, as every
-        # rank's NameError does), so that ok, from the findings, is never True for a run that failed
-        if not self.succeeded and not self.errors():
+        # a failed run always carries its failure as a finding, unless one names it already (every rank's
+        # NameError: a name not shipped), so that ok, from the findings, is never True for a run that failed, and a
+        # failed check beside the crash does not hide the crash from findings and JSON
+        if not self.succeeded and not any(f.kind in NAMES_THE_FAILURE for f in self.findings):
             failure = _failure_finding(self.primary_rank, self.primary_reason, self.hang,
                                        any("interrupted" in n for n in self.notes))
             object.__setattr__(self, "findings", (failure, *self.findings))
@@ -279,6 +280,8 @@ class RunInterrupted(KeyboardInterrupt):
 
 #: the kinds of a run's own failure finding (the post-mortem gives the same kinds for the same failures)
 FAILURE_KINDS = ("postmortem_primary", "hang_divergence", "postmortem_no_cause")
+#: findings that say why the run failed, so that no failure finding is added beside them
+NAMES_THE_FAILURE = (*FAILURE_KINDS, "name_not_shipped")
 
 
 def _failure_finding(primary: int | None, reason: str, hang: Hang | None, interrupted: bool) -> Finding:

@@ -5,7 +5,7 @@ Each domain module (``cuda``, ``dist``, ``ddp``, ``autograd``, ``data``, ``optim
 The registry below gathers them in this order; slugs and threshold names are unique across all domains, and a
 message pattern lives in exactly one entry (``tests/test_knowledge.py`` checks both).
 
-Readers: the explainer (``core.fixes``) takes the entries whose ``contexts`` hold ``"explain"``; the
+Readers: the explainer (``core.explain``) takes the entries whose ``contexts`` hold ``"explain"``; the
 distributed runner those with ``"rank_failure"``; the NCCL-log reader those with ``"nccl_log"``; every check
 builds its findings with ``finding(slug, message, ...)``, which fills severity, title and fixes from the entry.
 """

@@ -16,7 +16,8 @@ A recorder (``nbdebug.core._recorder``): ``with GradMonitor(model) as mon:``, th
 Live views belong to the display layer: the monitor calls its listeners (``add_listener``) between steps, at most
 ``refresh_hz`` times a second, and ``live=`` takes a view factory ``live(monitor)`` that subscribes itself.
 ``live=True`` uses the factory the display layer registered with ``GradMonitor.set_live_view``: the IPython layer
-(``nbdebug.ipython._live``, imported with ``nbdebug.GradMonitor`` and by ``%load_ext nbdebug``) registers its panel
+(``nbdebug.ipython._live``, imported with ``nbdebug.GradMonitor``, by ``%%gradmonitor`` and by
+``nbdebug.integrations``) registers its panel
 that updates in place.  Core never imports the display layer.
 """
 
@@ -170,8 +171,9 @@ class GradMonitor(Recorder):
             view = type(self).live_view
             if view is None:
                 raise InvalidArgumentError(
-                    "GradMonitor: live=True needs a display, and none is registered; use nbdebug.GradMonitor or "
-                    "%load_ext nbdebug in a notebook, or pass a view factory live=callable(monitor)"
+                    "GradMonitor: live=True needs a display, and none is registered; use nbdebug.GradMonitor (which "
+                    "registers the notebook's live panel) or %%gradmonitor, or pass a view factory "
+                    "live=callable(monitor)"
                 )
             self._live_view: Callable[[GradMonitor], Any] | None = view
         elif live is False or live is None:

@@ -492,8 +492,9 @@ def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, che
     Returns
     -------
     NanSentinel
-        A recorder: ``with nan_sentinel(model) as s:``; ``s.result`` is the ``NonFiniteError`` it raised (None
-        after a clean run); ``s.step()`` marks a step boundary in loops without a torch optimizer.
+        A recorder: ``with nan_sentinel(model) as s:``; ``s.result`` is a ``NanReport`` (steps and modules checked;
+        ``.error``, the ``NonFiniteError`` it raised, None after a clean run); ``s.step()`` marks a step boundary
+        in loops without a torch optimizer.
 
     Raises
     ------

@@ -9,7 +9,7 @@ time step) and every block (lifetime, size, stack) as gzip'd typed arrays that t
 rebuilds any window exactly from the nearest overview point, and "alive at this moment" lists every block.  Past
 their size budgets the file keeps the overview and the largest blocks, and says so on screen.  Where no script
 runs (an untrusted notebook, GitHub), a static picture of the chart and a note stand in for the interactive parts.
-With a kernel, ``snap.view()`` (``memory_widget``) lets Python answer the same viewer.
+With a kernel, ``snap.view()`` (``render.memory.widget``) lets Python answer the same viewer.
 """
 
 from __future__ import annotations
