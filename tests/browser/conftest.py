@@ -32,24 +32,28 @@ DOCS = REPO / "docs"
 # The README's pictures are rewritten only by `make screenshots` (NBDEBUG_SCREENSHOTS=1): a plain `make test`
 # takes the same screenshots into a temporary folder and leaves the tracked docs/*.png as they are.
 # (NBDEBUG_SHOTS_DIR keeps them in a folder of your choosing, to look at them)
-_OWN_SHOTS = os.environ.get("NBDEBUG_SCREENSHOTS") != "1" and not os.environ.get("NBDEBUG_SHOTS_DIR")
-SHOTS = DOCS if os.environ.get("NBDEBUG_SCREENSHOTS") == "1" else Path(
-    os.environ.get("NBDEBUG_SHOTS_DIR") or __import__("tempfile").mkdtemp(prefix="nbdebug-shots-"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _remove_temporary_shots():
-    yield
-    if _OWN_SHOTS:  # only the temporary folder this run made
-        import shutil
-
-        shutil.rmtree(SHOTS, ignore_errors=True)
+_CHOSEN = DOCS if os.environ.get("NBDEBUG_SCREENSHOTS") == "1" else (
+    Path(os.environ["NBDEBUG_SHOTS_DIR"]) if os.environ.get("NBDEBUG_SHOTS_DIR") else None)
+_TEMPORARY: list[Path] = []  # the temporary folder, made on the first screenshot (none when no test takes one)
 
 
 def shot(name: str) -> str:
     """Where a screenshot named ``name`` goes: docs/ under `make screenshots`, a temporary folder otherwise."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    return str(SHOTS / name)
+    if _CHOSEN is not None:
+        folder = _CHOSEN
+    else:
+        if not _TEMPORARY:
+            # removed when the run ends (atexit: the test modules import this file apart from pytest's own copy of
+            # it, so a session fixture here would look at another list)
+            import atexit
+            import shutil
+            import tempfile
+
+            _TEMPORARY.append(Path(tempfile.mkdtemp(prefix="nbdebug-shots-")))
+            atexit.register(shutil.rmtree, _TEMPORARY[0], True)
+        folder = _TEMPORARY[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / name)
 
 pytestmark = pytest.mark.browser
 
@@ -146,26 +150,30 @@ def _stop_lab(proc: subprocess.Popen, url: str, token: str) -> None:
 
     started = _descendants(proc.pid)
     try:
-        with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=5) as r:
-            kernels = json.load(r)
-        for k in kernels:
-            req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
-            urllib.request.urlopen(req, timeout=10).close()
-    except OSError:
-        pass  # the server is already gone: the signals below still reach its kernels
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=5) as r:
+                kernels = json.load(r)
+            for k in kernels:
+                req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
+                urllib.request.urlopen(req, timeout=10).close()
+        except Exception:  # noqa: BLE001 - the server is gone or answered oddly: the signals below still stop it
+            pass
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                continue
-        break
-    for pid, start in started:  # a kernel that left the group (its own session) is still ours: we started it
-        if start is not None and _start_time(pid) == start:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+    finally:
+        # whatever happened above: the group's last members, then any kernel that left the group (its own
+        # session, or re-parented once the server died) but that this server started: we started it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=15)
+        for pid, start in started:
+            if start is not None and _start_time(pid) == start:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
