@@ -14,7 +14,7 @@ __all__ = ["OWN_RELATIVE", "OWN_ANYWHERE", "SUBPACKAGES", "MODULES"]
 
 #: the package's subpackages and top-level modules (a test checks them against the package itself)
 SUBPACKAGES = ("core", "ipython", "render", "cli", "integrations", "examples")
-MODULES = ("__init__", "__main__", "xla", "dist", "errors", "_units")
+MODULES = ("__init__", "__main__", "xla", "dist", "errors", "_units", "_files")
 
 _TAIL = (r"nbdebug[/\\](?:(?:" + "|".join(SUBPACKAGES) + r")[/\\]|(?:"
          + "|".join(re.escape(m) for m in MODULES) + r")\.py$)")
