@@ -13,6 +13,12 @@ collective the others waited in, and, from Flight Recorder dumps, the collective
 5. ``named``: a consequence whose message names the rank that never arrived (``monitoredBarrier``);
 6. ``tie``: a collective issued differently with no majority: no rank can be named;
 7. ``victims``: every error is a consequence and the rank that caused them left none: no rank is named.
+
+A cause beats a consequence whatever their times: a peer's connection error (``Gloo connectFullMesh failed ...
+Connection closed by peer``) can be stamped before the error of the rank whose exit caused it, when that rank's
+exception is formatted late under load.  ``own_failures`` reads the same roles for the findings that need every
+rank's own error (``NameError`` in every rank that failed of its own): a peer that failed as a consequence does not
+hide them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 
 from nbdebug.core.dist._failures import classify, explain_detail_mismatch, meaning
 
-__all__ = ["RankRow", "Stall", "Mismatch", "Verdict", "blame", "read_error", "rank_ranges", "ranks_text",
+__all__ = ["RankRow", "Stall", "Mismatch", "Verdict", "blame", "own_failures", "read_error", "rank_ranges", "ranks_text",
            "first_line", "FIELD_WORDS", "groups_text"]
 
 
@@ -232,3 +238,14 @@ def blame(rows: Sequence[RankRow], *, world_size: int, stall: Stall | None = Non
             "that caused them left no error here: look for the ranks that reported nothing, or collect Flight "
             "Recorder dumps and stacks next time"), "victims")
     return said(None, "", "")
+
+
+def own_failures(rows: Sequence[RankRow]) -> tuple[RankRow, ...]:
+    """The ranks that failed of their own error (causes), earliest first, when every rank failed and each of the
+    others failed as a consequence (a victim); ``()`` when a rank ended without an error or was ended by nbdebug.
+
+    The order of the errors in time does not matter: a cause beats a consequence (see the module's text).
+    """
+    if not rows or any(not r.failed for r in rows):
+        return ()
+    return tuple(sorted((r for r in rows if r.role == "cause"), key=_by_time))

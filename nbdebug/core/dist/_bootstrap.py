@@ -29,6 +29,7 @@ import traceback
 import types
 from typing import Any
 
+from nbdebug._files import open_append
 from nbdebug.errors import describe_exception
 
 _LOCK = threading.Lock()
@@ -207,7 +208,7 @@ def main(run_dir: str) -> int:
     rank_dir = os.path.join(run_dir, f"rank_{rank}")
     os.makedirs(rank_dir, exist_ok=True)
     # fallback when the GIL is held by stuck native code and the control thread cannot run
-    fault_file = open(os.path.join(rank_dir, "faulthandler.txt"), "w")  # noqa: SIM115  (kept open for the signal)
+    fault_file = open_append(os.path.join(rank_dir, "faulthandler.txt"))  # kept open for the signal; no symlink
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True)
     threading.Thread(target=_sampler, args=(0.25,), daemon=True, name="nbdebug-ticks").start()
     threading.Thread(target=_control, args=(control_fd,), daemon=True, name="nbdebug-control").start()

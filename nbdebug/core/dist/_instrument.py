@@ -20,6 +20,7 @@ Must run before ``init_process_group``: the Flight Recorder's buffer size is rea
 from __future__ import annotations
 
 import atexit
+import errno
 import faulthandler
 import io
 import json
@@ -34,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from nbdebug._files import open_append, write_file
 from nbdebug.core._result import Result
 from nbdebug.errors import InvalidArgumentError, describe_exception
 
@@ -162,15 +164,24 @@ def _dump_fr(path: str, with_stacks: bool, tries: int = 1) -> bool:
     had = _WRITTEN.get(path)
     if had is not None and (had[0] > entries or (had[0] == entries and (had[1] or not with_stacks))):
         return False
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(dump)
-        os.replace(tmp, path)  # a reader never sees half a dump
+        write_file(path, dump)  # a reader never sees half a dump; a symlink planted at the name is not followed
     except OSError:
         return False
     _WRITTEN[path] = (entries, with_stacks)
     return True
+
+
+def _open_kept(path: str) -> TextIO:
+    """``path`` opened for appending, never through a symlink: one planted at the name (a shared folder) is
+    replaced by an empty file first, as ``write_file`` replaces one, and the open refuses a symlink planted again."""
+    try:
+        return open_append(path)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+    write_file(path, b"")
+    return open_append(path)
 
 
 def _stamp(fh: TextIO, what: str, rank: int, host: str) -> None:
@@ -275,7 +286,11 @@ def instrument(path: str | os.PathLike[str] | None = None, *, hang_after: float 
         files["nccl_log"] = os.path.join(folder, f"nccl_{host}_<pid>.log")
 
     lock = threading.Lock()
-    stacks = open(files["stacks"], "a", encoding="utf-8")  # noqa: SIM115  (kept open for faulthandler)
+    try:
+        stacks = _open_kept(files["stacks"])  # kept open for faulthandler
+    except OSError as e:
+        raise InvalidArgumentError(f"path={folder!r}: cannot open {files['stacks']!r} for the stacks ({e}); "
+                                   "expected a writable folder where that name is not a symlink") from e
     _stamp(stacks, "instrumented", rank, host)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
     if not faulthandler.is_enabled():
@@ -284,7 +299,12 @@ def instrument(path: str | os.PathLike[str] | None = None, *, hang_after: float 
                              "fr": files["flight_recorder"], "stop": False}
     if tee:
         files["log"] = os.path.join(folder, f"rank{rank}.log")
-        log = open(files["log"], "a", encoding="utf-8")  # noqa: SIM115  (open for the life of the process)
+        try:
+            log = _open_kept(files["log"])  # open for the life of the process
+        except OSError as e:
+            stacks.close()
+            raise InvalidArgumentError(f"path={folder!r}: cannot open {files['log']!r} for the rank's log ({e}); "
+                                       "expected a writable folder where that name is not a symlink") from e
         prefix = f"[rank{rank}]:"
         log.write(f"{prefix}# nbdebug: rank {rank} of {world} (local rank {local}) host {host} pid {os.getpid()} "
                   f"time {time.time():.6f}\n")
@@ -391,5 +411,4 @@ def _write_error_file(path: str, exc: BaseException, tb: Any, rank: int, host: s
         },
         "nbdebug": {"rank": rank, "host": host, "pid": os.getpid(), "time": now},
     }
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
+    write_file(path, json.dumps(data))  # a new file renamed into place: a symlink at the name is replaced

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
 
+from nbdebug._files import write_file
 from nbdebug.core.dist._supervise import Echo, Session, default_echo, make_store
 from nbdebug.core.dist._types import DistRun, RunInterrupted
 from nbdebug.core.dist._verdict import session_result
@@ -130,8 +131,7 @@ def _launch_in(spec: dict[str, Any], nprocs: int, timeout: float, env: Mapping[s
             raise DistUsageError(f"MASTER_PORT={env['MASTER_PORT']!r}: expected a port number") from e
     store = make_store(requested, notes)
     spec.setdefault("pg_timeout", max(3.0 * timeout, timeout + 30.0))
-    with open(os.path.join(run_dir, "spec.json"), "w", encoding="utf-8") as fh:
-        json.dump(spec, fh)
+    write_file(os.path.join(run_dir, "spec.json"), json.dumps(spec), mode=0o600)
     child_env = _prepare_env(env, nprocs, store.port, spec["backend"], flight_recorder, detail)
     session = Session(spec, nprocs, float(timeout), child_env, echo, notes, run_dir, store.port)
     try:
@@ -212,17 +212,18 @@ def run(source: str, nprocs: int, *, timeout: float = 60.0, backend: str | Backe
     run_dir = tempfile.mkdtemp(prefix="nbdebug-dist-")
     try:
         source_path = os.path.join(run_dir, "cell.py")
-        with open(source_path, "w", encoding="utf-8") as fh:
-            fh.write(source)
+        write_file(source_path, source, mode=0o600)
     except BaseException:  # never leave a run folder behind
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    if shipment.preamble:
-        with open(os.path.join(run_dir, "preamble.py"), "w", encoding="utf-8") as fh:
-            fh.write(shipment.preamble)
-    if shipment.values is not None:
-        with open(os.path.join(run_dir, "values.pkl"), "wb") as fh:
-            fh.write(shipment.values)
+    try:
+        if shipment.preamble:
+            write_file(os.path.join(run_dir, "preamble.py"), shipment.preamble, mode=0o600)
+        if shipment.values is not None:  # the notebook's values: readable by this user only
+            write_file(os.path.join(run_dir, "values.pkl"), shipment.values, mode=0o600)
+    except BaseException:  # never leave a run folder behind
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if shipment.shipped:
         notes.append("shipped to the ranks: " + ", ".join(shipment.shipped))
     # like multiprocessing's spawn: the ranks see the modules the kernel sees (sys.path edits in the notebook too)

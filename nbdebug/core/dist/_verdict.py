@@ -9,16 +9,21 @@ import re
 import time
 from collections.abc import Sequence
 
+from nbdebug._files import read_text
 from nbdebug.core._findings import Finding, Fix, sort_findings
-from nbdebug.core.dist._blame import RankRow, Stall, blame, read_error
+from nbdebug.core.dist._blame import RankRow, Stall, blame, own_failures, ranks_text, read_error
 from nbdebug.core.dist._checks import check_finding
 from nbdebug.core.dist._failures import classify, signal_name
 from nbdebug.core.dist._supervise import Rank, Session
 from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
 from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
+from nbdebug.errors import NbdebugError
 
 __all__ = ["session_result", "pick_primary", "rank_rows"]
+
+#: the most of a rank's error file read: its message and traceback (a deep recursion's is a few MiB at most)
+_ERROR_FILE_CAP = 16 << 20
 
 
 def session_result(self: Session, store_port: int) -> DistRun:
@@ -61,9 +66,9 @@ def session_result(self: Session, store_port: int) -> DistRun:
 def _rank_result(self: Session, r: Rank) -> RankResult:
     error_file = os.path.join(self.run_dir, f"rank_{r.rank}", "error.json")
     file_msg, file_tb, file_ts = "", "", None
-    try:
-        with open(error_file, encoding="utf-8") as fh:
-            data = json.load(fh)
+    try:  # written by torch's @record in the rank: bounded, a regular file only, never a symlink
+        data = json.loads(read_text(error_file, "a rank's torch error file (JSON)", cap=_ERROR_FILE_CAP,
+                                    follow=False))
         msg = data.get("message", {})
         if isinstance(msg, dict):
             file_msg = str(msg.get("message", ""))
@@ -72,7 +77,7 @@ def _rank_result(self: Session, r: Rank) -> RankResult:
             file_ts = float(extra.get("timestamp")) if extra.get("timestamp") else None
         else:
             file_msg = str(msg)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError, NbdebugError):
         pass
     code = r.proc.returncode
     error, tb, when = "", "", None
@@ -107,9 +112,11 @@ _NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
 
 
 def _name_errors(ranks: Sequence[RankResult]) -> list[Finding]:
-    """Every rank failed with ``NameError``: the ranks are fresh processes, without the notebook's names."""
+    """Every rank that failed of its own error failed with ``NameError`` (the others as its consequence, e.g. a
+    peer's Gloo connection error racing it): the ranks are fresh processes, without the notebook's names."""
+    own = own_failures(rank_rows(ranks))
     names: dict[str, None] = {}
-    for r in ranks:
+    for r in own:
         m = _NAME_ERROR.search(r.error)
         if m is None:
             return []
@@ -117,10 +124,17 @@ def _name_errors(ranks: Sequence[RankResult]) -> list[Finding]:
     if not names:
         return []
     listed = ",".join(names)
+    said = ", ".join(repr(n) for n in names)
+    if len(own) == len(ranks):
+        who = f"every rank failed with NameError ({said} is not defined there)"
+    else:
+        victims = [r.rank for r in ranks if r.error_kind == "victim"]
+        who = (f"rank(s) {ranks_text([r.rank for r in own])} failed with NameError ({said} is not defined there) "
+               f"and rank(s) {ranks_text(victims)} as a consequence")
     return [finding(
         "name_not_shipped",
-        f"every rank failed with NameError ({', '.join(repr(n) for n in names)} is not defined there): each rank is "
-        "a fresh Python process that does not have the notebook's variables, functions or imports",
+        f"{who}: each rank is a fresh Python process that does not have the notebook's variables, functions or "
+        "imports",
         where=tuple(names),
         fixes=[Fix("Ship the names from the notebook to the ranks", f"%%torchrun -n {len(ranks)} --use {listed}"),
                Fix("From Python, pass them with use=", f"nbdebug.dist.run(source, {len(ranks)}, use={list(names)!r})"),
