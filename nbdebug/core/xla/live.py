@@ -21,12 +21,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from nbdebug._files import DEFAULT_CAP, read_text
 from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._recorder import Recorder
 from nbdebug.core._result import Result
 from nbdebug.core.xla.diagnose import StepStats, XlaDiagnosis, diagnose
 from nbdebug.core.xla.report import Counter, Metric, MetricsReport
-from nbdebug.errors import require
+from nbdebug.errors import NbdebugError, require
 
 __all__ = ["available", "read_live", "Snapshot", "take_snapshot", "XlaCellReport", "XlaWatch", "watch", "debug_status"]
 
@@ -353,12 +354,12 @@ class XlaWatch(Recorder):
             self._capture = None
         elif self._debug_file is not None:
             path, offset = self._debug_file
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    log = fh.read().decode("utf-8", "replace")
-            except OSError:
+            try:  # what was appended since the start: the file's last (size now - size then) bytes, bounded
+                grown = max(0, os.path.getsize(path) - offset)  # 0 for a FIFO or a device: refused below
+                log = read_text(path, "the PT_XLA_DEBUG_FILE log", cap=min(grown, DEFAULT_CAP), tail=True)
+            except (OSError, NbdebugError) as e:  # a FIFO or a device is refused at once, never read on and on
                 log = ""
+                self._status += f"; PT_XLA_DEBUG_FILE was not read ({e})"
         after = take_snapshot(self._met)
         assert self._before is not None
         report = _to_report(after, self._before)
