@@ -350,7 +350,11 @@ def test_magic_returns_the_report_of_a_failed_run_and_names_unshipped_names(ip):
     ip.run_cell("threshold = 3")
     result = ip.run_cell_magic("torchrun", "-n 2 --timeout 30 -q -o failed", "print(threshold)\n")
     assert ip.user_ns["failed"] is result  # bound and returned, not raised: the errors were in the ranks
-    assert not result.ok and all(r.error_kind == "cause" for r in result.ranks)
+    # every rank's NameError is its own failure (a cause); under load a peer may instead fail of the Gloo connection
+    # the failing rank closed (a consequence): the race tests/test_dist_writes.py makes happen on purpose
+    named = [r for r in result.ranks if "NameError" in r.error]
+    assert not result.ok and named and all(r.error_kind == "cause" for r in named)
+    assert all(r.error_kind == "victim" for r in result.ranks if r not in named)
     (finding,) = result.findings
     assert finding.kind == "name_not_shipped" and finding.where == ("threshold",)
     assert "--use threshold" in finding.fixes[0].code
