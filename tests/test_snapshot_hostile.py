@@ -19,10 +19,11 @@ import time
 import pytest
 
 from nbdebug.core.memory import load_snapshot
-from nbdebug.core.memory._unpickle import MEMORY_BASE, SCAN_LIMIT, check_opcodes
+from nbdebug.core.memory._unpickle import MEMORY_BASE, check_opcodes
 from nbdebug.errors import SnapshotError
 from tests.conftest import REPO
 
+LARGE = 32 << 20  # the size past which an older reader unpickled under RLIMIT_AS instead of walking the opcodes
 MEMO_BOMB = b"\x80\x02}r\x00\x00\x00\x20."  # LONG_BINPUT into memo slot 2**29: 8 GB in the C unpickler
 
 
@@ -68,13 +69,22 @@ def _bomb_after(pad: int) -> bytes:
     return b"\x80\x02(X" + pad.to_bytes(4, "little") + b"a" * pad + b"r\x00\x00\x00\x20."
 
 
-def test_memo_bomb_inside_a_large_file_hits_the_memory_budget(tmp_path):
-    """Past the opcode walk's size, on the main thread without CUDA, the address-space guard refuses the bomb."""
-    pad = SCAN_LIMIT + 1024
+def test_memo_bomb_inside_a_large_file_is_refused_by_the_walk(tmp_path):
+    """However large the file, the opcode walk refuses the bomb before anything is unpickled."""
+    pad = LARGE + 1024
     got = _child(_bomb_after(pad), tmp_path, cap_gib=6)
     assert got["outcome"] == "refused", got
-    assert "of memory while unpickling" in got["message"], got
+    assert "LONG_BINPUT asks for memo slot 536,870,912" in got["message"], got
     assert got["rss_mib"] < 3 * pad / 2**20 + 64, got
+
+
+def test_empty_container_bomb_is_refused_by_its_count(tmp_path):
+    """8 MiB of EMPTY_SET opcodes would unpickle into 1.8 GB (216 bytes per byte): refused unread, from the count."""
+    got = _child(b"\x80\x04" + b"\x8f" * (8 << 20) + b".", tmp_path, cap_gib=3)
+    assert got["outcome"] == "refused", got
+    assert "to unpickle" in got["message"] and "refused unread" in got["message"], got
+    assert "8,388,608 bytes b'\\x8f'" in got["message"], got
+    assert got["rss_mib"] < 64, got
 
 
 def test_large_file_from_a_thread_is_walked_never_limited(tmp_path, monkeypatch):
@@ -85,7 +95,7 @@ def test_large_file_from_a_thread_is_walked_never_limited(tmp_path, monkeypatch)
     calls = []
     monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a))
     path = tmp_path / "bomb.pickle"
-    path.write_bytes(_bomb_after(SCAN_LIMIT + 1024))
+    path.write_bytes(_bomb_after(LARGE + 1024))
     outcome = []
 
     def load():
@@ -110,7 +120,7 @@ def test_large_file_beside_cuda_is_walked_never_limited(tmp_path, monkeypatch):
     monkeypatch.setattr(resource, "setrlimit", lambda *a: calls.append(a))
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     path = tmp_path / "bomb.pickle"
-    path.write_bytes(_bomb_after(SCAN_LIMIT + 1024))
+    path.write_bytes(_bomb_after(LARGE + 1024))
     with pytest.raises(SnapshotError, match="LONG_BINPUT asks for memo slot"):
         load_snapshot(path)
     assert calls == []
@@ -123,7 +133,7 @@ def test_memory_budget_is_put_back(tmp_path):
     with pytest.raises(SnapshotError):
         load_snapshot(MEMO_BOMB)
     big = tmp_path / "big.pickle"
-    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (SCAN_LIMIT + 10)}, protocol=4))
+    big.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "pad": "x" * (LARGE + 10)}, protocol=4))
     load_snapshot(big)
     assert resource.getrlimit(resource.RLIMIT_AS) == before
     assert MEMORY_BASE >= 1 << 28
@@ -352,7 +362,7 @@ def test_large_unframed_pickles_load_as_fast_as_framed_ones(snapshots_dir, tmp_p
 
     one = pickle.loads((snapshots_dir / "torch2.5plus_octree-nca_my_snapshot_a.pickle").read_bytes())
     raw = {"segments": one["segments"], "device_traces": [copy.deepcopy(one["device_traces"][0]) for _ in range(12)],
-           "pad": "x" * SCAN_LIMIT}  # past the opcode walk: the file is read through the bounded reader
+           "pad": "x" * LARGE}  # a large file: the opcode walk and the unpickler each go over it whole
     seconds = {}
     for protocol in (2, 4):
         path = tmp_path / f"p{protocol}.pickle"

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from nbdebug._files import write_file
 from nbdebug.core._result import Result, display_registry
 from nbdebug.core.memory._device import DeviceState, device_state
 from nbdebug.core.memory._model import ACTIONS, ALLOC, Model, build_model
@@ -413,9 +414,8 @@ class MemorySnapshot(Result):
         """Write (and return) the self-contained offline viewer: one HTML file, no network, no CDN."""
         # display lives in nbdebug.render, reached through the registry (core never imports render)
         doc = display_registry().memory.viewer.viewer_document(self, device=device)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(doc)
+        if path is not None:  # a temporary name renamed into place: a symlink at ``path`` is replaced, not followed
+            write_file(path, doc)
         return doc
 
     def view(self, device: int | None = None) -> Any:

@@ -200,10 +200,12 @@ class MemTrace(HasFindings, Result):
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
         import pickle
 
+        from nbdebug._files import write_file
+
         # a CPU recording keeps no snapshot dict: it is made from the model only when it is saved
         raw = self._raw if self._raw is not None else snapshot_dict_of(self.snapshot.model)
-        with open(os.path.expanduser(os.fspath(path)), "wb") as fh:
-            pickle.dump(raw, fh, protocol=4)
+        # a temporary name renamed into place: a symlink planted at ``path`` is replaced, never written through
+        write_file(os.path.expanduser(os.fspath(path)), pickle.dumps(raw, protocol=4))
 
     def by_category(self) -> tuple[tuple[str, int], ...]:
         """Bytes alive at the peak by category (parameter, activation, gradient, optimizer state, temporary, ...).

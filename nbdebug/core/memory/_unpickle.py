@@ -5,18 +5,20 @@ numbers, booleans and None.  Such a pickle needs no global at all, so the unpick
 (``find_class``) and every persistent id: a file that asks for ``os.system`` or any other callable is reported as
 unsafe and nothing in it runs.  It subclasses the C unpickler, so loading keeps the speed of ``pickle.load``.
 
-The C unpickler trusts the numbers in the file: a 9-byte pickle whose ``LONG_BINPUT`` names memo slot 2**29 makes
-it allocate and clear 8 GB before anything is checked.  Reads are capped at the bytes the file has left, so a huge
-length never fills a huge buffer; the memo is the allocation left to bound, and two guards do it:
+The file is read once, whole, through :func:`nbdebug._files.read_bytes` (regular files only, so a FIFO or
+``/dev/zero`` is one error, never a hang; plain ``read()`` calls, never a memory map, so a file that shrinks while
+it is read gives a truncated pickle, never SIGBUS), at most :data:`MAX_BYTES`.
 
-- an opcode walk (:func:`check_opcodes`, linear, over a memory map of the file so it adds no copy) refuses memo
-  indexes, string lengths and frames larger than the file could hold, with the offset.  Every file up to
-  :data:`SCAN_LIMIT` gets it, and every file at all where the second guard is not used;
-- a file larger than that, read on the main thread of a Linux process where CUDA is not initialised, is unpickled
-  under an address-space limit of :data:`MEMORY_FACTOR` times its size plus :data:`MEMORY_BASE` above what the
-  process uses now (``RLIMIT_AS``, put back right after, one load at a time): the walk costs about as much as
-  ``pickle.load`` itself on a 100 MB snapshot.  The limit is process-wide while it holds, which is why it is never
-  used beside CUDA (whose address-space reservations it would break) or from another thread.
+The C unpickler trusts the numbers in the file: a 9-byte pickle whose ``LONG_BINPUT`` names memo slot 2**29 makes
+it allocate and clear 8 GB before anything is checked.  Two checks over the bytes, before anything is unpickled,
+bound what it may allocate; no process-wide limit is ever set (the reader runs inside the user's kernel, beside
+its other threads):
+
+- an opcode walk (:func:`check_opcodes`, linear) refuses memo indexes, string lengths and frames larger than the
+  file could hold, with the offset;
+- a count (:func:`check_budget`) of the opcodes that make a large object out of one byte (an empty dict, list or
+  set) bounds the memory unpickling can take from above; a file whose bound passes :data:`MEMORY_FACTOR` times its
+  size plus :data:`MEMORY_BASE` (real snapshots unpickle into 5-8 times their size) is refused unread.
 """
 
 from __future__ import annotations
@@ -28,20 +30,26 @@ import os
 import pickle
 import re
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+from nbdebug._files import read_bytes
 from nbdebug._units import fmt_bytes
-from nbdebug.errors import SnapshotError
+from nbdebug.errors import NbdebugError, SnapshotError
 
-__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "no_gc", "SCAN_LIMIT",
-           "MEMORY_FACTOR", "MEMORY_BASE"]
+__all__ = ["UnsafePickleError", "SafeUnpickler", "read_pickle", "check_opcodes", "check_budget", "no_gc",
+           "MAX_BYTES", "MEMORY_FACTOR", "MEMORY_BASE"]
 
-SCAN_LIMIT = 32 << 20  # files up to this size always get the opcode walk (about 0.35 s at 32 MiB)
+MAX_BYTES = 16 << 30  # the largest snapshot file read (one of 16 GiB unpickles into about 100 GiB)
 MEMORY_FACTOR = 32  # real snapshots unpickle into 5-8x their size
 MEMORY_BASE = 1 << 30
-_GUARD_LOCK = threading.Lock()
+# what unpickling can take per byte of the file at most, beside the objects counted by check_budget: a pointer
+# on the stack, in a list or in the memo (with their growth), or a character of a string (4 bytes in UCS-4)
+_PER_BYTE = 24
+# opcodes that make a large object out of one byte, and a bound on its size: EMPTY_DICT, EMPTY_LIST, EMPTY_SET,
+# FROZENSET, TUPLE1-3, and MARK (whose DICT, LIST or TUPLE makes one container out of two bytes)
+_HEAVY = {b"}": 64, b"]": 56, b"\x8f": 216, b"\x91": 216, b"(": 64, b"\x85": 48, b"\x86": 56, b"\x87": 64}
+_LIGHT = bytes(b for b in range(256) if bytes([b]) not in _HEAVY)
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -58,41 +66,15 @@ class SafeUnpickler(pickle.Unpickler):
         raise UnsafePickleError(f"the pickle asks for the persistent object {pid!r}")
 
 
-class _Bounded:
-    """A binary file whose reads never ask for more than it has left (the C unpickler allocates what it asks)."""
-
-    def __init__(self, fh: Any, size: int) -> None:
-        self._fh = fh
-        self._left = size
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._left if n < 0 else min(n, self._left)
-        data = self._fh.read(n)
-        self._left -= len(data)
-        return bytes(data)
+class _BytesFile(io.BytesIO):
+    """The bytes of a file, with the ``peek`` the C unpickler prefetches through (one call per buffer, not one per
+    opcode of an unframed pickle).  A read never returns more than is left, so a huge length fills no buffer."""
 
     def peek(self, n: int = 0) -> bytes:
-        # the C unpickler prefetches through peek (one call per buffer, not one per opcode of an unframed pickle)
-        fh = self._fh
-        if hasattr(fh, "peek"):
-            data = fh.peek(n)
-        else:
-            pos = fh.tell()
-            data = fh.read(max(n, 1))
-            fh.seek(pos)
-        return bytes(data[:self._left])
-
-    def readinto(self, buf: Any) -> int:
-        view = memoryview(buf).cast("B")
-        got = self._fh.readinto(view[:self._left])
-        self._left -= got
-        return int(got)
-
-    def readline(self, limit: int = -1) -> bytes:
-        limit = self._left if limit < 0 else min(limit, self._left)
-        data = self._fh.readline(limit)
-        self._left -= len(data)
-        return bytes(data)
+        pos = self.tell()
+        data = self.read(max(n, 1))
+        self.seek(pos)
+        return data
 
 
 # --- the opcode walk -------------------------------------------------------------------------------------------
@@ -190,43 +172,6 @@ def check_opcodes(data: bytes | memoryview | mmap.mmap, name: str = "the pickle"
             pos = end + 1
 
 
-# --- the address-space guard (large files only) ----------------------------------------------------------------
-def _guard_usable() -> bool:
-    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/statm"):
-        return False
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    torch = sys.modules.get("torch")
-    try:
-        return not (torch is not None and torch.cuda.is_initialized())
-    except Exception:  # noqa: BLE001 - a torch without a usable cuda module: treat as initialised, walk instead
-        return False
-
-
-@contextlib.contextmanager
-def _memory_guard(size: int) -> Iterator[int]:
-    """Limit the address space to what the process uses now plus a budget for a ``size``-byte file; the limit in
-    effect (yielded) is the tighter of that and one already in place.  One guard at a time (a lock), so two loads
-    can never leave each other's limit behind."""
-    import resource
-
-    with _GUARD_LOCK:
-        with open("/proc/self/statm", "rb") as fh:
-            used = int(fh.read().split()[0]) * resource.getpagesize()
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = used + MEMORY_BASE + MEMORY_FACTOR * size
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        if soft != resource.RLIM_INFINITY and soft <= limit:
-            yield max(soft - used, 0)  # a tighter limit is already in place: that is the one that holds
-            return
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-        try:
-            yield limit - used
-        finally:
-            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
 # --- reading ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
@@ -253,82 +198,85 @@ def _describe(source: str, data_head: bytes) -> str:
     return f"{source} does not start like a pickle (first bytes {data_head[:8]!r})"
 
 
+def check_budget(data: bytes, name: str = "the pickle", *, kind: str = "snapshot") -> None:
+    """Refuse ``data`` when unpickling it could take more than ``MEMORY_FACTOR`` times its size plus ``MEMORY_BASE``.
+
+    The bound counts every byte that could be an opcode making a large object (an empty dict, list or set, a
+    tuple) as one, and every other byte at ``_PER_BYTE``: an upper bound (a byte inside a string counts too), so a
+    file it passes cannot take more, and real snapshots, whose bound is about 25 times their size, pass it.
+    """
+    size = len(data)
+    budget = MEMORY_FACTOR * size + MEMORY_BASE
+    if (_PER_BYTE + max(_HEAVY.values())) * size <= budget:  # small files: no count needed
+        return
+    heavy = data.translate(None, _LIGHT)  # one pass at memory speed; only those bytes are left to count
+    counts = {op: heavy.count(op) for op in _HEAVY}
+    bound = _PER_BYTE * size + sum(_HEAVY[op] * n for op, n in counts.items())
+    if bound > budget:
+        most = max(counts, key=lambda op: _HEAVY[op] * counts[op])
+        raise SnapshotError(
+            f"{name} could take up to {fmt_bytes(bound)} of memory to unpickle, more than {fmt_bytes(budget)} "
+            f"({MEMORY_FACTOR}x its {fmt_bytes(size)} plus {fmt_bytes(MEMORY_BASE)}): it holds {counts[most]:,} "
+            f"bytes {most!r}, each an opcode that makes an empty container out of one byte; a {kind} unpickles "
+            "into 5-8 times its size, so it was refused unread")
+
+
 def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, label: str | None = None) -> Any:
     """Unpickle ``source`` (a path or the bytes of a file) with :class:`SafeUnpickler`, in bounded memory.
+
+    A path is read through :func:`nbdebug._files.read_bytes`: a regular file only, at most :data:`MAX_BYTES`.
 
     Raises
     ------
     SnapshotError
-        Not a pickle, truncated, unsafe (asks for a global), or an opcode asks for more than the file could hold
-        (a memo index, a length, a frame); the message names the file.
+        Not a regular file, too large, not a pickle, truncated, unsafe (asks for a global), or an opcode asks for
+        more than the file could hold (a memo index, a length, a frame, more empty containers than a snapshot
+        has); the message names the file.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         name = label or "the given bytes"
         data = source if isinstance(source, bytes) else bytes(source)  # any buffer, contiguous or not
-        blob: bytes | None = data
-        fh: Any = io.BytesIO(data)
-        size = len(data)
     else:
         name = label or repr(os.fspath(source))
-        blob = None
         try:
-            fh = open(source, "rb")  # noqa: SIM115 - closed below
-            size = os.fstat(fh.fileno()).st_size
-        except OSError as e:
-            raise SnapshotError(f"cannot read {name}: {e.strerror}; expected a memory snapshot pickle file") from e
-    try:
-        head = fh.read(8)
-        fh.seek(0)
-        if head[:1] in (b"{", b"["):  # PyTorch's own viewer accepts JSON snapshots too
-            import json
+            data = read_bytes(source, "a memory snapshot pickle file", cap=MAX_BYTES + 1)
+        except SnapshotError:
+            raise
+        except NbdebugError as e:
+            raise SnapshotError(str(e)) from e
+        if len(data) > MAX_BYTES:
+            raise SnapshotError(f"{name} is larger than {fmt_bytes(MAX_BYTES)}, the largest snapshot nbdebug reads "
+                                f"(it would unpickle into several times that); expected a smaller snapshot file")
+    head = data[:8]
+    if head[:1] in (b"{", b"["):  # PyTorch's own viewer accepts JSON snapshots too
+        import json
 
-            try:
-                return json.loads(fh.read().decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError) as e:
-                raise SnapshotError(f"{name} starts like JSON but is not valid JSON ({e}); expected a snapshot "
-                                    "pickle, or the snapshot dict as JSON") from e
-        if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
-            raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
-        guarded = size > SCAN_LIMIT and _guard_usable()
-        if guarded:
-            pass
-        elif blob is not None:
-            check_opcodes(blob, name)
-        else:
-            try:
-                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # the walk adds no copy of the file
-            except (OSError, ValueError):  # not a regular file (a pipe, a special file): read it whole
-                blob = fh.read()
-                fh = io.BytesIO(blob)
-                check_opcodes(blob, name)
-            else:
-                with mapped:
-                    check_opcodes(mapped, name)
-        budget = 0
         try:
-            with no_gc():
-                if guarded:
-                    with _memory_guard(size) as budget:
-                        return SafeUnpickler(_Bounded(fh, size)).load()
-                return SafeUnpickler(_Bounded(fh, size)).load()
-        except UnsafePickleError as e:
-            raise SnapshotError(
-                f"{name} is not a plain snapshot and was refused unread: {e}. A memory snapshot holds only dicts, "
-                "lists, strings and numbers; this file could run code if loaded with pickle.load"
-            ) from e
-        except EOFError as e:
-            raise SnapshotError(f"{name} is truncated (the pickle ends early); expected a complete snapshot file") from e
-        except MemoryError as e:
-            if budget:
-                raise SnapshotError(
-                    f"{name} asks for more than {fmt_bytes(budget)} of memory while unpickling, which a "
-                    f"{fmt_bytes(size)} snapshot cannot need; refused: a memo index, length or object count in it "
-                    "is larger than the file could hold") from e
-            raise SnapshotError(f"{name} could not be read: the machine ran out of memory while unpickling "
-                                "it; expected a snapshot that fits in memory") from e
-        except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-                OverflowError, RecursionError, UnicodeDecodeError) as e:
-            raise SnapshotError(f"{name} is not a readable pickle ({type(e).__name__}: {e}); "
-                                "expected a pickle written by torch.cuda.memory._dump_snapshot") from e
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise SnapshotError(f"{name} starts like JSON but is not valid JSON ({e}); expected a snapshot "
+                                "pickle, or the snapshot dict as JSON") from e
+    if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
+        raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
+    check_opcodes(data, name)
+    check_budget(data, name)
+    fh = _BytesFile(data)
+    try:
+        with no_gc():
+            return SafeUnpickler(fh).load()
+    except UnsafePickleError as e:
+        raise SnapshotError(
+            f"{name} is not a plain snapshot and was refused unread: {e}. A memory snapshot holds only dicts, "
+            "lists, strings and numbers; this file could run code if loaded with pickle.load"
+        ) from e
+    except EOFError as e:
+        raise SnapshotError(f"{name} is truncated (the pickle ends early); expected a complete snapshot file") from e
+    except MemoryError as e:
+        raise SnapshotError(f"{name} could not be read: the machine ran out of memory while unpickling "
+                            "it; expected a snapshot that fits in memory") from e
+    except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            OverflowError, RecursionError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"{name} is not a readable pickle ({type(e).__name__}: {e}); "
+                            "expected a pickle written by torch.cuda.memory._dump_snapshot") from e
     finally:
         fh.close()
