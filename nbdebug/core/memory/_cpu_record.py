@@ -6,6 +6,14 @@ event for every ATen operator, through a RecordFunction callback on each op.  Re
 user-annotated scope drops those callbacks and their events, and nothing is lost for the attribution to lines:
 an allocation's stack is made of the Python calls above it, which the Python tracer records whatever the scopes.
 
+PyTorch's profiler reports memory only on the thread that started it (its state lives in that thread's
+thread-local debug info; ``_ExperimentalConfig(profile_all_threads=True)`` records other threads' operators but no
+memory at all, torch 2.13): an allocation made by another thread in the block is not in the recording.  So the
+recording notes which threads could have allocated unseen: the threads started in the block (a
+``threading.setprofile`` hook that removes itself at a new thread's first call) and the threads that were there
+and ran Python code meanwhile (the Python tracer's event tree has roots per thread), and how much the process's
+resident memory grew, for the report to say plainly what is not covered.
+
 The recording is then converted without the intermediate snapshot dict: one walk of the event tree collects the
 allocations with their call chains, and the columnar model is built from numpy arrays.  The snapshot dict (the
 format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the recording is saved.
@@ -13,7 +21,10 @@ format ``torch.cuda.memory._dump_snapshot`` writes) is made only when the record
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import threading
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
@@ -50,6 +61,11 @@ class CpuRecording:
         self.results: Any = None  # the profiler's kineto results (``experimental_event_tree()``)
         self.profile: Any = None  # the torch.profiler.profile, when ops are recorded
         self._on = False
+        self.thread_name = ""  # the thread that recorded (the only one whose allocations are recorded)
+        self.started_threads: list[str] = []  # names of the threads started while recording (not recorded)
+        self.rss_growth: int | None = None  # how much the process's resident memory grew meanwhile (Linux)
+        self._rss0: int | None = None
+        self._hook: Any = None
 
     def start(self) -> None:
         """Start recording on this thread.
@@ -63,6 +79,7 @@ class CpuRecording:
             raise NbdebugError("memtrace on CPU records through torch.profiler, and a profiler is already recording "
                                "(a torch.profiler.profile that is still open); end it first, or read memory from that "
                                "profile (profile_memory=True)")
+        self._watch_threads()
         if self.ops:
             from torch.profiler import ProfilerActivity, profile
 
@@ -93,8 +110,34 @@ class CpuRecording:
         if started is not None:  # what torch.profiler does: its Python-side "profiler is on" flag
             started()
 
+    def _watch_threads(self) -> None:
+        """Note the threads started from now on (their first Python call) and the process's resident memory."""
+        self.thread_name = threading.current_thread().name
+        self._rss0 = _resident_bytes()
+        if threading.getprofile() is not None:  # someone's own hook for new threads: left alone, not noted
+            return
+        started = self.started_threads
+
+        def note_thread(frame: Any, event: str, arg: Any) -> None:
+            sys.setprofile(None)  # once per thread: the thread then runs without any hook
+            started.append(threading.current_thread().name)
+
+        self._hook = note_thread
+        threading.setprofile(note_thread)
+
+    def _unwatch_threads(self) -> None:
+        if self._hook is not None:
+            if threading.getprofile() is self._hook:
+                threading.setprofile(None)  # type: ignore[arg-type]  # None takes the hook off
+            self._hook = None
+        if self._rss0 is not None:
+            rss = _resident_bytes()
+            self.rss_growth = rss - self._rss0 if rss is not None else None
+            self._rss0 = None
+
     def stop(self) -> None:
         """Stop recording (safe to call twice, or after a failed start)."""
+        self._unwatch_threads()
         if not self._on:
             return
         self._on = False
@@ -113,6 +156,15 @@ class CpuRecording:
                 stopped()
 
 
+def _resident_bytes() -> int | None:
+    """The process's resident memory (``/proc/self/statm``), None where there is no such file."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:  # a kernel file of one short line
+            return int(fh.read(200).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Allocations:
     """The CPU allocations and frees of a recording, in time order, with interned stacks (innermost frame first).
 
@@ -124,6 +176,8 @@ class Allocations:
                  frames: list[Frame], stacks: list[tuple[int, ...]]) -> None:
         self.t_ns, self.ptr, self.size, self.stack = t_ns, ptr, size, stack
         self.frames, self.stacks = frames, stacks
+        #: threads other than the recording one that ran Python code while recording (their memory is not recorded)
+        self.other_threads_ran = 0
 
     def alloc_keys(self) -> list[tuple[int, int]]:
         """``(ptr, start_ns)`` of each allocation, in order (to find it again in the profiler's memory profile)."""
@@ -199,7 +253,11 @@ def walk_allocations(results: Any) -> Allocations:
     add_node, add_chain = nodes.append, chains.append
     # depth first, in the tree's order (so that ties in time keep it): a stack of (iterator over a node's children,
     # chain down to that node); a node's leaves are read in one tight loop
-    pending: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
+    roots = results.experimental_event_tree()
+    # one root list per thread whose Python stack the tracer saw; a thread that ran no Python code while recording
+    # has no thread id (the largest unsigned one); the recording thread is one of the others
+    other_threads_ran = max(0, len({r.start_tid for r in roots} - {(1 << 64) - 1}) - 1)
+    pending: list[tuple[Any, Any]] = [(iter(roots), None)]
     push, pop = pending.append, pending.pop
     while pending:
         children, chain = pending[-1]
@@ -284,10 +342,13 @@ def walk_allocations(results: Any) -> Allocations:
         sid_of[i] = sid
     stack = np.array(sid_of, dtype=np.int32)
     if n and on_cpu.all() and size.all() and (t_ns[1:] >= t_ns[:-1]).all():  # the usual case: in order already
-        return Allocations(t_ns, ptr, size, stack, frames, stacks)
-    keep = np.flatnonzero((size != 0) & on_cpu)
-    order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
-    return Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
+        found = Allocations(t_ns, ptr, size, stack, frames, stacks)
+    else:
+        keep = np.flatnonzero((size != 0) & on_cpu)
+        order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
+        found = Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
+    found.other_threads_ran = other_threads_ran
+    return found
 
 
 def _operator_frame(call: Any) -> Frame | None:

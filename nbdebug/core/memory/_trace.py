@@ -15,6 +15,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
+from nbdebug.core._findings import sort_findings
 from nbdebug.core._recorder import Recorder
 from nbdebug.core.memory._cpu_record import CpuRecording, model_of, walk_allocations
 from nbdebug.core.memory._kept_lists import look_at_lists
@@ -148,6 +149,7 @@ class MemTraceRecorder(Recorder):
             result = build_cpu(allocations, snap, site_cols, seconds, recording.profile, keys)
             if self.categories:
                 result.by_category()
+            _note_other_threads(result, recording, allocations)
         else:
             if self._raw is None:
                 raise NbdebugError(f"memtrace: no snapshot could be taken on {self._kind}")
@@ -201,6 +203,43 @@ class MemTraceRecorder(Recorder):
                 self.finish(namespace=namespace, block=block)
             except Exception as e:  # pragma: no cover - the user's error matters more
                 print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
+
+
+def _note_other_threads(result: MemTrace, recording: CpuRecording, allocations: Any) -> None:
+    """Add a remark (a warning when memory grew unseen) when threads other than the recording one ran in the block:
+    PyTorch's profiler records the memory of the thread that started it only (see ``_cpu_record``)."""
+    started, ran = recording.started_threads, allocations.other_threads_ran
+    if not started and not ran:
+        return
+    from nbdebug._units import fmt_bytes
+    from nbdebug.core._findings import Finding, Fix, Severity
+
+    growth = recording.rss_growth
+    unseen = growth - max(result.delta_bytes, 0) if growth is not None else 0
+    warn = unseen >= 1 << 20
+    if not started and not warn:  # a kernel's own threads (IOPub, heartbeat) run now and then: nothing to say
+        return
+    names = ", ".join(started[:5]) + (f" and {len(started) - 5} more" if len(started) > 5 else "")
+    who = []
+    if started:
+        who.append(f"{len(started)} thread{'s' * (len(started) > 1)} started in the block ({names})")
+    if ran:
+        who.append(f"{ran} other thread{'s' * (ran > 1)} that ran Python code meanwhile")
+    rss = (f"; the process's resident memory grew by {fmt_bytes(growth)} in the block, against "
+           f"{fmt_bytes(max(result.delta_bytes, 0))} recorded" if growth is not None else "")
+    note = Finding(
+        kind="memory_other_threads", severity=Severity.WARNING if warn else Severity.INFO,
+        title="Allocations made by other threads are not in this report",
+        message=(f"memtrace on CPU recorded the allocations of the thread that ran the block "
+                 f"({recording.thread_name}) only (PyTorch's profiler reports memory per thread); not covered: "
+                 f"{' and '.join(who)}{rss}."),
+        where=tuple(started[:3]),
+        fixes=(Fix("Run the code whose memory you want to see on the thread that runs the block, or trace inside "
+                   "the thread itself", "def target():\n    with nbdebug.memtrace('cpu') as rec:\n        work()"),),
+        evidence={"recorded_thread": recording.thread_name, "threads_started": len(started),
+                  "other_threads_ran": ran, "rss_growth_bytes": growth, "recorded_delta_bytes": result.delta_bytes})
+    # findings is a cached property of the frozen result: computed here, with the remark added, only in this case
+    result.__dict__["findings"] = sort_findings((*result.findings, note))
 
 
 def memtrace(device: Any = None, *, max_entries: int = 1_000_000, stacks: bool = True,
