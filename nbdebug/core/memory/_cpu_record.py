@@ -43,7 +43,7 @@ from nbdebug.core.memory._model import (
 from nbdebug.core.memory._sites import OPERATOR_LINE, Frame
 from nbdebug.errors import NbdebugError
 
-__all__ = ["CpuRecording", "Allocations", "walk_allocations", "model_of", "snapshot_dict_of"]
+__all__ = ["CpuRecording", "Allocations", "walk_allocations", "other_threads_ran", "model_of", "snapshot_dict_of"]
 
 _EXTRA, _START = attrgetter("extra_fields"), attrgetter("start_time_ns")
 _ALLOC_SIZE, _PTR, _DEVICE_TYPE = attrgetter("alloc_size"), attrgetter("ptr"), attrgetter("device.type")
@@ -63,7 +63,7 @@ class CpuRecording:
         self._on = False
         self.thread_name = ""  # the thread that recorded (the only one whose allocations are recorded)
         self.started_threads: list[str] = []  # names of the threads started while recording (not recorded)
-        self.rss_growth: int | None = None  # how much the process's resident memory grew meanwhile (Linux)
+        self.rss_growth: int | None = None  # how much the process's resident memory grew while other threads ran
         self._rss0: int | None = None
         self._hook: Any = None
 
@@ -111,15 +111,19 @@ class CpuRecording:
             started()
 
     def _watch_threads(self) -> None:
-        """Note the threads started from now on (their first Python call) and the process's resident memory."""
+        """Note the threads started from now on (their first Python call), and the process's resident memory from
+        when more than this thread runs (reading it costs tens of microseconds: not paid when none does)."""
         self.thread_name = threading.current_thread().name
-        self._rss0 = _resident_bytes()
+        if threading.active_count() > 1:
+            self._rss0 = _resident_bytes()
         if threading.getprofile() is not None:  # someone's own hook for new threads: left alone, not noted
             return
         started = self.started_threads
 
         def note_thread(frame: Any, event: str, arg: Any) -> None:
             sys.setprofile(None)  # once per thread: the thread then runs without any hook
+            if self._rss0 is None:  # before the first thread started here runs its own code
+                self._rss0 = _resident_bytes()
             started.append(threading.current_thread().name)
 
         self._hook = note_thread
@@ -158,11 +162,23 @@ class CpuRecording:
 
 def _resident_bytes() -> int | None:
     """The process's resident memory (``/proc/self/statm``), None where there is no such file."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:  # a kernel file of one short line
-            return int(fh.read(200).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    try:  # a kernel file of one short line; os.open/os.read: a third of what open() costs
+        fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            return int(os.read(fd, 200).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def other_threads_ran(results: Any) -> int:
+    """How many threads besides the recording one ran Python code while recording (their memory is not recorded).
+
+    The Python tracer's event tree has root calls per thread whose stack it saw; a thread that ran no Python code
+    while recording has no thread id (the largest unsigned one); the recording thread is one of the others.
+    """
+    return max(0, len({r.start_tid for r in results.experimental_event_tree()} - {(1 << 64) - 1}) - 1)
 
 
 class Allocations:
@@ -176,8 +192,6 @@ class Allocations:
                  frames: list[Frame], stacks: list[tuple[int, ...]]) -> None:
         self.t_ns, self.ptr, self.size, self.stack = t_ns, ptr, size, stack
         self.frames, self.stacks = frames, stacks
-        #: threads other than the recording one that ran Python code while recording (their memory is not recorded)
-        self.other_threads_ran = 0
 
     def alloc_keys(self) -> list[tuple[int, int]]:
         """``(ptr, start_ns)`` of each allocation, in order (to find it again in the profiler's memory profile)."""
@@ -253,11 +267,7 @@ def walk_allocations(results: Any) -> Allocations:
     add_node, add_chain = nodes.append, chains.append
     # depth first, in the tree's order (so that ties in time keep it): a stack of (iterator over a node's children,
     # chain down to that node); a node's leaves are read in one tight loop
-    roots = results.experimental_event_tree()
-    # one root list per thread whose Python stack the tracer saw; a thread that ran no Python code while recording
-    # has no thread id (the largest unsigned one); the recording thread is one of the others
-    other_threads_ran = max(0, len({r.start_tid for r in roots} - {(1 << 64) - 1}) - 1)
-    pending: list[tuple[Any, Any]] = [(iter(roots), None)]
+    pending: list[tuple[Any, Any]] = [(iter(results.experimental_event_tree()), None)]
     push, pop = pending.append, pending.pop
     while pending:
         children, chain = pending[-1]
@@ -347,7 +357,6 @@ def walk_allocations(results: Any) -> Allocations:
         keep = np.flatnonzero((size != 0) & on_cpu)
         order = keep[np.argsort(t_ns[keep], kind="stable")]  # stable: ties in time keep the tree's order
         found = Allocations(t_ns[order], ptr[order], size[order], stack[order], frames, stacks)
-    found.other_threads_ran = other_threads_ran
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from nbdebug.core._findings import sort_findings
 from nbdebug.core._recorder import Recorder
-from nbdebug.core.memory._cpu_record import CpuRecording, model_of, walk_allocations
+from nbdebug.core.memory._cpu_record import CpuRecording, model_of, other_threads_ran, walk_allocations
 from nbdebug.core.memory._kept_lists import look_at_lists
 from nbdebug.core.memory._model import site_columns
 from nbdebug.core.memory._snapshot import MemorySnapshot, load_snapshot
@@ -149,7 +149,7 @@ class MemTraceRecorder(Recorder):
             result = build_cpu(allocations, snap, site_cols, seconds, recording.profile, keys)
             if self.categories:
                 result.by_category()
-            _note_other_threads(result, recording, allocations)
+            _note_other_threads(result, recording)
         else:
             if self._raw is None:
                 raise NbdebugError(f"memtrace: no snapshot could be taken on {self._kind}")
@@ -205,19 +205,19 @@ class MemTraceRecorder(Recorder):
                 print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
 
 
-def _note_other_threads(result: MemTrace, recording: CpuRecording, allocations: Any) -> None:
+def _note_other_threads(result: MemTrace, recording: CpuRecording) -> None:
     """Add a remark (a warning when memory grew unseen) when threads other than the recording one ran in the block:
     PyTorch's profiler records the memory of the thread that started it only (see ``_cpu_record``)."""
-    started, ran = recording.started_threads, allocations.other_threads_ran
-    if not started and not ran:
-        return
     from nbdebug._units import fmt_bytes
     from nbdebug.core._findings import Finding, Fix, Severity
 
-    growth = recording.rss_growth
+    started, growth = recording.started_threads, recording.rss_growth
     unseen = growth - max(result.delta_bytes, 0) if growth is not None else 0
     warn = unseen >= 1 << 20
     if not started and not warn:  # a kernel's own threads (IOPub, heartbeat) run now and then: nothing to say
+        return
+    ran = other_threads_ran(recording.results)  # read only here: the event tree's roots cost a call each
+    if not started and not ran:  # the memory grew on this thread's own, outside torch's allocator
         return
     names = ", ".join(started[:5]) + (f" and {len(started) - 5} more" if len(started) > 5 else "")
     who = []
@@ -225,7 +225,7 @@ def _note_other_threads(result: MemTrace, recording: CpuRecording, allocations: 
         who.append(f"{len(started)} thread{'s' * (len(started) > 1)} started in the block ({names})")
     if ran:
         who.append(f"{ran} other thread{'s' * (ran > 1)} that ran Python code meanwhile")
-    rss = (f"; the process's resident memory grew by {fmt_bytes(growth)} in the block, against "
+    rss = (f"; the process's resident memory grew by {fmt_bytes(growth)} while other threads ran, against "
            f"{fmt_bytes(max(result.delta_bytes, 0))} recorded" if growth is not None else "")
     note = Finding(
         kind="memory_other_threads", severity=Severity.WARNING if warn else Severity.INFO,
