@@ -60,9 +60,7 @@ def test_a_device_is_one_line(verb, tmp_path):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.xfail(
-    reason="the snapshot loader (nbdebug/core/memory/_snapshot.py, not this change) still opens a FIFO blocking",
-    strict=False)) if v == "snapshot" else v for v in VERBS])
+@pytest.mark.parametrize("verb", list(VERBS))
 def test_a_fifo_is_one_line_and_never_blocks(verb, tmp_path):
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)
