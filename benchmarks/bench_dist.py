@@ -12,6 +12,9 @@
    missing ranks.  gloo dumps key ``pg_config`` by ``''``, which ``fr_trace`` cannot read (``KeyError``); it is run
    on the raw dumps (to show that) and on a copy with that one key renamed.
 
+5. The post-mortem's reading speed: a folder of 4 rank logs of 8 MiB of short ``[rankN]:`` lines, in MiB/s, side
+   by side with a bare read and ``splitlines`` of the same files (target >= 20 MiB/s).
+
 Run: ``python benchmarks/bench_dist.py`` from the repository root (``--postmortem`` runs only part 4).
 """
 
@@ -160,10 +163,40 @@ def bench_postmortem(env: dict[str, str], nranks: int = 4096) -> None:
               + f" | time ratio nbdebug/fr_trace {wall / t_fixed:.2f}")
 
 
+def bench_log_throughput(nranks: int = 4, mib: int = 8) -> None:
+    """The post-mortem's reading speed on a folder of short-line rank logs, side by side with a bare read and
+    splitlines of the same bytes (target >= 20 MiB/s)."""
+    from nbdebug.dist import postmortem
+
+    with tempfile.TemporaryDirectory() as tmp:
+        total = 0
+        for r in range(nranks):
+            head = f"[rank{r}]: # nbdebug: rank {r} of {nranks} (local rank {r}) host node0 pid {1000 + r}\n"
+            line = f"[rank{r}]: step 1234 loss 0.123456\n"
+            body = head + line * ((mib << 20) // len(line))
+            if r == 1:  # one rank fails, so the post-mortem has something to say
+                body += (f"[rank{r}]: Traceback (most recent call last):\n"
+                         f"[rank{r}]:   File \"train.py\", line 3, in <module>\n[rank{r}]: ValueError: boom\n")
+            Path(tmp, f"rank{r}.log").write_text(body)
+            total += len(body)
+        t0 = time.perf_counter()
+        for f in sorted(Path(tmp).iterdir()):
+            f.read_bytes().decode().splitlines()
+        bare = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pm = postmortem(tmp)
+        ours = time.perf_counter() - t0
+        mb = total / 2**20
+        print(f"post-mortem reading {nranks} x {mib} MiB of short-line logs: nbdebug {mb / ours:6.1f} MiB/s "
+              f"({ours:.2f} s, primary rank {pm.primary_rank}) | bare read + splitlines {mb / bare:6.1f} MiB/s | "
+              f"ratio {ours / bare:.1f} (target >= 20 MiB/s)")
+
+
 def main() -> None:
     from nbdebug.dist import run, run_script
 
     if "--postmortem" in sys.argv:
+        bench_log_throughput()
         bench_postmortem({**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
         return
 
@@ -199,6 +232,7 @@ def main() -> None:
           f"| + log_step(arrivals_every=1) {every * 1e6:7.1f} us")
     print(f"log_step default cost  : {max(cost, 0) * 1e6:7.1f} us a step = {max(cost, 0) / 0.1 * 100:.3f} % of a "
           f"100 ms step (target <= 1 %); reading arrivals every step: {(every - bare) / 0.1 * 100:.2f} %")
+    bench_log_throughput()
     bench_postmortem(env)
 
 

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbdebug._files import Skipped, decode, folder_files, read_bytes
 from nbdebug.core.dist._hang import parse_faulthandler, parse_pyspy, parse_traceback
-from nbdebug.errors import SnapshotError
+from nbdebug.errors import NbdebugError, SnapshotError
 
 __all__ = ["RankEvidence", "Collected", "collect", "MAX_FILE_BYTES"]
 
@@ -88,13 +89,15 @@ def _rank_from_name(path: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
-def _iter_files(paths: Iterable[str]) -> Iterator[str]:
+def _iter_files(paths: Iterable[str], out: Collected) -> Iterator[str]:
+    """The regular files under ``paths``: a folder's through ``folder_files`` (a symlink out of it, a loop, a FIFO
+    or a device is not read, only noted); a file named by the user is read where it points (``read_bytes`` still
+    refuses a FIFO or a device)."""
     for p in paths:
         if os.path.isdir(p):
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                for f in sorted(files):
-                    yield os.path.join(root, f)
+            skipped: list[Skipped] = []
+            yield from folder_files(p, skipped=skipped)
+            out.notes.extend(f"{s.path}: skipped, {s.why}" for s in skipped)
         else:
             yield p
 
@@ -102,20 +105,22 @@ def _iter_files(paths: Iterable[str]) -> Iterator[str]:
 def collect(paths: Iterable[str]) -> Collected:
     """Read every file under ``paths`` (folders are walked) and attribute what they say to ranks."""
     out = Collected()
-    for path in _iter_files(paths):
+    for path in _iter_files(paths, out):
         try:
-            size = os.path.getsize(path)
+            size = os.stat(path).st_size
         except OSError as e:
             out.notes.append(f"{path}: cannot be read ({e.strerror or e})")
             continue
         if size > MAX_FILE_BYTES:
             out.notes.append(f"{path}: skipped, {size} bytes is over the {MAX_FILE_BYTES} byte limit")
             continue
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as e:
-            out.notes.append(f"{path}: cannot be read ({e.strerror or e})")
+        try:  # one byte over the cap tells a file that grew past it while it was read
+            data = read_bytes(path, "a per-rank artifact (a regular file)", cap=MAX_FILE_BYTES + 1)
+        except NbdebugError as e:
+            out.notes.append(f"{path}: skipped, {str(e)[:300]}")
+            continue
+        if len(data) > MAX_FILE_BYTES:
+            out.notes.append(f"{path}: skipped, it grew past the {MAX_FILE_BYTES} byte limit while it was read")
             continue
         try:
             _read_one(path, data, out)
@@ -144,7 +149,7 @@ def _read_one(path: str, data: bytes, out: Collected) -> None:
     if b"\x00" in data[:4096]:
         out.notes.append(f"{path}: skipped, a binary file of no known kind")
         return
-    _read_text(path, data.decode("utf-8", errors="replace"), out)
+    _read_text(path, decode(data), out)
 
 
 # -- Flight Recorder ---------------------------------------------------------------------------------------------
@@ -304,6 +309,9 @@ _SUMMARY_RANK = re.compile(r"^\s+rank\s+: ([0-9]{1,7}) \(local_rank: [0-9]{1,7}\
 _SUMMARY_HOST = re.compile(r"^\s+host\s+: (\S{1,200})")
 _SUMMARY_EXIT = re.compile(r"^\s+exitcode\s+: (-?[0-9]{1,4}) \(pid: ([0-9]{1,10})\)")
 _SUMMARY_TIME = re.compile(r"^\s+time\s+: (\S{1,40})")
+# a superset of the lines _SUMMARY_RANK matches, searched in the whole text: starting at a literal and never across
+# a newline, so a run of blank lines costs nothing (``^\s+`` over the whole text is quadratic in them)
+_SUMMARY_ANY = re.compile(r"rank[^\S\n]+: [0-9]")
 
 
 def _last_exception_line(tb: str) -> str:
@@ -315,9 +323,18 @@ def _last_exception_line(tb: str) -> str:
 
 
 def _read_text(path: str, text: str, out: Collected) -> None:
-    lines = [ln if len(ln) <= _MAX_LINE else ln[:_MAX_LINE] for ln in text.splitlines()]
+    # linear in the bytes, and fast on logs of short lines: a per-line scan runs only when the whole text holds
+    # what it looks for (one C-speed substring search each), the rest is splitlines and joins
+    lines = text.splitlines()
+    cut = len(text) > _MAX_LINE and max(map(len, lines), default=0) > _MAX_LINE
+    if cut:
+        lines = [ln if len(ln) <= _MAX_LINE else ln[:_MAX_LINE] for ln in lines]
     by_rank: dict[int, list[str]] = {}
     plain: list[str] = []
+    if "[rank" not in text and "[default" not in text:
+        plain, lines = lines, []
+    elif not cut and (one := _one_rank(text, lines)) is not None:
+        by_rank, lines = one, []
     for ln in lines:
         m = _PREFIX.match(ln)
         if m:
@@ -341,9 +358,9 @@ def _read_text(path: str, text: str, out: Collected) -> None:
             if h:
                 header_rank = int(h.group(1) or h.group(6))
                 break
-        if _summary(path, plain, out):
+        if _SUMMARY_ANY.search(text) and _summary(path, plain, out):
             kinds.add("launcher_summary")
-        nccl = [ln for ln in plain if _NCCL_LINE.match(ln)]
+        nccl = [ln for ln in plain if _NCCL_LINE.match(ln)] if "NCCL" in text else []
         owner = header_rank if header_rank is not None else (file_rank if not by_rank and not nccl else None)
         if owner is not None and owner <= _MAX_RANK:
             _read_rank_lines(path, owner, plain, out, kinds, prefixed=False)
@@ -355,6 +372,23 @@ def _read_text(path: str, text: str, out: Collected) -> None:
                          "dump, NCCL log or rank log)")
     for k in kinds:
         out.count(k)
+
+
+def _one_rank(text: str, lines: list[str]) -> dict[int, list[str]] | None:
+    """A log whose every line starts with the same ``[rankN]:`` (instrument()'s, torchrun's with one rank): its
+    lines without the prefix, split at C speed; None when the per-line split is needed (mixed ranks, a prefix
+    printed twice, another line separator than newline)."""
+    m = _PREFIX.match(lines[0]) if lines else None
+    if m is None or not m.group(0).startswith("["):
+        return None
+    prefix = m.group(0)
+    if len(lines) != text.count("\n") + (not text.endswith("\n")) or \
+            ("\n" + text).count("\n" + prefix) != len(lines):
+        return None
+    body = ("\n" + text).replace("\n" + prefix + " ", "\n").replace("\n" + prefix, "\n")[1:]
+    if "[rank" in body or "[default" in body:  # maybe "[rank0]:[rank0]: ...": the per-line loop strips both
+        return None
+    return {int(m.group(1)): body.splitlines()}
 
 
 def _attribute_nccl(nccl: list[str], out: Collected) -> None:
@@ -430,7 +464,7 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
             ev.pid = ev.pid or int(h.group(8))
             break
     # stacks: faulthandler (Thread 0x...) or py-spy (Thread N (active))
-    if any(_THREAD.match(ln) for ln in lines):
+    if "hread " in text and any(_THREAD.match(ln) for ln in lines):
         kinds.add("stacks")
         ev.kinds.add("stacks")
         is_pyspy = any(re.match(r"^Thread [0-9]{1,10} \((?:active|idle)", ln) for ln in lines)
@@ -443,7 +477,8 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
             shown = (f"# {reason}\n{block.strip()}" if reason else block.strip())
             ev.stack, ev.stack_frames, ev.stack_file, ev.stack_reason = shown, frames, path, reason
     # a Python traceback printed by the rank (its last one)
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")] \
+        if "Traceback (most recent call last):" in text else []
     if starts:
         tb_lines = lines[starts[-1]:]
         end = next((i + 1 for i, ln in enumerate(tb_lines) if i > 0 and ln and not ln.startswith(" ")
@@ -455,7 +490,7 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
             ev.kinds.add("log")
             if not any(m == message for _, m, _, _ in ev.errors):
                 ev.errors.append((None, message, tb, path))
-    for ln in lines:
+    for ln in lines if "Watchdog caught collective operation timeout" in text else ():
         w = _WATCHDOG.search(ln)
         if w:  # NCCL's watchdog: the collective (by SeqNum) this rank was stuck in
             ev.nccl_timeout = (int(w.group(1)), w.group(2))
@@ -465,11 +500,13 @@ def _read_rank_lines(path: str, rank: int, lines: list[str], out: Collected, kin
             kinds.add("nccl_log")
             ev.kinds.add("nccl_log")
             break
-    fatal = next((ln.strip() for ln in lines if ln.startswith(("Fatal Python error:", "terminate called"))), "")
+    fatal = next((ln.strip() for ln in lines if ln.startswith(("Fatal Python error:", "terminate called"))), "") \
+        if "Fatal Python error:" in text or "terminate called" in text else ""
     if fatal and not ev.errors:
         what = next((ln.strip() for ln in lines if ln.strip().startswith("what():")), "")
         ev.errors.append((None, f"{fatal} {what}".strip(), text[-4000:] if "Thread 0x" in text else "", path))
-    nccl = [ln for ln in lines if _NCCL_LINE.match(ln) or ("NCCL" in ln and ("WARN" in ln or "error" in ln))]
+    nccl = [ln for ln in lines if _NCCL_LINE.match(ln) or ("NCCL" in ln and ("WARN" in ln or "error" in ln))] \
+        if "NCCL" in text else []
     if nccl:
         kinds.add("nccl_log")
         ev.kinds.add("nccl_log")

@@ -289,8 +289,10 @@ def _divergence(c: Collected, world: int) -> tuple[Divergence | None, list[Misma
         # mismatches: only among the sequence ids every dumped rank still holds (the ring buffer drops old ones)
         low = max(min(seqs) for seqs in by_rank.values())
         high = max(tops.values())
-        checked = 0
-        for seq in range(low, high + 1):
+        # the ids that exist, in order (never every integer between low and high: ids come from the files, and
+        # [1] against [1, 10**18] is two entries)
+        held = sorted({seq for seqs in by_rank.values() for seq in seqs if low <= seq <= high})
+        for seq in held:
             here = {r: seqs[seq] for r, seqs in by_rank.items() if seq in seqs}
             if len(here) < 2:
                 continue
@@ -311,7 +313,6 @@ def _divergence(c: Collected, world: int) -> tuple[Divergence | None, list[Misma
                     where=_where(here[any_culprit]["frames"]),
                 ))
                 break
-            checked += 1
             if len(mismatches) >= 10:
                 break
         if divergence is None and len(set(tops.values())) > 1:
@@ -432,7 +433,7 @@ def _states(c: Collected, world: int, rows: Mapping[int, RankRow], verdict: Verd
     states: list[RankState] = []
     # every rank of the job gets a row (those without an artifact too), unless the job size is implausible
     # next to what was seen (a hostile or mislabelled file): then only the ranks seen
-    for r in range(world) if world <= max(100_000, 4 * len(c.ranks)) else sorted(c.ranks):
+    for r in range(world) if _plausible(world, c) else sorted(c.ranks):
         ev = c.ranks.get(r)
         if ev is None:
             states.append(RankState(rank=r, host="", state="no artifact"))
@@ -451,6 +452,24 @@ def _states(c: Collected, world: int, rows: Mapping[int, RankRow], verdict: Verd
             artifacts=tuple(sorted(ev.kinds)),
         ))
     return states, consequences
+
+
+def _plausible(world: int, c: Collected) -> bool:
+    """Whether a job size (from a file, or the highest rank seen) may size a loop: not when it is implausible next
+    to the ranks seen (a hostile or mislabelled file: one ``[rank9999999]:`` line)."""
+    return world <= max(100_000, 4 * len(c.ranks))
+
+
+def _absent(present: Iterable[int], world: int) -> str:
+    """``rank_ranges`` of the ranks below ``world`` not in ``present``, built from the gaps between the ranks
+    present (never a set of ``range(world)``: ``world`` may come from a file)."""
+    out: list[str] = []
+    prev = -1
+    for r in [*sorted(set(present)), world]:
+        if r > prev + 1:
+            out.append(str(prev + 1) if r == prev + 2 else f"{prev + 1}-{r - 1}")
+        prev = r
+    return ", ".join(out)
 
 
 def _tb_frames(tb: str) -> list[dict[str, Any]]:
@@ -517,8 +536,7 @@ def _gaps(c: Collected, world: int, divergence: Divergence | None) -> tuple[list
         nxt.append(("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "NCCL writes the dumps when its watchdog fires"))
         nxt.append(("TORCH_FR_DUMP_TEMP_FILE", "/shared/fr/rank_", "where the dumps go (one file per rank)"))
     elif len(fr_ranks) < world:
-        lacking = sorted(set(range(world)) - set(fr_ranks))
-        missing.append(f"no Flight Recorder dump from rank(s) {rank_ranges(lacking)}: they were killed or aborted "
+        missing.append(f"no Flight Recorder dump from rank(s) {_absent(fr_ranks, world)}: they were killed or aborted "
                        "before dumping, or dumped elsewhere")
         nxt.append(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", "abort without racing the dump (pytorch#121055)"))
     if divergence is not None:
