@@ -92,6 +92,19 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://docs.pytorch.org/docs/stable/generated/torch.optim.Adam.html"),
         contexts=(),
     ),
+    Entry(
+        slug="memory_other_threads",
+        title="Allocations made by other threads are not in this report",
+        severity=Severity.INFO,
+        summary=("PyTorch's profiler reports CPU memory per thread: memtrace records the thread that runs the block, "
+                 "and names the other threads that ran meanwhile, with how much the process's memory grew."),
+        fixes=(
+            Fix("Run the code whose memory you want to see on the thread that runs the block, or trace inside the "
+                "thread itself", "def target():\n    with nbdebug.memtrace('cpu') as rec:\n        work()"),
+        ),
+        sources=("https://docs.pytorch.org/docs/stable/profiler.html",),
+        contexts=(),
+    ),
 )
 
 THRESHOLDS: tuple[Threshold, ...] = (

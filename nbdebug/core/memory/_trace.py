@@ -209,7 +209,8 @@ def _note_other_threads(result: MemTrace, recording: CpuRecording) -> None:
     """Add a remark (a warning when memory grew unseen) when threads other than the recording one ran in the block:
     PyTorch's profiler records the memory of the thread that started it only (see ``_cpu_record``)."""
     from nbdebug._units import fmt_bytes
-    from nbdebug.core._findings import Finding, Fix, Severity
+    from nbdebug.core._findings import Severity
+    from nbdebug.core.knowledge import finding
 
     started, growth = recording.started_threads, recording.rss_growth
     unseen = growth - max(result.delta_bytes, 0) if growth is not None else 0
@@ -227,15 +228,12 @@ def _note_other_threads(result: MemTrace, recording: CpuRecording) -> None:
         who.append(f"{ran} other thread{'s' * (ran > 1)} that ran Python code meanwhile")
     rss = (f"; the process's resident memory grew by {fmt_bytes(growth)} while other threads ran, against "
            f"{fmt_bytes(max(result.delta_bytes, 0))} recorded" if growth is not None else "")
-    note = Finding(
-        kind="memory_other_threads", severity=Severity.WARNING if warn else Severity.INFO,
-        title="Allocations made by other threads are not in this report",
-        message=(f"memtrace on CPU recorded the allocations of the thread that ran the block "
-                 f"({recording.thread_name}) only (PyTorch's profiler reports memory per thread); not covered: "
-                 f"{' and '.join(who)}{rss}."),
-        where=tuple(started[:3]),
-        fixes=(Fix("Run the code whose memory you want to see on the thread that runs the block, or trace inside "
-                   "the thread itself", "def target():\n    with nbdebug.memtrace('cpu') as rec:\n        work()"),),
+    note = finding(
+        "memory_other_threads",
+        (f"memtrace on CPU recorded the allocations of the thread that ran the block "
+         f"({recording.thread_name}) only (PyTorch's profiler reports memory per thread); not covered: "
+         f"{' and '.join(who)}{rss}."),
+        where=tuple(started[:3]), severity=Severity.WARNING if warn else Severity.INFO,
         evidence={"recorded_thread": recording.thread_name, "threads_started": len(started),
                   "other_threads_ran": ran, "rss_growth_bytes": growth, "recorded_delta_bytes": result.delta_bytes})
     # findings is a cached property of the frozen result: computed here, with the remark added, only in this case
