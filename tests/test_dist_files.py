@@ -174,9 +174,10 @@ def test_a_symlink_loop_is_skipped(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_blank_lines_and_short_lines_read_in_linear_time(tmp_path: Path) -> None:
-    # 16 MiB of blank lines after a header, and 16 MiB of short prefixed lines: a few seconds (the old code took
-    # about 2 s per MiB of short lines; a whole-text search that crosses newlines is quadratic in blank ones)
-    (tmp_path / "rank0.log").write_text("# nbdebug: rank 0 of 2 (local rank 0) host h pid 1\n" + "\n" * (16 << 20))
-    (tmp_path / "rank1.log").write_text("[rank1]: x\n" * ((16 << 20) // 11) + _error_log(1))
-    res = _postmortem(tmp_path, timeout=20)
+    # 32 MiB of blank lines after a header, and 32 MiB of short prefixed lines: about 2.5 s here, where the old
+    # code took about 24 s (a per-line scan for every kind of artifact); a whole-text search that crosses newlines
+    # would be quadratic in the blank ones
+    (tmp_path / "rank0.log").write_text("# nbdebug: rank 0 of 2 (local rank 0) host h pid 1\n" + "\n" * (32 << 20))
+    (tmp_path / "rank1.log").write_text("[rank1]: x\n" * ((32 << 20) // 11) + _error_log(1))
+    res = _postmortem(tmp_path, timeout=12)
     assert res["primary"] == 1

@@ -22,7 +22,7 @@ from nbdebug._files import Skipped, decode, folder_files, read_bytes
 from nbdebug.core.dist._hang import parse_faulthandler, parse_pyspy, parse_traceback
 from nbdebug.errors import NbdebugError, SnapshotError
 
-__all__ = ["RankEvidence", "Collected", "collect", "MAX_FILE_BYTES"]
+__all__ = ["RankEvidence", "Collected", "collect", "MAX_FILE_BYTES", "plausible_world", "absent_ranks"]
 
 MAX_FILE_BYTES = 256 * 2**20  # larger files are skipped with a note
 _MAX_LINE = 4000  # longer lines are cut before any pattern sees them (bounded regex work)
@@ -76,6 +76,24 @@ class Collected:
 # "rank3", "rank_3", "fr_rank_3", "default3", "_r3"; or fr_trace's "<prefix>_<rank>" without an extension ("trace_5")
 _NAME_RANK = re.compile(r"(?:rank|_r|default)[_\-]?([0-9]{1,7})(?![0-9])|^[A-Za-z][A-Za-z_\-]{0,60}[_\-]([0-9]{1,7})$",
                         re.I)
+
+
+def plausible_world(world: int, c: Collected) -> bool:
+    """Whether a job size (from a file, or the highest rank seen) may size a loop: not when it is implausible next
+    to the ranks seen (a hostile or mislabelled file: one ``[rank9999999]:`` line)."""
+    return world <= max(100_000, 4 * len(c.ranks))
+
+
+def absent_ranks(present: Iterable[int], world: int) -> str:
+    """``rank_ranges`` of the ranks below ``world`` not in ``present``, built from the gaps between the ranks
+    present (never a set of ``range(world)``: ``world`` may come from a file)."""
+    out: list[str] = []
+    prev = -1
+    for r in [*sorted(set(present)), world]:
+        if r > prev + 1:
+            out.append(str(prev + 1) if r == prev + 2 else f"{prev + 1}-{r - 1}")
+        prev = r
+    return ", ".join(out)
 
 
 def _rank_from_name(path: str) -> int | None:

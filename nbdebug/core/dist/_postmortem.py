@@ -28,7 +28,7 @@ from typing import Any
 
 from nbdebug.core._findings import Finding, HasFindings, sort_findings
 from nbdebug.core._result import Result
-from nbdebug.core.dist._artifacts import Collected, RankEvidence, collect
+from nbdebug.core.dist._artifacts import Collected, RankEvidence, absent_ranks, collect, plausible_world
 from nbdebug.core.dist._blame import (
     FIELD_WORDS,
     Mismatch,
@@ -433,7 +433,7 @@ def _states(c: Collected, world: int, rows: Mapping[int, RankRow], verdict: Verd
     states: list[RankState] = []
     # every rank of the job gets a row (those without an artifact too), unless the job size is implausible
     # next to what was seen (a hostile or mislabelled file): then only the ranks seen
-    for r in range(world) if _plausible(world, c) else sorted(c.ranks):
+    for r in range(world) if plausible_world(world, c) else sorted(c.ranks):
         ev = c.ranks.get(r)
         if ev is None:
             states.append(RankState(rank=r, host="", state="no artifact"))
@@ -452,24 +452,6 @@ def _states(c: Collected, world: int, rows: Mapping[int, RankRow], verdict: Verd
             artifacts=tuple(sorted(ev.kinds)),
         ))
     return states, consequences
-
-
-def _plausible(world: int, c: Collected) -> bool:
-    """Whether a job size (from a file, or the highest rank seen) may size a loop: not when it is implausible next
-    to the ranks seen (a hostile or mislabelled file: one ``[rank9999999]:`` line)."""
-    return world <= max(100_000, 4 * len(c.ranks))
-
-
-def _absent(present: Iterable[int], world: int) -> str:
-    """``rank_ranges`` of the ranks below ``world`` not in ``present``, built from the gaps between the ranks
-    present (never a set of ``range(world)``: ``world`` may come from a file)."""
-    out: list[str] = []
-    prev = -1
-    for r in [*sorted(set(present)), world]:
-        if r > prev + 1:
-            out.append(str(prev + 1) if r == prev + 2 else f"{prev + 1}-{r - 1}")
-        prev = r
-    return ", ".join(out)
 
 
 def _tb_frames(tb: str) -> list[dict[str, Any]]:
@@ -536,7 +518,7 @@ def _gaps(c: Collected, world: int, divergence: Divergence | None) -> tuple[list
         nxt.append(("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "NCCL writes the dumps when its watchdog fires"))
         nxt.append(("TORCH_FR_DUMP_TEMP_FILE", "/shared/fr/rank_", "where the dumps go (one file per rank)"))
     elif len(fr_ranks) < world:
-        missing.append(f"no Flight Recorder dump from rank(s) {_absent(fr_ranks, world)}: they were killed or aborted "
+        missing.append(f"no Flight Recorder dump from rank(s) {absent_ranks(fr_ranks, world)}: they were killed or aborted "
                        "before dumping, or dumped elsewhere")
         nxt.append(("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", "abort without racing the dump (pytorch#121055)"))
     if divergence is not None:
