@@ -353,18 +353,21 @@ def _read_text(path: str, text: str, out: Collected) -> None:
         plain, lines = lines, []
     elif not cut and (one := _one_rank(text, lines)) is not None:
         by_rank, lines = one, []
+    match, keep = _PREFIX.match, plain.append
     for ln in lines:
-        m = _PREFIX.match(ln)
+        m = match(ln)
         if m:
             rest = ln[m.end():]
-            while True:  # "[rank0]:[rank0]: ..." (a prefixed line printed again by a prefixing launcher)
-                again = _PREFIX.match(rest)
+            # "[rank0]:[rank0]: ..." (a prefixed line printed again by a prefixing launcher); a prefix needs a "["
+            # within its first 41 characters, and a find is cheaper than a failing match
+            while rest.find("[", 0, 41) >= 0:
+                again = match(rest)
                 if not again or again.group(1) != m.group(1):
                     break
                 rest = rest[again.end():]
             by_rank.setdefault(int(m.group(1)), []).append(rest[1:] if rest.startswith(" ") else rest)
         else:
-            plain.append(ln)
+            keep(ln)
     kinds: set[str] = set()
     file_rank = _rank_from_name(path)
     for rank, rlines in by_rank.items():

@@ -291,9 +291,13 @@ def _divergence(c: Collected, world: int) -> tuple[Divergence | None, list[Misma
         high = max(tops.values())
         # the ids that exist, in order (never every integer between low and high: ids come from the files, and
         # [1] against [1, 10**18] is two entries)
-        held = sorted({seq for seqs in by_rank.values() for seq in seqs if low <= seq <= high})
-        for seq in held:
-            here = {r: seqs[seq] for r, seqs in by_rank.items() if seq in seqs}
+        by_seq: dict[int, dict[int, dict[str, Any]]] = {}  # one pass over the entries, ranks in by_rank's order
+        for r, seqs in by_rank.items():
+            for seq, e in seqs.items():
+                if low <= seq <= high:
+                    by_seq.setdefault(seq, {})[r] = e
+        for seq in sorted(by_seq):
+            here = by_seq[seq]
             if len(here) < 2:
                 continue
             for fld in ("op", "sizes", "dtypes"):
