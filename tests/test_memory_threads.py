@@ -23,8 +23,8 @@ def _clear():
     KEPT.clear()
 
 
-def _worker():
-    KEPT.append(torch.ones(10 * MiB // 4))  # 10 MiB of float32, kept
+def _worker(mib: int = 10):
+    KEPT.append(torch.ones(mib * MiB // 4))  # float32, kept
 
 
 def _other_threads(rec):
@@ -56,7 +56,7 @@ def test_a_thread_running_before_the_block_that_allocates_in_it_is_named():
 
     def waiting_worker():
         go.wait(60)
-        _worker()
+        _worker(96)  # far more than the 64 MiB of unseen growth a kernel's own threads are named from
         done.set()
 
     t = threading.Thread(target=waiting_worker, name="waiting")
@@ -70,9 +70,9 @@ def test_a_thread_running_before_the_block_that_allocates_in_it_is_named():
         go.set()
         t.join(60)
     notes = _other_threads(rec)
-    assert rec.retained_bytes >= 10 * MiB or notes, str(rec.result)
-    if notes:
-        assert notes[0].evidence["other_threads_ran"] >= 1 and notes[0].severity == "warning"
+    assert rec.retained_bytes >= 96 * MiB or notes, str(rec.result)
+    if notes:  # a remark, not a warning: resident memory also grows for what no thread allocates through torch
+        assert notes[0].evidence["other_threads_ran"] >= 1 and notes[0].severity == "info"
 
 
 @pytest.mark.timeout(120)

@@ -205,6 +205,10 @@ class MemTraceRecorder(Recorder):
                 print(f"nbdebug memtrace: could not build the report ({e})", file=sys.stderr)
 
 
+#: memory grown unseen while only threads from before the block ran, past which they are named (see below)
+_OTHER_THREADS_UNSEEN = 64 << 20
+
+
 def _note_other_threads(result: MemTrace, recording: CpuRecording) -> None:
     """Add a remark (a warning when memory grew unseen) when threads other than the recording one ran in the block:
     PyTorch's profiler records the memory of the thread that started it only (see ``_cpu_record``)."""
@@ -214,9 +218,16 @@ def _note_other_threads(result: MemTrace, recording: CpuRecording) -> None:
 
     started, growth = recording.started_threads, recording.rss_growth
     unseen = growth - max(result.delta_bytes, 0) if growth is not None else 0
-    warn = unseen >= 1 << 20
-    if not started and not warn:  # a kernel's own threads (IOPub, heartbeat) run now and then: nothing to say
-        return
+    # the resident memory also grows for what no thread allocates through torch (Python objects, library
+    # buffers, the C allocator's arenas): a thread started in the block, known not to be recorded, makes 1 MiB
+    # unseen a warning; threads that were there before (a kernel's own, which run Python in every cell) are named
+    # only when far more grew unseen than was recorded, and then as a remark, never a warning
+    if started:
+        warn = unseen >= 1 << 20
+    else:
+        warn = False
+        if unseen < max(_OTHER_THREADS_UNSEEN, max(result.delta_bytes, 0)):
+            return
     ran = other_threads_ran(recording.results)  # read only here: the event tree's roots cost a call each
     if not started and not ran:  # the memory grew on this thread's own, outside torch's allocator
         return
