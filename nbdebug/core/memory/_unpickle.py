@@ -221,6 +221,14 @@ def check_budget(data: bytes, name: str = "the pickle", *, kind: str = "snapshot
             "into 5-8 times its size, so it was refused unread")
 
 
+def _check_head(name: str, head: bytes) -> None:
+    """Refuse what cannot start a snapshot: a pickle (PROTO, or the first opcodes of protocol 0/1) or JSON."""
+    if head[:1] in (b"{", b"["):
+        return
+    if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
+        raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
+
+
 def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *, label: str | None = None) -> Any:
     """Unpickle ``source`` (a path or the bytes of a file) with :class:`SafeUnpickler`, in bounded memory.
 
@@ -238,12 +246,18 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
         data = source if isinstance(source, bytes) else bytes(source)  # any buffer, contiguous or not
     else:
         name = label or repr(os.fspath(source))
+        what = "a memory snapshot pickle file"
         try:
-            data = read_bytes(source, "a memory snapshot pickle file", cap=MAX_BYTES + 1)
+            # its first bytes say whether it can be a snapshot at all: 8 GiB of zeros is refused before it is read
+            _check_head(name, read_bytes(source, what, cap=8))
+            data = read_bytes(source, what, cap=MAX_BYTES + 1)
         except SnapshotError:
             raise
         except NbdebugError as e:
             raise SnapshotError(str(e)) from e
+        except MemoryError as e:
+            raise SnapshotError(f"{name} does not fit in this machine's memory to be read "
+                                f"({fmt_bytes(os.stat(source).st_size)}); expected a smaller snapshot file") from e
         if len(data) > MAX_BYTES:
             raise SnapshotError(f"{name} is larger than {fmt_bytes(MAX_BYTES)}, the largest snapshot nbdebug reads "
                                 f"(it would unpickle into several times that); expected a smaller snapshot file")
@@ -256,8 +270,7 @@ def read_pickle(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise SnapshotError(f"{name} starts like JSON but is not valid JSON ({e}); expected a snapshot "
                                 "pickle, or the snapshot dict as JSON") from e
-    if not head or head[:1] != b"\x80" and head[:1] not in (b"(", b"]", b"}", b"l", b"d"):
-        raise SnapshotError(_describe(name, head) + "; expected a pickle written by torch.cuda.memory._dump_snapshot")
+    _check_head(name, head)
     check_opcodes(data, name)
     check_budget(data, name)
     fh = _BytesFile(data)
