@@ -23,7 +23,9 @@ def _clear():
     KEPT.clear()
 
 
-def _worker(mib: int = 10):
+def _worker(mib: int = 64):
+    # 64 MiB: past the C allocator's largest mmap threshold (32 MiB), so the memory comes fresh from the system and
+    # the resident size grows by it, whatever earlier tests freed (a 10 MiB block can reuse freed heap: no growth)
     KEPT.append(torch.ones(mib * MiB // 4))  # float32, kept
 
 
@@ -39,13 +41,13 @@ def test_a_thread_started_in_the_block_is_recorded_or_named():
         t.join(60)
         mine = torch.ones(MiB // 4)  # noqa: F841 - 1 MiB kept by the main thread
     notes = _other_threads(rec)
-    assert rec.retained_bytes >= 10 * MiB or notes, str(rec.result)
-    if rec.retained_bytes < 10 * MiB:
+    assert rec.retained_bytes >= 64 * MiB or notes, str(rec.result)
+    if rec.retained_bytes < 64 * MiB:
         (note,) = notes
-        assert note.severity == "warning", note  # 10 MiB grew unseen
+        assert note.severity == "warning", note  # 64 MiB grew unseen
         assert "keeper" in note.message and "MainThread" in note.message
         assert note.evidence["threads_started"] == 1
-        assert note.evidence["rss_growth_bytes"] >= 10 * MiB
+        assert note.evidence["rss_growth_bytes"] >= 48 * MiB
         assert "keeper" in str(rec.result)
     assert threading.getprofile() is None  # the hook that noted the thread is gone
 
