@@ -5,15 +5,14 @@ finding 6).  Also standard input, bounded, and the XLA watch's PT_XLA_DEBUG_FILE
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli_child import run_nbdebug
+
 VERBS = {
     "explain": ["explain", "{}"],
     "xla": ["xla", "{}"],
@@ -24,17 +23,8 @@ VERBS = {
 
 
 def _run(args: list[str], *, stdin: int | None = subprocess.DEVNULL, timeout: float = 30) -> tuple[int, str]:
-    """Run ``python -m nbdebug ARGS``; kill it (by its PID, its process group) if it overruns."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "nbdebug", *args], stdin=stdin, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=REPO, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"nbdebug {' '.join(args)} did not end within {timeout} s")
-    return proc.returncode, err.decode("utf-8", "replace")
+    rc, _, err = run_nbdebug(args, stdin=stdin, timeout=timeout)
+    return rc, err
 
 
 def _check_one_line(args: list[str], path: str, err: str, rc: int) -> None:
@@ -91,11 +81,9 @@ def test_explain_still_reads_the_end_of_a_big_log(tmp_path):
     with open(log, "w") as fh:
         fh.write("noise line\n" * 600_000)  # 6.6 MB, more than explain's 4 MB tail
         fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "nbdebug", "explain", str(log), "--json"], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert '"kind": "cuda_oom"' in proc.stdout
+    rc, out, err = run_nbdebug(["explain", str(log), "--json"], timeout=60)
+    assert rc == 0, err
+    assert '"kind": "cuda_oom"' in out
 
 
 class _FakeMetrics:

@@ -11,17 +11,14 @@ made here: the tests run as root, whom no permission stops.)
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli_child import run_nbdebug
+
 LIMIT_S = 90
 ADDRESS_SPACE = 3 << 30  # the child's own limit: torch and numpy map about 1 GiB before they do anything
 READERS = {
@@ -30,31 +27,9 @@ READERS = {
     "torchrun --nccl-log": ["torchrun", "--nccl-log", "{}"],
     "snapshot": ["snapshot", "{}"],
 }
-_CHILD = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
-          "sys.argv = ['nbdebug', *sys.argv[1:]]; runpy.run_module('nbdebug', run_name='__main__')")
-
 
 def _run(args: list[str], *, during=None) -> tuple[int, str, str]:
-    """``python -m nbdebug ARGS`` in a child with its own address-space limit, killed by PID if it overruns."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(ADDRESS_SPACE), *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO,
-                            start_new_session=True)
-    stop = threading.Event()
-    helper = threading.Thread(target=during, args=(stop,)) if during is not None else None
-    if helper is not None:
-        helper.start()
-    try:
-        out, err = proc.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"nbdebug {' '.join(args)} did not end within {LIMIT_S} s")
-    finally:
-        stop.set()
-        if helper is not None:
-            helper.join(timeout=10)
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    return run_nbdebug(args, timeout=LIMIT_S, address_space=ADDRESS_SPACE, during=during)
 
 
 def _ended_by_itself(args: list[str], rc: int, err: str) -> None:
