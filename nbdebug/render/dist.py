@@ -150,8 +150,8 @@ def dist_run_text(d: DistRun) -> str:
             out += ["", f"Traceback of rank {p.rank}:", p.traceback.rstrip()]
     elif d.primary_reason:  # every error is a consequence: the verdict names no rank, but says so
         out += ["", "Primary failure: not found", f"  {d.primary_reason}"]
-    if _more(d):
-        out += ["", findings_text(_more(d))]
+    if more := _more(d):
+        out += ["", findings_text(more)]
     if d.diagnosis is not None:
         out += ["", f"Diagnosis of rank {d.primary_rank}'s error:", diagnosis_text(d.diagnosis)]
     if d.hang is not None:
@@ -201,8 +201,8 @@ def dist_run_html(d: DistRun) -> str:
             parts.append(code_block(p.traceback))
     elif d.primary_reason:
         parts.append(f'<div class="nbd-first"><b>Primary failure: not found</b> — {esc(d.primary_reason)}</div>')
-    if _more(d):
-        parts.append(findings_html(_more(d)))
+    if more := _more(d):
+        parts.append(findings_html(more))
     if d.diagnosis is not None:
         parts.append(diagnosis_html(d.diagnosis))
     if d.hang is not None:
