@@ -12,11 +12,14 @@ from typing import Any
 from nbdebug.ipython._state import ExtensionState
 
 MAGIC_MODULES = (
+    "nbdebug.ipython._sites",
     "nbdebug.ipython._magics_core",
     "nbdebug.ipython._memory",
     "nbdebug.ipython._training",
     "nbdebug.ipython._xla",
     "nbdebug.ipython._dist",
+    "nbdebug.ipython._batch",
+    "nbdebug.ipython._crash",
 )
 
 _STATES: dict[int, ExtensionState] = {}

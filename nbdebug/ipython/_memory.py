@@ -82,7 +82,9 @@ class MemoryMagics(Magics):
             # the body was compiled last, under its own file name (compile_body): the block's code, whole
             compiled = getattr(getattr(self.shell, "compile", None), "_filename_map", None) or {}
             block = (str(next(reversed(compiled))), 0) if compiled else None
-            result = recorder.finish(cells=cell_names(self.shell), namespace=namespace, block=block)
+            from nbdebug.core._cells import cell_names
+
+            result = recorder.finish(cells=cell_names(), namespace=namespace, block=block)
             if error is not None:
                 from nbdebug.core.memory._oom import is_cuda_oom
 
@@ -96,22 +98,6 @@ class MemoryMagics(Magics):
         # recording started above (its errors are usage errors); the context only stops it
         return run_body(self.shell, cell, magic="memtrace", context=_Stopping(recorder), report=report,
                         output=args.output)
-
-
-def cell_names(shell: Any) -> dict[str, str]:
-    """The file names IPython compiled cells under -> ``In [N]`` (as the prompt and tracebacks name them)."""
-    compiled = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    # IPython counts the running cell before running it, so a body compiled under shell.execution_count is filed
-    # under the next number: name it after the cell that is running (the one the prompt shows)
-    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
-    current = getattr(running, "execution_count", None)
-    names = {}
-    for name, count in compiled.items():
-        if isinstance(count, int):
-            if isinstance(current, int) and count > current:
-                count = current
-            names[str(name)] = f"In [{count}]"
-    return names
 
 
 class _Stopping:

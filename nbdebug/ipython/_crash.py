@@ -1,0 +1,9 @@
+"""A dead kernel explained (issue 23): registered on ``%load_ext nbdebug``; filled in by its engineer."""
+
+from __future__ import annotations
+
+from nbdebug.ipython._state import ExtensionState
+
+
+def register(state: ExtensionState) -> None:
+    """Nothing yet."""
