@@ -156,8 +156,10 @@ function draw(){
       top[j] = base[j] + V.values[k][lo + j];
       // a step: flat until the next point (no diagonal between two points: that would read as a gradual change)
       const xa = sx(V.x[lo + j]), xb = sx(V.x[Math.min(lo + j + 1, hi)]);
+      // the top edge left to right, the bottom edge (the band below) right to left: each step is a rectangle,
+      // the first one at the level in use at the window's start
       up.push(xa.toFixed(1) + ',' + sy(top[j]).toFixed(1), xb.toFixed(1) + ',' + sy(top[j]).toFixed(1));
-      dn.push(xb.toFixed(1) + ',' + sy(base[j]).toFixed(1), xa.toFixed(1) + ',' + sy(base[j]).toFixed(1));
+      dn.push(xa.toFixed(1) + ',' + sy(base[j]).toFixed(1), xb.toFixed(1) + ',' + sy(base[j]).toFixed(1));
     }
     parts.push('<polygon class="band" data-band="' + k + '" fill="' + D.colors[k] + '" points="' + up.join(' ') + ' ' +
                dn.reverse().join(' ') + '"><title>' + esc(D.names[k]) + '</title></polygon>');
@@ -216,6 +218,7 @@ function setWindow(x0, x1, focusX){
   while (b > 0 && D.x[b] > x1) b--;      // ... and last at or before x1
   if (b - a < 1){ a = Math.max(0, Math.min(near(D.x, x0), N - 2)); b = Math.min(N - 1, a + 1); }
   vlo = a; vhi = b;
+  rlo.value = String(a); rhi.value = String(b);  // the sliders follow the window (a zoom, "go to peak")
   V = D; sel = focusX === undefined ? -1 : near(D.x, focusX); draw();
   const pending = live() ? ask({op: 'window', x0: x0, x1: x1, width: W - L - R}) : null;
   if (!pending){
