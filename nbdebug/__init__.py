@@ -45,6 +45,10 @@ _LAZY: dict[str, str] = {
     "xla": "nbdebug.xla",
     # distributed (issue 6)
     "dist": "nbdebug.dist",
+    # the batch inspector (issue 28)
+    "inspect_batch": "nbdebug.core.data:inspect_batch",
+    "compare_splits": "nbdebug.core.data:compare_splits",
+    "BatchReport": "nbdebug.core.data:BatchReport",
 }
 
 # public name -> the display module imported with it: it registers its view with the core class

@@ -25,6 +25,7 @@ MODULES = (
     "nbdebug.render.xla",
     "nbdebug.render.compile",
     "nbdebug.render.dist",
+    "nbdebug.render.batch",
 )
 
 for _name in MODULES:
