@@ -151,13 +151,20 @@ def test_exported_file_follows_the_colour_scheme(page, snapshots_dir, tmp_path, 
 
 def test_live_viewer_is_exact_at_every_zoom(lab, page, snapshots_dir):
     """snap.view() in a kernel: zooming in ends at single events, a click lists every block alive, a page at a time."""
-    from nbdebug.core.memory._window import WindowModel
-
     cells = ["import nbdebug\n"
              f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
              "snap.view()"]
     run_notebook(lab, page, cells, "memory_live.ipynb")
-    root = ".jp-OutputArea-output .nbd-mem[data-live]"
+    _check_live(page, snapshots_dir)
+    page.locator(".nbdmem-widget svg.chart").scroll_into_view_if_needed()
+    page.screenshot(path=shot("memory_viewer_live.png"))
+
+
+def _check_live(page, snapshots_dir):
+    """The live widget (the HTML output beside it steps aside) answers every zoom and moment from the kernel."""
+    from nbdebug.core.memory._window import WindowModel
+
+    root = ".nbdmem-widget .nbd-mem[data-live]"
     page.wait_for_selector(f"{root} svg.chart polygon.band", timeout=60_000)
     exactness = page.locator(f"{root} .exactness")
     page.wait_for_function("(sel) => /events in view/.test(document.querySelector(sel).textContent)",
@@ -200,8 +207,11 @@ def test_live_viewer_is_exact_at_every_zoom(lab, page, snapshots_dir):
                                arg=f"{root} .pager .page-label", timeout=30_000)
     rows.first.click()
     assert "allocated at" in page.locator(f"{root} pre.stack").inner_text()
-    page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
-    page.screenshot(path=shot("memory_viewer_live.png"))
+    # one viewer on screen: the HTML output of the same cell is hidden while its widget is there, and no panel
+    # asks to re-run the cell
+    visible = [p for p in page.locator(".nbd-mem[data-live]").all() if p.is_visible()]
+    assert len(visible) == 1
+    assert page.locator(f"{root} .rerun").count() == 0
 
 
 def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshots_dir):
@@ -211,9 +221,9 @@ def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshot
              f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
              "snap.view()"]
     run_notebook(lab, page, cells, "memory_live_reopen.ipynb")
-    root = ".jp-OutputArea-output .nbd-mem[data-live]"
     page.wait_for_function("(sel) => /events in view/.test(document.querySelector(sel).textContent)",
-                           arg=f"{root} .exactness", timeout=30_000)
+                           arg=".nbdmem-widget .nbd-mem[data-live] .exactness", timeout=30_000)
+    root = ".jp-OutputArea-output .nbd-mem[data-live]"
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_timeout(1500)
     page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
@@ -222,6 +232,10 @@ def test_live_viewer_reopened_without_its_kernel_still_works(lab, page, snapshot
     page.wait_for_function("(sel) => /the peak/.test(document.querySelector(sel).textContent)",
                            arg=f"{root} .moment-summary", timeout=30_000)
     page.wait_for_timeout(4000)  # past the widget manager's own wait for the model
+    # the saved output says what it is and how to get the live view back, and never waits for a kernel
+    assert "re-run the cell for the live view" in page.locator(f"{root} .rerun").inner_text()
+    assert "asking the kernel" not in page.locator(f"{root} .exactness").inner_text()
+    assert page.locator(f"{root} table.alive-blocks tbody tr").count() > 0
     # what is on screen (innerText of an element that is not rendered is its whole text: filter on boxes)
     outputs = str(page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
                                 ".filter(o => o.getClientRects().length).map(o => o.innerText)"))
@@ -244,9 +258,9 @@ def test_live_viewer_with_several_devices_answers_each_device(lab, page, snapsho
              f"snap = nbdebug.load_snapshot(r'{path}')\n"
              "snap.view()"]
     run_notebook(lab, page, cells, "memory_live_devices.ipynb")
-    page.wait_for_selector(".jp-OutputArea-output select.nbd-device", timeout=60_000)
-    page.select_option(".jp-OutputArea-output select.nbd-device", "2")
-    root = '.jp-OutputArea-output .nbd-mem[data-device="2"]'
+    page.wait_for_selector(".nbdmem-widget select.nbd-device", timeout=60_000)
+    page.select_option(".nbdmem-widget select.nbd-device", "2")
+    root = '.nbdmem-widget .nbd-mem[data-device="2"]'
     page.wait_for_function("(sel) => /all of them listed/.test(document.querySelector(sel).textContent)",
                            arg=f"{root} .moment-summary", timeout=30_000)
     box = page.locator(f"{root} svg.chart").bounding_box()
@@ -256,7 +270,7 @@ def test_live_viewer_with_several_devices_answers_each_device(lab, page, snapsho
         "el => [el.querySelector('.event').textContent, el.innerText]")
     expected = WindowModel(load_snapshot(path), 2).alive_page(int(event), 0, 50)
     assert f"{expected['count']} blocks alive" in text, text
-    assert not page.locator('.jp-OutputArea-output .nbd-mem[data-device="1"]').is_visible()
+    assert not page.locator('.nbdmem-widget .nbd-mem[data-device="1"]').is_visible()
 
 
 def test_offline_file_lists_every_block_past_the_json_limit(page, tmp_path):

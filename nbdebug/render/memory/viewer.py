@@ -169,13 +169,15 @@ def viewer_css() -> str:
 
 
 def viewer_js() -> str:
-    """The viewer's script (package data ``static/viewer.js``); ``ROOT_ID`` stands for the panel's id."""
+    """The viewer's script (package data ``static/viewer.js``): it declares ``nbdmemViewer(root, link)``."""
     return static("viewer.js")
 
 
 def _script(root: str) -> str:
-    # the id is JSON (a quoted string); nothing in the file can close the script element
-    return f"<script>{viewer_js().replace('ROOT_ID', json.dumps(root))}</script>"
+    # in a function of its own (each panel's script declares the viewer again); the id is JSON (a quoted string);
+    # nothing in the file can close the script element
+    return (f"<script>(function(){{{viewer_js()}\nnbdmemViewer(document.getElementById({json.dumps(root)}), null);"
+            "})();</script>")
 
 
 def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:

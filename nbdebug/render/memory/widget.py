@@ -1,18 +1,21 @@
-"""The live memory viewer: the same viewer, with the kernel answering it (``snap.view()``; needs ipywidgets).
+"""The live memory viewer: the same viewer, with the kernel answering it (``snap.view()``; needs anywidget).
 
-The viewer's script cannot reach the kernel by itself, so ``snap.view()`` shows two outputs: the viewer (plain
-HTML, as ``snap`` shows it) and, under it, a widget of two hidden standard widgets: a text box the script writes a
-request into (JSON) and an HTML widget the kernel writes the answer into.  No widget code of our own runs in the
-browser, so nothing beyond ``ipywidgets`` is needed.  The kernel keeps the columnar model and answers each window
-at screen resolution (exact down to single events) and each moment with every block alive, a page at a time.
+``snap.view()`` shows two outputs of one cell:
 
-Reopened later, the viewer is still there (it is HTML, with every event of the trace in it); the widget, whose
-kernel is gone, has nothing to show and the viewer hides JupyterLab's "model not found" in its place.
+- the viewer as plain HTML (as ``snap`` shows it), which is what a saved notebook keeps: reopened, it works from
+  the events it holds and says that the cell must be re-run for the live view; where no script runs it is the
+  static picture;
+- a widget (anywidget: an ES module in a package file, ``static/viewer_widget.js``) that draws the same viewer in
+  its own element and asks the kernel through the standard widget channel: the browser sends each request with
+  ``model.send``, the kernel answers with ``send`` (a custom message).  While the widget is on screen the HTML
+  output steps aside (a CSS rule of its own, by token); no script looks for other outputs or for the notebook's page.
+
+The kernel keeps the columnar model and answers each window at screen resolution (exact down to single events) and
+each moment with every block alive, a page at a time.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import uuid
 from typing import Any
@@ -20,21 +23,27 @@ from typing import Any
 from nbdebug.core.memory._window import WindowModel
 from nbdebug.errors import require
 
-__all__ = ["live_viewer", "answer", "LiveView"]
+__all__ = ["live_viewer", "answer", "LiveView", "widget_esm"]
 
 
-def answer(models: dict[int, WindowModel], request: str) -> dict[str, Any]:
-    """The answer to one request of the viewer's script; a bad request gets ``{"error": ...}``, never an exception."""
-    try:
-        req = json.loads(request)
-    except ValueError:
-        return {"error": f"a request is JSON; got {request[:80]!r}"}
+def answer(models: dict[int, WindowModel], request: str | dict[str, Any]) -> dict[str, Any]:
+    """The answer to one request of the viewer's script (a dict, or its JSON); a bad request gets
+    ``{"error": ...}``, never an exception."""
+    if isinstance(request, str):
+        try:
+            req = json.loads(request)
+        except ValueError:
+            return {"error": f"a request is JSON; got {request[:80]!r}"}
+    else:
+        req = request
     if not isinstance(req, dict):
         return {"error": f"a request is a JSON object; got {type(req).__name__}"}
     seq = req.get("seq")
+    op = req.get("op")
+    if op == "hello":  # the widget asks once whether a kernel answers at all
+        return {"seq": seq, "op": op, "ok": True}
     try:
         model = models[int(req.get("device", next(iter(models))))]
-        op = req.get("op")
         if op == "window":
             out = model.envelope(float(req["x0"]), float(req["x1"]), int(req.get("width", 1000)))
         elif op == "alive":
@@ -48,11 +57,65 @@ def answer(models: dict[int, WindowModel], request: str) -> dict[str, Any]:
     return out
 
 
+def widget_esm() -> str:
+    """The widget's ES module: the viewer's script (which declares ``nbdmemViewer``), then ``viewer_widget.js``."""
+    from nbdebug.render._html import static
+
+    return static("viewer.js") + "\n" + static("viewer_widget.js")
+
+
+def _standin(html: str, token: str) -> str:
+    """The HTML output of ``snap.view()``: the viewer, hidden while its live widget is on the page.
+
+    The rule names nothing but this output and its widget (the same token): where both are in one document
+    (JupyterLab, Notebook 7, VS Code) the live widget alone shows; reopened, the widget's model is gone and this
+    output is the viewer.  The second rule hides what JupyterLab puts in place of a widget whose model is gone
+    ("Error displaying widget: model not found", the one state in which JupyterLab and Notebook 7 give the output
+    itself the class ``jupyter-widgets``) when it follows this output: a rule that matches nothing elsewhere.
+    """
+    t = json.dumps(token)
+    style = (f"body:has(.nbdmem-widget[data-live={t}]) .nbdmem-standin[data-live={t}]{{display:none!important}}"
+             f".jp-OutputArea-child:has(.nbdmem-standin[data-live={t}])+.jp-OutputArea-child:has("
+             ">.jp-OutputArea-output.jupyter-widgets){display:none}")
+    return f'<div class="nbdmem-standin" data-live="{token}"><style>{style}</style>{html}</div>'
+
+
+_WIDGET_CLASS: list[type] = []
+
+
+def _widget_class() -> type:
+    """The anywidget class, made on first use (anywidget and traitlets are imported only then)."""
+    if _WIDGET_CLASS:
+        return _WIDGET_CLASS[0]
+    anywidget = require("anywidget", "widgets", "the live memory viewer (snap.view())")
+    import traitlets
+
+    class MemoryViewerWidget(anywidget.AnyWidget):  # type: ignore[misc, name-defined]
+        """The viewer, drawn by the widget's ES module and answered by this kernel."""
+
+        _esm = traitlets.Unicode(widget_esm()).tag(sync=True)
+        html = traitlets.Unicode("").tag(sync=True)
+        token = traitlets.Unicode("").tag(sync=True)
+
+        def __repr__(self) -> str:  # not the whole viewer's HTML, which is one of its traits
+            return "<live memory viewer>"
+
+        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+            bundle = super()._repr_mimebundle_(**kwargs)  # (data, metadata) or data
+            data = bundle[0] if isinstance(bundle, tuple) else bundle
+            if isinstance(data, dict):
+                data["text/plain"] = ""  # nothing where widgets do not render: the HTML output above is the viewer
+            return bundle
+
+    _WIDGET_CLASS.append(MemoryViewerWidget)
+    return MemoryViewerWidget
+
+
 class LiveView:
-    """What ``snap.view()`` returns: displayed, the viewer and its (hidden) link to this kernel."""
+    """What ``snap.view()`` returns: displayed, the viewer (HTML) and the live widget that draws it from this kernel."""
 
     def __init__(self, snap: Any, device: int | None = None) -> None:
-        widgets = require("ipywidgets", "widgets", "the live memory viewer (snap.view())")
+        widget_class = _widget_class()
         from nbdebug.render.memory.viewer import viewer_html
 
         devices = [device] if device is not None else list(snap.devices) or [None]
@@ -63,35 +126,20 @@ class LiveView:
         self.token = uuid.uuid4().hex[:12]
         self.snap = snap
         self.html = viewer_html(snap, device, live=self.token)
-        hide = widgets.Layout(display="none")
-        self.request = widgets.Text(value="", layout=hide, continuous_update=True)
-        self.request.add_class(f"nbdmem-req-{self.token}")
-        self.response = widgets.HTML(value="", layout=hide)
-        self.response.add_class(f"nbdmem-resp-{self.token}")
-        self.request.observe(self._on_request, names="value")
+        self.widget = widget_class(html=self.html, token=self.token)
+        self.widget.on_msg(self._on_msg)
 
-        class Link(widgets.VBox):  # type: ignore[misc, name-defined]
-            """Shows nothing where widgets do not render (no "VBox(children=...)" text)."""
-
-            def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-                bundle = super()._repr_mimebundle_(**kwargs)
-                bundle["text/plain"] = ""
-                return bundle
-
-        self.link = Link([self.request, self.response], layout=hide)
-
-    def _on_request(self, change: dict[str, Any]) -> None:
-        if change.get("new"):
-            self.response.value = f"<code>{html.escape(json.dumps(answer(self.models, change['new'])))}</code>"
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        self.widget.send(answer(self.models, content))
 
     def _repr_html_(self) -> str:
-        return self.html
+        return _standin(self.html, self.token)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display({"text/html": self.html, "text/plain": repr(self.snap)}, raw=True)
-        display(self.link)
+        display({"text/html": _standin(self.html, self.token), "text/plain": repr(self.snap)}, raw=True)
+        display(self.widget)
 
 
 def live_viewer(snap: Any, device: int | None = None) -> LiveView:

@@ -1,12 +1,14 @@
 // nbdebug memory viewer: draws one device's panel from the JSON in its script element of class nbd-mem-data.
-// Package data, inlined into the notebook output and the exported HTML (nothing is fetched). ROOT_ID is replaced
-// by the id of the panel (or of the multi-device wrapper, whose select switches the visible panel).
-// Colours: CSS classes from viewer.css (theme variables); only the bands' colours come from the data.
-// Live mode (snap.view() in a kernel): the panel sits in a widget box (class nbdmem-live) with two hidden widgets,
-// a text input that takes a request and an HTML output that holds the answer; the kernel keeps the whole trace and
-// answers each window at screen resolution (exact down to single events) and each moment with every live block.
-(function(rootId){
-const root = document.getElementById(rootId);
+// Package data, inlined into the notebook output and the exported HTML (nothing is fetched): the inline script
+// declares nbdmemViewer and calls it on its panel (or on the multi-device wrapper, whose select switches the visible
+// panel).  Colours: CSS classes from viewer.css (theme variables); only the bands' colours come from the data.
+// Live mode (snap.view() in a kernel): the widget's ES module (viewer_widget.js) puts the same panel in its own
+// element and calls nbdmemViewer with a link, {ask(req) -> Promise of the answer, ready() -> Promise of true when
+// the kernel answers}, carried by the standard widget channel (model.send / msg:custom); the kernel keeps the whole
+// trace and answers each window at screen resolution (exact down to single events) and each moment with every
+// live block.  A link whose kernel does not answer (a notebook reopened with its widget state saved) falls back to
+// the events the panel holds and says that the cell must be re-run for the live view.
+function nbdmemViewer(root, link){
 if (!root || root.dataset.ready) return;
 root.dataset.ready = '1';
 for (const el of root.querySelectorAll(':scope > .nbd-live')) el.hidden = false;
@@ -35,53 +37,19 @@ function whenX(x, idx){ if (D.x_unit === 'us') return ((x - D.x[0]) / 1e6).toFix
   return idx < 0 ? 'before the first event' : 'event ' + idx; }
 function when(j){ return whenX(V.x[j], V.index[j]); }
 // -- the kernel, when there is one ------------------------------------------------------------------------------
-// request numbers start apart for each panel: the panels of several devices share one link
-let seq = Math.floor(Math.random() * 1e9) * 1000, watched = null;
-const waiting = new Map();
 const token = root.dataset.live || '';
-function bridge(){
-  // the link is another output of the same cell (a widget), found by its token; it may render after the panel
-  if (!token) return null;
-  const input = document.querySelector('.nbdmem-req-' + token + ' input'), out = document.querySelector('.nbdmem-resp-' + token);
-  if (!input || !out) return null;
-  if (watched !== out){
-    watched = out;
-    new MutationObserver(() => {
-      const code = out.querySelector('code'); if (!code) return;
-      let a; try { a = JSON.parse(code.textContent); } catch (e) { return; }
-      const done = waiting.get(a.seq); if (done){ waiting.delete(a.seq); done(a); }
-    }).observe(out, {subtree: true, childList: true, characterData: true});
-  }
-  return {input, out};
-}
-function whenBridge(ms){
-  return new Promise(res => { const t0 = Date.now();
-    (function poll(){ if (bridge() || !token || Date.now() - t0 > ms) res(); else setTimeout(poll, 100); })(); });
-}
-function hideDeadLink(){
-  // reopened without its kernel: the link has no model and JupyterLab says so; the viewer works without it
-  const cell = root.closest('.jp-Cell'); if (!cell) return;
-  for (const o of cell.querySelectorAll('.jp-OutputArea-output'))
-    if (!o.contains(root) && /^(Error displaying widget|Loading widget)/.test(o.textContent.trim())) o.closest('.jp-OutputArea-child').style.display = 'none';
-}
-// one request at a time on a link (ipywidgets sends only the latest value of a box while one is on its way, so
-// requests sent together would be lost): the panels of one link queue behind each other
-const chains = (window.__nbdmemChains = window.__nbdmemChains || {});
+let linked = !!link;  // false once the link's kernel did not answer
 function ask(req){
-  if (!bridge()) return null;
-  req.seq = ++seq; req.device = D.device;
-  const p = (chains[token] || Promise.resolve()).then(() => new Promise(res => {
-    const b = bridge();
-    if (!b){ res({seq: req.seq, error: 'the kernel link is gone'}); return; }
-    const timer = setTimeout(() => { waiting.delete(req.seq); res({seq: req.seq, error: 'no answer from the kernel'}); }, 30000);
-    waiting.set(req.seq, a => { clearTimeout(timer); res(a); });
-    b.input.value = JSON.stringify(req);
-    b.input.dispatchEvent(new Event('input', {bubbles: true}));
-  }));
-  chains[token] = p;
-  return p;
+  if (!linked) return null;
+  req.device = D.device;
+  return link.ask(req);
 }
-const live = () => !!bridge();
+const live = () => linked;
+function rerunNote(text){
+  let n = q('.rerun');
+  if (!n){ n = document.createElement('div'); n.className = 'rerun muted'; q('.controls').before(n); }
+  n.textContent = text;
+}
 // -- the file's own events (stand-alone): any window rebuilt exactly from the nearest overview point ----------
 let F = null;  // {n, x, delta, band} once decoded
 async function unpack(b64, Type){
@@ -354,14 +322,13 @@ function goPeak(){
 }
 q('button.peak').addEventListener('click', goPeak);
 legend(); draw();
-if (token) hideDeadLink();
-whenBridge(6000).then(() => {
-  if (!token || live()) return;
-  hideDeadLink();  // and whenever the cell's outputs change in the next minute (the message comes late)
-  const cell = root.closest('.jp-Cell');
-  if (cell){ const mo = new MutationObserver(hideDeadLink);
-    mo.observe(cell, {subtree: true, childList: true, characterData: true}); setTimeout(() => mo.disconnect(), 60000); }
+const linkUp = link ? link.ready() : Promise.resolve(false);
+linkUp.then(ok => {
+  linked = !!ok;
+  if (token && !linked) rerunNote('This is the saved output of snap.view(): re-run the cell for the live view (the ' +
+    'kernel answers every window exactly and lists every block alive); until then the chart uses the events ' +
+    'this output holds.');
 })
   .then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }).then(() => loadIntervals().catch(() => {})))
   .then(() => { if (N) return goPeak(); });
-})(ROOT_ID);
+}
