@@ -175,7 +175,11 @@ def _expected_severity_and_first_fix(kind):
     if kind == "dead_activations":  # the bias of -100 silences every unit: an error, not the entry's warning
         return Severity.ERROR, e.fixes[0]
     if kind == "vanishing_gradients":  # the deep sigmoid stack also ignores its input: fix that first
-        return e.severity, Fix(f"fix ignores_input first: {knowledge.entry('ignores_input').fixes[0].title}")
+        title = knowledge.entry("ignores_input").title.lower()
+        return e.severity, Fix(f"fix that first ({title}): {knowledge.entry('ignores_input').fixes[0].title}")
+    if kind == "exploding_gradients":  # a lower learning rate tried on a copy: the measured one comes first
+        return e.severity, Fix("lower the learning rate (lr=0.05 instead of 10000, measured on a copy)",
+                               "for g in opt.param_groups: g['lr'] = 0.05")
     return e.severity, e.fixes[0]
 
 

@@ -64,7 +64,14 @@ def nonfinite(s: Session, kind: str, what: str, e: NonFiniteError) -> None:
     if where not in ("(loss)", "(input)") and not where.startswith("(loss"):
         where = s.label("" if where == "(model)" else where)
     detail = f" ({e.stats['location']})" if e.stats.get("location") else ""
-    s.add(kind, f"{what}, first in {where}{detail} ({_stats_text(e.stats)})", (where,))
+    made = ""
+    if e.op:
+        made = f"; made by {e.op}" + (f" at {e.source}" if e.source else "")
+    if where == "(loss)":
+        where = "the loss code"
+    s.add(kind, f"{what}, first in {where}{detail}{made} ({_stats_text(e.stats)})",
+          (where, *((e.source,) if e.source else ())),
+          evidence={k: v for k, v in (("op", e.op), ("line", e.source)) if v})
 
 
 def frozen_parameters(s: Session) -> None:
@@ -89,12 +96,16 @@ def frozen_parameters(s: Session) -> None:
     where = [s.label(g) for g in groups] + sorted(frozen_names - covered)
     trainable = [n for n, p in named if p.requires_grad]
     heads = sorted({n.rsplit(".", 1)[0] if "." in n else n for n in trainable})
-    sev = "warning" if frac >= 0.5 else "info"
+    from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
+
+    intended = all(is_frozen_on_purpose(s, n) for n, _ in frozen)
+    sev = "warning" if frac >= 0.5 and not intended else "info"
     s.add("frozen_parameters",
           f"{len(frozen)} of {len(named)} parameter tensors are frozen (requires_grad=False): "
           f"{_units_count(nf)} of {_units_count(total)} weights ({_pct(frac)} of the model), in "
           f"{', '.join(groups[:6]) or ', '.join(sorted(frozen_names)[:6])}; only "
-          f"{', '.join(heads[:6])} will train", where, severity=sev,
+          f"{', '.join(heads[:6])} will train" + ("; frozen on purpose, as you declared" if intended else ""),
+          where, severity=sev, fixes=() if intended else None,
           evidence={"frozen_fraction": round(frac, 4), "frozen_tensors": len(frozen)})
     s.check("frozen parameters", f"{_pct(frac)} of the weights")
 
@@ -202,8 +213,13 @@ def initial_loss(s: Session) -> None:
     if expected is None:
         s.check("loss at init", "no expected value for this loss")
         return
-    if abs(loss - expected) / expected > threshold("init_loss_rel") and not s.has(
-            "probabilities_to_loss", "activation_on_logits"):
+    if loss < expected * (1 - threshold("init_loss_rel")) and loss >= 0 and not s.has(
+            "probabilities_to_loss", "activation_on_logits", "fits_too_easily"):
+        s.add("fits_too_easily", f"the loss at init is {loss:.4g}, far under {label}, before any training: an "
+              "untrained model cannot know the targets, so they reach it another way (inside the inputs) or the "
+              "loss is computed on the wrong tensor", ["inputs"], evidence={"initial": loss, "chance": expected})
+    elif abs(loss - expected) / expected > threshold("init_loss_rel") and not s.has(
+            "probabilities_to_loss", "activation_on_logits", "fits_too_easily"):
         if s.has("unnormalised_inputs"):
             lo, hi, _, _ = s.input_stats or (0.0, 0.0, 0.0, 0.0)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
@@ -281,6 +297,23 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
             s.check("output depends on the input", "no: zero gradient at the first layer")
             return
     s.check("output depends on the input", "yes")
+
+
+def loss_site(s: Session, work: Any) -> tuple[str | None, str | None]:
+    """The op and the line (as the user knows it) of the loss code that made the first non-finite value: the
+    step is run again under a mode that notes the first op whose output is non-finite while its inputs are
+    finite (the model's forward was finite, so that op is in the loss code)."""
+    import torch
+
+    from nbdebug.core.training._replay import _first_nonfinite_mode
+
+    mode = _first_nonfinite_mode()
+    try:
+        with torch.no_grad(), mode:
+            s.loss.loss(work, s.loss.inputs)
+    except Exception:  # the replay only adds detail; the finding stands without it
+        return None, None
+    return mode.op, mode.source
 
 
 def _stats_text(stats: dict[str, Any]) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["Options", "checked", "LossAdapter", "logits_of", "fresh_copy", "recreate_optimizer", "step_optimizer",
-           "to_device", "tensor_leaves", "call_model", "lr_of"]
+           "to_device", "tensor_leaves", "call_model", "lr_of", "set_lr", "has_own_forward",
+           "construct_optimizer"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Options:
     time_budget: float | None
     progress: bool | None
     name: str
+    frozen: tuple[str, ...] | bool = ()  # what the user froze on purpose (prefixes of parameter names; True: all)
 
 
 # -- checking what was passed --------------------------------------------------------------------------------
@@ -60,6 +62,16 @@ def checked(model: Any, batch: Any, loss_fn: Any, optimizer: Any, options: Optio
         raise InvalidArgumentError(f"doctor: lr must be a number > 0 or None, got {lr!r}")
     if time_budget is not None and (not isinstance(time_budget, (int, float)) or not time_budget > 0):
         raise InvalidArgumentError(f"doctor: time_budget must be a number of seconds > 0 or None, got {time_budget!r}")
+    frozen = options.frozen
+    if isinstance(frozen, str):
+        frozen = (frozen,)
+    elif frozen is None or frozen is False:
+        frozen = ()
+    elif frozen is not True:
+        if not isinstance(frozen, (tuple, list, set)) or not all(isinstance(f, str) for f in frozen):
+            raise InvalidArgumentError(f"doctor: frozen must be True, a name or a list of parameter names or module "
+                                       f"prefixes frozen on purpose, got {frozen!r}")
+        frozen = tuple(frozen)
     lightning = _is_lightning(model)
     if loss_fn is not None and not callable(loss_fn):
         raise InvalidArgumentError(
@@ -99,7 +111,18 @@ def checked(model: Any, batch: Any, loss_fn: Any, optimizer: Any, options: Optio
             "doctor: loss_fn is None, but the batch is (inputs, targets) and the model is not a LightningModule; "
             "expected loss_fn(outputs, targets), or a dict batch for a model that computes its own loss"
         )
-    return batch, replace(options, dataloader=dataloader), lightning
+    return batch, replace(options, dataloader=dataloader, frozen=frozen), lightning
+
+
+def has_own_forward(model: Any) -> bool:
+    """The model's class (or one of its bases outside torch and Lightning) defines ``forward``."""
+    for cls in type(model).__mro__:
+        mod = getattr(cls, "__module__", "") or ""
+        if mod.startswith(("torch.", "lightning.", "pytorch_lightning.", "lightning_fabric.")) or cls is object:
+            continue
+        if "forward" in vars(cls):
+            return True
+    return False
 
 
 def _is_lightning(model: Any) -> bool:
@@ -241,7 +264,10 @@ class LossAdapter:
         return _zeros_like(self.inputs)
 
     def forward(self, work: Any, inputs: Any) -> Any:
-        """The model's output on ``inputs``."""
+        """The model's output on ``inputs`` (None for a LightningModule that has no ``forward`` of its own: it is
+        trained through ``training_step`` only)."""
+        if self.mode == "lightning" and not has_own_forward(work):
+            return None
         if self.mode == "hf":
             return work(**inputs) if isinstance(inputs, dict) else call_model(work, inputs)
         return call_model(work, inputs)
@@ -283,13 +309,16 @@ class LossAdapter:
 
 # -- the copy the checks train, and its optimizer -------------------------------------------------------------
 def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool) -> tuple[Any, Any]:
-    """A deep copy of the user's model in train mode, and an optimizer for it: the user's re-created on the copy,
-    a factory's, ``configure_optimizers()`` of a LightningModule trained by its ``training_step``
-    (``lightning``), or Adam(lr=3e-3)."""
+    """A deep copy of the user's model, in the mode the user left it in, and an optimizer for it: the user's
+    re-created on the copy, a factory's, ``configure_optimizers()`` of a LightningModule trained by its
+    ``training_step`` (``lightning``), or Adam(lr=3e-3).
+
+    An optimizer that holds none of the model's parameters becomes one that updates nothing (SGD with lr=0 over
+    the copy), so the checks see what the user's loop would do instead of torch's "empty parameter list".
+    """
     import torch
 
     work = copy.deepcopy(model)
-    work.train()
     params = [p for p in work.parameters() if p.requires_grad]
     if optimizer is None and lightning:
         made = work.configure_optimizers()
@@ -307,8 +336,8 @@ def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool) ->
     if isinstance(optimizer, torch.optim.Optimizer):
         index = {id(p): i for i, p in enumerate(model.parameters())}
         all_params = list(work.parameters())
-        return work, recreate_optimizer(
-            optimizer, lambda p: all_params[index[id(p)]] if id(p) in index else None, lr)
+        made = recreate_optimizer(optimizer, lambda p: all_params[index[id(p)]] if id(p) in index else None, lr)
+        return work, made if made is not None else torch.optim.SGD(params, lr=0.0)
     if callable(optimizer):
         return work, optimizer(params)
     raise InvalidArgumentError(
@@ -322,32 +351,49 @@ def recreate_optimizer(opt: Any, params_of: Any, lr: float | None = None) -> Any
     ``params_of(p)`` maps each of ``opt``'s parameters to its counterpart (or None to drop it).  Only the
     constructor's own keyword arguments are passed (``defaults`` may hold internal keys, such as AdamW's
     ``decoupled_weight_decay``); every group keeps all of its own settings.  State (moments) is not copied.
+    The learning rate is the one the user set (``set_lr``), not a scheduler's current (warm-up) value.  None
+    when no parameter has a counterpart.
     """
     groups = []
     for g in opt.param_groups:
         hp = {k: v for k, v in g.items() if k != "params"}
-        if lr is not None:
-            hp["lr"] = lr
+        hp["lr"] = lr if lr is not None else set_lr(g)
         ps = [q for q in (params_of(p) for p in g["params"]) if q is not None]
         if ps:
             groups.append({"params": ps, **hp})
-    cls = type(opt)
+    if not groups:
+        return None
+    return construct_optimizer(type(opt), opt.defaults, groups)
+
+
+def construct_optimizer(cls: Any, defaults: Any, groups: list[dict[str, Any]]) -> Any:
+    """``cls(groups, **kwargs)`` with only the constructor's own keyword arguments from ``defaults``."""
     sig: Any
     try:
         sig = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):  # pragma: no cover - a C-level constructor
         sig = {}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values()):
-        kwargs = dict(opt.defaults)
+        kwargs = dict(defaults)
     else:
-        kwargs = {k: v for k, v in opt.defaults.items() if k in sig}
-    if lr is not None and "lr" in kwargs:
-        kwargs["lr"] = lr
+        kwargs = {k: v for k, v in defaults.items() if k in sig}
+    if groups and "lr" in kwargs and "lr" in groups[0]:
+        kwargs["lr"] = groups[0]["lr"]
     try:
         return cls(groups, **kwargs)
     except TypeError:
         # a constructor that takes fewer keywords than its defaults name: the groups carry every setting
         return cls(groups)
+
+
+def set_lr(group: Any) -> Any:
+    """The learning rate the user set for a parameter group: a scheduler keeps it as ``initial_lr`` (OneCycleLR
+    its peak as ``max_lr``) while ``lr`` holds its current, warm-up value."""
+    for key in ("max_lr", "initial_lr", "lr"):
+        v = group.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v
+    return group.get("lr")
 
 
 def step_optimizer(opt: Any, closure: Any) -> None:

@@ -35,6 +35,9 @@ class DoctorReport(HasFindings, Result):
         Root-mean-square gradient per module at the first step, in forward order.
     checks : tuple of (str, str)
         Every check and its outcome.
+    experiments : tuple of Experiment
+        Each fix tried on a copy (what was suspected, what was changed, the loss before and after at the same
+        step), best first.
     """
 
     findings: tuple[Finding, ...]
@@ -47,6 +50,7 @@ class DoctorReport(HasFindings, Result):
     chance_loss: float | None
     grad_flow: tuple[tuple[str, float], ...]
     checks: tuple[tuple[str, str], ...]
+    experiments: tuple[Any, ...] = ()
 
     def _summary_line(self) -> str:
         kinds = ", ".join(f.kind for f in self.findings) or "no findings"
@@ -54,6 +58,13 @@ class DoctorReport(HasFindings, Result):
 
     def _records(self) -> list[dict[str, Any]]:
         return [f.to_dict() for f in self.findings]
+
+    def experiments_to_pandas(self) -> Any:
+        """One row per experiment: cause, change, steps, start, before, after, fitted, restores."""
+        import pandas as pd
+
+        return pd.DataFrame([e.row() for e in self.experiments],
+                            columns=["cause", "change", "steps", "start", "before", "after", "fitted", "restores"])
 
     def plot(self, ax: Any = None) -> Any:
         """Overfit curve (with the zero-input baseline) and gradient flow per layer.

@@ -11,7 +11,10 @@ import time
 from typing import Any
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.doctor import _easy_checks as easy
+from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
+from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _train_checks as training
 from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of
 from nbdebug.core.doctor._report import DoctorReport
@@ -24,8 +27,9 @@ from nbdebug.errors import NonFiniteError
 __all__ = ["doctor"]
 
 # findings whose presence explains a failure to overfit or a bad initial loss
-_ROOT_CAUSES = ("label_out_of_range", "probabilities_to_loss", "activation_on_logits", "no_gradient",
-                "ignores_input", "frozen_parameters", "unnormalised_inputs", "dead_activations")
+_ROOT_CAUSES = ("label_out_of_range", "loss_below_minimum", "optimizer_coverage", "loss_broadcast",
+                "probabilities_to_loss", "activation_on_logits", "no_gradient", "ignores_input", "frozen_parameters",
+                "unnormalised_inputs", "dead_activations")
 # findings that such a cause explains
 _CONSEQUENCES = ("cannot_overfit", "initial_loss_off", "vanishing_gradients")
 
@@ -47,6 +51,7 @@ def doctor(
     time_budget: float | None = 60.0,
     progress: bool | None = None,
     name: str = "model",
+    frozen: Any = (),
 ) -> DoctorReport:
     """Check a model, a batch and a loss for the usual silent training bugs; never changes the caller's objects.
 
@@ -86,6 +91,9 @@ def doctor(
         Show a progress line with the time left; None: only when the call takes more than a few seconds.
     name : str
         What to call the model in findings (``model.3 = Softmax(dim=1)``).
+    frozen : True, str or sequence of str
+        What you froze on purpose: parameter names or module prefixes (``"backbone"``), or True for every frozen
+        parameter.  Those are then an info, not a warning, and no experiment unfreezes them as a cure.
 
     Returns
     -------
@@ -96,7 +104,7 @@ def doctor(
 
     options = Options(steps=steps, lr=lr, num_classes=num_classes, dataloader=dataloader, seed=seed,
                       baseline=baseline, reproducibility=reproducibility, data_batches=data_batches,
-                      time_budget=time_budget, progress=progress, name=name)
+                      time_budget=time_budget, progress=progress, name=name, frozen=frozen)
     batch, options, lightning = checked(model, batch, loss_fn, optimizer, options)
     with RngGuard(), torch.random.fork_rng(devices=[]):
         s = Session(model, batch, loss_fn, optimizer, options, lightning)
@@ -116,8 +124,12 @@ def _run(s: Session) -> None:
 
     init.frozen_parameters(s)
     init.input_scale(s)
+    setup.optimizer_coverage(s)
+    setup.learning_rate(s)
+    setup.model_mode(s)
+    setup.batchnorm_batch(s)
     work, opt = s.fresh()
-    s.lr_used = lr_of(opt)
+    s.lr_used = lr_of(opt) if not s.has("optimizer_coverage") else setup.user_lr(s)
     dead_probe = training.DeadProbe(work)
     out = None
     try:
@@ -128,21 +140,29 @@ def _run(s: Session) -> None:
         init.nonfinite(s, "nonfinite_forward", "the first forward pass produces NaN/Inf", e)
         s.check("forward", "non-finite")
         return
+    except ValueError as e:
+        if s.has("batchnorm_single_sample") and "more than 1 value per channel" in str(e):
+            s.check("forward", "BatchNorm refused the batch of one sample")
+            return
+        raise
     finally:
         dead_probe.remove()
-    s.check("forward", "finite")
+    s.check("forward", "finite" if out is not None else "no forward of its own: trained through training_step")
     y = logits_of(out)
     init.infer_task(s, y)
     if not init.labels(s, y):
         return
     init.output_vs_loss(s, y)
+    setup.loss_shapes(s, y)
+    easy.targets_in_inputs(s)
     # the first step: loss, gradients
     t_step = time.perf_counter()
     try:
         with nan_sentinel(work) as sentinel:
             out, loss = s.loss.loss(work, s.loss.inputs)
             if not torch.isfinite(loss).all():
-                raise NonFiniteError("loss", module="(loss)", step=0, phase="forward",
+                op, source = init.loss_site(s, work)
+                raise NonFiniteError("loss", module="(loss)", step=0, phase="forward", op=op, source=source,
                                      stats={"loss": float(loss.detach().float().mean())})
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -160,9 +180,12 @@ def _run(s: Session) -> None:
     init.input_dependence(s, logits_of(out) if out is not None else y, work)
     training.dead_activations(s, dead_probe, "at init")
     # overfit one batch
-    s.losses = training.train(s, work, opt, s.loss.inputs, monitor=True, deadline=s.deadline(0.6),
+    s.losses = training.train(s, work, opt, s.loss.inputs, monitor=True, deadline=s.deadline(0.4),
                               phase="overfit one batch", early_stop=True)
-    training.overfit(s)
+    if not easy.below_minimum(s):
+        training.overfit(s)
+        easy.memorised_at_once(s)
+        easy.shuffled_targets(s, work)
     probe2 = training.DeadProbe(work)
     try:
         with torch.no_grad():
@@ -170,9 +193,15 @@ def _run(s: Session) -> None:
     finally:
         probe2.remove()
     training.dead_activations(s, probe2, "after training", skip_if_found=True)
+    experiments.run(s)
     if s.options.dataloader is not None:
         training.generalisation(s, work)
-    if s.options.baseline:
+    else:
+        # the one place a second batch would be compared; the batch inspector (issue 28) will add its data
+        # checks here too
+        s.check("labels against inputs (a second batch after fitting the first)",
+                "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
+    if s.options.baseline and not s.explained:
         training.zero_input_baseline(s)
     if s.options.reproducibility:
         training.reproducibility(s)
@@ -183,20 +212,23 @@ def _run(s: Session) -> None:
 
 def _consequences(s: Session) -> None:
     """A finding caused by another says so, and points at the cause instead of its own generic fixes."""
-    causes = [f for f in s.findings if f.kind in _ROOT_CAUSES]
+    causes = [f for f in s.findings if f.kind in _ROOT_CAUSES and f.kind not in s.not_causes
+              and f.severity != "info"]
     if not causes:
         return
     cause = causes[0]
     how = entry("consequence_of_another")
     first = how.fixes[0]
     for i, f in enumerate(s.findings):
+        if f.kind == "cannot_overfit" and (s.explained or "tried" in f.evidence):
+            continue  # the experiments said what it follows from
         if f.kind in _CONSEQUENCES and f is not cause and not (f.kind == "cannot_overfit" and s.unstable):
             s.findings[i] = finding(
-                f.kind, how.summary.format(message=f.message, cause=cause.kind, cause_title=cause.title.lower()),
+                f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                 f.where, severity="warning" if f.severity == "error" else f.severity,
-                fixes=(Fix(first.title.format(cause=cause.kind, cause_fix=cause.fix or cause.title), first.code),
-                       *f.fixes[:1]),
-                evidence={**dict(f.evidence), "consequence_of": cause.kind})
+                fixes=(Fix(first.title.format(cause_title=cause.title.lower(), cause_fix=cause.fix or cause.title),
+                           first.code), *f.fixes[:1]),
+                evidence=dict(f.evidence))
 
 
 def _report(s: Session) -> DoctorReport:
@@ -212,4 +244,5 @@ def _report(s: Session) -> DoctorReport:
         chance_loss=chance,
         grad_flow=tuple(s.grad_flow),
         checks=tuple(s.checks),
+        experiments=tuple(s.experiments),
     )

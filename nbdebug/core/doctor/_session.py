@@ -79,6 +79,13 @@ class Session:
         self.lr_used: float | None = None
         self.unstable = ""  # why the overfit run is unstable ("" when it is not)
         self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
+        # what the setup checks and the experiments learn
+        self.coverage_missing: list[str] = []  # trainable parameters the user's optimizer does not hold
+        self.left_in_eval = False  # the user left the model in eval mode
+        self.broadcast: tuple[Any, Any] | None = None  # (output shape, target shape) an element-wise loss broadcasts
+        self.experiments: list[Any] = []  # the Experiments run, best first
+        self.not_causes: set[str] = set()  # kinds whose fix was tried on a copy and did not move the result
+        self.explained = False  # an experiment found why the batch is not learned
         self.t0 = time.perf_counter()
         self.progress = Progress(options.progress)
 
@@ -130,7 +137,7 @@ class Session:
 
     # -- copies and time -------------------------------------------------------------------------------------
     def fresh(self) -> tuple[Any, Any]:
-        """A deep copy of the user's model in train mode, and an optimizer for it."""
+        """A deep copy of the user's model in the mode the user left it in, and an optimizer for it."""
         return fresh_copy(self.user_model, self.user_opt, self.options.lr, self.loss.mode == "lightning")
 
     def deadline(self, share: float) -> float | None:

@@ -66,7 +66,7 @@ def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: boo
     if bad:
         worst = max(frac for _, frac in bad)
         sev = "error" if worst >= 1.0 else "warning"
-        desc = ", ".join(f"{n}: {frac:.0%}" for n, frac in bad[:6])
+        desc = ", ".join(f"{s.label(n)}: {frac:.0%} of its units" for n, frac in bad[:6])
         fixes = fixes_for("input_scale_downstream") if s.has("unnormalised_inputs") else None
         why = ""
         if when == "after training" and fixes is None:
@@ -76,17 +76,19 @@ def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: boo
         s.add("dead_activations", f"ReLU units silent for every sample of the batch {when} ({desc}){why}",
               [s.label(n) for n, _ in bad], severity=sev, fixes=fixes)
     if dead:
-        s.check(f"dead ReLU units {when}", ", ".join(f"{n}: {frac:.0%}" for n, frac in dead[:6]))
+        s.check(f"ReLU units silent on the whole batch {when}",
+                ", ".join(f"{s.label(n)}: {frac:.0%} of its units" for n, frac in dead[:6]))
 
 
-def one_step(s: Session, work: Any, opt: Any, inputs: Any) -> Any:
+def one_step(s: Session, work: Any, opt: Any, inputs: Any, adapter: Any = None) -> Any:
     """One optimizer step of ``work`` on ``inputs``; the step's loss (optimizers such as LBFGS call the closure
-    again: the first loss is the step's)."""
+    again: the first loss is the step's).  ``adapter``: another way to make the loss (an experiment's)."""
     holder: list[Any] = []
+    make = adapter if adapter is not None else s.loss
 
     def closure() -> Any:
         opt.zero_grad(set_to_none=True)
-        _, loss = s.loss.loss(work, inputs)
+        _, loss = make.loss(work, inputs)
         loss.backward()
         holder.append(loss)
         return loss
@@ -97,7 +99,8 @@ def one_step(s: Session, work: Any, opt: Any, inputs: Any) -> Any:
 
 
 def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False, steps: int | None = None,
-          phase: str = "", early_stop: bool = False, deadline: float | None = None) -> list[float]:
+          phase: str = "", early_stop: bool = False, deadline: float | None = None,
+          adapter: Any = None) -> list[float]:
     """Train ``work`` on one repeated batch of ``inputs``; the loss per step.
 
     ``monitor``: watch the gradients with a ``GradMonitor`` and add what it finds (the overfit run).
@@ -120,7 +123,7 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     t0 = time.perf_counter()
     try:
         for i in range(n):
-            loss_t.append(one_step(s, work, opt, inputs).detach().float())
+            loss_t.append(one_step(s, work, opt, inputs, adapter).detach().float())
             if (i + 1) % 10 == 0:
                 now = time.perf_counter()
                 per = (now - t0) / (i + 1)
@@ -199,8 +202,7 @@ def overfit(s: Session) -> None:
               severity="info", fixes=fixes_for("overfit_out_of_time"))
         return
     if abs(init - final) < threshold("overfit_still_rel") * abs(init):
-        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}; the updates are too small "
-              "to change the model", severity="error", fixes=fixes_for("lr_too_low") if (
+        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}", severity="error", fixes=fixes_for("lr_too_low") if (
                   s.lr_used is not None and s.lr_used < threshold("tiny_lr")) else None,
               evidence={"lr": s.lr_used, "final": final})
         return

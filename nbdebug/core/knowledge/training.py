@@ -6,8 +6,8 @@ built with ``nbdebug.core.knowledge.finding(slug, message, ...)``.  Sources are 
 The last entries are never a finding's own kind: they are the causes the doctor names when it knows why a
 finding happened (a learning rate too high or too low, the input scale, the time budget, another finding), and
 a finding of that sort takes its fixes from the cause's entry (``fixes=entry("lr_too_high").fixes``).
-``consequence_of_another`` holds templates: ``{message}``, ``{cause}``, ``{cause_title}`` and ``{cause_fix}``
-are filled in by the doctor.
+``consequence_of_another`` holds templates: ``{message}``, ``{cause_title}`` and ``{cause_fix}`` are filled in
+by the doctor.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ CROSS_ENTROPY = "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropy
 CS231N = "https://cs231n.github.io/neural-networks-1/#actfun"
 FINETUNE = "https://pytorch.org/tutorials/beginner/finetuning_torchvision_models_tutorial.html"
 CS231N_PRE = "https://cs231n.github.io/neural-networks-2/#datapre"
+OPTIM = "https://pytorch.org/docs/stable/optim.html#how-to-use-an-optimizer"
+ADAMW = "https://arxiv.org/abs/1711.05101"  # Loshchilov & Hutter, Decoupled Weight Decay Regularization
+MODES = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.train"
+ZERO_GRAD = "https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html"
+NLL = "https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html"
 OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
 
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
@@ -316,6 +321,79 @@ ENTRIES: tuple[Entry, ...] = (
         sources=(OPT_HOOK,),
         contexts=(),
     ),
+    Entry(
+        slug="optimizer_coverage",
+        title="The optimizer does not hold the model's trainable parameters",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("build the optimizer over every trainable parameter of the model you train",
+                "opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)"),
+            Fix("build the optimizer after the model is final (after .to(device), after replacing a head), from "
+                "the same object you train"),
+        ),
+        sources=(KARPATHY, OPTIM),
+        contexts=(),
+    ),
+    Entry(
+        slug="weight_decay_high",
+        title="Weight decay overpowers the loss's gradient",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("use a weight decay of 0.01 to 0.1 with AdamW (decoupled), or 1e-4 to 5e-4 with SGD",
+                "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)"),
+            Fix("leave biases and norm layers out of weight decay (a second parameter group with weight_decay=0)"),
+        ),
+        sources=(ADAMW, OPTIM),
+        contexts=(),
+    ),
+    Entry(
+        slug="eval_mode",
+        title="The model was left in eval mode for training",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("switch to train mode before the training loop (and back to eval for validation)",
+                "model.train()"),
+        ),
+        sources=(MODES,),
+        contexts=(),
+    ),
+    Entry(
+        slug="grads_accumulate",
+        title="Gradients accumulate across steps (zero_grad() is not called)",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("clear the gradients once per optimizer step",
+                "opt.zero_grad(set_to_none=True)\nloss.backward()\nopt.step()"),
+            Fix("accumulating on purpose: call zero_grad() after every N-th step, and divide the loss by N"),
+        ),
+        sources=(ZERO_GRAD,),
+        contexts=(),
+    ),
+    Entry(
+        slug="loss_below_minimum",
+        title="The loss goes below what its definition allows",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("give NLLLoss log-probabilities (log_softmax), or give CrossEntropyLoss the raw logits",
+                "loss = F.nll_loss(F.log_softmax(logits, dim=1), y)  # or F.cross_entropy(logits, y)"),
+            Fix("check which tensors the loss receives: (outputs, targets), in that order"),
+        ),
+        sources=(CROSS_ENTROPY, NLL),
+        contexts=(),
+    ),
+    Entry(
+        slug="fits_too_easily",
+        title="The batch is learned too easily: the answer reaches the model another way",
+        severity=Severity.WARNING,
+        fixes=(
+            Fix("make sure no input holds the target (a label column left in the features, a future token)"),
+            Fix("for next-token prediction, shift the labels against the inputs",
+                "logits, labels = logits[:, :-1], input_ids[:, 1:]"),
+            Fix("compute the loss on the model's output and the batch's targets, not on two views of one tensor"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
     # -- causes named in the fixes of other findings (see the module's docstring) --------------------------------
     Entry(
         slug="lr_too_high",
@@ -368,8 +446,8 @@ ENTRIES: tuple[Entry, ...] = (
         slug="consequence_of_another",
         title="A finding caused by another finding",
         severity=Severity.WARNING,
-        summary="{message} - most likely a consequence of {cause} ({cause_title}): fix that first",
-        fixes=(Fix("fix {cause} first: {cause_fix}"),),
+        summary="{message}; this follows from the finding above, {cause_title}: fix that first",
+        fixes=(Fix("fix that first ({cause_title}): {cause_fix}"),),
         sources=(KARPATHY,),
         contexts=(),
     ),
@@ -415,6 +493,17 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
     Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
               KARPATHY),
+    Threshold("restores_rel", 0.25,
+              "share of the initial loss an experiment must gain over the user's setup (at the same step) to count "
+              "as restoring learning", KARPATHY),
+    Threshold("too_easy_steps", 3.0, "steps within which fitting a batch counts as too easy", KARPATHY),
+    Threshold("shuffled_fit_rel", 0.5,
+              "loss with targets shuffled against inputs, as a share of the initial loss, below which the loss "
+              "does not depend on which target goes with which input", KARPATHY),
+    Threshold("accumulate_correlation", 0.97,
+              "correlation of the global gradient norm with the step above which the norm grows linearly", _NBDEBUG),
+    Threshold("accumulate_growth", 10.0, "growth of the global gradient norm (last / first) that counts as "
+              "accumulation when it is linear in the step", _NBDEBUG),
     Threshold("data_wait_fraction", 0.5, "share of step time spent waiting for the DataLoader that is a bottleneck",
               DATA),
 )

@@ -60,9 +60,15 @@ _INTERNAL = re.compile(r"[/\\](torch|nbdebug[/\\]core|contextlib|functools)[/\\]
 
 
 def _user_frame(stack: list[traceback.FrameSummary]) -> str | None:
+    """The innermost user frame, named as the user knows it: ``In [12], line 3: code`` for a cell, ``file.py:40
+    in fn: code`` for a file."""
+    from nbdebug.core._cells import is_cell_file, site_label
+
     for fr in reversed(stack):
         if not _INTERNAL.search(fr.filename):
             line = (fr.line or "").strip()
+            if is_cell_file(fr.filename):
+                return site_label(fr.filename, fr.lineno)
             return f"{fr.filename}:{fr.lineno} in {fr.name}: {line}"
     return None
 

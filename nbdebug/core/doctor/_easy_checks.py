@@ -1,0 +1,122 @@
+"""Learning that is too easy is a symptom too: a loss below what its definition allows, a batch memorised at
+once, a loss at init far under chance, targets that sit in the inputs (a feature equal to the target, labels not
+shifted against the tokens), and a loss that stays as low with the targets shuffled against the inputs (it is
+computed on the wrong tensor).  Each is measured on the copy, never guessed from names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbdebug.core.doctor._inputs import tensor_leaves
+from nbdebug.core.doctor._session import Session
+from nbdebug.core.knowledge import threshold
+
+__all__ = ["below_minimum", "targets_in_inputs", "memorised_at_once", "shuffled_targets"]
+
+# losses that are >= 0 by definition (given what each expects)
+_NON_NEGATIVE = {"CrossEntropyLoss", "cross_entropy", "NLLLoss", "nll_loss", "BCELoss", "binary_cross_entropy",
+                 "BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "MSELoss", "mse_loss", "L1Loss", "l1_loss",
+                 "SmoothL1Loss", "smooth_l1_loss", "HuberLoss", "huber_loss"}
+
+
+def below_minimum(s: Session) -> bool:
+    """A loss that is >= 0 by definition went below 0 (NLLLoss on raw scores).  True when found."""
+    if s.loss.loss_name not in _NON_NEGATIVE or s.initial_loss is None:
+        return False
+    curve = [s.initial_loss, *s.losses]
+    low = min((v for v in curve if math.isfinite(v)), default=0.0)
+    if low >= -1e-6:
+        return False
+    at = curve.index(low)
+    nll = s.loss.loss_name in ("NLLLoss", "nll_loss")
+    why = (" NLLLoss expects log-probabilities (<= 0) and returns minus the one picked, so raw scores let the "
+           "model push it toward minus infinity" if nll else " its inputs are not what it expects")
+    s.add("loss_below_minimum", f"{s.loss.loss_name} reaches {low:.4g} at step {max(at - 1, 0)}, below 0, the least "
+          f"it can be by definition:{why}; the falling loss is not learning", [s.last_module()],
+          evidence={"lowest_loss": low, "step": max(at - 1, 0)})
+    return True
+
+
+def targets_in_inputs(s: Session) -> None:
+    """Targets that travel inside the inputs: an input feature equal to the target (a label column left in the
+    features), or token targets equal to the input tokens position by position (labels not shifted)."""
+    import torch
+
+    t = s.loss.targets
+    if not isinstance(t, torch.Tensor) or t.numel() < 8:
+        return
+    for x in tensor_leaves(s.loss.model_inputs()):
+        if not isinstance(x, torch.Tensor) or x is t:
+            continue
+        if not x.is_floating_point() and tuple(x.shape) == tuple(t.shape) and x.dim() >= 2:
+            valid = t != s.ignore_index()
+            same = float((x[valid] == t[valid]).float().mean()) if bool(valid.any()) else 0.0
+            if same >= 0.9:
+                s.add("fits_too_easily", f"the targets equal the input tokens position by position ({same:.0%} of "
+                      "them): the model is asked to copy its input, not to predict the next token; the labels are "
+                      "not shifted", ["targets"], evidence={"equal_share": round(same, 4)})
+                s.check("targets inside the inputs", "labels equal the inputs (not shifted)")
+                return
+        if x.is_floating_point() and x.dim() == 2 and t.dim() == 1 and x.shape[0] == t.shape[0] and x.shape[0] >= 8:
+            tf = t.float()
+            if float(tf.std()) == 0:
+                continue
+            xc = x.float() - x.float().mean(0)
+            tc = tf - tf.mean()
+            corr = (xc * tc[:, None]).sum(0) / (xc.norm(dim=0) * tc.norm()).clamp_min(1e-12)
+            j = int(corr.abs().argmax())
+            if float(corr.abs()[j]) >= 0.999:
+                s.add("fits_too_easily", f"input feature {j} is the target (correlation {float(corr[j]):.4f} over "
+                      f"the {x.shape[0]} samples): the label leaks into the inputs, so the model learns to read it "
+                      "instead of the task", ["inputs"], evidence={"feature": j, "correlation": float(corr[j])})
+                s.check("targets inside the inputs", f"feature {j} equals the target")
+                return
+    s.check("targets inside the inputs", "no")
+
+
+def memorised_at_once(s: Session) -> None:
+    """The batch fitted within a few steps, or a loss at init far under chance: the answer reaches the model
+    another way."""
+    if s.has("fits_too_easily", "loss_below_minimum") or not s.losses or s.initial_loss is None:
+        return
+    init = s.initial_loss
+    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    first = next((i for i, v in enumerate(s.losses) if v <= target), None)
+    if first is not None and first < threshold("too_easy_steps") and init > 10 * threshold("overfit_abs"):
+        s.add("fits_too_easily", f"the batch is fitted after {first + 1} step(s) (loss {init:.4g} -> "
+              f"{s.losses[first]:.4g}): a model that has to learn the task needs more; look for the target "
+              "inside the inputs or a loss computed on the wrong tensor", ["inputs"],
+              evidence={"steps_to_fit": first + 1})
+
+
+def shuffled_targets(s: Session, work: Any) -> None:
+    """After fitting, the loss with the targets shuffled against the inputs: a loss that stays as low does not
+    depend on which target goes with which input (it is computed on the wrong tensor, or over padding)."""
+    import torch
+
+    t = s.loss.targets
+    if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] < 4 or not s.losses:
+        s.check("loss with targets shuffled against inputs", "skipped: no separate targets")
+        return
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    fitted = min(s.losses[-max(1, len(s.losses) // 10):])
+    if not (math.isfinite(fitted) and fitted <= threshold("overfit_rel") * abs(init)):
+        s.check("loss with targets shuffled against inputs", "skipped: the batch is not fitted")
+        return
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(int(t.shape[0]), generator=g)
+    if bool((t[perm] == t).all()):
+        s.check("loss with targets shuffled against inputs", "skipped: every target is the same")
+        return
+    with torch.no_grad():
+        out = s.loss.forward(work, s.loss.inputs)
+        shuffled = float(s.loss.loss_fn(out, t[perm]))
+        own = float(s.loss.loss_fn(out, t))
+    s.check("loss with targets shuffled against inputs", f"{shuffled:.4g} (with their own targets {own:.4g})")
+    if math.isfinite(shuffled) and shuffled <= max(threshold("shuffled_fit_rel") * abs(init), 2 * abs(own) + 1e-6):
+        s.add("fits_too_easily", f"after fitting the batch the loss is {own:.4g}, and {shuffled:.4g} with the targets "
+              "shuffled against the inputs: it does not depend on which target goes with which input, so it is "
+              "not computed on the model's prediction of each target (the wrong tensor, or only padding)",
+              ["loss"], evidence={"loss": own, "shuffled": shuffled})

@@ -1,0 +1,392 @@
+"""The doctor's experiments: each suspected cause is tested by applying its fix to a fresh copy and measuring the
+loss on the same batch, at the same step, against the user's own setup.
+
+When the batch is not learned, a differential within the time budget: the fixes the setup checks suggest (an
+optimizer over every trainable parameter, train mode, the loss on matching shapes, weight decay off, every
+parameter trainable, standardised inputs) and the learning rate up and down.  When the run is unstable: the
+learning rate down.  Findings at warning or above whose fix can be tried get their experiment too.
+
+What an experiment changes is said in words (``lr=0.001 instead of 1e-08``); what it measured goes into the
+finding's message and evidence (before and after).  A suspect whose fix does not move the result is not called
+the cause; the experiments are ranked by measured effect, and a finding that follows from another says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nbdebug.core._findings import Finding, Fix
+from nbdebug.core.doctor._inputs import set_lr
+from nbdebug.core.doctor._session import Session
+from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
+from nbdebug.core.doctor._train_checks import MIN_STEPS, train
+from nbdebug.core.knowledge import entry, finding, threshold
+
+__all__ = ["Experiment", "run", "loss_at"]
+
+# what each optimizer family trains a small problem with, for "lr up" when the user's is far below
+_TYPICAL_LR = {"SGD": 0.05, "ASGD": 0.05, "Adagrad": 0.01, "Rprop": 0.01, "LBFGS": 1.0}
+_ADAPTIVE_LR = 1e-3
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One fix tried on a copy: what was suspected, what was changed, and the loss it measured.
+
+    ``before`` is the user's setup at the same step (``steps``) as ``after``; ``start`` the loss at step 0.
+    """
+
+    cause: str  # the knowledge slug of the suspected cause (a finding's kind, or lr_too_low / lr_too_high)
+    change: str  # what was changed on the copy, in words
+    steps: int
+    start: float
+    before: float
+    after: float
+    fitted: bool
+    restores: bool
+    code: str = ""  # the fix as code, where one line says it
+
+    @property
+    def effect(self) -> float:
+        """How much lower the loss ended than with the user's setup, as a share of the loss at step 0."""
+        if not (math.isfinite(self.after) and math.isfinite(self.start)):
+            return -math.inf
+        before = self.before if math.isfinite(self.before) else max(self.start, self.after) * 10
+        return (before - self.after) / max(abs(self.start), 1e-12)
+
+    def said(self) -> str:
+        """``with lr=0.001 instead of 1e-08 the loss went 2.303 -> 0.041 in 60 steps (the batch is fitted); with
+        yours 2.303 -> 2.291``."""
+        fit = " (the batch is fitted)" if self.fitted else ""
+        return (f"with {self.change} the loss went {self.start:.4g} -> {self.after:.4g} in {self.steps} steps{fit}; "
+                f"as you have it, {self.start:.4g} -> {self.before:.4g}")
+
+    def evidence(self) -> dict[str, Any]:
+        return {"tried": self.change, "before": f"{self.start:.4g} -> {self.before:.4g} in {self.steps} steps",
+                "after": f"{self.start:.4g} -> {self.after:.4g} in {self.steps} steps"
+                + (" (fitted)" if self.fitted else ""), "restores": self.restores}
+
+    def row(self) -> dict[str, Any]:
+        return {"cause": self.cause, "change": self.change, "steps": self.steps, "start": self.start,
+                "before": self.before, "after": self.after, "fitted": self.fitted, "restores": self.restores}
+
+
+def loss_at(curve: list[float], step: int) -> float:
+    """The loss a curve reached by ``step`` (the lowest of its last tenth up to there: one noisy step is not
+    the verdict)."""
+    step = max(1, min(step, len(curve)))
+    w = max(1, step // 10)
+    window = [v for v in curve[step - w: step]]
+    finite = [v for v in window if math.isfinite(v)]
+    return min(finite) if len(finite) == len(window) else math.nan
+
+
+# -- the candidates --------------------------------------------------------------------------------------------
+Variant = Callable[[Session], tuple[Any, Any, Any, Any]]  # -> (work, opt, adapter or None, inputs)
+
+
+def _fresh(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, opt = s.fresh()
+    return work, opt, None, s.loss.inputs
+
+
+def _with_lr(factor: float) -> Variant:
+    def make(s: Session) -> tuple[Any, Any, Any, Any]:
+        work, opt, a, x = _fresh(s)
+        for g in opt.param_groups:
+            g["lr"] = float(g["lr"]) * factor
+        return work, opt, a, x
+
+    return make
+
+
+def _wd_off(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, opt, a, x = _fresh(s)
+    for g in opt.param_groups:
+        if "weight_decay" in g:
+            g["weight_decay"] = 0.0
+    return work, opt, a, x
+
+
+def _train_mode(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, opt, a, x = _fresh(s)
+    work.train()
+    return work, opt, a, x
+
+
+def _optimizer_over_all(s: Session, work: Any) -> Any:
+    """The user's optimizer class and first group's settings, over every trainable parameter of ``work``."""
+    import torch
+
+    from nbdebug.core.doctor._inputs import construct_optimizer
+
+    params = [p for p in work.parameters() if p.requires_grad]
+    t = s.user_opt if isinstance(s.user_opt, torch.optim.Optimizer) and s.user_opt.param_groups else None
+    if t is None:
+        return torch.optim.Adam(params, lr=s.lr_used or 3e-3)
+    hp = {k: v for k, v in t.param_groups[0].items() if k != "params"}
+    hp["lr"] = set_lr(t.param_groups[0]) if s.options.lr is None else s.options.lr
+    return construct_optimizer(type(t), t.defaults, [{**hp, "params": params}])
+
+
+def _full_optimizer(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, _, a, x = _fresh(s)
+    return work, _optimizer_over_all(s, work), a, x
+
+
+def _unfreeze(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, _, a, x = _fresh(s)
+    for p in work.parameters():
+        if p.is_floating_point():
+            p.requires_grad_(True)
+    return work, _optimizer_over_all(s, work), a, x
+
+
+def _matching_shapes(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, opt, _, x = _fresh(s)
+    fn = s.loss.loss_fn
+
+    def matched(out: Any, t: Any) -> Any:
+        if out.numel() == t.numel():
+            return fn(out.reshape(t.shape), t)
+        return fn(out, t)
+
+    adapter = copy.copy(s.loss)
+    adapter.loss_fn = matched
+    return work, opt, adapter, x
+
+
+def _standardised(s: Session) -> tuple[Any, Any, Any, Any]:
+    work, opt, a, x = _fresh(s)
+    x = _map_first_float(x, lambda t: (t - t.mean()) / t.std().clamp_min(1e-8))
+    return work, opt, a, x
+
+
+def _map_first_float(obj: Any, fn: Any, done: list[bool] | None = None) -> Any:
+    import torch
+
+    done = [False] if done is None else done
+    if isinstance(obj, torch.Tensor):
+        if not done[0] and obj.is_floating_point():
+            done[0] = True
+            return fn(obj)
+        return obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_first_float(o, fn, done) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_first_float(v, fn, done) for k, v in obj.items()}
+    return obj
+
+
+def _typical_lr(s: Session) -> float:
+    import torch
+
+    opt = s.user_opt
+    name = type(opt).__name__ if isinstance(opt, torch.optim.Optimizer) else "Adam"
+    return _TYPICAL_LR.get(name, _ADAPTIVE_LR)
+
+
+def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str, Variant, str]]:
+    """(cause, change in words, variant, fix code), the setup's suspects first, then the learning rate."""
+    import torch
+
+    out: list[tuple[str, str, Variant, str]] = []
+    lr = s.lr_used
+    if s.has("optimizer_coverage") and s.coverage_missing:
+        out.append(("optimizer_coverage", "an optimizer over every trainable parameter", _full_optimizer,
+                    entry("optimizer_coverage").fixes[0].code))
+    if s.has("eval_mode"):
+        out.append(("eval_mode", "the model in train mode", _train_mode, "model.train()"))
+    if s.broadcast is not None:
+        out.append(("loss_broadcast", f"the loss on outputs reshaped to the targets' shape {s.broadcast[1]}",
+                    _matching_shapes, "loss = loss_fn(out.squeeze(-1), y)  # or y.unsqueeze(-1)"))
+    frozen = [n for n, p in s.user_model.named_parameters() if not p.requires_grad and p.is_floating_point()]
+    if frozen and (stuck or any(f.kind == "frozen_parameters" and f.severity != "info" for f in s.findings)) \
+            and not all(is_frozen_on_purpose(s, n) for n in frozen):
+        out.append(("frozen_parameters", "every parameter trainable", _unfreeze,
+                    "for p in model.parameters(): p.requires_grad_(True)"))
+    if s.has("unnormalised_inputs"):
+        out.append(("unnormalised_inputs", "the inputs standardised to mean 0, std 1", _standardised,
+                    entry("input_scale_downstream").fixes[0].code))
+    opt = s.user_opt
+    wd = opt.param_groups[0].get("weight_decay") if isinstance(opt, torch.optim.Optimizer) else None
+    if stuck and isinstance(wd, (int, float)) and wd > 0:
+        out.append(("weight_decay_high", f"weight_decay=0 instead of {wd:g}", _wd_off,
+                    "for g in opt.param_groups: g['weight_decay'] = 0.0"))
+    if lr is None or not lr > 0 or (s.coverage_missing and len(s.coverage_missing) == sum(
+            1 for p in s.user_model.parameters() if p.requires_grad)):
+        return out
+    typical = _typical_lr(s)
+    factors: list[float] = []
+    if unstable or s.has("dead_activations"):
+        factors = [typical / lr, 0.1] if lr > 3 * typical else [0.1, 0.01]
+    elif stuck:
+        if lr > 3 * typical:
+            factors = [typical / lr, 0.1, 10.0]
+        elif typical > 3 * lr:
+            factors = [typical / lr, 10.0, 0.1]
+        else:
+            factors = [10.0, 0.1]
+    for f in dict.fromkeys(factors):
+        cause = "lr_too_high" if f < 1 else "lr_too_low"
+        out.append((cause, f"lr={lr * f:.3g} instead of {lr:g}", _with_lr(f),
+                    f"for g in opt.param_groups: g['lr'] = {lr * f:.3g}"))
+    return out
+
+
+# -- running them ----------------------------------------------------------------------------------------------
+def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps: int,
+         deadline: float | None) -> Experiment | None:
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    try:
+        work, opt, adapter, inputs = variant(s)
+        curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}"[:22], early_stop=True,
+                      deadline=deadline, adapter=adapter)
+    except Exception as e:  # a fix that cannot run on this setup is not evidence either way
+        s.check(f"experiment: {change}", f"could not run: {type(e).__name__}: {e}")
+        return None
+    if not curve:
+        return None
+    k = len(curve)
+    after = loss_at(curve, k)
+    before = loss_at(s.losses, k)
+    start = curve[0] if math.isfinite(curve[0]) else init
+    fitted = math.isfinite(after) and after <= target
+    ref = before if math.isfinite(before) else math.inf
+    # learning restored: the batch is fitted, or the loss ends well below the user's at the same step (by a share
+    # of where it started and of where the user's ended)
+    restores = math.isfinite(after) and (fitted or (
+        ref - after >= 0.1 * abs(start) and after <= (1 - threshold("restores_rel")) * ref))
+    ex = Experiment(cause=cause, change=change, steps=k, start=start, before=before, after=after, fitted=fitted,
+                    restores=bool(restores), code=code)
+    s.check(f"experiment: {change}", ex.said())
+    return ex
+
+
+def run(s: Session) -> None:
+    """The differential (the batch is not learned, or the run is unstable) and the experiments behind the
+    findings whose fix can be tried; then each finding says what was tried and what it changed."""
+    if not s.losses:
+        return
+    overfit = next((f for f in s.findings if f.kind == "cannot_overfit"), None)
+    stuck = overfit is not None and not s.unstable and not s.cut_by_budget
+    unstable = bool(s.unstable) or s.has("exploding_gradients")
+    cands = _candidates(s, stuck, unstable)
+    if not cands:
+        return
+    n = len(s.losses)
+    t_end = s.deadline(0.6)
+    done: list[Experiment] = []
+    for i, (cause, change, variant, code) in enumerate(cands):
+        if any(e.cause == cause and e.restores for e in done) and cause.startswith("lr_"):
+            continue  # one learning rate that restores learning is the verdict for that cause
+        left = None if t_end is None else t_end - time.perf_counter()
+        if left is not None and left <= 0:
+            s.check(f"experiment: {change}", "skipped: out of time")
+            continue
+        per = None if t_end is None else time.perf_counter() + left / (len(cands) - i)
+        steps = n if per is None or s.step_time <= 0 else max(min(n, MIN_STEPS),
+                                                               min(n, int((per - time.perf_counter()) / s.step_time)))
+        ex = _try(s, cause, change, variant, code, steps, per)
+        if ex is not None:
+            done.append(ex)
+    s.experiments = sorted(done, key=lambda e: (not e.restores, not e.fitted, -e.effect))
+    _attach(s)
+
+
+def _attach(s: Session) -> None:
+    """Each experimented finding says what was tried; the finding that failed to learn names the measured cause."""
+    best = next((e for e in s.experiments if e.restores), None)
+    by_cause: dict[str, Experiment] = {}
+    for e in s.experiments:
+        by_cause.setdefault(e.cause, e)
+    for i, f in enumerate(s.findings):
+        e = by_cause.get(f.kind)
+        if e is None or f.kind == "cannot_overfit":
+            continue
+        if e.restores:
+            msg = f"{f.message}. Tried on a copy: {e.said()}"
+        else:
+            msg = (f"{f.message}. Tried on a copy: {e.said()}, so this is not why the batch is not learned"
+                   if s.has("cannot_overfit") else f"{f.message}. Tried on a copy: {e.said()}")
+            s.not_causes.add(f.kind)
+        s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **e.evidence()})
+    lower = by_cause.get("lr_too_high")
+    for i, f in enumerate(s.findings):
+        if f.kind == "dead_activations" and "learning rate is too high" in f.message and lower is not None:
+            if lower.restores:
+                msg = f"{f.message}. Tried on a copy: {lower.said()}"
+            else:  # the lower learning rate did not help: the claim goes
+                msg = f.message.split("; they fired at init")[0] + "; they fired at init, and the updates " \
+                    f"silenced them (a lower learning rate did not learn the batch better: {lower.said()})"
+            fixes = ((Fix(f"lower the learning rate ({lower.change}, measured on a copy)", lower.code), *f.fixes[1:])
+                     if lower.restores else entry("dead_activations").fixes)
+            s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **lower.evidence()}, fixes=fixes)
+    for i, f in enumerate(s.findings):
+        if f.kind == "exploding_gradients" and "lr_too_high" in by_cause:
+            e = by_cause["lr_too_high"]
+            s.findings[i] = _replace(f, message=f"{f.message}. Tried on a copy: {e.said()}",
+                                     evidence={**dict(f.evidence), **e.evidence()},
+                                     fixes=(Fix(f"lower the learning rate ({e.change}, measured on a copy)", e.code),
+                                            *f.fixes) if e.restores else f.fixes)
+    idx = next((i for i, f in enumerate(s.findings) if f.kind == "cannot_overfit"), None)
+    if idx is None:
+        return
+    if best is not None and best.cause == "weight_decay_high" and not s.has("weight_decay_high"):
+        _weight_decay_finding(s, best)
+        idx += 1
+    f = s.findings[idx]
+    tried = [e for e in s.experiments]
+    if best is None:
+        if not tried:
+            return
+        none = "; ".join(f"{e.change}: {e.start:.4g} -> {e.after:.4g}" for e in tried)
+        fixes = tuple(x for x in f.fixes if "learning rate" not in x.title) or f.fixes
+        s.findings[idx] = _replace(f, message=f"{f.message}. Tried on a copy, none of these learned the batch "
+                                   f"better ({none})", fixes=fixes,
+                                   evidence={**dict(f.evidence), "tried": ", ".join(e.change for e in tried)})
+        s.not_causes.update(e.cause for e in tried)
+        return
+    cause_f = next((g for g in s.findings if g.kind == best.cause), None)
+    if cause_f is not None:
+        s.findings[idx] = _replace(
+            f, message=f"{f.message}; this follows from the finding above, {cause_f.title.lower()}: {best.said()}",
+            severity="warning" if f.severity == "error" else f.severity,
+            fixes=(Fix(f"fix that first: {cause_f.fix or cause_f.title}", best.code), ),
+            evidence={**dict(f.evidence), **best.evidence()})
+        s.explained = True
+        return
+    title = ("lower the learning rate" if best.cause == "lr_too_high" else "raise the learning rate") + \
+        f" ({best.change}, measured on a copy)"
+    severity = f.severity if best.fitted else "warning"
+    s.findings[idx] = _replace(f, message=f"{f.message}. Tried on a copy: {best.said()}",
+                               severity=severity, fixes=(Fix(title, best.code), *f.fixes[1:2]),
+                               evidence={**dict(f.evidence), **best.evidence()})
+    s.explained = True
+
+
+def _weight_decay_finding(s: Session, e: Experiment) -> Finding:
+    """The weight decay finding, which only an experiment makes: without it the batch is learned."""
+    import torch
+
+    g = s.user_opt.param_groups[0] if isinstance(s.user_opt, torch.optim.Optimizer) else {}
+    wd, lr = g.get("weight_decay", 0.0), s.lr_used or 0.0
+    how = ("decoupled: each step shrinks every weight by lr x weight_decay" if "AdamW" in type(s.user_opt).__name__
+           else "added to the gradient as weight_decay x w, so it outweighs the loss's own gradient")
+    f = finding("weight_decay_high", f"weight_decay={wd:g} with lr={lr:g} ({type(s.user_opt).__name__}, {how}) holds "
+                f"the weights near zero. Tried on a copy: {e.said()}", ("optimizer",),
+                evidence={"weight_decay": wd, "lr": lr, **e.evidence()})
+    s.findings.insert(0, f)
+    return f
+
+
+def _replace(f: Finding, **changes: Any) -> Finding:
+    return finding(f.kind, changes.get("message", f.message), f.where, severity=changes.get("severity", f.severity),
+                   fixes=changes.get("fixes", f.fixes), evidence=changes.get("evidence", f.evidence))
+
