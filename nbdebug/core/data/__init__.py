@@ -140,7 +140,7 @@ def inspect_batch(batch: Any, *, tokenizer: Any = None, model: Any = None, mean:
         findings, stats, channels = table_checks(read)
         fields = {"modality": "table", "shape": tuple(read.x.shape), "channels": channels,
                   "label_counts": label_counts(read.labels)}
-    if model is not None:
+    if model is not None and hasattr(model, "config"):  # a Hugging Face model: what its Trainer would drop
         cols = _columns(batch)
         if cols:
             findings += _column_checks(cols, model, _text_columns(batch, cols))

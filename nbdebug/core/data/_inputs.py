@@ -51,6 +51,7 @@ class TextBatch:
     mask: np.ndarray | None = None  # (N, T) attention_mask
     labels: np.ndarray | None = None  # (N, T) or None
     columns: dict[str, str] = field(default_factory=dict)  # every column given -> what it holds
+    target: np.ndarray | None = None  # (N, L) labels of another length (a seq2seq target)
 
 
 @dataclass
@@ -140,7 +141,12 @@ def _text_from_mapping(m: Mapping[str, Any]) -> TextBatch:
             if v is None or isinstance(v[0], (int, np.integer)):
                 return None
             return _ragged(v, fill=-100 if key == "labels" else 0)[0]
-    return TextBatch(ids=ids, present=present, mask=get("attention_mask"), labels=get("labels"), columns=cols)
+    labels = get("labels")
+    target = None
+    if labels is None and m.get("labels") is not None and _is_array(m["labels"]):
+        target = to_array(m["labels"]).astype(np.int64)
+        target = target if target.ndim == 2 and len(target) == len(ids) else None
+    return TextBatch(ids=ids, present=present, mask=get("attention_mask"), labels=labels, columns=cols, target=target)
 
 
 def _image(x: np.ndarray, labels: Any) -> ImageBatch:
@@ -178,6 +184,10 @@ def _table(x: np.ndarray, labels: Any) -> TableBatch:
 
 def _from_array(x: np.ndarray, labels: Any, modality: Modality) -> TextBatch | ImageBatch | TableBatch:
     integer = np.issubdtype(x.dtype, np.integer)
+    if integer and x.ndim == 2 and labels is not None and _is_array(labels) and modality is not Modality.IMAGE:
+        second = to_array(labels)
+        if second.shape == x.shape and np.isin(second, (0, 1)).all() and x.dtype == np.int64:
+            return _text_from_mapping({"input_ids": x, "attention_mask": second})  # (input_ids, attention_mask)
     if modality is Modality.TEXT or (modality is Modality.AUTO and x.ndim == 2 and integer and x.dtype == np.int64
                                      and labels is not None and _is_array(labels) and to_array(labels).ndim == 2):
         return _text_from_mapping({"input_ids": x, **({"labels": labels} if labels is not None else {})})
@@ -209,9 +219,13 @@ def _one(batch: Any, modality: Modality, label: str | None, tokenizer: Any) -> T
         return _one(batch[: min(len(batch), 256)], modality, label, tokenizer)  # a datasets.Dataset: first rows
     if _is_array(batch) or (isinstance(batch, list) and batch and isinstance(batch[0], (list, int, float))):
         x = to_array(batch)
-        if tokenizer is not None and modality is Modality.AUTO and np.issubdtype(x.dtype, np.integer) and x.ndim <= 2:
-            modality = Modality.TEXT
-        return _from_array(x, None, modality)
+        # token ids: a torch LongTensor, or any integer matrix once a tokenizer is given
+        ids = np.issubdtype(x.dtype, np.integer) and x.ndim == 2 and (
+            tokenizer is not None or str(getattr(batch, "dtype", "")) == "torch.int64")
+        return _from_array(x, None, Modality.TEXT if ids and modality is Modality.AUTO else modality)
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], Mapping) \
+            and "input_ids" in batch[0] and _is_array(batch[1]):  # (inputs, labels) from a collate_fn
+        return _text_from_mapping({**batch[0], "labels": batch[1]})
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and _is_array(batch[0]):
         x = to_array(batch[0])
         if tokenizer is not None and modality is Modality.AUTO and np.issubdtype(x.dtype, np.integer) and x.ndim == 2:

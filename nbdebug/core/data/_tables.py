@@ -64,7 +64,8 @@ def table_checks(tb: TableBatch) -> tuple[list[Finding], list[tuple[str, Any]], 
                                        evidence={"ratio": float(f"{big.std / small.std:.3g}")}))
     if tb.labels is not None and n >= limit("batch_leak_min_rows"):
         found += _leaks(x, names, tb.labels)
-    found += label_checks(tb.labels, row_keys(x) if f else [b""] * n)
+    # no numeric feature: nothing to compare rows by, only the classes
+    found += label_checks(tb.labels, row_keys(x), skip=None if f else np.ones(n, bool))
     if tb.labels is not None and n:
         stats.append(("label", f"{len(np.unique(tb.labels.astype(str)))} distinct value(s)"))
     return found, stats, cols

@@ -184,6 +184,14 @@ def text_checks(tb: TextBatch, tokenizer: Any = None, model: Any = None, *, max_
                       f" ({int((content & ~trained).sum())} masked with -100, {int((trained & pads).sum())} on padding)"))
         if tokenizer is not None and lm:
             found += _prompt_check(tb, tokenizer, tok, trained, response_template)
+    elif tb.target is not None and tok.pad is not None:  # a target of its own length: its padding is its own
+        run = _edge_run(tb.target == tok.pad, np.ones(tb.target.shape, bool), True)
+        if tok.pad == tok.eos:
+            run[:, 1:] &= run[:, :-1]
+        if run.any():
+            found.append(batch_finding("labels_padded_with_pad_id", f"{int(run.sum())} padding position(s) of the "
+                                       f"labels carry the pad id {tok.pad} instead of -100", rows_of(run.any(1)),
+                                       evidence={"positions": int(run.sum())}))
     if tok.bos is not None and tok.bos != tok.eos:
         starts = (first_tok == tok.bos) & (lengths > 0)
         stats.append(("rows starting with BOS", f"{int(starts.sum())} of {n}"))
@@ -299,15 +307,10 @@ def _eos_masked(tb: TextBatch, tok: TokenizerInfo, content: np.ndarray, trained:
     n = len(ids)
     lengths = content.sum(1)
     last = np.where(lengths > 0, np.argmax(np.cumsum(content, 1) == lengths[:, None], 1), 0)
-    after = np.minimum(last + 1, ids.shape[1] - 1)
-    # the row's EOS: its last real token, or (a collator that masked it as padding) the first pad after it
-    at_last = (ids[np.arange(n), last] == tok.eos) & (lengths > 0)
-    at_next = ~at_last & (ids[np.arange(n), after] == tok.eos) & (after > last) & tb.present[np.arange(n), after]
-    pos = np.where(at_last, last, after)
-    has = at_last | at_next
+    has = (ids[np.arange(n), last] == tok.eos) & (lengths > 0)  # the row's own EOS: its last real token
     if not has.any() or not trained[content].any():
         return []
-    masked = has & ~trained[np.arange(n), pos]
+    masked = has & ~trained[np.arange(n), last]
     if masked.sum() == has.sum():
         return [batch_finding("eos_masked_as_pad", f"pad == eos (id {tok.eos}) and the EOS ending each of "
                               f"{int(has.sum())} rows has label -100, like the padding: the model never learns to "
