@@ -23,9 +23,10 @@ _STYLE = (
     "margin:2px 0 6px 0;word-break:break-all}"
     ".nbd-batch .nbd-toks span,.nbd-batch .nbd-toks mark,.nbd-batch .nbd-toks code,.nbd-batch .nbd-toks i{"
     "padding:0 2px;border-radius:3px;margin-right:2px}"
-    ".nbd-batch .nbd-toks mark{background:var(--jp-warn-color3,#fff8c5);color:var(--nbd-fg);"
-    "outline:1px solid var(--nbd-warn)}"
-    ".nbd-batch .nbd-toks code{background:var(--nbd-bg3);color:var(--nbd-brand)}"
+    ".nbd-batch .nbd-toks mark{background:var(--nbd-bg3);color:var(--nbd-fg);font-weight:600;"
+    "box-shadow:inset 0 -2px 0 var(--nbd-warn)}"
+    ".nbd-batch .nbd-toks code{background:transparent;color:var(--nbd-fg);font-weight:600;"
+    "border:1px dashed var(--nbd-border)}"
     ".nbd-batch .nbd-toks i{color:var(--nbd-fg2);background:var(--nbd-bg2)}"
     ".nbd-batch .nbd-toks span{color:var(--nbd-fg2)}"
     ".nbd-batch img.nbd-grid{max-width:100%;border:1px solid var(--nbd-border);background:#fff}</style>"
@@ -104,7 +105,7 @@ def batch_html(r: BatchReport) -> str:
     body = _STYLE + "<h4>findings</h4>" + findings_html(r.findings, empty="no problems found")
     body += "<h4>at a glance</h4>" + kv_table([("given", r.source), *r.stats])
     if r.token_rows:
-        legend = ('<div class="nbd-muted"><mark>label token that trains</mark> <span>masked (-100) or no label'
+        legend = ('<div class="nbd-toks"><mark>label token that trains</mark> <span>masked (-100) or no label'
                   "</span> <code>special token</code> <i>padding</i></div>")
         body += f"<h4>first {len(r.token_rows)} rows, decoded</h4>" + legend
         body += "".join(_tokens_html(t) for t in r.token_rows)

@@ -82,7 +82,6 @@ def _ranks(a: np.ndarray) -> np.ndarray:
 
 
 def _leaks(x: np.ndarray, names: tuple[str, ...], labels: np.ndarray) -> list[Finding]:
-    n = len(x)
     classes = is_classes(labels)
     y = labels.astype(str) if labels.dtype.kind in "OUSb" else labels
     out = []

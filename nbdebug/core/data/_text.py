@@ -190,7 +190,7 @@ def text_checks(tb: TextBatch, tokenizer: Any = None, model: Any = None, *, max_
             run[:, 1:] &= run[:, :-1]
         if run.any():
             found.append(batch_finding("labels_padded_with_pad_id", f"{int(run.sum())} padding position(s) of the "
-                                       f"labels carry the pad id {tok.pad} instead of -100", rows_of(run.any(1)),
+                                       f"labels carry the pad id {tok.pad} instead of -100", rows_of(np.asarray(run.any(1))),
                                        evidence={"positions": int(run.sum())}))
     if tok.bos is not None and tok.bos != tok.eos:
         starts = (first_tok == tok.bos) & (lengths > 0)

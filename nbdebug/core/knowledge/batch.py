@@ -18,7 +18,7 @@ _HF_TRAINER = "https://huggingface.co/docs/transformers/main_classes/trainer"
 _TRL_SFT = "https://huggingface.co/docs/trl/sft_trainer"
 _KARPATHY = "https://karpathy.github.io/2019/04/25/recipe/"
 
-W, E, I = Severity.WARNING, Severity.ERROR, Severity.INFO
+W, E, INFO = Severity.WARNING, Severity.ERROR, Severity.INFO
 
 ENTRIES: tuple[Entry, ...] = (
     # -- text --------------------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("missing_eos", "No row ends with the EOS token: the model never learns to stop", W, (
         Fix("Append the EOS token when tokenizing", "tok(text + tok.eos_token, ...)  # or add_eos_token=True where supported"),
     ), ("https://github.com/huggingface/transformers/issues/22794",), contexts=()),
-    Entry("missing_bos", "Rows do not start with the BOS token the tokenizer defines", I, (
+    Entry("missing_bos", "Rows do not start with the BOS token the tokenizer defines", INFO, (
         Fix("Tokenize with add_special_tokens=True (the default) so BOS comes first", "tok(texts, add_special_tokens=True)"),
     ), (_HF_CLM,), contexts=()),
     Entry("double_bos", "Rows start with two BOS tokens", W, (
@@ -48,7 +48,7 @@ ENTRIES: tuple[Entry, ...] = (
         Fix("Raise max_length, or split long texts into chunks instead of cutting them",
             "tok(texts, truncation=True, max_length=4096, return_overflowing_tokens=True, stride=128)"),
     ), (_HF_CLM,), contexts=()),
-    Entry("heavy_padding", "Most of the batch is padding", I, (
+    Entry("heavy_padding", "Most of the batch is padding", INFO, (
         Fix("Group rows of similar length, or pack them", "TrainingArguments(group_by_length=True)"),
     ), (_HF_TRAINER,), contexts=()),
     Entry("attention_mask_mismatch", "attention_mask disagrees with the pad token", E, (
@@ -115,7 +115,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("single_class_batch", "Every example of the batch has the same label", W, (
         Fix("Shuffle: a dataset sorted by class gives one-class batches", "DataLoader(ds, batch_size=64, shuffle=True)"),
     ), (_KARPATHY,), contexts=()),
-    Entry("class_imbalance", "Classes are strongly imbalanced", I, (
+    Entry("class_imbalance", "Classes are strongly imbalanced", INFO, (
         Fix("Weight the loss or resample", "nn.CrossEntropyLoss(weight=1.0 / torch.bincount(y).float())"),
     ), (_KARPATHY,), contexts=()),
     # -- tables -----------------------------------------------------------------------------------------------
@@ -152,8 +152,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("batch_heavy_padding", 0.5, "half of the compute on padding is worth grouping by length", _HF_TRAINER),
     Threshold("batch_scale_ratio", 1000.0, "feature standard deviations 1000x apart slow gradient descent and "
               "dominate distance-based models", "https://scikit-learn.org/stable/modules/preprocessing.html"),
-    Threshold("batch_raw_pixel_max", 2.0, "a float image above 2 is not in [0, 1] nor normalized: it is 0-255",
-              _KARPATHY),
+    Threshold("batch_raw_pixel_max", 20.0, "images in [0, 1] normalized with a per-channel std of 0.05 or more "
+              "stay below 20 (ImageNet's normalization reaches 2.64); 0-255 pixels go far above", _KARPATHY),
     Threshold("batch_twice_scaled_max", 0.02, "all pixels below 0.02 (5/255): divided by 255 twice", _KARPATHY),
     Threshold("batch_imbalance_ratio", 10.0, "largest class 10x the smallest: accuracy says little",
               "https://imbalanced-learn.org/stable/introduction.html"),

@@ -135,8 +135,6 @@ def _frame(x: np.ndarray, y: np.ndarray, names: list[str]) -> Any:
 
 def _with(**changes: Any):
     def build() -> dict[str, Any]:
-        import torch
-
         tok = word_tokenizer()
         enc = _lm(tok, _texts())
         for k, v in changes.items():
