@@ -52,14 +52,20 @@ def test_heldout_is_big_and_spread():
         "index_out_of_range", "collate_mismatch", "batchnorm_single_sample", "nondeterministic_op",
         "cuda_hardware_fault", "mps_unsupported", "multiprocessing_pickle", "inference_tensor", "tokenizer_padding",
         "loss_broadcast", "nonleaf_grad_access", "checkpoint_no_grad"}
-    thin = {slug: counts[slug] for slug in SLUGS if slug not in new and counts[slug] < 4}
+    # issue 23's families are held out in the wild sample (tests/data/errors_wild, scored by
+    # benchmarks/bench_explain_wild.py), gathered by a rule that does not pick by type
+    issue_23 = {e.slug for e in entries("explain") if e.domain in ("env", "crash", "usercode", "library")} | {
+        "checkpoint_corrupt", "checkpoint_module_missing"}
+    new -= issue_23
+    thin = {slug: counts[slug] for slug in SLUGS if slug not in new | issue_23 and counts[slug] < 4}
     assert not thin, f"categories with fewer than 4 held-out texts: {thin}"
     thin_new = {slug: later[slug] for slug in new if later[slug] < 2}
     assert not thin_new, f"issue-10 categories with fewer than 2 held-out texts: {thin_new}"
     assert sum(1 for _ in ISSUE_10.glob("*.txt")) >= 60
     assert sum(n for slug, n in counts.items() if slug != "unknown") >= 150
-    # 11 of the first round's out-of-category texts belong to categories issue 10 added (renamed to their slug)
-    assert counts["unknown"] >= 25
+    # 11 of the first round's out-of-category texts belong to categories issue 10 added, and 10 more to the
+    # families issue 23 added (checkpoint files, pip finding no wheel): renamed to their slug
+    assert counts["unknown"] >= 20
     assert sum(1 for p in FILES if _expected(p) == "unknown") >= 40
 
 
@@ -180,7 +186,7 @@ def test_cuda_error_numbers_alone(text, slug):
                                     "allowlisted via torch.serialization.add_safe_globals, but got <class 'set'>"),
         ("unknown", "Epoch 3 | step 120 | loss_scale: 65536.0 | grad_norm: 1.3"),
         ("unknown", "RuntimeError: Expected object of type Variable but found type Tensor"),
-        ("unknown", "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.45 GiB for an array with shape "
+        ("host_oom", "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.45 GiB for an array with shape "
                     "(1000, 1000, 463) and data type float64"),
         ("unknown", "ValueError: operands could not be broadcast together with shapes (3,) (4,)"),
         ("unknown", "RuntimeError: CUDA error: the launch timed out and was terminated"),
@@ -214,16 +220,20 @@ def test_frames_recognise_a_failure_only_when_no_message_matched():
         '  File "/env/lib/python3.5/site-packages/torch/utils/data/dataloader.py", line 55, in _worker_loop\n'
         "    samples = collate_fn([dataset[i] for i in batch_indices])\n"
         '  File "/home/u/data/voc.py", line 129, in pull_item\n'
-        "    height, width, channels = img.shape\n"
-        "AttributeError: 'NoneType' object has no attribute 'shape'\n"
+        "    height, width, channels = img.size[2] / img.count\n"
+        "ZeroDivisionError: division by zero\n"
     )
     d = explain(old_worker)
     assert d.kind == "dataloader_worker"
-    assert d.message == "'NoneType' object has no attribute 'shape'"
+    assert d.message == "division by zero"
     # the same user error outside a worker stays unknown
     assert explain(old_worker.split("\n", 3)[3]).kind == "unknown"
-    # a message in a category wins over the frames: an inner shape error inside a worker
-    inner = old_worker.replace("AttributeError: 'NoneType' object has no attribute 'shape'",
+    # a message in a category wins over the frames: the None an image loader returned (issue 23), and an inner
+    # shape error inside a worker
+    none = old_worker.replace("ZeroDivisionError: division by zero",
+                              "AttributeError: 'NoneType' object has no attribute 'shape'")
+    assert explain(none).kind == "wrong_object_attribute"
+    inner = old_worker.replace("ZeroDivisionError: division by zero",
                                "RuntimeError: stack expects each tensor to be equal size, but got [3] at entry 0 "
                                "and [4] at entry 1")
     assert explain(inner).kind == "collate_mismatch"  # stacking in the loader's collate step (issue 10)
@@ -236,5 +246,5 @@ def test_frames_recognise_a_failure_only_when_no_message_matched():
     )
     assert explain(compile_frames).kind == "torch_compile"
     # a generic user traceback has no such frames
-    user = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\nKeyError: 3\n'
+    user = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\nZeroDivisionError: division by zero\n'
     assert explain(user).kind == "unknown"

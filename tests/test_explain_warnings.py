@@ -144,6 +144,8 @@ def test_explain_takes_a_captured_warning_or_its_text():
     assert explain(printed).kind == "loss_broadcast"
     # a warning printed before the error that stopped the run is background: the error is the diagnosis
     after = printed + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyError: 'x'\n"
+    assert explain(after).kind == "missing_key"
+    after = printed + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nZeroDivisionError: division by zero\n"
     assert explain(after).kind == "unknown"
 
 

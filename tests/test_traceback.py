@@ -33,8 +33,12 @@ def test_a_shape_error_in_a_sequential_is_short_and_the_panel_has_the_full_trace
     assert "linear.py:134, in Linear.forward" in text  # the innermost frame stays
     assert text.rstrip().endswith("mat1 and mat2 shapes cannot be multiplied (8x32 and 16x2)")
     assert sys.last_value is result.error_in_exec  # %debug and %tb see the error
-    panels = [o.data["text/plain"] for o in outputs if "nbdebug" in o.data.get("text/plain", "")]
-    assert len(panels) == 1 and "Full traceback" in panels[0] and "module.py" in panels[0]
+    panels = [o.data for o in outputs if "nbdebug" in o.data.get("text/plain", "")]
+    assert len(panels) == 1
+    # the notebook panel holds the full traceback one click away; the plain text (a terminal, where the
+    # traceback is printed right above) says where to get it instead of printing it a second time (issue 23)
+    assert "Full traceback" in panels[0]["text/html"] and "module.py" in panels[0]["text/html"]
+    assert "module.py" not in panels[0]["text/plain"] and "%tb prints it" in panels[0]["text/plain"]
 
 
 def test_full_mode_and_unknown_errors_keep_ipythons_traceback(ip):

@@ -45,6 +45,11 @@ def diagnose_exception(state: ExtensionState, exc: BaseException) -> Any:
     return diagnosis
 
 
+def _telling(diagnosis: Any) -> bool:
+    live = getattr(diagnosis, "live", None)
+    return live is not None and bool(getattr(live, "telling", False))
+
+
 class Explainer:
     """The ``post_run_cell`` callback; ``enabled`` is flipped by ``%nbdebug explain on|off``."""
 
@@ -67,8 +72,9 @@ class Explainer:
         return diagnosis
 
     def shows(self, diagnosis: Any) -> bool:
-        """Whether a panel will be shown for ``diagnosis``."""
-        return self.enabled and (diagnosis.known or self.show_unknown)
+        """Whether a panel will be shown for ``diagnosis``: a known error, or an unknown one whose live evidence
+        says something (tensors, a module, what a check found), or any error with ``%nbdebug explain all``."""
+        return self.enabled and (diagnosis.known or self.show_unknown or _telling(diagnosis))
 
     def keep_full_traceback(self, exc: BaseException, text: str) -> None:
         """The short traceback folded frames of ``exc``: the panel carries the full one."""
@@ -97,13 +103,14 @@ class Explainer:
                 if pending[2]:
                     from nbdebug.core.explain._diagnosis import Section
 
-                    full = Section(title="Full traceback", preformatted=pending[2],
+                    # in the notebook panel only: a terminal printed the traceback right above (%tb prints it again)
+                    full = Section(title="Full traceback", preformatted=pending[2], html_only=True,
                                    notes=("Library frames were folded above (%nbdebug traceback full shows them "
                                           "in place).",))
                     diagnosis = dataclasses.replace(diagnosis, sections=(*diagnosis.sections, full))
             else:
                 diagnosis = diagnose_exception(self.state, exc)
-            if not diagnosis.known and not self.show_unknown:
+            if not diagnosis.known and not self.show_unknown and not _telling(diagnosis):
                 return
             from IPython.display import display
 

@@ -19,39 +19,38 @@ from __future__ import annotations
 import builtins
 import os
 import re
-import sysconfig
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ShortTracebacks", "fold_library_frames", "classify_entry", "is_library_path"]
+from nbdebug.core.explain._evidence import is_library_file
+
+__all__ = ["ShortTracebacks", "fold_library_frames", "classify_entry", "is_library_path", "colours_on"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FILE = re.compile(r"^File (?P<path>.+?):(?P<line>\d+)(?:, in (?P<func>[^\n(]+))?")
 _CELL = re.compile(r"^(?:Cell In ?\[\d*\]|Input In ?\[\d*\]|<ipython-input-)")
 
 
-def _library_roots() -> tuple[str, ...]:
-    roots = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+def _ipython_root() -> str:
     import IPython
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the nbdebug package
-    roots |= {os.path.dirname(os.path.abspath(IPython.__file__)), here}
-    return tuple(sorted(os.path.normpath(r) + os.sep for r in roots if r))
+    return os.path.normpath(os.path.dirname(os.path.abspath(IPython.__file__))) + os.sep
 
 
-_ROOTS: tuple[str, ...] | None = None
+_IPYTHON: str | None = None
 
 
 def is_library_path(path: str) -> bool:
     """True for a file of the standard library, an installed package, IPython or nbdebug; False for the user's
-    own code (notebook cells, ``<...>`` sources, the user's files)."""
-    global _ROOTS
+    own code (notebook cells, ``<...>`` sources, the user's files).  The rule is core's (``is_library_file``)
+    plus IPython's own folder, wherever IPython is installed."""
+    global _IPYTHON
     if path.startswith("<"):
         return False
-    if _ROOTS is None:
-        _ROOTS = _library_roots()
-    norm = os.path.normpath(path)
-    return any(norm.startswith(r) for r in _ROOTS) or "site-packages" in norm.split(os.sep)
+    if _IPYTHON is None:
+        _IPYTHON = _ipython_root()
+    return is_library_file(path) or os.path.normpath(path).startswith(_IPYTHON)
 
 
 def classify_entry(entry: str) -> tuple[str, str]:
@@ -77,8 +76,30 @@ def classify_entry(entry: str) -> tuple[str, str]:
     return "library", f"{short}:{m.group('line')}" + (f" {func.split('.')[-1]}" if func else "")
 
 
-def fold_library_frames(stb: list[str], *, headline: str = "", keep_innermost: bool = True) -> list[str]:
-    """The structured traceback with runs of library frames folded into one line each (see the module doc)."""
+def colours_on(shell: Any, stream: Any = None) -> bool:
+    """Whether colour codes may be printed: a kernel's front end renders them; a terminal only when IPython's
+    colours are on, the stream is a terminal and neither ``NO_COLOR`` nor ``TERM=dumb`` says otherwise."""
+    scheme = str(getattr(shell, "colors", "") or "").lower()
+    if scheme in ("nocolor", "none"):
+        return False
+    if type(shell).__name__ == "ZMQInteractiveShell":
+        return True
+    stream = stream if stream is not None else sys.stdout
+    try:
+        tty = bool(stream.isatty())
+    except Exception:  # noqa: BLE001 - a replaced stream without isatty
+        tty = False
+    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _styled(text: str, code: str, colour: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+
+def fold_library_frames(stb: list[str], *, headline: str = "", keep_innermost: bool = True,
+                        colour: bool = True) -> list[str]:
+    """The structured traceback with runs of library frames folded into one line each (see the module doc);
+    ``colour=False`` prints no colour codes (a terminal without colours, a captured stream)."""
     kinds = [classify_entry(e) for e in stb]
     frames = [i for i, (k, _) in enumerate(kinds) if k in ("user", "library")]
     innermost = frames[-1] if frames and keep_innermost else -1
@@ -92,8 +113,9 @@ def fold_library_frames(stb: list[str], *, headline: str = "", keep_innermost: b
             return
         where = " → ".join(run) if len(run) <= 3 else f"{run[0]} → … → {run[-1]}"
         n = len(run)
-        out.append(f"\x1b[2m   ⋯ {n} library frame{'s' if n > 1 else ''} folded: {where}"
-                   "  (full traceback: the panel below, %tb, or %nbdebug traceback full)\x1b[0m\n")
+        line = (f"   ⋯ {n} library frame{'s' if n > 1 else ''} folded: {where}"
+                "  (full traceback: the panel below, %tb, or %nbdebug traceback full)")
+        out.append(_styled(line, "2", colour) + "\n")
         run.clear()
 
     for i, (entry, (kind, where)) in enumerate(zip(stb, kinds)):
@@ -171,8 +193,10 @@ class ShortTracebacks:
             return None
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
         # bold in the terminal's own colour: readable on every theme's error background
-        headline = f"\x1b[1mnbdebug ▸ [{diagnosis.kind}] {diagnosis.title} — explained below the traceback\x1b[0m\n"
-        short = fold_library_frames(stb, headline=headline)
+        colour = colours_on(shell)
+        headline = _styled(f"nbdebug ▸ [{diagnosis.kind}] {diagnosis.title} — explained below the traceback", "1",
+                           colour) + "\n"
+        short = fold_library_frames(stb, headline=headline, colour=colour)
         if len(short) >= len(stb) + 1:  # nothing folded: the headline alone is not worth a different traceback
             return [headline, *stb]
         self.keep_full(value, _ANSI.sub("", shell.InteractiveTB.stb2text(stb)))

@@ -9,15 +9,40 @@ from typing import Any
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core._result import Result
 
-__all__ = ["Fix", "Section", "Diagnosis", "user_sources"]
+__all__ = ["Fix", "Section", "Diagnosis", "user_sources", "is_authority", "LIVE_TITLE"]
+
+#: the title of the section that holds the live evidence
+LIVE_TITLE = "What the live session shows"
+
+
+# Pages that can state a fact about PyTorch and its libraries: their documentation, the PyTorch forum, the
+# libraries' own issue trackers, and the references of the system underneath (CUDA, NCCL, Python, Linux,
+# Windows).  A user project's issue thread shows that an error happened, not why; it is provenance, never a source.
+_AUTHORITIES = (
+    "pytorch.org", "docs.pytorch.org", "discuss.pytorch.org", "dev-discuss.pytorch.org", "github.com/pytorch/",
+    "huggingface.co", "github.com/huggingface/", "lightning.ai", "github.com/Lightning-AI/",
+    "github.com/microsoft/DeepSpeed", "deepspeed.readthedocs.io", "github.com/NVIDIA/nccl", "docs.nvidia.com",
+    "developer.nvidia.com", "docs.python.org", "numpy.org", "github.com/numpy/", "cloud.google.com/tpu",
+    "github.com/ipython/", "ipython.readthedocs.io", "github.com/jupyter/", "docs.jupyter.org", "man7.org",
+    "docs.kernel.org", "www.kernel.org/doc", "learn.microsoft.com", "pypi.org", "packaging.python.org",
+    "wiki.python.org",
+)
+
+
+def is_authority(url: str) -> bool:
+    """Whether ``url`` is a page that can state the fact: documentation, the forum, the library's own tracker."""
+    rest = url.split("://", 1)[-1]
+    return any(rest.startswith(a) for a in _AUTHORITIES)
 
 
 def user_sources(sources: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The sources a user can open (http/https addresses), in order, without repeats.
+    """The sources a user can open, in order, without repeats: http(s) pages that state the fact (see
+    ``is_authority``).
 
-    Knowledge may carry other provenance (names of internal notes); that never reaches a report.
+    Knowledge may carry other provenance (names of internal notes, a user project's issue where the error was
+    seen); that never reaches a report.
     """
-    return tuple(dict.fromkeys(s for s in sources if s.startswith(("https://", "http://"))))
+    return tuple(dict.fromkeys(s for s in sources if s.startswith(("https://", "http://")) and is_authority(s)))
 
 
 @dataclass(frozen=True)
@@ -36,6 +61,13 @@ class Section:
     fixes: tuple[Fix, ...] = ()
     notes: tuple[str, ...] = ()
     preformatted: str = ""
+    # shown open in the HTML panel (the live evidence); otherwise one click away
+    open: bool = False
+    # only in the HTML panel (the full traceback: a terminal already printed it above the panel)
+    html_only: bool = False
+    # the live evidence names tensors, a module or what a check found (not only the line): worth a panel even for
+    # an error no category fits
+    telling: bool = False
 
 
 @dataclass(frozen=True, repr=False)
@@ -94,6 +126,11 @@ class Diagnosis(Result):
         object.__setattr__(self, "sources", user_sources(self.sources))
         if not isinstance(self.severity, Severity):
             object.__setattr__(self, "severity", Severity.parse(self.severity))
+
+    @property
+    def live(self) -> Section | None:
+        """The live-evidence section (the user's frame, its tensors, the module that raised), if there is one."""
+        return next((s for s in self.sections if s.title == LIVE_TITLE), None)
 
     @property
     def known(self) -> bool:

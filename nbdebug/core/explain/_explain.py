@@ -38,6 +38,7 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
+from nbdebug.core.explain._live import attach
 from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.knowledge import Entry, entries
 from nbdebug.errors import InvalidArgumentError
@@ -292,6 +293,7 @@ _FORMATTER = _Formatter()
 # an optional segment never holds another "[[" (so a run of brackets is scanned once); a format spec no brace
 _OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.DOTALL)
 _FIELD = re.compile(r"\{(\w+)(?::[^{}]*)?\}")
+_DOUBLE_STOP = re.compile(r"(?<=[^.\s])\.\.(?=\s|$)")
 
 
 def _fill(template: str, values: Mapping[str, Any]) -> str:
@@ -308,7 +310,8 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
     missing = [n for n in _FIELD.findall(text) if n not in values]
     if missing:  # a required field that the message did not give: keep the sentence readable
         text = _FIELD.sub(lambda m: "?" if m.group(1) in missing else m.group(0), text)
-    return _FORMATTER.vformat(text, (), values).strip()
+    # an optional segment that ends a sentence before the template's own full stop ("... 2.00 GiB free.]].")
+    return _DOUBLE_STOP.sub(".", _FORMATTER.vformat(text, (), values).strip())
 
 
 # the source line of a traceback frame: Python's ("  File "x.py", line 3, in f" then the line) or IPython's ("----> 3 ...")
@@ -453,7 +456,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     found = _plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
     if chosen is None:
-        return _unknown(text, exc_type)
+        unknown = _unknown(text, exc_type)
+        return attach(unknown, error, roots) if isinstance(error, BaseException) else unknown
     compiled, match = chosen
     entry = compiled.entry
     facts = _parse_facts(compiled, text)
@@ -526,7 +530,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     summary = _fill(entry.summary, values)
     for key in _PROSE:  # sentences built for the summary, not facts
         facts.pop(key, None)
-    return Diagnosis(
+    diagnosis = Diagnosis(
         kind=entry.slug,
         title=entry.title,
         summary=summary,
@@ -540,6 +544,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         sources=user_sources(entry.sources),
         severity=Severity.WARNING if compiled.is_warning else Severity.ERROR,
     )
+    return attach(diagnosis, error, roots) if isinstance(error, BaseException) else diagnosis
 
 
 def _unknown(text: str, exc_type: str) -> Diagnosis:

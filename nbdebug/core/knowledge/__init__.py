@@ -1,7 +1,7 @@
 """Everything nbdebug knows, as data: one ``Entry`` schema and one ``Threshold`` schema for every domain.
 
 Each domain module (``cuda``, ``dist``, ``ddp``, ``autograd``, ``data``, ``optim``, ``io``, ``compile``, ``xla``, ``training``,
-``memory``) holds ``ENTRIES`` (a tuple of ``Entry``) and may hold ``THRESHOLDS`` (a tuple of ``Threshold``).
+``memory``, ``env``, ``crash``, ``usercode``, ``library``) holds ``ENTRIES`` (a tuple of ``Entry``) and may hold ``THRESHOLDS`` (a tuple of ``Threshold``).
 The registry below gathers them in this order; slugs and threshold names are unique across all domains, and a
 message pattern lives in exactly one entry (``tests/test_knowledge.py`` checks both).
 
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 DOMAINS: tuple[str, ...] = ("cuda", "dist", "ddp", "autograd", "data", "optim", "io", "compile", "xla", "training",
-                             "memory")
+                             "memory", "env", "crash", "usercode", "library")
 
 
 @cache

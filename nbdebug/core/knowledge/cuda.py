@@ -130,7 +130,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart the kernel, then run one batch on CPU (or with CUDA_LAUNCH_BLOCKING=1): the CPU "
         "error names the bad index or label directly.",
-        sources=("https://github.com/milesial/Pytorch-UNet/issues/258",),
+        sources=("https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",),
     ),
     Entry(
         slug="illegal_memory_access",
@@ -166,7 +166,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Restart, then re-run with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults; if it is a "
         "custom extension, run it under compute-sanitizer.",
-        sources=("https://github.com/zai-org/CodeGeeX/issues/160",),
+        sources=("https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",),
     ),
     Entry(
         slug="cublas_error",
@@ -186,11 +186,12 @@ ENTRIES: tuple[Entry, ...] = (
             _CUDA_SYNC_FIX,
             Fix("Run the same step on CPU: shape, dtype and index errors become readable", "model.cpu()(x.cpu())"),
             Fix("Free memory before the call if the status is ALLOC_FAILED", "del big_tensor\ntorch.cuda.empty_cache()"),
-            Fix("Install a PyTorch build for your CUDA version and GPU", "pip install torch --index-url https://download.pytorch.org/whl/cu124"),
+            Fix("Install a PyTorch build for your CUDA version and GPU", "pip install torch --index-url https://download.pytorch.org/whl/cuXYZ\n"
+                "# cuXYZ: one your driver supports (nvidia-smi), as pytorch.org's selector lists for your torch"),
         ),
         first_step="Re-run with CUDA_LAUNCH_BLOCKING=1 (or the batch on CPU): cuBLAS errors are often a "
         "different error reported late.",
-        sources=("https://github.com/jadore801120/attention-is-all-you-need-pytorch/issues/193",),
+        sources=("https://docs.nvidia.com/cuda/cublas/index.html",),
     ),
     Entry(
         slug="cudnn_error",
@@ -215,7 +216,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Re-run with a smaller batch and torch.backends.cudnn.benchmark = False; if it persists, "
         "check that the PyTorch build matches the installed driver.",
-        sources=("https://github.com/yassouali/pytorch-segmentation/issues/77",),
+        sources=("https://pytorch.org/docs/stable/backends.html#torch-backends-cudnn",),
     ),
     Entry(
         slug="invalid_device_ordinal",
@@ -244,7 +245,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print torch.cuda.device_count() and CUDA_VISIBLE_DEVICES next to the index you request; "
         "the index must be smaller than the count.",
-        sources=("https://github.com/microsoft/SimXNS/issues/2",),
+        sources=("https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#cuda-environment-variables",),
     ),
     Entry(
         slug="device_mismatch",
@@ -306,7 +307,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print the .device of the inputs and of next(model.parameters()) right before the failing "
         "line; move the odd one.",
-        sources=("https://github.com/nunchux-ai/nunchaku/issues/805",),
+        sources=("https://pytorch.org/docs/stable/tensor_attributes.html#torch-device",),
     ),
     Entry(
         slug="version_mismatch",
@@ -363,7 +364,9 @@ ENTRIES: tuple[Entry, ...] = (
             "torchvision / a C++ extension compiled against a different PyTorch version.",
         ),
         fixes=(
-            Fix("Install the matching wheel from pytorch.org's selector", "pip install torch torchvision --index-url https://download.pytorch.org/whl/cu124"),
+            Fix("Install the matching wheel from pytorch.org's selector (get-started/locally)",
+                "pip install torch torchvision --index-url https://download.pytorch.org/whl/cuXYZ\n"
+                "# cuXYZ: a CUDA version this driver supports (nvidia-smi) that the selector offers for your torch"),
             Fix("Check what you have", "python -c \"import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_arch_list())\"\nnvidia-smi"),
             Fix("Rebuild extensions after upgrading torch", "pip install --no-build-isolation --force-reinstall <extension>"),
         ),
@@ -410,7 +413,9 @@ ENTRIES: tuple[Entry, ...] = (
         fixes=(
             Fix("See what this process sees", "import os, torch\nprint(torch.__version__, torch.version.cuda, "
                 "torch.cuda.is_available(), torch.cuda.device_count())\nprint(os.environ.get('CUDA_VISIBLE_DEVICES'))"),
-            Fix("Install a CUDA build of PyTorch", "pip install torch --index-url https://download.pytorch.org/whl/cu124"),
+            Fix("Install a CUDA build of PyTorch (Linux: PyPI's wheels are CUDA builds; Windows: the selector's index)",
+                "pip install --force-reinstall torch  # Linux, from PyPI\n"
+                "# Windows: pip install torch --index-url https://download.pytorch.org/whl/cuXYZ (pytorch.org's selector)"),
             Fix("Set CUDA_VISIBLE_DEVICES before anything touches CUDA (or not at all)",
                 "CUDA_VISIBLE_DEVICES=0 python train.py   # ids are 0..N-1 as nvidia-smi lists them"),
             Fix("Check the compute mode and who holds the GPU", "nvidia-smi -q -d COMPUTE\nnvidia-smi  # processes"),
@@ -419,8 +424,7 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Run torch.version.cuda and torch.cuda.device_count() in this environment: None means a "
         "CPU-only build, 0 means no visible GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi).",
         sources=("https://pytorch.org/get-started/locally/",
-                 "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
-                 "https://github.com/Grace9994/CoMoSVC/issues/6"),
+                 "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars"),
     ),
     Entry(
         slug="cuda_fork",

@@ -352,6 +352,6 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print pred.shape and y.shape right before the loss and reshape one of them so they are equal.",
         sources=("https://pytorch.org/docs/stable/generated/torch.nn.MSELoss.html",
-                 "https://github.com/deepset-ai/FARM/issues/229"),
+                 "https://pytorch.org/docs/stable/notes/broadcasting.html"),
     ),
 )

@@ -59,7 +59,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Look for the first error in ALL ranks' logs (not this timeout): the rank that failed or "
         "diverged is the cause; the others only waited.",
-        sources=("https://github.com/hiyouga/LlamaFactory/issues/7396",),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group",),
     ),
     Entry(
         slug="nccl_error",
@@ -178,7 +178,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Print RANK, LOCAL_RANK and WORLD_SIZE in every process: they must be unique and agree "
         "with the number of processes actually started.",
-        sources=("https://github.com/tczhangzhi/pytorch-distributed/issues/18",),
+        sources=("https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group",),
     ),
     Entry(
         slug="child_failed",
@@ -219,7 +219,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Scroll up to the first traceback printed by a rank (or add @record to main): that error, "
         "not ChildFailedError, is what to fix.",
-        sources=("https://github.com/Vision-CAIR/MiniGPT-4/issues/237",),
+        sources=("https://pytorch.org/docs/stable/elastic/errors.html",),
     ),
 
     # -- rank failures: a rank that failed because another one did (victim), or a failure of its own (cause) ------

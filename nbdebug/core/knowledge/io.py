@@ -135,4 +135,70 @@ ENTRIES: tuple[Entry, ...] = (
         "use weights_only=False only for files you fully trust.",
         sources=("https://pytorch.org/docs/stable/generated/torch.load.html",),
     ),
+    Entry(
+        slug="checkpoint_corrupt",
+        title="The checkpoint file is damaged or not what the loader expects",
+        summary=("The file could not be read as a checkpoint[[ ({problem})]]: it is truncated (a download or a save "
+                 "that did not finish), empty, or of another format than the loader expects."),
+        keywords=("pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
+                  "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
+                  "truncated", "storages"),
+        patterns=(
+            r"PytorchStreamReader failed (?:reading zip archive|locating file|reading file)",
+            r"failed finding central directory",
+            r"unexpected EOF, expected \d+ more bytes",
+            r"storage has wrong (?:byte )?size",
+            r"invalid load key, '.{1,4}'",
+            r"EOFError: Ran out of input",
+            r"Error while deserializing header: \w+",
+            r"is a zip archive \(did you mean to use torch\.jit\.load\(\)\?\)",
+            r"(?i:file is not a zip file)",
+            r"Unable to open file \(truncated file",
+            r"A load persistent id instruction was encountered,?\s+but no persistent_load function",
+        ),
+        priority=79,
+        facts=((r"(?P<problem>failed finding central directory|unexpected EOF, expected \d+ more bytes|storage has "
+                r"wrong (?:byte )?size[^\n]{0,80}|invalid load key, '.{1,4}'|Ran out of input|HeaderTooLarge|"
+                r"truncated file[^\n]{0,60})", {"problem": "str"}),),
+        causes=(
+            "The file is incomplete: the download or the save was interrupted (or a disk filled up).",
+            "The file is not a checkpoint: an HTML error page or a Git LFS pointer saved under the checkpoint's name.",
+            "A TorchScript archive loaded with torch.load (use torch.jit.load), or another format (safetensors, h5).",
+        ),
+        fixes=(
+            Fix("Look at the file's size and first bytes", "import os; print(os.path.getsize(path))\n"
+                "print(open(path, 'rb').read(64))  # b'PK' = zip checkpoint; b'version https://git-lfs' = an LFS pointer"),
+            Fix("Download it again (delete the cached copy first)",
+                "rm -rf ~/.cache/huggingface/hub/models--<org>--<name>  # or ~/.cache/torch/hub/checkpoints/<file>"),
+        ),
+        first_step="Check the file's size against the published one and its first bytes (the live panel does): a "
+        "short file is an interrupted download or save; download or save it again.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.load.html",
+                 "https://pytorch.org/docs/stable/notes/serialization.html"),
+    ),
+    Entry(
+        slug="checkpoint_module_missing",
+        title="The checkpoint needs a Python module that cannot be imported here",
+        summary=("The checkpoint is a pickle of whole Python objects[[, and it needs the module '{module}']]; that "
+                 "module is not importable here, so the objects cannot be rebuilt."),
+        keywords=("no module named", "can't get attribute"),
+        patterns=(r"No module named '?(?P<module>[\w.]+)'?", r"Can't get attribute '\w+' on <module '(?!__main__)[\w.]+'"),
+        extra={"requires": r"serialization\.py|_pickle|pickle\.py|torch\.load\b|pickle\.load\b|unpickl|find_class|\.pth?\b|\.ckpt\b"},
+        priority=62,
+        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),
+        causes=(
+            "torch.save(model) pickled the model object, which refers to its class by module path; the module (the "
+            "project's code, or an old library layout) is not importable in this environment.",
+            "The project's code was moved or renamed since the checkpoint was saved.",
+        ),
+        fixes=(
+            Fix("Run from the project that saved it (its modules on sys.path)", "import sys; sys.path.insert(0, '/path/to/project')"),
+            Fix("Save and load a state_dict next time", "torch.save(model.state_dict(), path)\n"
+                "model = Net(); model.load_state_dict(torch.load(path, weights_only=True))"),
+        ),
+        first_step="Make the named module importable (run from the project that saved the checkpoint, or add it to "
+        "sys.path), then save a state_dict so the file no longer needs it.",
+        sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",
+                 "https://docs.python.org/3/library/pickle.html#what-can-be-pickled-and-unpickled"),
+    ),
 )

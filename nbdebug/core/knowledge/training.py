@@ -262,6 +262,17 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="gradient_clipped",
+        title="Gradients clipped",
+        severity=Severity.INFO,
+        fixes=(
+            Fix("clipping on most steps hides the real gradient scale: lower the learning rate, or raise max_norm "
+                "to about the typical pre-clip norm", "TrainingArguments(..., max_grad_norm=1.0)"),
+        ),
+        sources=(CLIP,),
+        contexts=(),
+    ),
+    Entry(
         slug="skipped_steps",
         title="Steps skipped by the AMP GradScaler (inf/NaN gradients)",
         severity=Severity.INFO,

@@ -1,0 +1,279 @@
+"""The environment: installed versions that do not fit together, native libraries, missing packages, installs.
+
+Besides the entries, three small tables the live checks use (``nbdebug.core.explain._live``):
+
+- ``ADDED_IN``: attributes of torch / torchvision the code may use that a release added (or removed), with the
+  release, so that ``module 'torch' has no attribute 'compiler'`` says "added in 2.1; installed: 1.13";
+- ``NUMPY_2_FROM``: the first torch release whose wheels are built against NumPy 2 (older ones break on it);
+- ``CUDA_INDEXES``: the CUDA wheel indexes pytorch.org lists for each torch release (for a CPU-only build's
+  install command).  Companion pins (torchvision, torchaudio -> torch) are not tabled: they are read from the
+  installed packages' own metadata (``importlib.metadata.requires``), which states them exactly.
+"""
+
+from __future__ import annotations
+
+from nbdebug.core._findings import Fix
+from nbdebug.core.knowledge._schema import Entry
+
+__all__ = ["ENTRIES", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
+
+RELEASES = "https://github.com/pytorch/pytorch/releases"
+_PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
+_LOCALLY = "https://pytorch.org/get-started/locally/"
+_VISION_COMPAT = "https://github.com/pytorch/vision#installation"
+
+# (dotted name, release that added it, release that removed it or "") -- from the release notes (RELEASES)
+ADDED_IN: tuple[tuple[str, str, str], ...] = (
+    ("torch.compile", "2.0", ""),
+    ("torch.func", "2.0", ""),
+    ("torch.set_default_device", "2.0", ""),
+    ("torch.nn.functional.scaled_dot_product_attention", "2.0", ""),
+    ("torch.compiler", "2.1", ""),
+    ("torch.float8_e4m3fn", "2.1", ""),
+    ("torch.float8_e5m2", "2.1", ""),
+    ("torch.nn.attention", "2.2", ""),
+    ("torch.distributed.device_mesh", "2.2", ""),
+    ("torch.utils._pytree.register_pytree_node", "2.2", ""),
+    ("torch.get_default_device", "2.3", ""),
+    ("torch.uint16", "2.3", ""),
+    ("torch.uint32", "2.3", ""),
+    ("torch.amp.GradScaler", "2.3", ""),
+    ("torch.nn.RMSNorm", "2.4", ""),
+    ("torch.library.custom_op", "2.4", ""),
+    ("torch.library.register_fake", "2.4", ""),
+    ("torch.xpu", "2.4", ""),
+    ("torch.distributed.tensor", "2.5", ""),
+    ("torch.jit._script_if_tracing", "1.8", ""),
+    ("torch._six", "", "2.0"),
+    ("torchvision.transforms.functional_tensor", "", "0.17"),
+    ("torchvision.transforms.v2", "0.15", ""),
+)
+
+# torch < 2.3 wheels were built against NumPy 1.x: importing NumPy 2 there breaks (PyTorch 2.3 release notes)
+NUMPY_2_FROM = "2.3"
+
+# CUDA indexes of download.pytorch.org per torch release (pytorch.org/get-started/previous-versions)
+CUDA_INDEXES: dict[str, tuple[str, ...]] = {
+    "2.0": ("cu117", "cu118"), "2.1": ("cu118", "cu121"), "2.2": ("cu118", "cu121"), "2.3": ("cu118", "cu121"),
+    "2.4": ("cu118", "cu121", "cu124"), "2.5": ("cu118", "cu121", "cu124"), "2.6": ("cu118", "cu124", "cu126"),
+    "2.7": ("cu118", "cu126", "cu128"), "2.8": ("cu126", "cu128", "cu129"),
+}
+
+# packages whose installed versions are shown, and checked against each other's declared requirements
+COMPANIONS = ("torch", "torchvision", "torchaudio", "numpy", "transformers", "accelerate", "peft", "diffusers",
+              "lightning", "pytorch-lightning", "deepspeed", "timm", "xformers", "bitsandbytes", "torch-xla")
+
+_SEE_VERSIONS = Fix("See what is installed in this kernel's environment",
+                    "import sys, importlib.metadata as md\nprint(sys.executable)\n"
+                    "for p in ('torch', 'torchvision', 'torchaudio', 'numpy'):\n"
+                    "    try: print(p, md.version(p))\n    except md.PackageNotFoundError: print(p, '-')")
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="numpy_abi",
+        title="A compiled package was built for another NumPy",
+        summary=("A package with compiled code (torch, torchvision, an extension, pandas, ...) was built against a "
+                 "different NumPy than the one installed[[ (built for API {built_api}, installed {numpy_api})]], so it "
+                 "cannot load."),
+        keywords=("api version", "multiarray failed", "_array_api", "size changed", "binary incompatibility"),
+        patterns=(
+            r"compiled against (?:the )?API version 0x[0-9a-fA-F]+ but this version of numpy is 0x[0-9a-fA-F]+",
+            r"numpy\.core\.multiarray failed to import",
+            r"_ARRAY_API not found",
+            r"numpy\.(?:nd)?(?:array|dtype) size changed, may indicate binary incompatibility",
+        ),
+        priority=93,
+        facts=((r"compiled against (?:the )?API version (?P<built_api>0x[0-9a-fA-F]+) but this version of numpy is "
+                r"(?P<numpy_api>0x[0-9a-fA-F]+)", {"built_api": "str", "numpy_api": "str"}),),
+        causes=(
+            "NumPy 2 installed next to a package built for NumPy 1 (torch < 2.3, older extensions): pip upgraded NumPy "
+            "for another package.",
+            "An older NumPy than the one a package was built against (API version in the message: built > installed).",
+        ),
+        fixes=(
+            Fix("Install a NumPy the compiled packages were built for", "pip install 'numpy<2'  # for torch < 2.3 and "
+                "extensions built for NumPy 1\n# or upgrade the package: pip install -U torch torchvision"),
+            _SEE_VERSIONS,
+        ),
+        first_step="Compare the installed NumPy with what torch and the failing package were built for: with torch "
+        "older than 2.3, install numpy<2; otherwise upgrade the package named in the traceback.",
+        sources=("https://numpy.org/devdocs/dev/depending_on_numpy.html", f"{RELEASES}/tag/v2.3.0"),
+    ),
+    Entry(
+        slug="native_library_missing",
+        title="A native library could not be loaded",
+        summary=("A compiled library[[ ({library})]] that a package needs was not found or could not be loaded: the "
+                 "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
+        keywords=("cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
+                  "image not found", "error loading"),
+        patterns=(
+            r"(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*: cannot open shared object file",
+            r"DLL load failed",
+            r"Library not loaded: ",
+            r"\[WinError 126\]",
+            r"\bimage not found\b",
+            r"Error loading \"[^\"\n]{1,300}\.dll\" or one of its dependencies",
+        ),
+        priority=78,
+        facts=((r"(?P<library>(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*): cannot open shared object file",
+                {"library": "str"}),
+               (r"Error loading \"(?P<library>[^\"\n]{1,300}\.dll)\"", {"library": "basename"})),
+        causes=(
+            "A package built for a CUDA / C++ runtime this machine does not have (a CUDA wheel on a machine without "
+            "the matching libraries, or a wheel for another platform).",
+            "Two installs mixed in one environment (conda and pip copies of torch), so a library finds the wrong "
+            "neighbour.",
+            "On Windows, the Visual C++ Redistributable is missing.",
+        ),
+        fixes=(
+            Fix("Reinstall the package that fails from one source, matching torch",
+                "pip uninstall -y torch torchvision torchaudio\npip install torch torchvision torchaudio"),
+            _SEE_VERSIONS,
+        ),
+        first_step="Look at which package imports the missing library (the traceback's last import) and reinstall "
+        "it from one source, built for this torch and this platform.",
+        sources=(_LOCALLY, "https://pytorch.org/docs/stable/notes/windows.html"),
+    ),
+    Entry(
+        slug="undefined_symbol",
+        title="A compiled extension does not match the installed torch",
+        summary=("A compiled module was built against another version of torch (or of a library) than the one "
+                 "installed: a symbol it needs[[ ({symbol})]] does not exist in the loaded library."),
+        keywords=("undefined symbol", "symbol not found", "procedure could not be found", "winerror 127"),
+        patterns=(
+            r"undefined symbol: ?_?\w+",
+            r"Symbol not found: \(?_?\w+",
+            r"The specified procedure could not be found",
+            r"\[WinError 127\]",
+        ),
+        priority=80,
+        facts=((r"(?:undefined symbol|Symbol not found): ?\(?(?P<symbol>_?\w{1,200})", {"symbol": "str"}),),
+        causes=(
+            "torch was upgraded or downgraded after an extension (torchvision, torchaudio, xformers, flash-attn, "
+            "apex, a custom CUDA op) was built or installed.",
+            "The extension's wheel was built for another torch release than the one installed.",
+            "conda's torch with MKL 2024.1 or newer (undefined symbol iJIT_NotifyEvent): pin mkl==2024.0.",
+        ),
+        fixes=(
+            Fix("Install the companion packages that match this torch",
+                "pip install --force-reinstall torchvision torchaudio  # pinned by torch's release"),
+            Fix("Rebuild a source-built extension against the installed torch",
+                "pip install --no-build-isolation --no-cache-dir --force-reinstall <extension>"),
+            _SEE_VERSIONS,
+        ),
+        first_step="Find the package whose .so is named in the message and reinstall (or rebuild) it for the installed "
+        "torch; the live panel lists the installed versions and any pair that does not fit.",
+        sources=(_VISION_COMPAT, "https://pytorch.org/tutorials/advanced/cpp_extension.html",
+                 "https://github.com/pytorch/pytorch/issues/123097"),
+    ),
+    Entry(
+        slug="api_missing",
+        title="The code needs another version of torch (or a library) than the installed one",
+        summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
+                 "newer (or older) release."),
+        keywords=("has no attribute", "cannot import name", "no module named 'torch", "no module named 'torchvision"),
+        patterns=(
+            r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribute '\w+'",
+            r"cannot import name '\w+' from '(?:torch|torchvision|torchaudio)(?:\.\w+)*'",
+            r"No module named '(?:torch|torchvision|torchaudio)\.[\w.]+'",
+        ),
+        priority=58,
+        facts=(
+            (r"module '(?P<owner>(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*)' has no attribute '(?P<attr>\w+)'",
+             {"owner": "str", "attr": "str"}),
+            (r"cannot import name '(?P<attr>\w+)' from '(?P<owner>(?:torch|torchvision|torchaudio)(?:\.\w+)*)'",
+             {"owner": "str", "attr": "str"}),
+            (r"No module named '(?P<owner>(?:torch|torchvision|torchaudio))\.(?P<attr>[\w.]+)'",
+             {"owner": "str", "attr": "str"}),
+        ),
+        causes=(
+            "The installed torch (or torchvision) is older than the code expects: the attribute was added later.",
+            "The installed release is newer and removed it (torch._six in 2.0, torchvision.transforms.functional_tensor "
+            "in 0.17, numpy.float in NumPy 1.24).",
+            "torchvision newer than torch: torchvision calls a torch function that this torch lacks.",
+        ),
+        fixes=(
+            Fix("Install the release the code was written for (its requirements file), with matching companions",
+                "pip install -U torch torchvision torchaudio  # code newer than the install\n"
+                "# or the release the code pins (its requirements file) with that release's torchvision"),
+            _SEE_VERSIONS,
+        ),
+        first_step="Compare the installed version with the release that added (or removed) the name; the live panel "
+        "shows both. Install the release the code needs, with its matching torchvision/torchaudio.",
+        sources=(RELEASES, _VISION_COMPAT, "https://numpy.org/doc/stable/release/1.24.0-notes.html"),
+    ),
+    Entry(
+        slug="package_missing",
+        title="A package is not installed in the kernel's environment",
+        summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
+        keywords=("no module named",),
+        patterns=(r"No module named '?[\w.]+'?",),
+        exception_types=("ModuleNotFoundError",),
+        priority=44,
+        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),
+        causes=(
+            "The package is installed in another environment than the one the kernel uses (a different python / "
+            "conda env / venv).",
+            "The package's pip name differs from its import name (cv2 = opencv-python, PIL = pillow, sklearn = "
+            "scikit-learn, yaml = pyyaml).",
+            "A project's own module run from another working directory (not on sys.path).",
+        ),
+        fixes=(
+            Fix("Install into the kernel's own interpreter", "%pip install <package>  # in the notebook: the kernel's python"),
+            Fix("See which interpreter runs", "import sys; print(sys.executable); print(sys.path)"),
+        ),
+        first_step="Install the package with %pip install in the notebook (or python -m pip with the interpreter that "
+        "runs the script), using its pip name.",
+        sources=("https://docs.python.org/3/library/exceptions.html#ModuleNotFoundError",
+                 "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
+    ),
+    Entry(
+        slug="no_matching_wheel",
+        title="pip found no build of the package for this Python or platform",
+        summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
+                 "platform."),
+        keywords=("satisfies the requirement", "no matching distribution", "not a supported wheel"),
+        patterns=(r"Could not find a version that satisfies the requirement",
+                  r"No matching distribution found for", r"is not a supported wheel on this platform"),
+        priority=70,
+        facts=((r"No matching distribution found for (?P<package>[\w.\-]+)", {"package": "str"}),),
+        causes=("The Python version is newer (or older) than the releases of the package support.",
+                "A 32-bit Python, or an unsupported platform (e.g. torch wheels on an unsupported OS/CPU).",
+                "A pinned version that was never published for this platform."),
+        fixes=(Fix("Check the Python version against the package's supported versions",
+                   "python -c \"import sys, platform; print(sys.version, platform.machine())\""),),
+        first_step="Check python --version against the Python versions the package release supports (its PyPI page); "
+        "use a supported Python or another release.",
+        sources=("https://pypi.org/project/torch/", _PREVIOUS),
+    ),
+    Entry(
+        slug="extension_build_failed",
+        title="Building a compiled extension failed",
+        summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
+                 "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
+        keywords=("cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
+                  "subprocess-exited-with-error", "command '"),
+        patterns=(
+            r"(?P<reason>CUDA_HOME environment variable is not set)",
+            r"Failed building wheel for [\w.\-]+",
+            r"Microsoft Visual C\+\+ 14\.0 (?:or greater )?is required",
+            r"nvcc(?: fatal)?\s*: (?:Unsupported gpu architecture|not found)",
+            r"unsupported GNU version! gcc versions later than \d+ are not supported",
+            r"error: command '[^'\n]{1,200}(?:gcc|g\+\+|nvcc|cl\.exe)' failed",
+            r"Failed to build installable wheels for some pyproject\.toml based projects",
+        ),
+        priority=68,
+        facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"
+                r"|unsupported GNU version[^\n]{0,80}|Unsupported gpu architecture '?\w+'?)", {"reason": "str"}),),
+        causes=("No prebuilt wheel matched (Python, torch or CUDA version), so pip compiled from source.",
+                "The CUDA toolkit (nvcc) or a C++ compiler is missing, or its version is not supported by this CUDA.",
+                "The extension's source does not support the installed torch release."),
+        fixes=(Fix("Prefer a prebuilt wheel that matches torch and CUDA (see the project's install table)",
+                   "pip install <package> --no-build-isolation  # after installing torch, so the build sees it"),
+               Fix("Point the build at the CUDA toolkit", "export CUDA_HOME=/usr/local/cuda\nnvcc --version")),
+        first_step="Read the first compiler error in the build log (not the last line): a missing CUDA_HOME/nvcc or "
+        "compiler means install it; otherwise use a prebuilt wheel for the installed torch.",
+        sources=("https://pytorch.org/tutorials/advanced/cpp_extension.html",
+                 "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
+    ),
+)

@@ -1,0 +1,117 @@
+"""The user's own Python errors in training code: a call that does not fit a signature, a key a batch lacks, an
+attribute an output does not have.  The live checks (``nbdebug.core.explain._live``) show the real signature, the
+real keys and the real fields; without a live session the texts say what to print.
+"""
+
+from __future__ import annotations
+
+from nbdebug.core._findings import Fix
+from nbdebug.core.knowledge._schema import Entry
+
+__all__ = ["ENTRIES"]
+
+_CALLS = "https://docs.python.org/3/tutorial/controlflow.html#more-on-defining-functions"
+_MODULE = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html"
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="call_signature",
+        title="A call does not fit the function's signature",
+        summary=("[[{function}() ]]was called with arguments it does not take[[ ({problem})]]: the caller and the "
+                 "function disagree, usually because one of them comes from another version of the code or library."),
+        keywords=("unexpected keyword argument", "required positional argument", "positional argument",
+                  "multiple values for argument", "required keyword-only argument"),
+        patterns=(
+            r"got an unexpected keyword argument '?\w+'?",
+            r"missing \d+ required (?:positional|keyword-only) arguments?: '\w+'",
+            r"takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:were|was) given",
+            r"got multiple values for (?:keyword )?argument '\w+'",
+        ),
+        exception_types=(),
+        priority=42,
+        facts=(
+            (r"(?P<function>[\w.]{1,120})\(\) (?P<problem>got an unexpected keyword argument '?\w+'?|missing \d+ required "
+             r"[\w-]+ arguments?: [^\n]{1,200}|takes [^\n]{1,80} given|got multiple values for [^\n]{1,80})",
+             {"function": "str", "problem": "str"}),
+        ),
+        causes=(
+            "The model's forward (or a library function) takes other arguments than the caller passes: e.g. a "
+            "Trainer or pipeline passing labels=/attention_mask= to a model that does not accept them.",
+            "The code was written for another version of the library, where the function took this argument.",
+            "A batch dict unpacked into the model (model(**batch)) holding keys the model does not take.",
+        ),
+        fixes=(
+            Fix("Look at what the function takes", "import inspect\nprint(inspect.signature(model.forward))"),
+            Fix("Pass only what the model takes",
+                "import inspect\nallowed = inspect.signature(model.forward).parameters\n"
+                "out = model(**{k: v for k, v in batch.items() if k in allowed})"),
+        ),
+        first_step="Compare the call with the function's signature (the live panel shows it): rename or drop the "
+        "argument, or use the library version the code was written for.",
+        sources=(_CALLS, _MODULE),
+    ),
+    Entry(
+        slug="missing_key",
+        title="A dict (a batch, a checkpoint, a config) has no such key",
+        summary="The code reads a key[[ {key}]] that the dict does not hold: the producer and the reader disagree on names.",
+        keywords=("keyerror",),
+        patterns=(r"(?m)^KeyError: ?(?:'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|\d{1,12})[ \t]*$",),
+        exception_types=("KeyError",),
+        priority=30,
+        facts=((r"(?m)^KeyError: ?(?P<key>'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|\d{1,12})", {"key": "str"}),),
+        causes=(
+            "A batch from the Dataset / collate function uses other key names than the training step reads.",
+            "A checkpoint dict saved with other keys ('state_dict' vs 'model', a bare state_dict vs a wrapper dict).",
+            "A config or column renamed between library versions.",
+        ),
+        fixes=(Fix("Print the keys the dict really has", "print(sorted(batch.keys()))  # or ckpt.keys()"),),
+        first_step="Print the dict's keys at the failing line (the live panel lists them) and use the name it really "
+        "holds, or make the producer emit the name the reader expects.",
+        sources=("https://docs.python.org/3/library/exceptions.html#KeyError",
+                 "https://pytorch.org/tutorials/beginner/saving_loading_models.html"),
+    ),
+    Entry(
+        slug="wrong_object_attribute",
+        title="An object is not what the code expects (no such attribute)",
+        summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
+                 "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
+                 "instead of a tensor, ...)."),
+        keywords=("object has no attribute",),
+        patterns=(r"'(?:tuple|Tensor|dict|list|NoneType|str|int|float|Parameter|[A-Z]\w{0,60}Output\w{0,20})' object "
+                  r"has no attribute '\w+'",),
+        priority=40,
+        facts=((r"'(?P<type_name>\w{1,80})' object has no attribute '(?P<attr>\w{1,80})'",
+                {"type_name": "str", "attr": "str"}),),
+        causes=(
+            "A model returns a tuple (return_dict=False, an older library version, torch.jit) where the code expects "
+            "an output object with named fields (outputs.logits).",
+            "A function returned None (a forgotten return, or an in-place method's result).",
+            "The object comes from another version of the library, where the attribute had another name.",
+        ),
+        fixes=(
+            Fix("See what the object is", "print(type(out)); print(getattr(out, 'keys', lambda: dir(out))())"),
+            Fix("Index a tuple output, or ask for a dict", "logits = out[0]  # or model(..., return_dict=True).logits"),
+        ),
+        first_step="Print type() of the object at the failing line (the live panel shows its fields) and read the "
+        "attribute it really has, or fix the function that returned it.",
+        sources=("https://docs.python.org/3/library/exceptions.html#AttributeError",
+                 "https://huggingface.co/docs/transformers/main_classes/output"),
+    ),
+    Entry(
+        slug="replica_error",
+        title="An error inside a DataParallel replica",
+        summary="nn.DataParallel re-raised an error that happened inside one replica of the model[[ (replica {replica})]]; "
+                "the original error is in the text below that line.",
+        keywords=("in replica",),
+        patterns=(r"Caught \w+ in replica \d+ on device \d+",),
+        priority=22,
+        wrapper=True,
+        facts=((r"Caught \w+ in replica (?P<replica>\d+) on device", {"replica": "int"}),),
+        causes=("The error is the model's own; DataParallel only reports it from a worker thread.",),
+        fixes=(Fix("Reproduce without DataParallel: the same error, with a direct traceback",
+                   "out = model.module(x[:2].to('cuda:0'))"),),
+        first_step="Read the original traceback printed after 'Original Traceback' and debug it on one GPU without "
+        "DataParallel (model.module).",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.DataParallel.html",),
+    ),
+)
