@@ -66,6 +66,18 @@ _STORE = re.compile(r"^\s*([A-Za-z_]\w*)\[(.+?)\]\s*=(?!=)\s*(.+?)\s*(?:#.*)?$")
 _KEPT_AS_IS = re.compile(r"\.(?:item|detach|tolist|numpy)\(\)\s*$|^float\(|^int\(")
 
 
+# a list made by a comprehension (``preds = [model(xb) for xb, _ in batches]``): its name, element and loop
+_COMPREHENSION = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*\[\s*(.+?)\s+(for\s+.+\bin\b.+?)\s*\]\s*(?:#.*)?$")
+
+
+def _comprehended(line: str) -> tuple[str, str, str] | None:
+    """``(list, element, loop)`` of a line ``name = [element for ... in ...]``; None otherwise."""
+    m = _COMPREHENSION.match(line)
+    if m is None or _KEPT_AS_IS.search(m.group(2)):
+        return None
+    return m.group(1), m.group(2), m.group(3)
+
+
 def _stored(line: str) -> tuple[str, str, str] | None:
     """``(dict, key, value)`` of a line ``name[key] = value`` whose value is kept as a tensor; None otherwise."""
     m = _STORE.match(line)
@@ -87,6 +99,17 @@ class KeptList:
     scalars: bool | None = None
     made_here: bool | None = None
     key: str = ""  # filled by ``name[key] = value`` (a dict), not by ``name.append(value)``
+    loop: str = ""  # made by ``name = [value for ...]``: the comprehension's ``for ... in ...``
+    addresses: tuple[int, ...] = ()  # where the storage of its tensors made in the block starts
+
+    @property
+    def made_as(self) -> str:
+        """The statement that fills it, with ``VALUE`` where the value kept goes."""
+        if self.loop:
+            return f"{self.name} = [VALUE {self.loop}]"
+        if self.key:
+            return f"{self.name}[{self.key}] = VALUE"
+        return f"{self.name}.append(VALUE)"
 
 
 def source_line(site: SiteBytes) -> str:
@@ -132,16 +155,20 @@ def look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], ce
                 continue
             if line.lstrip().startswith("#"):
                 continue
-            key = ""
+            key = loop = ""
             call = _append_call(line) if ".append(" in line and KEEPS_TENSORS.search(line) else None
             if call is not None:
                 name, value, end = call
+            elif "]" in line and "=" in line and (made := _comprehended(line)) is not None:
+                name, value, loop = made
+                end = len(line.split("#", 1)[0].rstrip())
             elif "]" in line and "=" in line and (stored := _stored(line)) is not None:
                 name, key, value = stored
                 end = len(line.split("#", 1)[0].rstrip())
             else:
                 continue
             graphs = scalars = made_here = None
+            addresses: tuple[int, ...] = ()
             held = namespace.get(name) if "." not in name else None
             if isinstance(held, dict) and type(held) is dict and key:
                 held = list(held.values())
@@ -155,15 +182,17 @@ def look_at_lists(sites: tuple[SiteBytes, ...], namespace: Mapping[str, Any], ce
                     if tensors:
                         graphs = any(t.grad_fn is not None for t in tensors)
                         scalars = all(t.numel() == 1 for t in tensors)
-                        made_here = any(_storage_address(t) in kept for t in tensors)
+                        addresses = tuple(a for a in map(_storage_address, tensors) if a in kept)
+                        made_here = bool(addresses)
                 except Exception:
                     graphs = scalars = made_here = None
+                    addresses = ()
             code = line[:end].strip()[:80]  # the statement, without a comment after it
             label = (f"{cells[filename]}, line {number}: {code}" if filename in cells
                      else f"{short_path(filename)}:{number}: {code}")
             distance = min(abs(number - site_line) for site_line in at)
             found.append((distance, (filename, number),
-                          KeptList(label, name, value, graphs, scalars, made_here, key)))
+                          KeptList(label, name, value, graphs, scalars, made_here, key, loop, addresses)))
     found.sort(key=lambda f: f[0])  # the nearest the sites first
     return {key: kept_list for _, key, kept_list in found}
 
@@ -184,28 +213,31 @@ def list_leak(retained: int, besides: str, label: str, source: str, seen: KeptLi
 
     if seen is None:
         appended = _appended(source)
-        seen = KeptList(label, *appended) if appended else KeptList(label, "the list", "loss")
+        seen = KeptList(label, *appended) if appended else KeptList(label, "", "")
+    if not seen.name:  # a line that could not be read: say what to do, in no names the cell does not have
+        return finding(
+            "memory_retained",
+            f"{fmt_bytes(retained)} allocated in the block is still alive after it{besides}: the line {label} keeps "
+            "tensors with their autograd graphs (the activations of each step) alive; keep a number (.item()) "
+            "or a detached tensor (.detach()) instead.", where, fixes=[], evidence=evidence)
     name, value = seen.name, seen.value
     number = seen.scalars if seen.scalars is not None else "loss" in value.lower()
-    if seen.key:  # a dict filled as name[key] = value
-        what, verb = "dict", "store"
+    what = "dict" if seen.key else "list"
+    verb = "keep" if seen.loop else "store" if seen.key else "append"
 
-        def keep(v: str) -> str:
-            return f"{name}[{seen.key}] = {v}"
-    else:
-        what, verb = "list", "append"
-        append = f"{name}.append" if seen.name != "the list" else "losses.append"
+    def keep(v: str) -> str:
+        return seen.made_as.replace("VALUE", v, 1)
 
-        def keep(v: str) -> str:
-            return f"{append}({v})"
     if number:  # a loss or a metric: keep the number
         advice = f"{verb} a number ({value}.item()) instead, or a detached tensor ({value}.detach())"
         fixes = [Fix("Keep numbers, not graphs", keep(f"{value}.item()")),
                  Fix("Or keep the tensor without its graph", keep(f"{value}.detach()"))]
     else:  # predictions, activations: no graph is needed to keep them
-        advice = (f"run the loop under torch.no_grad() when no backward follows, or {verb} {value}.detach() "
+        loop = "the comprehension" if seen.loop else "the loop"
+        advice = (f"run {loop} under torch.no_grad() when no backward follows, or {verb} {value}.detach() "
                   "instead")
-        fixes = [Fix("Run inference without building a graph", f"with torch.no_grad():\n    ...\n    {keep(value)}"),
+        body = keep(value) if seen.loop else f"...\n    {keep(value)}"
+        fixes = [Fix("Run inference without building a graph", f"with torch.no_grad():\n    {body}"),
                  Fix("Or keep the tensor without its graph", keep(f"{value}.detach()"))]
     graphs = "with their autograd graphs" if seen.graphs else "and each keeps its autograd graph"
     return finding(

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
+from nbdebug.core._cells import cell_names, cell_of
 from nbdebug.core._own import OWN_RELATIVE
 
 __all__ = ["Frame", "is_user_frame", "pick_site", "format_frame", "short_path", "OPERATOR_LINE", "frame_kind",
@@ -189,19 +190,31 @@ def format_frame(frame: Frame | None, *, short: bool = True, cells: Mapping[str,
     if frame is None:
         return "<no stack recorded>"
     filename, line, name = frame
-    inside = f" in {name}" if name and name != "<module>" else ""
-    if cells and filename in cells:
+    scope = _SCOPES.get(name, name)
+    inside = f" in {scope}" if name and name != "<module>" else ""
+    cell = cells.get(filename) if cells else None
+    if cell is None and cell_of(filename, {}) is not None:
+        # a cell the given map does not know (a recording named before the cell was filed, a kernel run by
+        # nbclient): the names known now, else "a notebook cell", never the kernel's temporary file
+        cell = cell_names().get(filename) or cell_of(filename, {})
+    if cell is not None:
         if line == OPERATOR_LINE:
-            return f"{cells[filename]}{inside}, {_OPERATOR}"
-        where = f"{cells[filename]}, line {line}{inside}"
+            return f"{cell}{inside}, {_OPERATOR}"
+        where = f"{cell}, line {line}{inside}"
         source = linecache.getline(filename, line).strip() if line > 0 else ""
         return f"{where}: {source[:80]}" if source else where
     if not _is_python(filename, line):
         return name or filename or "??"
     shown = short_path(filename) if short else filename
+    named = f"in {scope}" if name in _SCOPES else name
     if line == OPERATOR_LINE:
-        return f"{shown} {name}, {_OPERATOR}"
-    return f"{shown}:{line} {name}" if line else f"{shown} {name}"
+        return f"{shown} {named}, {_OPERATOR}"
+    return f"{shown}:{line} {named}" if line else f"{shown} {named}"
+
+
+#: the code objects Python names in angle brackets, in the words a person uses for them
+_SCOPES = {"<listcomp>": "a list comprehension", "<dictcomp>": "a dict comprehension",
+           "<setcomp>": "a set comprehension", "<genexpr>": "a generator expression", "<lambda>": "a lambda"}
 
 
 _OPERATOR = "an operator such as @, + or [] (its line is not recorded)"

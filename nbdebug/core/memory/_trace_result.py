@@ -5,6 +5,7 @@ recording's events (a CUDA snapshot's default device, or the CPU allocations str
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nbdebug._units import fmt_bytes
-from nbdebug.core._findings import Finding, HasFindings
+from nbdebug.core._findings import Finding, Fix, HasFindings
 from nbdebug.core._result import Result
 from nbdebug.core.memory._cpu_record import Allocations, model_of, snapshot_dict_of, walk_allocations
 from nbdebug.core.memory._device import pair_frees
@@ -161,15 +162,20 @@ class MemTrace(HasFindings, Result):
         # graphs.  A retained line that appends to it, or a line of the block that fills a list (or a dict) seen
         # after it to hold such tensors made in the block.  Not one seen to hold tensors with no graph
         # (predictions made under no_grad, detached values): results kept on purpose, judged below with the rest.
+        # A graph kept alive holds the activations saved for its backward: memory beyond the kept tensors
+        # themselves.  After backward() those are freed and a kept loss holds its own few bytes: no warning then.
+        graph_least = threshold("memory_graph_min_bytes")
         kept_list = next((s for s in self.retained_sites if KEEPS_TENSORS.search(source_line(s))), None)
         if kept_list is not None:
             seen = self._kept_lists.get((kept_list.filename, kept_list.line))
-            if seen is None or seen.graphs is not False:
+            if (seen is None or seen.graphs is not False) and self._graph_bytes(unexplained, seen) >= graph_least:
                 where = (kept_list.site, *[s.site for s in self.retained_sites if s is not kept_list][:2])
                 return (list_leak(unexplained, besides, kept_list.site, source_line(kept_list), seen, where, evidence),)
-        filled = next((k for k in self._kept_lists.values() if k.graphs and k.made_here), None)
+        at, filled = next(((at, k) for at, k in self._kept_lists.items() if k.graphs and k.made_here
+                           and self._graph_bytes(unexplained, k) >= graph_least), (None, None))
         if filled is not None:
-            shown = other.sites if other is not None else self.retained_sites
+            shown = [s for s in (other.sites if other is not None else self.retained_sites)
+                     if (s.filename, s.line) != at]  # not the list's own line twice
             where = (filled.label, *[s.site for s in shown[:2] if s.bytes * 10 >= shown[0].bytes])
             return (list_leak(unexplained, besides, filled.label, "", filled, where, evidence),)
         least = threshold("memory_retained_min_bytes")
@@ -179,7 +185,7 @@ class MemTrace(HasFindings, Result):
         if other is not None and other.bytes >= least:  # not what training keeps: a leak, or a result kept on purpose
             top = other.sites[0] if other.sites else None
             share = f"; {fmt_bytes(top.bytes)} of it from {top.site}" if top is not None else ""
-            fixes = list(entry("memory_retained").fixes)
+            fixes = _own_fixes(top, backward="gradients" in parts) or list(entry("memory_retained").fixes)
             if "gradients" not in parts:  # no backward in the block: graphs kept by inference, not by losses
                 fixes.sort(key=lambda f: "no_grad" not in f.code)
             found.append(finding(
@@ -195,6 +201,15 @@ class MemTrace(HasFindings, Result):
                                  evidence={**evidence, **{p.kind.replace(" ", "_") + "_bytes": p.bytes
                                                           for p in training}}))
         return tuple(found)
+
+    def _graph_bytes(self, unexplained: int, seen: KeptList | None) -> int:
+        """Of the bytes kept that training does not keep, those that are not the kept list's tensors themselves
+        (what their graphs hold: the activations saved for a backward)."""
+        if seen is None or not seen.addresses:
+            return unexplained
+        _, sizes, addresses = self._kept
+        own = int(sizes[np.isin(addresses, np.asarray(seen.addresses, dtype=addresses.dtype))].sum())
+        return unexplained - own
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the recording as a snapshot pickle (opens with ``load_snapshot`` and PyTorch's memory_viz)."""
@@ -272,6 +287,27 @@ def _apply_categories(snap: MemorySnapshot, prof: Any, cache: list[Any], keys: l
         cat[i] = names.setdefault(name, len(names))
     m.category = cat
     m.categories = tuple(names)
+
+
+def _own_fixes(site: SiteBytes | None, *, backward: bool) -> list[Fix]:
+    """Fixes for memory kept by one line of the user's own code, written with that line (its own names): run it
+    under no_grad (when no backward ran in the block), drop the name it binds.  Empty where the line cannot be
+    read (a library's line, or one that binds no plain name)."""
+    if site is None or not site.filename or site.line <= 0:
+        return []
+    line = source_line(site)
+    if line == site.site:  # no source to read
+        return []
+    fixes = []
+    if not backward:
+        fixes.append(Fix("Run inference without building a graph", f"with torch.no_grad():\n    {line}"))
+    bound = _BINDS.match(line)
+    if bound is not None:
+        fixes.append(Fix(f"Or drop {bound.group(1)} once it is no longer needed", f"del {bound.group(1)}"))
+    return fixes
+
+
+_BINDS = re.compile(r"^([A-Za-z_]\w*)\s*=(?!=)")
 
 
 def _and(words: Any) -> str:

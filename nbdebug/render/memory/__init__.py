@@ -16,6 +16,7 @@ from nbdebug.core.memory._results import (
     SnapshotSummary,
     TopSites,
 )
+from nbdebug.core._findings import Finding
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
 from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, picture, table
@@ -383,8 +384,17 @@ def memtrace_text(t: MemTrace) -> str:
     lines.append("  top sites at the peak:")
     lines.append(sites_table_text(t.top_sites, limit=5, indent="    "))
     if t.findings:
-        lines.append(findings_text(t.findings))
+        lines.append(findings_text(_shown(t)))
     return "\n".join(lines)
+
+
+def _shown(t: MemTrace) -> tuple[Finding, ...]:
+    """The findings as the report shows them: without their evidence, whose numbers (retained, delta, device, the
+    bytes of each part of training state) the report states above them in words and formatted bytes; the data keeps
+    it (``finding.evidence``, ``to_dict()``)."""
+    import dataclasses
+
+    return tuple(dataclasses.replace(f, evidence={}) for f in t.findings)
 
 
 @renders(MemTrace, "html")
@@ -395,7 +405,7 @@ def memtrace_html(t: MemTrace) -> str:
                       ("delta", fmt_bytes(t.delta_bytes)), ("events", t.events), ("recorded on", t.device_kind)])
     body = f'<div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">{facts}{svg_sparkline(t.timeline)}</div>'
     if t.findings:
-        body += findings_html(t.findings)
+        body += findings_html(_shown(t))
     if t.retained_sites:
         body += "<h4>Retained after the cell, by site</h4>" + sites_table_html(t.retained_sites, limit=8,
                                                                                kinds=t.retained_kinds)
