@@ -49,6 +49,9 @@ _LAZY: dict[str, str] = {
     "inspect_batch": "nbdebug.core.data:inspect_batch",
     "compare_splits": "nbdebug.core.data:compare_splits",
     "BatchReport": "nbdebug.core.data:BatchReport",
+    # will it fit? (issue 27)
+    "predict_memory": "nbdebug.core.memory:predict_memory",
+    "MemoryPrediction": "nbdebug.core.memory:MemoryPrediction",
 }
 
 # public name -> the display module imported with it: it registers its view with the core class

@@ -26,6 +26,7 @@ MODULES = (
     "nbdebug.render.compile",
     "nbdebug.render.dist",
     "nbdebug.render.batch",
+    "nbdebug.render.predict",
 )
 
 for _name in MODULES:

@@ -26,7 +26,7 @@ from nbdebug.errors import SnapshotError
 __all__ = [
     "load_snapshot", "MemorySnapshot", "SnapshotError", "memtrace", "MemTrace", "release_failed_cell",
     "SnapshotSummary", "MemoryTimeline", "MemoryPeak", "TopSites", "Fragmentation", "NeverFreed", "Annotations",
-    "SnapshotDiff", "SiteBytes", "RetainedPart", "AliveBlock",
+    "SnapshotDiff", "SiteBytes", "RetainedPart", "AliveBlock", "predict_memory", "MemoryPrediction",
 ]
 
 
@@ -36,6 +36,14 @@ def __getattr__(name: str) -> Any:
         from nbdebug.core.memory import _trace
 
         return getattr(_trace, name)
+    if name == "predict_memory":
+        from nbdebug.core.memory._predict import predict_memory
+
+        return predict_memory
+    if name == "MemoryPrediction":
+        from nbdebug.core.memory._predict_result import MemoryPrediction
+
+        return MemoryPrediction
     if name == "release_failed_cell":
         from nbdebug.core.memory._oom import release_failed_cell
 
