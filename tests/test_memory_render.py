@@ -521,3 +521,23 @@ def test_the_file_stays_within_its_size_budget_per_event(tmp_path):
     assert data["fine"] is not None and data["iv_packed"] is not None  # every event and every block are in it
     doc = viewer_document(snap)
     assert len(doc.encode()) <= n_events * (20 << 20) / 1_000_000, len(doc)
+
+
+def test_the_tutorials_example_snapshot_has_stacks_so_its_chart_is_not_one_flat_area():
+    """The snapshot shipped for the tutorial is stacked by the model's own lines at its peak, not one band of
+    "<no stack recorded>"; it is small, and its source and licence are written down next to it."""
+    import nbdebug.examples as ex
+    from nbdebug.core.memory._bands import compute_bands
+
+    path = ex.path("snapshots/transformer_step.pickle")
+    assert path.stat().st_size < 1 << 20
+    assert "transformer_step.pickle" in path.with_name("SOURCES.md").read_text() and "MIT" in (
+        path.with_name("SOURCES.md").read_text())
+    notebook = (ex.path("snapshots/SOURCES.md").parents[3] / "notebooks" / "02_memory.ipynb")
+    if notebook.exists():  # a checkout: the tutorial opens this one
+        assert "snapshots/transformer_step.pickle" in notebook.read_text()
+    bands = compute_bands(load_snapshot(path))
+    peak = int(np.argmax(bands.total))
+    share = {name: bands.values[k][peak] / bands.total[peak] for k, name in enumerate(bands.names)}
+    assert share.get("<no stack recorded>", 0) < 0.25, share
+    assert sum(1 for name, v in share.items() if v >= 0.05 and not name.startswith("<")) >= 4, share

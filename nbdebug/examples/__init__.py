@@ -4,8 +4,9 @@
 - ``dist/``: ``NCCL_DEBUG=INFO`` logs from public GitHub issues (each file names its source on its first line), and
   two artifact folders of a real 4-rank job (``postmortem_hang``, ``postmortem_crash``; see ``dist/POSTMORTEM.md``).
 - ``errors/``: an error log from a public GitHub issue (its source on the first line).
-- ``snapshots/``: two real CUDA memory snapshots (``torch.cuda.memory._dump_snapshot``) from permissively
-  licensed public repositories; see ``snapshots/SOURCES.md`` for where they come from and their licences.
+- ``snapshots/``: three real CUDA memory snapshots (``torch.cuda.memory._dump_snapshot``) from permissively
+  licensed public repositories (``transformer_step.pickle``, recorded with Python stacks, is the tutorial's); see
+  ``snapshots/SOURCES.md`` for where they come from and their licences.
 
 ``path("xla/xla29_missing_sync.txt")`` gives a file's path; ``names("xla")`` lists a folder;
 ``folder("dist/postmortem_hang")`` gives a folder of files.
