@@ -190,3 +190,37 @@ def test_magic_returns_and_binds_the_report(ip):
     with capture_output() as cap:
         ip.run_cell("%inspect_batch 'text'")
     assert "Traceback" not in cap.stdout + cap.stderr  # one line, no traceback
+
+
+def test_batch_findings_for_another_report():
+    from nbdebug.core.data import batch_findings
+
+    kw = planted.CASES["raw_pixels"][1]()
+    assert [f.kind for f in batch_findings(kw["batch"])] == ["raw_pixels"]
+    assert batch_findings(object()) == ()  # a batch it cannot read: no finding, no error
+    clean = planted.CASES["clean_text_bpe_pad_is_eos"][1]()
+    assert batch_findings(clean["batch"], tokenizer=clean["tokenizer"]) == ()  # info remarks left out
+
+
+def test_constant_column_in_a_mini_batch_is_a_remark_not_a_warning():
+    x = np.random.default_rng(0).normal(size=(32, 5))
+    onehot = np.zeros((32, 3))
+    onehot[:, 0] = 1  # a rare category absent from these 32 rows
+    r = nbdebug.inspect_batch((np.hstack([x, onehot]), np.arange(32) % 2))
+    assert r.ok and r.finding("constant_columns").severity == "info"
+
+
+def test_hf_causal_lm_collator_with_pad_equal_to_eos_is_caught():
+    """DataCollatorForLanguageModeling(mlm=False) sets every pad-id label to -100; with pad == eos that is the EOS."""
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorForLanguageModeling
+
+    from tests.data.batch.corpus import bpe_tokenizer
+
+    tok = bpe_tokenizer()
+    feats = [tok(t + tok.eos_token) for t in planted.sentences()[100:124]]
+    loader = DataLoader(feats, batch_size=8, collate_fn=DataCollatorForLanguageModeling(tok, mlm=False))
+    assert "eos_masked_as_pad" in nbdebug.inspect_batch(loader, tokenizer=tok).kinds
+    fine = DataLoader([word_tokenizer()(t) for t in planted.sentences()[100:124]], batch_size=8,
+                      collate_fn=DataCollatorForLanguageModeling(word_tokenizer(), mlm=False))
+    assert nbdebug.inspect_batch(fine, tokenizer=word_tokenizer()).ok

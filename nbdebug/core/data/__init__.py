@@ -16,7 +16,7 @@ from nbdebug.core.data._inputs import ImageBatch, Modality, TableBatch, TextBatc
 from nbdebug.core.data._report import BatchReport, ChannelStats, SplitOverlap, TokenRow, batch_finding
 from nbdebug.errors import InvalidArgumentError
 
-__all__ = ["inspect_batch", "compare_splits", "BatchReport", "TokenRow", "ChannelStats", "SplitOverlap", "Modality"]
+__all__ = ["inspect_batch", "compare_splits", "batch_findings", "BatchReport", "TokenRow", "ChannelStats", "SplitOverlap", "Modality"]
 
 
 def _columns(batch: Any) -> list[str]:
@@ -181,3 +181,17 @@ def compare_splits(train: Any, val: Any, *, tokenizer: Any = None, label: str | 
                        findings=tuple(findings), overlap=result,
                        stats=(("training rows", result.train_rows), ("validation rows", result.val_rows),
                               ("exact copies", result.exact), ("near copies", result.near)))
+
+
+def batch_findings(batch: Any, *, model: Any = None, tokenizer: Any = None) -> tuple[Finding, ...]:
+    """The problems ``inspect_batch`` finds in ``batch`` (errors and warnings only, worst first), for another
+    check's report (the training doctor's data section).
+
+    A batch in a form the inspector does not read gives no finding, never an error: the caller's own check goes
+    on.  Everything else (a failing tokenizer, a bug here) propagates.
+    """
+    try:
+        report = inspect_batch(batch, model=model, tokenizer=tokenizer)
+    except InvalidArgumentError:
+        return ()
+    return tuple(f for f in report.findings if f.severity != "info")

@@ -51,9 +51,11 @@ def table_checks(tb: TableBatch) -> tuple[list[Finding], list[tuple[str, Any]], 
                                    (tb.label_name or "label",)))
     constant = [c for c in cols if c.std == 0 and c.nan < n]
     if constant and n >= limit("batch_leak_min_rows"):
+        # in a mini-batch a rare one-hot column is constant by chance: a remark there, a warning on a dataset
         found.append(batch_finding("constant_columns", f"{len(constant)} of {f} columns hold one value in all {n} rows",
                                    tuple(f"{c.name} = {c.mean:.4g}" for c in constant[:8]),
-                                   evidence={"columns": len(constant)}))
+                                   evidence={"columns": len(constant)},
+                                   severity=None if n >= limit("batch_constant_rows") else "info"))
     spread = [c for c in cols if c.std > 0 and np.isfinite(c.std)]
     if len(spread) >= 2:
         big, small = max(spread, key=lambda c: c.std), min(spread, key=lambda c: c.std)

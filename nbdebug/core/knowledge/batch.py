@@ -158,6 +158,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("batch_imbalance_ratio", 10.0, "largest class 10x the smallest: accuracy says little",
               "https://imbalanced-learn.org/stable/introduction.html"),
     Threshold("batch_leak_min_rows", 20, "fewer rows than this can fit a label by chance", _KARPATHY),
+    Threshold("batch_constant_rows", 200, "below this many rows a column (a rare one-hot category) is constant "
+              "by chance: a remark, not a warning", "https://scikit-learn.org/stable/modules/feature_selection.html"),
     Threshold("batch_separation_min_rows", 100, "a single threshold separating every class on fewer rows happens "
               "by chance; on 100 or more it is leakage or a trivial task", _KARPATHY),
     Threshold("batch_bgr_min_gap", 0.04, "red and blue channel means must differ this much (on a 0-1 scale), in "
