@@ -30,6 +30,9 @@ class MemoryMagics(Magics):
     @argument("--no-stacks", action="store_true", help="CUDA: do not record Python stacks (faster, no sites)")
     @argument("--categories", action="store_true",
               help="CPU: label memory as parameter/activation/gradient/optimizer state/temporary")
+    @argument("--predict", action="store_true",
+              help="first predict the cell's peak on fake tensors (nothing allocated), then run it and show "
+                   "predicted against measured, by kind")
     @line_cell_magic
     def memtrace(self, line: str, cell: str | None = None) -> Any:
         """Record what the cell allocates: the peak, what is still alive after it, and where it came from.
@@ -39,6 +42,7 @@ class MemoryMagics(Magics):
             %%memtrace                      # CUDA when available, else CPU (torch.profiler)
             %%memtrace -o trace --save cell.pickle
             %%memtrace --device cpu --categories
+            %%memtrace --predict            # predicted peak first, then measured, by kind
 
         Shows a compact report (peak working memory, retained bytes, top sites, a small timeline) and returns a
         ``MemTrace``: ``.peak_bytes``, ``.retained_bytes``, ``.delta_bytes``, ``.top_sites``,
@@ -48,6 +52,9 @@ class MemoryMagics(Magics):
         instead of ``loss.item()`` and inference without ``torch.no_grad()``.  What a training step keeps on
         purpose (the model's parameters, gradients, the optimizer's state) is told apart: a ``training_state``
         remark, not a warning.
+        With ``--predict`` the cell first runs on fake copies of the tensors, modules and optimizers it reads
+        (nothing allocated, nothing of yours changed), then for real, and the result is a ``PredictionCheck``:
+        the predicted peak against the measured one, by kind (``.prediction``, ``.trace``).
         ``!cmd`` and ``%magic`` lines work inside the cell.  Recording always stops at the end of the
         cell, also when it raises or is interrupted; the cell's error is re-raised unchanged.
         """
@@ -70,8 +77,9 @@ class MemoryMagics(Magics):
         from nbdebug.core.memory._trace import memtrace
         from nbdebug.errors import NbdebugError
 
+        prediction = self._predict(cell, device) if args.predict else None
         recorder = memtrace(device, max_entries=args.max_entries, stacks=not args.no_stacks, save=args.save,
-                            categories=args.categories)
+                            categories=args.categories or (prediction is not None and prediction.device == "cpu"))
         try:
             recorder.start()
         except NbdebugError as e:
@@ -91,6 +99,10 @@ class MemoryMagics(Magics):
                 capture = getattr(self.nbd_state, "oom_capture", None)
                 if capture is not None and is_cuda_oom(error):  # OOM capture is on by default inside %%memtrace
                     capture.snapshot, capture.pending = result.snapshot, True
+            if prediction is not None:
+                from nbdebug.core.memory._predict_cell import check
+
+                return check(prediction, result)
             return result
 
         from nbdebug.ipython._cell import run_body
@@ -98,6 +110,22 @@ class MemoryMagics(Magics):
         # recording started above (its errors are usage errors); the context only stops it
         return run_body(self.shell, cell, magic="memtrace", context=_Stopping(recorder), report=report,
                         output=args.output)
+
+
+    def _predict(self, cell: str, device: Any) -> Any:
+        """The cell's predicted peak (``--predict``); a cell that cannot be predicted is a usage error, before
+        anything runs."""
+        import torch
+
+        from nbdebug.core.memory._predict_cell import predict_cell
+        from nbdebug.errors import NbdebugError
+        from nbdebug.ipython._cell import compile_body
+
+        on_cpu = device == "cpu" or not torch.cuda.is_available()
+        try:
+            return predict_cell(compile_body(self.shell, cell), self.shell.user_ns, "cpu" if on_cpu else "cuda")
+        except NbdebugError as e:
+            raise UsageError(f"%%memtrace --predict: {e}") from e
 
 
 class _Stopping:
@@ -124,7 +152,8 @@ class OomCapture:
     _observer_attached = False
     _active: OomCapture | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, shell: Any = None) -> None:
+        self.shell = shell  # whose namespace the OOM prediction looks for a model and a batch in
         self.on = False
         self.snapshot: Any = None  # MemorySnapshot of the last OOM (or a test's)
         self._raw: Any = None
@@ -173,14 +202,15 @@ class OomCapture:
         return self.snapshot
 
     def enrich(self, exc: BaseException, diagnosis: Any) -> Any:
-        if not (self.on or self.pending):
-            return diagnosis
-        self.pending = False
-        from nbdebug.core.memory._oom import enrich_oom, is_cuda_oom
+        from nbdebug.core.memory._oom import enrich_oom, enrich_oom_prediction, is_cuda_oom
 
-        if not is_cuda_oom(exc, diagnosis):
-            return diagnosis
-        return enrich_oom(exc, diagnosis, self.take_snapshot())
+        if self.on or self.pending:
+            self.pending = False
+            if is_cuda_oom(exc, diagnosis):
+                diagnosis = enrich_oom(exc, diagnosis, self.take_snapshot())
+        # with a model and a batch in scope: the step's predicted need and the fixes, whether capture is on or not
+        namespace = getattr(self.shell, "user_ns", None)
+        return enrich_oom_prediction(exc, diagnosis, namespace)
 
 
 def _on_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
@@ -197,7 +227,7 @@ def _on_oom(device: int, alloc: int, device_allocated: int, device_free: int) ->
 def register(state: ExtensionState) -> None:
     """Register ``%%memtrace`` and the ``oom`` feature."""
     state.register_magics(MemoryMagics)
-    capture = OomCapture()
+    capture = OomCapture(state.shell)
     state.oom_capture = capture  # type: ignore[attr-defined]
     state.add_feature(Feature("oom", "CUDA OOM capture: snapshot the allocator when a cell dies of OOM",
                               capture.enable, capture.disable))

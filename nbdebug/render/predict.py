@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from nbdebug._units import fmt_bytes
+from nbdebug.core.memory._predict_cell import PredictionCheck
 from nbdebug.core.memory._predict_result import MemoryPrediction
 from nbdebug.render._html import esc, kv_table, panel, picture, table
 from nbdebug.render._registry import renders
 
-__all__ = ["prediction_text", "prediction_html", "plot_prediction", "prediction_png", "svg_kinds", "KIND_COLORS"]
+__all__ = ["prediction_text", "prediction_html", "plot_prediction", "prediction_png", "svg_kinds", "KIND_COLORS",
+           "check_text", "check_html"]
 
 #: one colour per kind, readable on light and dark backgrounds
 KIND_COLORS = {"parameters": "#4e79a7", "gradients": "#f28e2b", "optimizer state": "#e15759",
@@ -154,3 +156,35 @@ def prediction_png(p: MemoryPrediction) -> bytes | None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=72, bbox_inches="tight", facecolor="white")
     return buf.getvalue()
+
+
+def _check_rows(c: PredictionCheck) -> list[tuple[str, str, str]]:
+    rows = [(k.kind, fmt_bytes(k.predicted_bytes), "" if k.measured_bytes is None else fmt_bytes(k.measured_bytes))
+            for k in c.kinds]
+    return rows + [("the cell's peak", fmt_bytes(c.predicted_bytes), fmt_bytes(c.measured_bytes))]
+
+
+def _check_headline(c: PredictionCheck) -> str:
+    return (f"Predicted {fmt_bytes(c.predicted_bytes)}, measured {fmt_bytes(c.measured_bytes)} "
+            f"({c.error_pct:+.1f}%): the cell's peak above what was alive before it")
+
+
+@renders(PredictionCheck, "text")
+def check_text(c: PredictionCheck) -> str:
+    """Predicted against measured, by kind."""
+    lines = [_check_headline(c), "", f"  {'kind':<18} {'predicted':>12} {'measured':>12}"]
+    lines += [f"  {k:<18} {p:>12} {m:>12}" for k, p, m in _check_rows(c)]
+    if all(k.measured_bytes is None for k in c.kinds):
+        lines.append("(measured by kind only on CPU, where the profiler labels memory)")
+    lines += [f"note: {n}" for n in c.prediction.notes]
+    return "\n".join(lines)
+
+
+@renders(PredictionCheck, "html")
+def check_html(c: PredictionCheck) -> str:
+    """The panel: predicted against measured, by kind."""
+    body = f"<p>{esc(_check_headline(c))}</p>"
+    body += table(("kind", "predicted", "measured"), _check_rows(c), numeric=(1, 2))
+    if c.prediction.notes:
+        body += "<h4>notes</h4><ul>" + "".join(f"<li>{esc(n)}</li>" for n in c.prediction.notes) + "</ul>"
+    return panel("memtrace --predict: predicted against measured", body, kind="info", css_class="nbd-predict")

@@ -18,8 +18,8 @@ from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core._findings import Finding
 from nbdebug.core.explain._diagnosis import Section
 
-__all__ = ["is_cuda_oom", "parse_oom_request", "oom_findings", "oom_section", "enrich_oom", "release_failed_cell",
-           "RELEASE_NOTE"]
+__all__ = ["is_cuda_oom", "parse_oom_request", "oom_findings", "oom_section", "enrich_oom", "enrich_oom_prediction",
+           "release_failed_cell", "RELEASE_NOTE"]
 
 _REQUEST = re.compile(r"Tried to allocate ([0-9][0-9.,]{0,40} ?(?:[KMGTP]i?B|bytes?|B))\b")
 _GPU = re.compile(r"GPU ([0-9]{1,4})")
@@ -118,6 +118,19 @@ def oom_section(snapshot: Any, message: str = "", *, limit: int = 8) -> Section:
     fixes = tuple(fix for f in verdicts for fix in f.fixes) + entry("failed_cell_holds_memory").fixes
     return Section(title=TITLE, text=text, facts=tuple(facts), header=("site", "bytes", "blocks"), rows=tuple(rows),
                    fixes=fixes, notes=(RELEASE_NOTE,))
+
+
+def enrich_oom_prediction(exc: BaseException, diagnosis: Any, namespace: Any) -> Any:
+    """Add the step's predicted need and the fixes with their predicted peaks to a CUDA OOM diagnosis, when a model
+    and a batch are in ``namespace`` (unchanged otherwise)."""
+    if not is_cuda_oom(exc, diagnosis) or namespace is None:
+        return diagnosis
+    from nbdebug.core.memory._predict_oom import prediction_section
+
+    section = prediction_section(exc, diagnosis, namespace)
+    if section is None:
+        return diagnosis
+    return dataclasses.replace(diagnosis, sections=tuple(diagnosis.sections) + (section,))
 
 
 def enrich_oom(exc: BaseException, diagnosis: Any, snapshot: Any | None) -> Any:

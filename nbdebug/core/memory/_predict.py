@@ -237,6 +237,7 @@ def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str
     for serial, delta in ledger.events[:peak_i + 1]:
         (alive.add if delta > 0 else alive.discard)(serial)
     kinds: dict[str, int] = defaultdict(int)
+    made: dict[str, int] = defaultdict(int)  # allocated by the step itself
     modules: dict[str, int] = defaultdict(int)
     for serial in alive:
         info = ledger.storages[serial]
@@ -244,6 +245,8 @@ def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str
             continue
         kind = ledger.kind_of(serial)
         kinds[kind] += size_of(info.nbytes)
+        if info.phase != "setup":
+            made[kind] += size_of(info.nbytes)
         if kind == "activations":
             modules[info.module or "(outside any module)"] += size_of(info.nbytes)
     state = sum(size_of(s.nbytes) for s in ledger.storages.values() if s.phase == "setup" and s.nbytes)
@@ -256,6 +259,7 @@ def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str
         device=inputs.device, peak_bytes=peak, reserved_bytes=reserved,
         context_bytes=inputs.context_bytes if cuda else 0,
         by_kind=tuple(KindBytes(k, kinds[k]) for k in KINDS if kinds.get(k)),
+        step_by_kind=tuple(KindBytes(k, made[k]) for k in KINDS if made.get(k)),
         activations_by_module=tuple(ModuleBytes(m, b) for m, b in sorted(modules.items(), key=lambda x: -x[1])),
         peak_op=getattr(place, "op", "") or "", peak_module=getattr(place, "module", "") or "",
         peak_phase=getattr(place, "phase", "") or "", state_bytes=state,

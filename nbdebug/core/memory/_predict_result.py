@@ -64,6 +64,9 @@ class MemoryPrediction(Result):
         ``backward``, ``optimizer``).
     state_bytes : int
         What was alive before the step began (parameters, optimizer state, batch).
+    step_by_kind : tuple of KindBytes
+        Of ``by_kind``, what the step itself allocated (``peak_bytes - state_bytes`` in all): what ``%%memtrace``
+        measures as the cell's peak.
     settings : dict
         What was predicted: batch size, autocast dtype, checkpointing, optimizer, accumulation steps.
     notes : tuple of str
@@ -83,6 +86,7 @@ class MemoryPrediction(Result):
     peak_phase: str
     state_bytes: int
     settings: dict[str, Any]
+    step_by_kind: tuple[KindBytes, ...] = ()
     notes: tuple[str, ...] = ()
     partial: bool = False
     capacity_bytes: int | None = None

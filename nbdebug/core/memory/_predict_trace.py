@@ -233,7 +233,7 @@ class _FakeWorld:
     """Fake copies sharing one memo: a tensor reached twice (a parameter in the model and the optimizer) is one
     fake tensor."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, allow_real: bool = False) -> None:
         import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -241,7 +241,7 @@ class _FakeWorld:
         # one): without it the step is traced on CPU kernels and only the allocator model is CUDA's
         self.traced_on = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
         self.device = device
-        self.mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.mode = FakeTensorMode(allow_non_fake_inputs=allow_real)
         self.memo: dict[int, Any] = {}
         from torch.utils.weak import WeakIdKeyDictionary
 
@@ -328,9 +328,9 @@ def _plain(batch: Any) -> Any:
     return batch
 
 
-def fake_world(device: str) -> _FakeWorld:
-    """A fresh set of fake copies for ``device``."""
-    return _FakeWorld(device)
+def fake_world(device: str, allow_real: bool = False) -> _FakeWorld:
+    """A fresh set of fake copies for ``device`` (``allow_real``: real tensors met on the way are read as fakes)."""
+    return _FakeWorld(device, allow_real)
 
 
 # -- running the step ----------------------------------------------------------------------------------------------
