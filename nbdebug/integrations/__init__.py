@@ -45,8 +45,14 @@ class TrainerWatch:
         self.model: Any = None
         self._history: Any = None
 
-    def start(self, model: Any) -> None:
-        """Attach to ``model`` (a module, or anything ``nbdebug.core.training.grads.model_of`` finds one in)."""
+    def start(self, model: Any, *, clip_norm: float | None = None, framework_steps: bool = False) -> None:
+        """Attach to ``model`` (a module, or anything ``nbdebug.core.training.grads.model_of`` finds one in).
+
+        The norms are read at the end of the last backward pass before each optimizer step, so before the loop
+        clips them (``clip_norm``: the max_norm it clips to, shown with the history).  ``framework_steps``: the
+        framework calls ``step()`` after the backward pass and before the optimizer (Lightning's
+        ``on_before_optimizer_step``), so no optimizer hook is needed and nothing lags a step.
+        """
         from nbdebug.core.training.grads import model_of
 
         self.stop()
@@ -61,20 +67,32 @@ class TrainerWatch:
                 live = self.live and _in_notebook()
                 if live:
                     from nbdebug.ipython import _live  # noqa: F401 - registers the live panel with GradMonitor
-                self.monitor = GradMonitor(inner, every=self.every, num_classes=self.num_classes, live=live)
+                self.monitor = GradMonitor(inner, every=self.every, num_classes=self.num_classes, live=live,
+                                           record_at="manual" if framework_steps else "backward",
+                                           clip_norm=clip_norm)
                 self.monitor.start()
             if self.nan_sentinel:
-                from nbdebug.core.training.nan import nan_sentinel
+                from nbdebug.core.training.nan import NanSentinel
 
-                self.sentinel = nan_sentinel(inner, replay=self.replay).start()
+                self.sentinel = NanSentinel(inner, replay=self.replay, step_hook=not framework_steps).start()
         except BaseException:
             self.stop()
             raise
 
-    def log_loss(self, loss: Any) -> None:
-        """Give the monitor this step's loss (a tensor stays on the device)."""
+    def step(self) -> None:
+        """The gradients of this step are complete and the optimizer has not applied them: record the norms
+        (before clipping) and check for NaN/Inf (raising before ``optimizer.step()``)."""
+        if self.monitor is not None:
+            self.monitor.step()
+        if self.sentinel is not None:
+            self.sentinel.step()
+
+    def log_loss(self, loss: Any, *, last_step: bool = False) -> None:
+        """Give the monitor this step's loss (a tensor stays on the device); ``last_step``: the loss of the step
+        just recorded (it comes after ``step()``)."""
         if self.monitor is not None and loss is not None:
-            self.monitor.log_loss(loss)
+            step = self.monitor.steps_seen - 1 if last_step and self.monitor.steps_seen else None
+            self.monitor.log_loss(loss, step=step)
 
     @property
     def active(self) -> bool:
@@ -148,7 +166,8 @@ def hf_callback(*, grad_monitor: bool = True, nan_sentinel: bool = False, live: 
         watch = watch_
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
-            self.watch.start(model)
+            clip = getattr(args, "max_grad_norm", None)
+            self.watch.start(model, clip_norm=clip if isinstance(clip, (int, float)) and clip > 0 else None)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs and "loss" in logs:  # the mean over the logging window, as the Trainer prints it
@@ -194,10 +213,17 @@ def lightning_callback(*, grad_monitor: bool = True, nan_sentinel: bool = False,
         watch = watch_
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            self.watch.start(pl_module)
+            clip = getattr(trainer, "gradient_clip_val", None)
+            self.watch.start(pl_module, clip_norm=clip if isinstance(clip, (int, float)) and clip > 0 else None,
+                             framework_steps=bool(getattr(pl_module, "automatic_optimization", True)))
+
+        def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+            # inside Lightning's closure: after backward, before clipping and before optimizer.step() applies it
+            if getattr(pl_module, "automatic_optimization", True):
+                self.watch.step()
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-            self.watch.log_loss(_loss_of(outputs))
+            self.watch.log_loss(_loss_of(outputs), last_step=getattr(pl_module, "automatic_optimization", True))
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             self.watch.stop()

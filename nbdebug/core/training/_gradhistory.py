@@ -65,6 +65,8 @@ class GradHistory(HasFindings, Result):
         Classes, for the chance level of the loss.
     steps_seen : int
         Optimizer steps the monitor saw (recorded or not, with ``every`` > 1).
+    clip_norm : float or None
+        The ``max_norm`` the loop clips to (the norms are read before clipping); None when not known.
     """
 
     steps: tuple[int, ...]
@@ -83,6 +85,14 @@ class GradHistory(HasFindings, Result):
     spike_threshold: float = 50.0
     num_classes: int | None = None
     steps_seen: int = 0
+    clip_norm: float | None = None
+
+    @property
+    def clipped_steps(self) -> tuple[int, ...]:
+        """Recorded steps whose global norm was above ``clip_norm`` (so the loop clipped it)."""
+        if self.clip_norm is None:
+            return ()
+        return tuple(s for s, g in zip(self.steps, self.global_norms) if g > self.clip_norm)
 
     def _summary_line(self) -> str:
         last = f", last global norm {self.global_norms[-1]:.4g}" if len(self.steps) else ""
@@ -146,6 +156,16 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             names,
             evidence={"spikes": len(h.spikes), "worst_score": round(worst.score, 1), "threshold": h.spike_threshold},
         )
+    accumulating = _accumulating(h)
+    if accumulating is not None:
+        yield accumulating
+    if h.clip_norm is not None and len(h.steps):
+        clipped = h.clipped_steps
+        if clipped:
+            yield finding("gradient_clipped", f"the global norm was above max_norm={h.clip_norm:g} on {len(clipped)} of "
+                          f"{len(h.steps)} recorded steps (first at step {clipped[0]}, largest "
+                          f"{float(np.nanmax(h.global_norms)):.4g}); the norms shown are before clipping",
+                          evidence={"clipped_steps": len(clipped), "max_norm": h.clip_norm})
     if h.no_grad:
         yield finding("no_gradient", f"{len(h.no_grad)} parameter(s) never got a gradient", h.no_grad)
     g = np.asarray(h.global_norms, dtype=np.float64)
@@ -187,6 +207,28 @@ def grad_findings(h: GradHistory) -> Iterator[Finding]:
             )
     if h.losses:
         yield from analyze_loss(h.loss_steps, h.losses, num_classes=h.num_classes)
+
+
+def _accumulating(h: GradHistory) -> Finding | None:
+    """A global norm that grows in proportion to the step count: each step adds its gradient to the last ones
+    (``zero_grad()`` forgotten)."""
+    import numpy as np
+
+    g = np.asarray(h.global_norms, dtype=np.float64)
+    steps = np.asarray(h.steps, dtype=np.float64)
+    if len(g) < 10 or not np.isfinite(g).all() or g[0] <= 0:
+        return None
+    growth = g[-1] / g[0]
+    corr = float(np.corrcoef(steps, g)[0, 1]) if np.std(g) > 0 else 0.0
+    half = g[len(g) // 2]
+    # linear in the step: from the middle to the end the norm about doubles (an exponential blow-up does far more)
+    linear = half > 0 and 1.4 <= g[-1] / half <= 3.0
+    if growth < threshold("accumulate_growth") or corr < threshold("accumulate_correlation") or not linear:
+        return None
+    return finding("grads_accumulate", f"the global gradient norm grows in step with the step count, from {g[0]:.3g} "
+                   f"at step {h.steps[0]} to {g[-1]:.3g} at step {h.steps[-1]} ({growth:.3g}x, correlation with the "
+                   f"step {corr:.2f}): each step adds its gradient to the previous ones, as when zero_grad() is "
+                   "not called", evidence={"growth": float(f"{growth:.3g}"), "correlation": round(corr, 3)})
 
 
 def _tidy(steps: tuple[int, ...], column: str, labels: tuple[str, ...], norms: Any) -> Any:

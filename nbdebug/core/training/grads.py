@@ -112,6 +112,12 @@ class GradMonitor(Recorder):
         leaves a static picture in the saved notebook).
     refresh_hz : float
         Live refresh rate (at most 2 per second); rendering happens only between steps.
+    record_at : {"optimizer", "backward", "manual"}
+        When the norms are read: at the optimizer step (after any clipping), at the end of the last backward
+        pass before it, before a Trainer clips (the integrations use this), or only when ``step()`` is called
+        (a framework's hook between backward and the optimizer, such as Lightning's).
+    clip_norm : float, optional
+        The ``max_norm`` the loop clips to, so the history can show which steps were clipped.
 
     Raises
     ------
@@ -152,6 +158,8 @@ class GradMonitor(Recorder):
         flush_every: int = 64,
         live: bool | Callable[[GradMonitor], Any] = False,
         refresh_hz: float = 1.0,
+        record_at: str = "optimizer",
+        clip_norm: float | None = None,
     ) -> None:
         import torch
 
@@ -167,6 +175,13 @@ class GradMonitor(Recorder):
             raise InvalidArgumentError(f"GradMonitor: flush_every must be an int >= 1, got {flush_every!r}")
         if not isinstance(refresh_hz, (int, float)) or not refresh_hz > 0:
             raise InvalidArgumentError(f"GradMonitor: refresh_hz must be a number > 0, got {refresh_hz!r}")
+        if record_at not in ("optimizer", "backward", "manual"):
+            raise InvalidArgumentError(
+                f"GradMonitor: record_at must be 'optimizer', 'backward' or 'manual', got {record_at!r}")
+        self.record_at = record_at
+        self.clip_norm = float(clip_norm) if clip_norm else None
+        self._backward_row: Any = None  # norms read at the end of the last backward pass (record_at="backward")
+        self._queued = False
         if live is True:
             view = type(self).live_view
             if view is None:
@@ -205,7 +220,7 @@ class GradMonitor(Recorder):
         self._owner_index = [index[o] for o in owners]
         self._devices = sorted({str(p.device) for p in self._params})
         self._step = 0
-        self._manual = False
+        self._manual = record_at == "manual"
         self._attached = False
         self._handles: list[Any] = []
         self._relevant: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -268,6 +283,9 @@ class GradMonitor(Recorder):
     detach = stop
 
     def _hook_optimizer(self) -> None:
+        if self.record_at == "backward":
+            for p in self._params:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
         if self.optimizer is not None:
             self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step))
         else:
@@ -303,6 +321,18 @@ class GradMonitor(Recorder):
         except TypeError:
             pass
         return hit
+
+    def _on_grad_ready(self, p: Any) -> None:
+        """A parameter's gradient is accumulated: read every norm once, when this backward pass ends."""
+        if not self._queued:
+            import torch
+
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _on_backward_end(self) -> None:
+        self._queued = False
+        self._backward_row = self._norms()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._pre_fired = True
@@ -341,12 +371,28 @@ class GradMonitor(Recorder):
             return None
 
     def _record(self, divide_by: Any = None) -> None:
-        import torch
-
         step = self._step
         self._step += 1
+        row, self._backward_row = self._backward_row, None
         if step % self.every:
             return
+        if row is None:
+            row = self._norms()
+        if divide_by is not None:
+            row = (row[0] / divide_by.to(row[0].device), row[1])
+        pend = self._pending
+        pend.steps.append(step)
+        pend.rows.append(row[0])
+        pend.missing.append(row[1])
+        if len(pend.rows) >= self.flush_every:
+            self._flush()
+        if self._listeners:
+            self._notify()
+
+    def _norms(self) -> tuple[Any, tuple[int, ...]]:
+        """The norm of every gradient now, as one device tensor (P,), and the parameters without a gradient."""
+        import torch
+
         grads = []
         missing: list[int] = []
         zero = self._zero
@@ -365,24 +411,16 @@ class GradMonitor(Recorder):
         else:  # one fused kernel per device; the row lives on the first parameter's device
             dev0 = self._zero.device
             row = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32).to(dev0) for g in grads])
-        if divide_by is not None:
-            row = row / divide_by.to(row.device)
-        pend = self._pending
-        pend.steps.append(step)
-        pend.rows.append(row)
-        pend.missing.append(tuple(missing))
-        if len(pend.rows) >= self.flush_every:
-            self._flush()
-        if self._listeners:
-            self._notify()
+        return row, tuple(missing)
 
-    def log_loss(self, loss: Any) -> None:
-        """Log the loss of the current step (a tensor stays on the device; call it before ``optimizer.step()``)."""
+    def log_loss(self, loss: Any, step: int | None = None) -> None:
+        """Log the loss of the current step (a tensor stays on the device; call it before ``optimizer.step()``),
+        or of optimizer step ``step`` (from 0) when it comes after that step was recorded."""
         if hasattr(loss, "detach"):
             loss = loss.detach().float().reshape(-1).mean()
         else:
             loss = float(loss)
-        self._pending.loss_steps.append(self._step)
+        self._pending.loss_steps.append(self._step if step is None else int(step))
         self._pending.losses.append(loss)
 
     # -- host side -----------------------------------------------------------------------------------------
@@ -522,6 +560,7 @@ class GradMonitor(Recorder):
             spike_threshold=self.spike_threshold,
             num_classes=self.num_classes,
             steps_seen=self._step,
+            clip_norm=self.clip_norm,
         )
         hist = dataclasses.replace(hist, findings=tuple(grad_findings(hist)))
         self._hist_cache = (key, hist)

@@ -98,7 +98,8 @@ class NanSentinel(Recorder):
 
     _label = "NanSentinel"
 
-    def __init__(self, model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True):
+    def __init__(self, model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True,
+                 step_hook: bool = True):
         import torch
 
         from nbdebug.core.training.grads import unwrap_model
@@ -127,7 +128,9 @@ class NanSentinel(Recorder):
                 self._param_owner.setdefault(id(p), i)
         self.step_index = 0
         self.syncs = 0
-        self._saw_optimizer = optimizer is not None
+        # without the optimizer hook the caller marks each step (``step()``) before the optimizer applies it
+        self.step_hook = bool(step_hook)
+        self._saw_optimizer = optimizer is not None or not self.step_hook
         self._handles: list[Any] = []
         self._active = False
         self._replaying = False
@@ -196,7 +199,9 @@ class NanSentinel(Recorder):
             self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
             for i, m in enumerate(self._modules):
                 self._handles.append(m.register_forward_hook(self._make_fwd(i)))
-            if self.optimizer is not None:
+            if not self.step_hook:
+                pass
+            elif self.optimizer is not None:
                 self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_step))
             else:
                 self._handles.append(register_optimizer_step_pre_hook(self._on_opt_step))
