@@ -224,3 +224,25 @@ def test_hf_causal_lm_collator_with_pad_equal_to_eos_is_caught():
     fine = DataLoader([word_tokenizer()(t) for t in planted.sentences()[100:124]], batch_size=8,
                       collate_fn=DataCollatorForLanguageModeling(word_tokenizer(), mlm=False))
     assert nbdebug.inspect_batch(fine, tokenizer=word_tokenizer()).ok
+
+
+def test_the_tokenizers_own_chat_template_gives_the_answer_marker():
+    tok = word_tokenizer()
+    # a template whose answer turn opens with a marker no common template uses: "<|im_start|>model output"
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ 'model output' if m['role'] == 'assistant' else "
+                         "m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>model output {% endif %}")
+    try:
+        s = list(planted.sentences()[10:20])
+        convs = [[{"role": "user", "content": s[i]}, {"role": "assistant", "content": s[i + 1]}] for i in range(0, 10, 2)]
+        enc = tok([tok.apply_chat_template(c, tokenize=False) for c in convs], padding=True, return_tensors="pt",
+                  add_special_tokens=False)
+        enc["labels"] = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        r = nbdebug.inspect_batch(enc, tokenizer=tok)
+        assert "loss_on_prompt" in r.kinds
+        tok.chat_template = None  # without the template, no marker is known: nothing is claimed
+        assert "loss_on_prompt" not in nbdebug.inspect_batch(enc, tokenizer=tok).kinds
+        # rows ending in the template's end of turn (<|im_end|>) are not missing their EOS
+        assert "missing_eos" not in r.kinds and "rows_truncated" not in r.kinds
+    finally:
+        tok.chat_template = None

@@ -125,12 +125,26 @@ def _find(ids: np.ndarray, seq: list[int]) -> np.ndarray:
     return first
 
 
+def _template_marker(tokenizer: Any) -> tuple[str, ...]:
+    """The text the tokenizer's own chat template puts before an assistant's answer (its generation prompt)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return ()
+    try:
+        msgs = [{"role": "user", "content": "\x00"}]
+        with_prompt = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        without = tokenizer.apply_chat_template(msgs, add_generation_prompt=False, tokenize=False)
+    except Exception:  # a template that needs more (a system turn, tools): the common markers still apply
+        return ()
+    prompt = with_prompt[len(without):] if with_prompt.startswith(without) else ""
+    return (prompt.strip(),) if prompt.strip() else ()
+
+
 def _marker_ends(tb: TextBatch, tokenizer: Any, tok: TokenizerInfo, template: str | None) -> np.ndarray:
     """(N,) position after the first assistant-turn marker of each row (-1: none found)."""
     from nbdebug.core.knowledge.batch import CHAT_MARKERS
 
     best = np.full(len(tb.ids), -1)
-    for marker in ((template,) if template else CHAT_MARKERS):
+    for marker in ((template,) if template else (*_template_marker(tokenizer), *CHAT_MARKERS)):
         for text in dict.fromkeys((marker, " " + marker, marker + "\n")):
             try:
                 seq = list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -204,12 +218,15 @@ def text_checks(tb: TextBatch, tokenizer: Any = None, model: Any = None, *, max_
             found.append(batch_finding("missing_bos", f"no row starts with the BOS token (id {tok.bos})"))
     if tok.eos is not None:
         stats.append(("rows ending with EOS", f"{int(ends_eos.sum())} of {n}"))
-    cut = _cut_rows(tb, tok, content, lengths, ends_eos, max_length or tok.max_length)
+    # a row may end in another stop token: a chat template's end of turn (<|im_end|>, <|eot_id|>)
+    stops = np.fromiter(tok.special - {tok.pad, tok.bos}, dtype=np.int64) if tok.special else np.zeros(0, np.int64)
+    ends_stop = ends_eos | (np.isin(last_tok, stops) & (lengths > 0))
+    cut = _cut_rows(tb, tok, content, lengths, ends_stop, max_length or tok.max_length)
     if cut.any():
         found.append(batch_finding("rows_truncated", f"{int(cut.sum())} of {n} rows fill the whole width "
                                    f"({int(lengths[cut].max())} tokens) and end without EOS: cut at max_length",
                                    rows_of(cut), evidence={"rows": int(cut.sum())}))
-    elif tok.eos is not None and not ends_eos.any() and n:
+    elif tok.eos is not None and not ends_stop.any() and n:
         found.append(batch_finding("missing_eos", f"none of the {n} rows ends with the EOS token (id {tok.eos})",
                                    severity=None if lm_labels else "info"))
     found += _row_checks(ids, content, lengths, tok)
