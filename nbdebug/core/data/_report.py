@@ -21,14 +21,30 @@ def _entries() -> tuple[dict[str, Entry], dict[str, float]]:
     return {e.slug: e for e in batch.ENTRIES}, {t.name: t.value for t in batch.THRESHOLDS}
 
 
+def _registered() -> bool:
+    """True once the knowledge registry gathers the ``batch`` domain (then it is the one way, as everywhere)."""
+    from nbdebug.core import knowledge
+
+    return "batch" in knowledge.DOMAINS
+
+
 def limit(name: str) -> float:
     """The value of the batch threshold ``name`` (``nbdebug.core.knowledge.batch.THRESHOLDS``)."""
+    if _registered():
+        from nbdebug.core.knowledge import threshold
+
+        return threshold(name)
     return _entries()[1][name]
 
 
 def batch_finding(slug: str, message: str, where: Sequence[str] = (), *, evidence: Mapping[str, Any] | None = None,
                   severity: Severity | str | None = None) -> Finding:
-    """A ``Finding`` of kind ``slug`` with the severity, title and fixes of its entry in ``knowledge.batch``."""
+    """A ``Finding`` of kind ``slug`` with the severity, title and fixes of its entry in ``knowledge.batch``
+    (through ``knowledge.finding`` once the registry gathers that domain)."""
+    if _registered():
+        from nbdebug.core.knowledge import finding
+
+        return finding(slug, message, where, severity=severity, evidence=evidence)
     e = _entries()[0][slug]
     sev = Severity.parse(severity) if severity is not None else e.severity
     return Finding(kind=slug, severity=sev, message=message, where=tuple(where), fixes=e.fixes,
