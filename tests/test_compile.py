@@ -70,7 +70,8 @@ def test_graph_break_reason_line_and_fix(fn, marker, fix_word):
     assert report.graph_break_count >= 1
     (first, *_) = [f for f in report.findings if f.kind == "graph_break"]
     assert isinstance(first, Finding) and first.severity == "warning" and first.title
-    assert first.where[0].endswith(f":{_line_of(fn, marker)}"), (first, report.breaks)
+    # a file's site is its last two path parts, the line and its text
+    assert first.where[0].startswith(f"tests/test_compile.py:{_line_of(fn, marker)}: "), (first, report.breaks)
     assert fix_word in _fixes(first) and "fullgraph=True" in _fixes(first)
 
 
@@ -99,8 +100,8 @@ def test_recompile_limit_is_hit_and_named():
     assert "mode ==" in report.limit_hits[0].last_reason
     recompile = report.finding("compile_recompilation")
     assert recompile is not None and "as tensors" in _fixes(recompile)
-    assert report.kinds[0] == "recompile_limit" and report.finding("recompile_limit").where[0].endswith(
-        f":{_line_of(by_mode, 'def by_mode')}")
+    assert report.kinds[0] == "recompile_limit" and report.finding("recompile_limit").where[0] == (
+        f"tests/test_compile.py:{_line_of(by_mode, 'def by_mode')}: def by_mode(x, mode):")
 
 
 def test_capture_restores_torch_logging():
@@ -210,7 +211,8 @@ def test_compilecheck_shows_the_report_then_reraises(ip):
     report = ip.user_ns["failed"]
     assert report.finding("graph_break") is not None
     shown = [o.data.get("text/plain", "") for o in cap.outputs]
-    assert len(shown) == 1 and "graph_break" in shown[0] and "torch.compile check" in shown[0]
+    reports = [t for t in shown if "torch.compile check" in t]  # (the explainer may add its panel on the KeyError)
+    assert len(reports) == 1 and "graph_break" in reports[0]
     assert not any(type(h).__name__ == "_Recorder" for h in __import__("logging").getLogger("torch").handlers)
 
 
@@ -285,3 +287,50 @@ def test_compile_check_bad_arguments(fn, kwargs):
 
     with pytest.raises(InvalidArgumentError, match="expected"):
         nbdebug.compile_check(fn, torch.randn(2), **kwargs)
+
+
+KERNEL_CELL = "/tmp/ipykernel_4242/3141592653.py"  # the name ipykernel compiles a cell under
+
+
+def _cell_function(source: str, name: str):
+    """A function defined in a cell as a notebook kernel runs it: compiled under the kernel's temporary file name,
+    its lines in linecache (as ipykernel keeps them)."""
+    import linecache
+
+    linecache.cache[KERNEL_CELL] = (len(source), None, source.splitlines(True), KERNEL_CELL)
+    namespace: dict = {"torch": torch}
+    exec(compile(source, KERNEL_CELL, "exec"), namespace)
+    return namespace[name]
+
+
+def test_sites_are_named_as_the_user_knows_the_cell():
+    # issue 26, item 6: compile_check named ipykernel's temporary file ("ipykernel_4242/3141592653.py:2")
+    fn = _cell_function("def gate(a):\n    if a.sum().item() > 0:\n        return a * 2\n    return a - 1\n",
+                        "gate")
+    torch._dynamo.reset()
+    report = nbdebug.compile_check(fn, torch.randn(4))
+    (found,) = report.findings
+    assert found.where == ("a notebook cell, line 2: if a.sum().item() > 0:",), found.where
+    shown = str(report) + report._repr_mimebundle_()["text/html"]
+    assert "ipykernel" not in shown and "3141592653" not in shown, shown
+
+
+def test_compilecheck_on_a_compiled_model_blames_the_users_line(ip):
+    # issue 26, item 7: a torch.compile(model) recompiling was blamed on torch's own external_utils.py:67
+    cell = (
+        "import torch\n"
+        "torch._dynamo.reset()\n"
+        "net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))\n"
+        "compiled = torch.compile(net, backend='eager')\n"
+        "for batch in (4, 4, 7):\n"
+        "    out = compiled(torch.randn(batch, 8))\n"
+    )
+    report = ip.run_cell_magic("compilecheck", "", cell)
+    found = report.finding("compile_recompilation")
+    assert found is not None and len(found.where) == 1, report.findings
+    assert found.where[0].startswith("In [") and found.where[0].endswith(
+        ", line 6: out = compiled(torch.randn(batch, 8))"), found.where
+    assert found.message.startswith("the compiled Sequential was recompiled 1 time(s)"), found.message
+    shown = str(report) + report._repr_mimebundle_()["text/html"]
+    for internal in ("external_utils", "site-packages", "inner", "ipython-input"):
+        assert internal not in shown, (internal, shown)

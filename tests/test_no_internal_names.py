@@ -87,3 +87,34 @@ def test_no_internal_names_in_what_the_user_sees(name):
     for kind, text in outputs.items():
         m = INTERNAL.search(text)
         assert m is None, f"{name} {kind}: {text[max(0, m.start() - 80):m.end() + 40]!r}"
+
+
+def _memtrace():
+    with nbdebug.memtrace("cpu") as rec:
+        losses = []
+        net = nn.Linear(16, 16)
+        for _ in range(3):
+            losses.append(net(torch.randn(8, 16)).sum())
+    return rec.result
+
+
+# a program's dump: an identifier with a number (``retained_bytes=3217456``), or pairs in a row (``compiles=6,
+# cache_hits=0``); a setting quoted in prose (``lr=0.1``, ``capture_scalar_outputs=False``) is words
+_DUMP = re.compile(r"\b[a-z]+(?:_[a-z]+)+=[0-9]|\b\w+=[^\s,;]+[,;]? \w+=[^\s,;]+")
+
+
+def _visible_words(html: str) -> str:
+    """The text a reader sees in a panel, less code blocks and the data-URI pictures (which may hold anything)."""
+    html = re.sub(r"<pre\b.*?</pre>|<code\b.*?</code>|<script\b.*?</script>|<style\b.*?</style>", " ", html,
+                  flags=re.S)
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+# (the NCCL log's panel quotes NCCL's own lines, "WorkNCCL(SeqNum=808, OpType=ALLREDUCE, ...)", to grep for)
+@pytest.mark.parametrize("name", [*(b for b in BUILDERS if b != "nccl log"), "memtrace"])
+def test_panels_say_numbers_in_words_not_key_value_dumps(name):
+    # issue 26, item 12: "compiles=6, cache_hits=0", "retained_bytes=3217456" in panels
+    result = _memtrace() if name == "memtrace" else BUILDERS[name]()
+    words = _visible_words(to_html(result))
+    dumps = _DUMP.findall(words)
+    assert not dumps, f"{name}: {dumps[:5]}"

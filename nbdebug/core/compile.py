@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nbdebug.core import knowledge
+from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core._findings import Finding, HasFindings, sort_findings
 from nbdebug.core._recorder import Recorder
 from nbdebug.core._result import Result
@@ -57,8 +58,8 @@ class GraphBreak:
 
     @property
     def where(self) -> str:
-        """``file:line``."""
-        return f"{self.file}:{self.line}" if self.file else "?"
+        """The site as the user knows it: ``In [12], line 3: code`` for a cell, ``train.py:40: code`` for a file."""
+        return site_label(self.file, self.line) if self.file else "?"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class Recompile:
     line: int
     guard: str
     user_line: str = ""
+    #: the user's own code that made the call which recompiled (torch's frames skipped), and the compiled module
+    #: when the function is torch's wrapper around an ``nn.Module`` (``Sequential``)
+    user_file: str = ""
+    user_lineno: int = 0
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,9 @@ class LimitHit:
     limit_name: str
     limit: int | None
     last_reason: str = ""
+    user_file: str = ""
+    user_lineno: int = 0
+    module: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -170,7 +179,7 @@ def _parse_recompile(msg: str) -> Recompile | None:
             guard = g.group(1)
             break
     user = _USER_FILE.search(msg)
-    user_line = f"{user.group(1)}:{user.group(2)}: {user.group(4).strip()}" if user else ""
+    user_line = site_label(user.group(1), int(user.group(2)), code=False) + ": " + user.group(4).strip() if user else ""
     return Recompile(m.group(1), m.group(2), int(m.group(3)), guard, user_line)
 
 
@@ -207,11 +216,53 @@ class _CompileLog(logging.Handler):
         elif "Recompiling function" in msg:
             r = _parse_recompile(msg)
             if r:
-                self.recompiles.append(r)
+                self.recompiles.append(replace(r, **_caller()))
         elif "hit config." in msg:
             h = _parse_limit(msg)
             if h:
-                self.limits.append(h)
+                self.limits.append(replace(h, **_caller()))
+
+
+def _library_file(filename: str) -> bool:
+    """torch's, nbdebug's, IPython's or the standard library's own code: never the user's site."""
+    import os
+    import sysconfig
+
+    if not filename or filename.startswith("<frozen"):
+        return True
+    if is_cell_file(filename) or filename.startswith("<ipython-input"):
+        return False
+    name = filename.replace("\\", "/")
+    if "/site-packages/" in name or "/dist-packages/" in name or "/torch/" in name or "/nbdebug/" in name:
+        return True
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    return bool(stdlib) and os.path.abspath(filename).startswith(os.path.abspath(stdlib) + os.sep)
+
+
+def _caller() -> dict[str, Any]:
+    """The user's line that made the call torch is recompiling for, and the compiled module's class.
+
+    torch names the function it recompiles; for ``torch.compile(model)`` that is its own wrapper (``inner`` in
+    ``torch/_dynamo/external_utils.py``), which tells the user nothing.  The log record is emitted inside that
+    call, so the innermost frame outside torch, nbdebug, IPython and the standard library is the user's line,
+    and the wrapper's ``fn`` is the module's bound ``__call__``.
+    """
+    import sys
+
+    found: dict[str, Any] = {}
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if "module" not in found and code.co_name in ("inner", "_wrapped_call_impl", "_call_impl", "__call__"):
+            owner = frame.f_locals.get("self", frame.f_locals.get("fn"))
+            original = getattr(owner, "_orig_mod", None)  # torch.compile(model) is an OptimizedModule around it
+            if original is not None:
+                found["module"] = type(original).__name__
+        if not _library_file(code.co_filename):
+            found["user_file"], found["user_lineno"] = code.co_filename, frame.f_lineno
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
 
 
 _LOGGERS = ("torch", "torch._dynamo")
@@ -338,29 +389,27 @@ def build_report(
     name, value = recompile_limit()
     findings: list[Finding] = []
     for h in limits:
+        what, where = _compiled(h.function, h.file, h.line, h.user_file, h.user_lineno, h.module)
         findings.append(knowledge.finding(
             "recompile_limit",
-            f"torch.compile gave up on {h.function}(): it hit {h.limit_name}={h.limit} and now runs it EAGERLY "
-            f"(no speed-up). Last failing guard: {h.last_reason or '?'}",
-            (f"{h.file}:{h.line}",),
-            evidence={"limit_name": h.limit_name, "limit": h.limit}))
+            f"torch.compile gave up on {what}: it hit its limit of {h.limit} compiled versions ({h.limit_name}) and "
+            f"now runs it EAGERLY (no speed-up). Last failing guard: {h.last_reason or '?'}",
+            where, evidence={"limit_name": h.limit_name, "limit": h.limit}))
     by_fn: dict[tuple[str, str, int], list[Recompile]] = {}
     for r in recompiles:
         by_fn.setdefault((r.function, r.file, r.line), []).append(r)
     generic = knowledge.entry("compile_recompilation")
     for (fn, file, line), rs in by_fn.items():
         guard = rs[-1].guard
-        if "/torch/" in file or "site-packages" in file:  # torch's wrapper around a compiled nn.Module's forward
-            fn = f"a compiled nn.Module ({fn} in {file.rsplit('/', 1)[-1]})"
+        what, where = _compiled(fn, file, line, rs[-1].user_file, rs[-1].user_lineno, rs[-1].module)
         matched = knowledge.match("guard", guard)
-        what = matched.title if matched else "guard failed"
+        title = matched.title if matched else "guard failed"
         sev = "warning" if len(rs) >= 2 or any(h.function == fn for h in limits) else "info"
         findings.append(knowledge.finding(
             "compile_recompilation",
-            f"{fn if fn.startswith('a compiled') else fn + '()'} was recompiled {len(rs)} time(s) ({what}); "
-            f"failing guard: {guard}"
-            + (f" [{rs[-1].user_line}]" if rs[-1].user_line else ""),
-            (f"{file}:{line}",), severity=sev,
+            f"{what} was recompiled {len(rs)} time(s) ({title}); failing guard: {guard}"
+            + (f" [{rs[-1].user_line}]" if rs[-1].user_line and not rs[-1].user_file else ""),
+            where, severity=sev,
             fixes=(*matched.fixes, *generic.fixes[1:]) if matched else None,
             evidence={"recompilations": len(rs), "guard": guard}))
     generic = knowledge.entry("graph_break")
@@ -373,11 +422,25 @@ def build_report(
         what = matched.title if matched else "graph break"
         findings.append(knowledge.finding(
             "graph_break",
-            f"Graph break ({what})" + (f" at `{b.code}`" if b.code else "") + f": {b.reason}",
+            f"Graph break ({what}): {b.reason}",
             (b.where,),
             fixes=(*matched.fixes, *generic.fixes) if matched else None))
     return CompileReport(graph_count, graph_break_count, breaks, recompiles, limits, sort_findings(findings), name,
                          value, ops_per_graph)
+
+
+def _compiled(function: str, file: str, line: int, user_file: str, user_lineno: int,
+              module: str) -> tuple[str, tuple[str, ...]]:
+    """What was compiled, in the user's words, and where: the user's function at its ``def`` and the line that
+    called it; for ``torch.compile(model)``, whose compiled function is torch's own wrapper, the model's class and
+    the user's line that called it (torch's file is never the site).
+    """
+    called = (site_label(user_file, user_lineno),) if user_file else ()
+    if _library_file(file):
+        name = f"the compiled {module}" if module else "a compiled nn.Module"
+        return name, called
+    own = site_label(file, line) if file else ""
+    return f"{function}()", tuple(dict.fromkeys(w for w in (own, *called) if w))
 
 
 def _frame_of(user_stack: Any) -> tuple[str, int, str]:

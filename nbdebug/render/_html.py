@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from nbdebug._units import fmt_bytes, fmt_seconds
 
 __all__ = ["CSS", "STYLE", "static", "esc", "panel", "table", "kv_table", "code_block", "picture", "svg_data_uri",
-           "INTERACTIVE_NOTE", "fmt_bytes", "fmt_seconds"]
+           "severity_badge", "SEVERITY_FILL", "INTERACTIVE_NOTE", "fmt_bytes", "fmt_seconds"]
 
 #: shown where a renderer ran no script (untrusted notebook, GitHub, nbviewer); a live script removes it
 INTERACTIVE_NOTE = "re-run the cell or trust the notebook for the interactive view"
@@ -48,13 +48,33 @@ def panel(title: str, body_html: str, *, kind: str = "info", open_: bool = True,
     )
 
 
+# Where a notebook is untrusted (or on GitHub / nbviewer) the panel's stylesheet is gone but inline styles of a few
+# properties survive the sanitiser (text-align, colour, background-colour, font-weight, white-space, overflow-x):
+# what must hold there (left-aligned text, code on one line per line, the severity's colour) is said inline too.
+_LEFT = ' style="text-align:left;vertical-align:top"'
+_RIGHT = ' style="text-align:right;vertical-align:top"'
+_PRE = ' style="white-space:pre;overflow-x:auto;text-align:left"'
+
+#: a severity's badge fill, with white text: at least 4.5:1 against the white text, and distinct on a light and on
+#: a dark page alike (one colour cannot be 4.5:1 as text on both white and JupyterLab Dark's #111)
+SEVERITY_FILL = {"error": "#cf222e", "warning": "#7d4e00", "info": "#0969da", "ok": "#1a7f37"}
+
+
+def severity_badge(severity: str) -> str:
+    """``error`` / ``warning`` / ``info`` as a small filled badge whose colours are inline (they survive sanitising)."""
+    fill = SEVERITY_FILL.get(severity, "#59636e")
+    return (f'<span class="nbd-sev sev-badge-{esc(severity)}" style="background-color:{fill};color:#ffffff;'
+            f'font-weight:600;white-space:nowrap;padding:0 6px;border-radius:8px">{esc(severity)}</span>')
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, numeric: Sequence[int] = ()) -> str:
-    """An escaped HTML table; columns listed in ``numeric`` are right-aligned."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    """An escaped HTML table; columns listed in ``numeric`` are right-aligned, the others left-aligned."""
+    head = "".join(f"<th{_RIGHT if i in numeric else _LEFT}>{esc(h)}</th>" for i, h in enumerate(header))
     body = []
     for row in rows:
         cells = "".join(
-            f'<td class="num">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>" for i, c in enumerate(row)
+            f'<td class="num"{_RIGHT}>{esc(c)}</td>' if i in numeric else f"<td{_LEFT}>{esc(c)}</td>"
+            for i, c in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -62,13 +82,13 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, numeric: S
 
 def kv_table(items: Iterable[tuple[object, object]]) -> str:
     """A two-column key/value table."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
+    rows = "".join(f"<tr><th{_LEFT}>{esc(k)}</th><td{_LEFT}>{esc(v)}</td></tr>" for k, v in items)
     return f"<table><tbody>{rows}</tbody></table>"
 
 
 def code_block(code: str) -> str:
-    """Escaped ``<pre><code>``."""
-    return f"<pre><code>{esc(code)}</code></pre>"
+    """Escaped ``<pre><code>``: each line kept whole (scrolled sideways when long), never broken inside a word."""
+    return f"<pre{_PRE}><code>{esc(code)}</code></pre>"
 
 
 # -- pictures that survive any renderer ---------------------------------------------------------------------
@@ -79,13 +99,20 @@ def code_block(code: str) -> str:
 # self-contained image (own background and colours) that the same stylesheet hides.  Trusted: the themed SVG;
 # sanitised: the image; no stylesheet at all: the image.
 
-_IMAGE_STYLE = ("<style>text{fill:#1f2328;font-family:system-ui,-apple-system,'Segoe UI',sans-serif}"
-                ".nbd-muted{fill:#59636e}</style>")
+# A picture does not know the page's theme, so it has no background of its own (no white box on a dark page): its
+# text is dark with a white halo (paint-order: stroke first), readable on a light page as plain dark text and on a
+# dark page inside its halo, the way map labels are drawn.
+_IMAGE_STYLE = ("<style>text{fill:#1f2328;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke;"
+                "font-family:system-ui,-apple-system,'Segoe UI',sans-serif}.nbd-muted{fill:#424a53}</style>")
+
+
+_OWN_BACKGROUND = re.compile(r"var\(--(?:nbd-bg|nbd-mem-bg|jp-layout-color0)\b[^,()]*,\s*#[0-9a-fA-F]{3,8}\)")
 
 
 def svg_data_uri(svg: str) -> str:
-    """``svg`` as a stand-alone ``data:image/svg+xml;base64`` URI: light background and colours of its own (an
-    image sees none of the page's CSS; its ``var(--x, fallback)`` colours take their fallbacks)."""
+    """``svg`` as a stand-alone ``data:image/svg+xml;base64`` URI: a transparent background and text drawn to read
+    on light and dark pages alike (an image sees none of the page's CSS; its ``var(--x, fallback)`` colours take
+    their fallbacks)."""
     m = re.match(r"\s*<svg\b[^>]*>", svg)
     if m is None:
         raise ValueError("svg_data_uri expects markup starting with an <svg> element")
@@ -96,8 +123,8 @@ def svg_data_uri(svg: str) -> str:
     h = re.search(r'\bheight="([\d.]+)"', opening)
     if "viewBox" not in opening and w and h:
         opening = opening.replace("<svg", f'<svg viewBox="0 0 {w.group(1)} {h.group(1)}"', 1)
-    back = '<rect x="0" y="0" width="100%" height="100%" fill="#ffffff"/>'
-    body = opening + _IMAGE_STYLE + back + svg[m.end():]
+    # a chart's own background (``var(--nbd-bg, #fff)``) would be a white box on a dark page: none in the image
+    body = opening + _IMAGE_STYLE + _OWN_BACKGROUND.sub("none", svg[m.end():])
     return "data:image/svg+xml;base64," + base64.b64encode(body.encode("utf-8")).decode("ascii")
 
 

@@ -24,7 +24,7 @@ def _head(r: CompileReport) -> list[tuple[str, object]]:
 @renders(CompileReport, "text")
 def compile_text(r: CompileReport) -> str:
     """Plain-text report."""
-    head = "torch.compile check: " + ", ".join(f"{k}={v}" for k, v in _head(r))
+    head = "torch.compile check: " + "; ".join(f"{k}: {v}" for k, v in _head(r))
     return head + "\n" + findings_text(r.findings, empty=_CLEAN)
 
 

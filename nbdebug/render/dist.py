@@ -21,7 +21,7 @@ from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = ["dist_run_text", "dist_run_html", "hang_text", "hang_html", "rank_text", "rank_html", "check_text",
            "check_html", "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html", "clip",
-           "postmortem_text", "postmortem_html", "rank_groups"]
+           "postmortem_text", "postmortem_html", "rank_groups", "readable_error"]
 
 
 def clip(text: str, limit: int) -> str:
@@ -76,7 +76,7 @@ def rank_html(r: RankResult) -> str:
     if r.stdout or r.stderr:
         body += f"<details><summary>output</summary>{code_block(r.stdout + chr(10) + r.stderr)}</details>"
     if r.failed:
-        title, kind = f"rank {r.rank}: {r.error_kind or 'failed'} — {clip(_rank_error(r), 100)}", "error"
+        title, kind = f"rank {r.rank}: {r.error_kind or 'failed'} — {clip(readable_error(_rank_error(r)), 100)}", "error"
     else:
         title, kind = f"rank {r.rank}: ok", "ok"
     return panel(title, body, kind=kind)
@@ -294,6 +294,15 @@ def step_report_html(s: StepReport) -> str:
 # -- post-mortem ---------------------------------------------------------------------------------------------------
 
 _NUMBERS = re.compile(r"\[[0-9.:]{1,60}\]:[0-9]{1,6}|0x[0-9a-fA-F]{1,16}|[0-9]{2,}")
+# where torch was built, in front of a native error ("[/__w/pytorch/pytorch/third_party/gloo/.../unbound_buffer.cc:78]
+# Timed out waiting ..."): a path on torch's build machine that says nothing to the user and, cut to fit a table,
+# left no room for the words after it
+_BUILD_PATH = re.compile(r"\[(?:[A-Za-z]:)?[/\\][^\]\s]{0,300}?[/\\][\w.+-]{1,80}\.(?:cc|cpp|cxx|c|h|hpp|cu|cuh):[0-9]{1,7}\]\s?")
+
+
+def readable_error(text: str) -> str:
+    """A rank's error with torch's build paths taken out, so the words of the error come first."""
+    return _BUILD_PATH.sub("", text)
 
 
 def rank_groups(pm: PostMortem, limit: int = 40) -> list[tuple[str, tuple[int, ...], str, str]]:
@@ -305,9 +314,10 @@ def rank_groups(pm: PostMortem, limit: int = 40) -> list[tuple[str, tuple[int, .
     groups: dict[tuple[str, str], list[int]] = {}
     sample: dict[tuple[str, str], tuple[str, str]] = {}
     for r in pm.ranks:
-        key = (r.state, _NUMBERS.sub("N", clip(r.error, 160)))
+        error = clip(readable_error(r.error), 160)
+        key = (r.state, _NUMBERS.sub("N", error))
         groups.setdefault(key, []).append(r.rank)
-        sample.setdefault(key, (clip(r.error, 160), r.where))
+        sample.setdefault(key, (error, r.where))
     rows = sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), -len(kv[1])))
     out = [(state, tuple(ranks), *sample[(state, sig)]) for (state, sig), ranks in rows]
     if len(out) > limit:  # past the limit, one row per state
@@ -415,7 +425,7 @@ def postmortem_html(pm: PostMortem) -> str:
     groups = rank_groups(pm)
     parts.append("<h4>Ranks by state</h4>" + table(
         ["state", "ranks", "which", "error", "where"],
-        [(state, len(ranks), ranks_text(ranks, 80), clip(error, 100), where) for state, ranks, error, where in groups],
+        [(state, len(ranks), ranks_text(ranks, 80), error, where) for state, ranks, error, where in groups],
         numeric=(1,)))
     if pm.hosts:
         shown = [h for h in pm.hosts if h.bad] or list(pm.hosts[:10])

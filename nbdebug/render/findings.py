@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Finding, Severity, sort_findings, worst_severity
-from nbdebug.render._html import code_block, esc
+from nbdebug.render._html import code_block, esc, severity_badge
 from nbdebug.render._registry import renders
 
-__all__ = ["findings_text", "findings_html", "finding_text", "finding_html", "panel_kind"]
+__all__ = ["findings_text", "findings_html", "finding_text", "finding_html", "panel_kind", "evidence_words"]
 
 
 def panel_kind(findings: Iterable[Finding], *, empty: str = "ok") -> str:
@@ -28,6 +30,34 @@ def _where(f: Finding) -> str:
     return shown + (f", ... ({len(f.where) - _MAX_WHERE} more)" if len(f.where) > _MAX_WHERE else "")
 
 
+def _value_words(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and (key.endswith("bytes") or key in ("bytes", "size")):
+        return fmt_bytes(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        return " x ".join(str(v) for v in value) if key.endswith("shape") else ", ".join(str(v) for v in value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
+def evidence_words(evidence: Mapping[str, Any]) -> str:
+    """A finding's evidence as words a person reads: ``retained bytes: 3.07 MiB; compiles: 6``.
+
+    Never the ``key=value`` dump of its dictionary (which ``to_dict()`` keeps for programs).
+    """
+    parts = []
+    for key, value in evidence.items():
+        if value is None or value == "" or value == () or value == []:
+            continue
+        words = key.replace("_", " ").strip()
+        parts.append(f"{words}: {_value_words(key, value)}")
+    return "; ".join(parts)
+
+
 @renders(Finding, "text")
 def finding_text(f: Finding) -> str:
     """One finding: severity, kind, where, message, then its fixes and evidence indented."""
@@ -37,7 +67,7 @@ def finding_text(f: Finding) -> str:
         out.append(f"    fix: {fix.title}")
         out += [f"         {line}" for line in fix.code.splitlines()]
     if f.evidence:
-        out.append("    evidence: " + ", ".join(f"{k}={v}" for k, v in f.evidence.items()))
+        out.append("    evidence: " + evidence_words(f.evidence))
     return "\n".join(out)
 
 
@@ -49,27 +79,34 @@ def findings_text(findings: Sequence[Finding], *, empty: str = "no findings") ->
 
 
 def _row(f: Finding) -> str:
+    # The fixes get a row of their own, across the table, so that their code is never squeezed into a narrow
+    # column (and broken mid-identifier); alignment and the severity's colour are inline too, as an untrusted
+    # notebook or GitHub keeps inline styles but drops the panel's stylesheet.
     where = _where(f)
-    fixes = "".join(
-        f"<li>{esc(x.title)}{code_block(x.code) if x.code else ''}</li>" for x in f.fixes
-    )
-    evidence = ", ".join(f"{esc(k)}={esc(v)}" for k, v in f.evidence.items())
-    return (
+    fixes = "".join(f"<li>{esc(x.title)}{code_block(x.code) if x.code else ''}</li>" for x in f.fixes)
+    evidence = evidence_words(f.evidence)
+    left = ' style="text-align:left;vertical-align:top"'
+    row = (
         f'<tr class="nbd-finding" data-kind="{esc(f.kind)}" data-severity="{esc(f.severity.value)}">'
-        f'<td class="sev-{esc(f.severity.value)}">{esc(f.severity.value)}</td>'
-        f"<td><code>{esc(f.kind)}</code></td><td>{esc(f.message)}"
+        f"<td{left}>{severity_badge(f.severity.value)}</td>"
+        f"<td{left}><code>{esc(f.kind)}</code></td><td{left}>{esc(f.message)}"
         + (f'<div class="nbd-muted">in: <code>{esc(where)}</code></div>' if where else "")
-        + (f'<div class="nbd-muted">{evidence}</div>' if evidence else "")
-        + f'</td><td><ul class="nbd-fixes">{fixes}</ul></td></tr>'
+        + (f'<div class="nbd-muted">{esc(evidence)}</div>' if evidence else "")
+        + "</td></tr>"
     )
+    if fixes:
+        row += (f'<tr class="nbd-fixrow" data-kind="{esc(f.kind)}"><td{left}></td>'
+                f'<td colspan="2"{left}><ul class="nbd-fixes">{fixes}</ul></td></tr>')
+    return row
 
 
 def findings_html(findings: Sequence[Finding], *, empty: str = "no findings") -> str:
-    """A findings table, worst first: severity, kind, what (with where and evidence), fixes."""
+    """A findings table, worst first: severity, kind, what (with where and evidence); the fixes below each."""
     if not findings:
         return f'<div class="nbd-muted">{esc(empty)}</div>'
     rows = "".join(_row(f) for f in sort_findings(findings))
-    head = "<tr><th>severity</th><th>kind</th><th>what</th><th>fixes</th></tr>"
+    left = ' style="text-align:left"'
+    head = f"<tr><th{left}>severity</th><th{left}>kind</th><th{left}>what, and how to fix it</th></tr>"
     return f'<table class="nbd-findings"><thead>{head}</thead><tbody>{rows}</tbody></table>'
 
 

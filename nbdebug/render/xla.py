@@ -47,7 +47,7 @@ def _metric_rows(report: MetricsReport) -> list[tuple[Any, ...]]:
 def report_text(report: MetricsReport) -> str:
     """Plain-text summary of a parsed report."""
     lines = [f"torch_xla metrics report ({report.layout}): " + ", ".join(
-        f"{label}={getattr(report, key)}" for key, label in _HEADLINE)]
+        f"{label}: {getattr(report, key)}" for key, label in _HEADLINE)]
     if report.fallback_ops:
         lines.append("CPU fallbacks: " + ", ".join(f"{k} x{v}" for k, v in report.fallback_ops.items()))
     lines.append("")
@@ -57,7 +57,7 @@ def report_text(report: MetricsReport) -> str:
     interesting = [c for c in report.counters if not c.name.startswith("xla::")]
     if interesting:
         lines.append("")
-        lines.append("counters: " + ", ".join(f"{c.name}={c.value}" for c in interesting))
+        lines.append("counters: " + ", ".join(f"{c.name} {c.value}" for c in interesting))
     return "\n".join(lines)
 
 
@@ -77,8 +77,8 @@ _HEALTHY = "No problem found: the graphs are compiled once and then reused."
 @renders(XlaDiagnosis, "text")
 def diagnosis_text(d: XlaDiagnosis) -> str:
     """Plain-text diagnosis."""
-    lines = ["torch_xla diagnosis: " + ", ".join(f"{label}={getattr(d, key)}" for key, label in _HEADLINE)
-             + f", compile time={fmt_seconds(d.compile_seconds)}"]
+    lines = ["torch_xla diagnosis: " + ", ".join(f"{label}: {getattr(d, key)}" for key, label in _HEADLINE)
+             + f", compile time: {fmt_seconds(d.compile_seconds)}"]
     if d.fallback_ops:
         lines.append("CPU fallbacks: " + ", ".join(f"{k} x{v}" for k, v in d.fallback_ops.items()))
     if d.ok:
@@ -166,7 +166,7 @@ def _log_head(log: DebugLog) -> list[tuple[str, Any]]:
 @renders(DebugLog, "text")
 def debuglog_text(log: DebugLog) -> str:
     """Plain-text summary of a parsed debug log: one line per compile/execution, with its cause and user line."""
-    lines = ["torch_xla debug log: " + ", ".join(f"{k}={v}" for k, v in _log_head(log))]
+    lines = ["torch_xla debug log: " + ", ".join(f"{k}: {v}" for k, v in _log_head(log))]
     for step, kind, cause, _hash, _inputs, where in _event_rows(log):
         lines.append(f"  step {step:<3} {kind:<10} {cause}" + (f"  at {where}" if where != "-" else ""))
     if len(log.events) > _MAX_EVENTS:

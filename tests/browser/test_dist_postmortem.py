@@ -32,6 +32,21 @@ def test_postmortem_panel_is_readable(lab, page, theme):
     assert "train.py:33" in hang  # where the missing rank was, from its stack dump
     assert "rank 1 failed first: IndexError: Target 12 is out of bounds." in crash
     assert "target_out_of_bounds" in crash  # the explainer's diagnosis inside the panel
+    # issue 26, item 9: an error keeps its words after torch's build path (it was cut at "...unbound_buffer.cc:78]
+    # Timed ..."), and the ranks table stays inside the panel's border at a laptop's width
+    assert "Timed out waiting 8000ms for recv operation to complete" in hang, hang
+    assert "third_party/gloo" not in hang, hang
+    page.set_viewport_size({"width": 1000, "height": 1000})
+    page.wait_for_timeout(500)
+    outside = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output details.nbdebug')]
+        .flatMap(panel => [...panel.querySelectorAll('table')].map(t => {
+            const p = panel.getBoundingClientRect(), clip = t.closest('.nbd-body');
+            const scrolls = clip && getComputedStyle(clip).overflowX !== 'visible';
+            const right = scrolls ? clip.getBoundingClientRect().right : t.getBoundingClientRect().right;
+            return {text: t.innerText.slice(0, 60), over: right - p.right};
+        })).filter(x => x.over > 1)""")
+    assert not outside, outside
+    page.set_viewport_size({"width": 1400, "height": 1000})
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 40, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]

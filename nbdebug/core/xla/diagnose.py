@@ -107,7 +107,7 @@ def _finding(
 
 
 def _where(frame: Any) -> str:
-    """``file:line in function``, or the file name and "(recorded on another machine)".
+    """``file:line in function``, or, for a file that is not on this machine, a sentence saying so.
 
     A log recorded elsewhere names files that are not here: such a path is never presented as the user's code.
     """
@@ -116,7 +116,8 @@ def _where(frame: Any) -> str:
     if frame.file.startswith("<") or os.path.exists(frame.file):
         return str(frame)
     name = os.path.basename(frame.file.replace("\\", "/")) or frame.file
-    return f"{name}:{frame.line} in {frame.function} (recorded on another machine)"
+    return (f"{name}:{frame.line} in {frame.function} (recorded on another machine: a line of the script that "
+            "wrote this log, not of a file here)")
 
 
 def _user_lines(events: Sequence[Any]) -> tuple[str, ...]:
