@@ -431,9 +431,11 @@ def build_report(
 
 def _compiled(function: str, file: str, line: int, user_file: str, user_lineno: int,
               module: str) -> tuple[str, tuple[str, ...]]:
-    """What was compiled, in the user's words, and where: the user's function at its ``def`` and the line that
-    called it; for ``torch.compile(model)``, whose compiled function is torch's own wrapper, the model's class and
-    the user's line that called it (torch's file is never the site).
+    """What was compiled, in the user's words, and where.
+
+    The user's function at its ``def`` and the line that called it; for ``torch.compile(model)``, whose compiled
+    function is torch's own wrapper, the model's class and the user's line that called it (torch's file is never
+    the site).
     """
     called = (site_label(user_file, user_lineno),) if user_file else ()
     if _library_file(file):
