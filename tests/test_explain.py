@@ -36,7 +36,7 @@ def _expected(path: Path) -> str:
 # issue 23's library category: errors of transformers / Lightning / accelerate / PEFT with documented fixes
 LIBRARY = {e.slug for e in entries("explain", domain="library")}
 ISSUE_23 = {e.slug for e in TABLE if e.domain in ("env", "crash", "usercode", "library")} | {
-    "checkpoint_corrupt", "checkpoint_module_missing"}
+    "checkpoint_corrupt", "checkpoint_module_missing", "torchscript_error", "xla_not_imported"}
 
 
 def test_corpus_is_big_enough():
@@ -74,7 +74,7 @@ def test_slugs_are_the_issue_contract():
         "numpy_abi", "native_library_missing", "undefined_symbol", "api_missing", "package_missing",
         "no_matching_wheel", "extension_build_failed", "checkpoint_corrupt", "checkpoint_module_missing",
         "native_crash", "host_oom", "kernel_died", "call_signature", "missing_key", "wrong_object_attribute",
-        "replica_error",
+        "replica_error", "torchscript_error", "xla_not_imported",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

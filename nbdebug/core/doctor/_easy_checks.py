@@ -11,7 +11,7 @@ from typing import Any
 
 from nbdebug.core.doctor._inputs import tensor_leaves
 from nbdebug.core.doctor._session import Session
-from nbdebug.core.knowledge import threshold
+from nbdebug.core.knowledge import entry, threshold
 
 __all__ = ["below_minimum", "targets_in_inputs", "memorised_at_once", "shuffled_targets"]
 
@@ -54,13 +54,15 @@ def targets_in_inputs(s: Session) -> None:
             valid = t != s.ignore_index()
             same = float((x[valid] == t[valid]).float().mean()) if bool(valid.any()) else 0.0
             if same >= 0.9:
+                e = entry("fits_too_easily")
                 s.add("fits_too_easily", f"the targets equal the input tokens position by position ({same:.0%} of "
                       "them): the model is asked to copy its input, not to predict the next token; the labels are "
-                      "not shifted", ["targets"], evidence={"equal_share": round(same, 4)})
+                      "not shifted", ["targets"], evidence={"equal_share": round(same, 4)},
+                      fixes=(e.fixes[1], e.fixes[0]))
                 s.check("targets inside the inputs", "labels equal the inputs (not shifted)")
                 return
-        if x.is_floating_point() and x.dim() == 2 and t.dim() == 1 and x.shape[0] == t.shape[0] and x.shape[0] >= 8:
-            tf = t.float()
+        if x.is_floating_point() and x.dim() == 2 and x.shape[0] >= 8 and t.numel() == x.shape[0]:
+            tf = t.reshape(-1).float()
             if float(tf.std()) == 0:
                 continue
             xc = x.float() - x.float().mean(0)
@@ -119,4 +121,5 @@ def shuffled_targets(s: Session, work: Any) -> None:
         s.add("fits_too_easily", f"after fitting the batch the loss is {own:.4g}, and {shuffled:.4g} with the targets "
               "shuffled against the inputs: it does not depend on which target goes with which input, so it is "
               "not computed on the model's prediction of each target (the wrong tensor, or only padding)",
-              ["loss"], evidence={"loss": own, "shuffled": shuffled})
+              ["loss"], evidence={"loss": own, "shuffled": shuffled},
+              fixes=(entry("fits_too_easily").fixes[2], *entry("fits_too_easily").fixes[:2]))

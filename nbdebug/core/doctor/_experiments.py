@@ -24,7 +24,7 @@ from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._inputs import set_lr
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
-from nbdebug.core.doctor._train_checks import MIN_STEPS, train
+from nbdebug.core.doctor._train_checks import train
 from nbdebug.core.knowledge import entry, finding, threshold
 
 __all__ = ["Experiment", "run", "loss_at"]
@@ -32,6 +32,7 @@ __all__ = ["Experiment", "run", "loss_at"]
 # what each optimizer family trains a small problem with, for "lr up" when the user's is far below
 _TYPICAL_LR = {"SGD": 0.05, "ASGD": 0.05, "Adagrad": 0.01, "Rprop": 0.01, "LBFGS": 1.0}
 _ADAPTIVE_LR = 1e-3
+_MIN_STEPS = 10  # an experiment takes at least this many steps (fewer when the user's run took fewer)
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     try:
         work, opt, adapter, inputs = variant(s)
         curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}"[:22], early_stop=True,
-                      deadline=deadline, adapter=adapter)
+                      deadline=deadline, adapter=adapter, min_steps=_MIN_STEPS)
     except Exception as e:  # a fix that cannot run on this setup is not evidence either way
         s.check(f"experiment: {change}", f"could not run: {type(e).__name__}: {e}")
         return None
@@ -291,7 +292,7 @@ def run(s: Session) -> None:
             s.check(f"experiment: {change}", "skipped: out of time")
             continue
         per = None if t_end is None else time.perf_counter() + left / (len(cands) - i)
-        steps = n if per is None or s.step_time <= 0 else max(min(n, MIN_STEPS),
+        steps = n if per is None or s.step_time <= 0 else max(min(n, _MIN_STEPS),
                                                                min(n, int((per - time.perf_counter()) / s.step_time)))
         ex = _try(s, cause, change, variant, code, steps, per)
         if ex is not None:
@@ -365,8 +366,9 @@ def _attach(s: Session) -> None:
     title = ("lower the learning rate" if best.cause == "lr_too_high" else "raise the learning rate") + \
         f" ({best.change}, measured on a copy)"
     severity = f.severity if best.fitted else "warning"
+    others = tuple(x for x in f.fixes if "learning rate" not in x.title)[:1]
     s.findings[idx] = _replace(f, message=f"{f.message}. Tried on a copy: {best.said()}",
-                               severity=severity, fixes=(Fix(title, best.code), *f.fixes[1:2]),
+                               severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
     s.explained = True
 

@@ -18,7 +18,7 @@ from nbdebug.core.knowledge import threshold
 from nbdebug.core.training._dynamics import chance_loss, depth_correlation
 from nbdebug.errors import NonFiniteError
 
-__all__ = ["infer_task", "nonfinite", "frozen_parameters", "input_scale", "labels", "output_vs_loss",
+__all__ = ["infer_task", "nonfinite", "step_error", "loss_site", "frozen_parameters", "input_scale", "labels", "output_vs_loss",
            "initial_loss", "gradients", "input_dependence", "grad_values"]
 
 _LOGIT_LOSSES = {"CrossEntropyLoss", "cross_entropy", "BCEWithLogitsLoss", "binary_cross_entropy_with_logits"}
@@ -297,6 +297,21 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
             s.check("output depends on the input", "no: zero gradient at the first layer")
             return
     s.check("output depends on the input", "yes")
+
+
+def step_error(s: Session, e: BaseException) -> bool:
+    """The first training step raised where the model's output was out of the checks' sight (a Lightning
+    ``training_step``, a model's own loss): a target outside the classes is a finding, not a crash.  False for
+    any other error (the user's own error is raised as it is)."""
+    from nbdebug.core.explain import explain
+
+    d = explain(e)
+    if d.kind not in ("target_out_of_bounds", "device_side_assert"):
+        return False
+    s.add("label_out_of_range", f"the first training step failed: {str(e).splitlines()[0][:200]}: a target lies "
+          "outside the output's classes", ("targets",))
+    s.check("labels", "out of range (the loss refused them)")
+    return True
 
 
 def loss_site(s: Session, work: Any) -> tuple[str | None, str | None]:

@@ -172,6 +172,10 @@ def _run(s: Session) -> None:
         init.nonfinite(s, kind, f"non-finite values in the {e.phase} pass of the first step", e)
         s.check("first step", f"non-finite {e.phase}")
         return
+    except (IndexError, RuntimeError, ValueError) as e:
+        if not init.step_error(s, e):
+            raise
+        return
     s.step_time = time.perf_counter() - t_step
     s.initial_loss = float(loss.detach())
     s.check("initial loss", f"{s.initial_loss:.4g}")

@@ -100,12 +100,12 @@ def one_step(s: Session, work: Any, opt: Any, inputs: Any, adapter: Any = None) 
 
 def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False, steps: int | None = None,
           phase: str = "", early_stop: bool = False, deadline: float | None = None,
-          adapter: Any = None) -> list[float]:
+          adapter: Any = None, min_steps: int = MIN_STEPS) -> list[float]:
     """Train ``work`` on one repeated batch of ``inputs``; the loss per step.
 
     ``monitor``: watch the gradients with a ``GradMonitor`` and add what it finds (the overfit run).
     ``early_stop``: stop once the batch is fitted or the loss is no longer finite.  ``deadline``: stop there
-    (after at least ``MIN_STEPS`` steps).
+    (after at least ``min_steps`` steps).  ``adapter``: another way to make the loss (an experiment's).
     """
     import torch
 
@@ -124,12 +124,12 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     try:
         for i in range(n):
             loss_t.append(one_step(s, work, opt, inputs, adapter).detach().float())
-            if (i + 1) % 10 == 0:
+            if (i + 1) % 10 == 0 or (deadline is not None and i + 1 == min_steps):
                 now = time.perf_counter()
                 per = (now - t0) / (i + 1)
                 s.progress(phase, i + 1, n if deadline is None else min(n, i + 1 + int(
                     max(deadline - now, 0) / max(per, 1e-9))), per)
-                if deadline is not None and now > deadline and i + 1 >= MIN_STEPS:
+                if deadline is not None and now > deadline and i + 1 >= min_steps:
                     s.cut_by_budget = s.cut_by_budget or monitor
                     break
                 if target is not None:

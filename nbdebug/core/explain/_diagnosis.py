@@ -21,7 +21,7 @@ LIVE_TITLE = "What the live session shows"
 _AUTHORITIES = (
     "pytorch.org", "docs.pytorch.org", "discuss.pytorch.org", "dev-discuss.pytorch.org", "github.com/pytorch/",
     "huggingface.co", "github.com/huggingface/", "lightning.ai", "github.com/Lightning-AI/",
-    "github.com/microsoft/DeepSpeed", "deepspeed.readthedocs.io", "github.com/NVIDIA/nccl", "docs.nvidia.com",
+    "github.com/microsoft/DeepSpeed", "github.com/deepspeedai/DeepSpeed", "deepspeed.readthedocs.io", "github.com/NVIDIA/nccl", "docs.nvidia.com",
     "developer.nvidia.com", "docs.python.org", "numpy.org", "github.com/numpy/", "cloud.google.com/tpu",
     "github.com/ipython/", "ipython.readthedocs.io", "github.com/jupyter/", "docs.jupyter.org", "man7.org",
     "docs.kernel.org", "www.kernel.org/doc", "learn.microsoft.com", "pypi.org", "packaging.python.org",

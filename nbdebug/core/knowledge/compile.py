@@ -221,4 +221,38 @@ ENTRIES += (
         ),
         sources=(_FAQ,),
     ),
+    Entry(
+        slug="torchscript_error",
+        title="TorchScript (torch.jit.trace / script) could not handle the model",
+        summary=("torch.jit could not trace or script this model: tracing records only tensors (and tuples, lists or "
+                 "dicts of them) flowing through the code, and scripting compiles only the Python subset TorchScript "
+                 "supports."),
+        keywords=("traced functions", "torch::jit::tracer", "torch.jit.frontend", "tracer cannot infer",
+                  "could not export python function", "torchscript"),
+        patterns=(
+            r"can be output from traced functions",
+            r"torch::jit::tracer::",
+            r"torch\.jit\.frontend\.\w+Error",
+            r"Tracer cannot infer type of",
+            r"Could not export Python function call",
+        ),
+        priority=55,
+        causes=(
+            "The model returns something that is not a tensor or a tuple / list / dict of tensors (a custom object, "
+            "None, a dataclass), or takes such inputs.",
+            "Code TorchScript does not support (dynamic Python types, unsupported builtins) in a scripted function.",
+            "An old torch release with a narrower tracer (only tensors or tuples of tensors as outputs).",
+        ),
+        fixes=(
+            Fix("Trace a wrapper that returns tensors only", "class Wrapper(torch.nn.Module):\n"
+                "    def __init__(self, m): super().__init__(); self.m = m\n"
+                "    def forward(self, x): return self.m(x)['logits']\n"
+                "traced = torch.jit.trace(Wrapper(model).eval(), example)"),
+            Fix("Export with torch.export instead (the maintained path)", "ep = torch.export.export(model, (example,))"),
+        ),
+        first_step="Look at what the model returns (and takes): trace a small wrapper whose forward returns only "
+        "tensors, or move to torch.export.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.jit.trace.html",
+                 "https://pytorch.org/docs/stable/export.html"),
+    ),
 )

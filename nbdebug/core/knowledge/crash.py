@@ -44,7 +44,8 @@ ENTRIES: tuple[Entry, ...] = (
                  "traceback stops (or never starts) where the crash happened."),
         keywords=("segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "bus error", "signal 11",
-                  "-1073741819", "exit status"),
+                  "-1073741819", "exit status", "sigbus", "interrupted by signal", "c10::error",
+                  "ucrtbase!abort"),
         patterns=(
             # a DataLoader worker's segfault is the worker's own report (dataloader_worker)
             r"(?<!signal: )(?<!nexpected )(?i:segmentation fault)(?! encountered in worker)",
@@ -57,6 +58,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"^Aborted\b",
             r"(?m)^Illegal instruction\b",
             r"signal 11\b",
+            r"\bSIGBUS\b",
+            r"interrupted by signal \d+: SIG\w+",
+            r"terminate called after throwing an instance of 'c10::Error'",
+            r"ucrtbase!abort",
         ),
         priority=72,
         facts=((r"(?P<signal_text>Segmentation fault|SIGSEGV|SIGABRT|0xC0000005|Aborted|Illegal instruction|"

@@ -24,7 +24,8 @@ ENTRIES: tuple[Entry, ...] = (
             "[[ PyTorch's tensors held {allocated_by_pytorch:bytes}]][[; its caching allocator reserved"
             " {reserved_by_pytorch:bytes}]][[, of which {reserved_but_unallocated:bytes} is cached but unused]]."
         ),
-        keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation"),
+        keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation",
+                  "pytorch_cuda_alloc_conf", "cuda.html#environment-variables"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
             r"cuda runtime error ?(?:\(2\))? ?: ?out of memory",
@@ -35,6 +36,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"cudaErrorMemoryAllocation",
             r"THCudaCheck FAIL [^\n]{0,500}?error=2 ?: ?out of memory",
             r"torch\.(?:cuda\.)?OutOfMemoryError",
+            # the tail of the message, all a cut log may keep
+            r"See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+            r"Management\s+\(https://pytorch\.org/docs/stable/notes/cuda\.html#environment-variables\)",
         ),
         exception_types=("OutOfMemoryError",),
         priority=90,
@@ -93,9 +97,11 @@ ENTRIES: tuple[Entry, ...] = (
             "process) must be restarted. The Python line in the traceback may not be the operation that failed, "
             "because kernels run asynchronously."
         ),
-        keywords=("device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
+        keywords=("mtgp", "device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
                   "cuda runtime error (710)", "cuda error (710)", "cudaerrorassert"),
         patterns=(
+            # the next CUDA call after an assert (dropout's RNG setup) fails with this
+            r"Creating MTGP constants failed",
             r"device-side assert triggered",
             r"device side assert triggered",
             # the CUDA error number alone (59 before CUDA 10, 710 since = cudaErrorAssert)

@@ -51,8 +51,10 @@ ENTRIES: tuple[Entry, ...] = (
             "A non-finite value (NaN or Inf) appeared[[: {function} returned NaN in its output {output_index}]]. "
             "Once a NaN reaches the weights every later step is NaN too."
         ),
-        keywords=("nan", "non-finite", "inf", "invalid values", "loss scale"),
+        keywords=("invalid value encountered", "nan", "non-finite", "inf", "invalid values", "loss scale"),
         patterns=(
+            r"invalid value encountered in double_scalars",
+            r"(?:contained|contains) non-finite values",
             r"Function '\w+' returned nan values in its \d+(?:st|nd|rd|th) output",
             r"for gradients from .parameters. is non-finite",
             r"\b[Ll]oss (?:is|became|=) (?:nan|NaN|inf|Inf)\b",

@@ -171,13 +171,18 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("has no attribute", "cannot import name", "no module named 'torch", "no module named 'torchvision"),
+        keywords=("has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+                  "can't get attribute"),
         patterns=(
-            r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribute '\w+'",
+            r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribut",
+            # a name a library's release added or removed (or a package too old to have it)
+            r"cannot import name '?\w+'?",
+            # a pickle written by a newer torch (torch._utils._rebuild_tensor_v2 and the like)
+            r"Can't get attribute '\w+' on <module 'torch(?:\.\w+)*'",
             r"cannot import name '\w+' from '(?:torch|torchvision|torchaudio)(?:\.\w+)*'",
             r"No module named '(?:torch|torchvision|torchaudio)\.[\w.]+'",
         ),
-        priority=58,
+        priority=44,
         facts=(
             (r"module '(?P<owner>(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*)' has no attribute '(?P<attr>\w+)'",
              {"owner": "str", "attr": "str"}),
@@ -206,8 +211,14 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("no module named",),
-        patterns=(r"No module named '?[\w.]+'?",),
+        keywords=("no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
+        patterns=(
+            # not the optional import a library reports and goes on without ("Error caught was: No module named")
+            r"(?<!caught was: )No module named '?[\w.]+'?",
+            r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
+            r"requires the [\w-]+ library but it was not found in your environment",
+            r"(?:: command not found|：未找到命令)",
+        ),
         exception_types=("ModuleNotFoundError",),
         priority=44,
         facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),
@@ -229,15 +240,26 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="no_matching_wheel",
-        title="pip found no build of the package for this Python or platform",
+        title="pip found no build of the package that fits this Python, platform or the other packages",
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
-        keywords=("satisfies the requirement", "no matching distribution", "not a supported wheel"),
+        keywords=("satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
+                  "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
+                  "resolutionimpossible"),
         patterns=(r"Could not find a version that satisfies the requirement",
-                  r"No matching distribution found for", r"is not a supported wheel on this platform"),
+                  r"No matching distribution found for", r"is not a supported wheel on this platform",
+                  # PyPI's placeholder of old: no wheel for this Python, so pip took the sdist that refuses
+                  r"torch-0\.1\.2(?:\.post\d)?\.tar\.gz",
+                  r"Please follow the instructions at http://pytorch\.org/ to install with miniconda",
+                  r"Could not find suitable distribution for Requirement",
+                  # packages pinned to versions that do not fit together
+                  r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
+                  r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
+                  r"ResolutionImpossible"),
         priority=70,
         facts=((r"No matching distribution found for (?P<package>[\w.\-]+)", {"package": "str"}),),
         causes=("The Python version is newer (or older) than the releases of the package support.",
+                "Packages pinned to versions that require different versions of a third (torchvision pins one torch).",
                 "A 32-bit Python, or an unsupported platform (e.g. torch wheels on an unsupported OS/CPU).",
                 "A pinned version that was never published for this platform."),
         fixes=(Fix("Check the Python version against the package's supported versions",

@@ -137,14 +137,15 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="checkpoint_corrupt",
-        title="The checkpoint file is damaged or not what the loader expects",
+        title="The checkpoint file is missing, damaged or not what the loader expects",
         summary=("The file could not be read as a checkpoint[[ ({problem})]]: it is truncated (a download or a save "
                  "that did not finish), empty, or of another format than the loader expects."),
         keywords=("pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
-                  "truncated", "storages"),
+                  "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
+                  "writeendoffile", "unexpected pos"),
         patterns=(
-            r"PytorchStreamReader failed (?:reading zip archive|locating file|reading file)",
+            r"PytorchStreamReader failed (?:reading zip archive|locating file|reading file|opening archive)",
             r"failed finding central directory",
             r"unexpected EOF, expected \d+ more bytes",
             r"storage has wrong (?:byte )?size",
@@ -155,6 +156,14 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?i:file is not a zip file)",
             r"Unable to open file \(truncated file",
             r"A load persistent id instruction was encountered,?\s+but no persistent_load function",
+            # the file is not there (torch.jit.load / the C++ reader say it their way)
+            r"open file failed(?:,| because of) errno 2",
+            r"\bRAIIFile\b",
+            r"FileAdapter::FileAdapter",
+            # the save that could not finish (a full disk, a filesystem that refused the write)
+            r"PytorchStreamWriter failed writing",
+            r"writeEndOfFile",
+            r"unexpected pos \d+ vs \d+",
         ),
         priority=79,
         facts=((r"(?P<problem>failed finding central directory|unexpected EOF, expected \d+ more bytes|storage has "
@@ -164,6 +173,8 @@ ENTRIES: tuple[Entry, ...] = (
             "The file is incomplete: the download or the save was interrupted (or a disk filled up).",
             "The file is not a checkpoint: an HTML error page or a Git LFS pointer saved under the checkpoint's name.",
             "A TorchScript archive loaded with torch.load (use torch.jit.load), or another format (safetensors, h5).",
+            "The path does not exist where the code runs (a relative path, a different working directory).",
+            "Saving failed half-way: the disk or quota is full, or the filesystem refused the write.",
         ),
         fixes=(
             Fix("Look at the file's size and first bytes", "import os; print(os.path.getsize(path))\n"
@@ -182,7 +193,8 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The checkpoint is a pickle of whole Python objects[[, and it needs the module '{module}']]; that "
                  "module is not importable here, so the objects cannot be rebuilt."),
         keywords=("no module named", "can't get attribute"),
-        patterns=(r"No module named '?(?P<module>[\w.]+)'?", r"Can't get attribute '\w+' on <module '(?!__main__)[\w.]+'"),
+        patterns=(r"No module named '?(?P<module>[\w.]+)'?",
+                  r"Can't get attribute '\w+' on <module '(?!__main__|torch\b)[\w.]+'"),
         extra={"requires": r"serialization\.py|_pickle|pickle\.py|torch\.load\b|pickle\.load\b|unpickl|find_class|\.pth?\b|\.ckpt\b"},
         priority=62,
         facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),

@@ -1,11 +1,69 @@
-"""Errors raised by the libraries around PyTorch (transformers, Lightning, accelerate, PEFT, DeepSpeed, diffusers),
-with the fixes their documentation gives.
+"""Errors raised by the libraries around PyTorch, with the fixes their documentation gives.
+
+transformers, Lightning, accelerate, PEFT, DeepSpeed and diffusers: ``extra["family"]`` names the family of
+problem an entry belongs to where its domain does not say it (a DeepSpeed error is a distributed-training one).
 """
 
 from __future__ import annotations
 
+from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
 
-ENTRIES: tuple[Entry, ...] = ()
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        slug="deepspeed_zero3_params",
+        title="DeepSpeed ZeRO-3 found its gathered parameters out of step",
+        summary=("DeepSpeed ZeRO-3 gathers each partitioned parameter before a module runs and releases it after; "
+                 "here a parameter was still gathered at the end of a step (or fetched twice in one trace), which "
+                 "happens when the modules do not run in the same order every step."),
+        keywords=("inflight params", "already in registry"),
+        patterns=(r"still have inflight params", r"ds_summary\(\)\}? already in registry",
+                  r"\balready in registry\b[^\n]{0,80}(?:ds_|param)"),
+        priority=60,
+        extra={"family": "distributed"},
+        causes=(
+            "Modules that run in a different order (or a different number of times) from step to step: dynamic "
+            "control flow, a generation loop, DeepSpeed-Chat's hybrid engine, a module called twice.",
+            "ZeRO-3 prefetching together with parameter offload, in DeepSpeed releases with known bugs there.",
+        ),
+        fixes=(
+            Fix("Turn prefetching off (the parameter order may then change freely)",
+                '"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0}'),
+            Fix("Upgrade DeepSpeed, or use ZeRO-2 for this model", "pip install -U deepspeed"),
+        ),
+        first_step="Set stage3_prefetch_bucket_size to 0 (or disable the hybrid engine / offload) and upgrade "
+        "DeepSpeed; if the model's module order changes per step, ZeRO-2 avoids the problem.",
+        sources=("https://deepspeed.readthedocs.io/en/latest/zero3.html",
+                 "https://github.com/deepspeedai/DeepSpeed/issues"),
+    ),
+    Entry(
+        slug="transformers_unknown_model",
+        title="transformers does not know this model type (or not for this Auto class)",
+        summary=("The checkpoint's config names a model type[[ ({model_type})]] that the installed transformers does "
+                 "not have: the model is newer than this transformers, or its classes live in the model's own code."),
+        keywords=("does not recognize this architecture", "unrecognized configuration class"),
+        patterns=(r"Transformers does not recognize this architecture",
+                  r"Unrecognized configuration class <class '[^'\n]{1,300}'> for this kind of AutoModel"),
+        priority=66,
+        extra={"family": "environment_version"},
+        facts=((r"has model type `(?P<model_type>[\w-]{1,80})`", {"model_type": "str"}),),
+        causes=(
+            "The model was added to transformers after the installed release.",
+            "The model ships its own code (trust_remote_code) or registers its classes when the project's package "
+            "is imported, and that did not happen before AutoModel.from_pretrained.",
+            "The wrong Auto class for this model ('Unrecognized configuration class ... for this kind of AutoModel'): "
+            "a vision-language or encoder model loaded with AutoModelForCausalLM; use the class its model card names.",
+        ),
+        fixes=(
+            Fix("Upgrade transformers", "pip install -U transformers"),
+            Fix("Let the model's own code define it (only for a repository you trust)",
+                "AutoModel.from_pretrained(name, trust_remote_code=True)"),
+        ),
+        first_step="Upgrade transformers to a release that has the model type (its model card names one); for a model "
+        "with its own code, import the project's package or pass trust_remote_code=True.",
+        sources=("https://huggingface.co/docs/transformers/model_doc/auto",
+                 "https://huggingface.co/docs/transformers/custom_models"),
+    ),
+)

@@ -1,6 +1,8 @@
-"""The user's own Python errors in training code: a call that does not fit a signature, a key a batch lacks, an
-attribute an output does not have.  The live checks (``nbdebug.core.explain._live``) show the real signature, the
-real keys and the real fields; without a live session the texts say what to print.
+"""The user's own Python errors in training code.
+
+A call that does not fit a signature, a key a batch lacks, an attribute an output does not have.  The live checks
+(``nbdebug.core.explain._live``) show the real signature, the real keys and the real fields; without a live session
+the texts say what to print.
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
                  "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
                  "instead of a tensor, ...)."),
-        keywords=("object has no attribute",),
-        patterns=(r"'(?:tuple|Tensor|dict|list|NoneType|str|int|float|Parameter|[A-Z]\w{0,60}Output\w{0,20})' object "
-                  r"has no attribute '\w+'",),
+        keywords=("object has no attribute", "object is not", "values to unpack"),
+        patterns=(r"'\w{1,80}' object has no attribute '\w+'",
+                  r"'\w{1,80}' object is not (?:iterable|subscriptable|callable)",
+                  r"(?:too many|not enough) values to unpack \(expected \d+"),
         priority=40,
         facts=((r"'(?P<type_name>\w{1,80})' object has no attribute '(?P<attr>\w{1,80})'",
                 {"type_name": "str", "attr": "str"}),),

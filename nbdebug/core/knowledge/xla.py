@@ -14,6 +14,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary="The XLA runtime reported an error[[: {xla_status}]].",
         keywords=("xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
+            r"is not a TPU device",
             r"Exception in device=TPU:\d+",
             r"torch_xla/csrc/(?:(?!torch_xla/csrc/)[\w/.])+:\d+ : Check failed",
             r"XRTCompile",
@@ -199,6 +200,28 @@ ENTRIES += (
                 "m = torch.sort(x, dim).values.select(dim, (x.shape[dim] - 1) // 2)"),
         ),
         sources=("https://github.com/pytorch/xla/blob/master/torch_xla/csrc/aten_fallback.cpp",),
+    ),
+    Entry(
+        slug="xla_not_imported",
+        title="The 'xla' device is used before torch_xla registered it",
+        summary=("torch knows the 'xla' device only once torch_xla has been imported in this process; here the device "
+                 "was used without it (or with a torch_xla that does not match torch, so it could not register)."),
+        keywords=("support for xla devices",),
+        patterns=(r"not linked with support for xla devices",),
+        priority=93,
+        causes=(
+            "import torch_xla is missing from the process that uses device 'xla' (a DataLoader worker, a spawned "
+            "process, a script run without it).",
+            "torch and torch_xla of different releases: the import fails or registers nothing.",
+        ),
+        fixes=(
+            Fix("Import torch_xla before using the device", "import torch\nimport torch_xla\n"
+                "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()"),
+            Fix("Install matching releases", "pip install 'torch==X.Y.*' 'torch_xla==X.Y.*'"),
+        ),
+        first_step="Import torch_xla (and torch_xla.core.xla_model) in the process before it uses device 'xla', and "
+        "check that torch and torch_xla are the same release.",
+        sources=("https://pytorch.org/xla/",),
     ),
 )
 

@@ -129,10 +129,7 @@ def _predict(inputs: _Inputs, settings: Settings) -> MemoryPrediction:
         opt_choice = settings.optimizer if settings.optimizer is not None else inputs.optimizer
         if opt_choice is None and lightning:
             opt_choice = _lightning_optimizer(fmodel)
-            fopt = fake_optimizer(world, fmodel, fmodel, opt_choice, inputs.device) if opt_choice is not None \
-                else None
-        else:
-            fopt = fake_optimizer(world, fmodel, inputs.model, opt_choice, inputs.device)
+        fopt = fake_optimizer(world, fmodel, inputs.model, opt_choice, inputs.device)
         fbatch = world.batch(inputs.batch, settings.batch_size) if inputs.batch is not None else None
     if inputs.step is None:
         with uncounted(world):
@@ -195,7 +192,7 @@ def _predict(inputs: _Inputs, settings: Settings) -> MemoryPrediction:
                      "their CPU paths) and the CUDA allocator modelled on those tensors")
     if settings.optimizer is None and inputs.optimizer is None and not lightning and inputs.step is None:
         notes.append("no optimizer was given: no optimizer state or step is counted")
-    result = _result(ledger, inputs, settings, notes, torch.__version__)
+    result = _result(ledger, inputs, settings, notes, torch.__version__, fopt)
     return dataclasses.replace(result, seconds=time.perf_counter() - t0)
 
 
@@ -225,7 +222,8 @@ def _state_tensors(optimizer: Any) -> list[Any]:
     return [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
 
 
-def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str], version: str) -> MemoryPrediction:
+def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str], version: str,
+            optimizer: Any = None) -> MemoryPrediction:
     cuda = inputs.device == "cuda"
     size_of: Callable[[int], int] = round_size if cuda else int
     level, peak, peak_i = 0, 0, -1
@@ -264,7 +262,8 @@ def _result(ledger: Ledger, inputs: _Inputs, settings: Settings, notes: list[str
         peak_op=getattr(place, "op", "") or "", peak_module=getattr(place, "module", "") or "",
         peak_phase=getattr(place, "phase", "") or "", state_bytes=state,
         settings={"batch_size": settings.batch_size, "dtype": settings.dtype or "as given",
-                  "checkpointing": settings.checkpointing, "optimizer": _opt_name(settings, inputs),
+                  "checkpointing": settings.checkpointing, "optimizer": type(optimizer).__name__ if optimizer is not None
+                  else _opt_name(settings, inputs),
                   "accumulation_steps": settings.accumulation_steps, "torch": version},
         notes=tuple(notes), partial=bool(ledger.stand_ins or ledger.uncounted), capacity_bytes=inputs.capacity,
         _inputs=(inputs, settings))

@@ -56,7 +56,8 @@ def checkpoint_blocks(model: Any) -> int:
 
     if getattr(model, "supports_gradient_checkpointing", False):  # Hugging Face: its own switch, which also turns
         # the key/value cache off (a recomputed block would append to it twice)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return sum(1 for m in model.modules() if getattr(m, "gradient_checkpointing", False))
     containers = (torch.nn.ModuleList, torch.nn.Sequential)
     chosen: list[str] = []
@@ -122,7 +123,11 @@ def fake_optimizer(world: Any, fake_model: Any, model: Any, optimizer: Any, devi
 
     if optimizer is None:
         return None
-    if isinstance(optimizer, torch.optim.Optimizer):
+    fake_ids = {id(p) for p in fake_model.parameters()}
+    if isinstance(optimizer, torch.optim.Optimizer) and all(
+            id(p) in fake_ids for g in optimizer.param_groups for p in g["params"]):
+        fake = optimizer  # made over the fake copy already (a LightningModule's configure_optimizers)
+    elif isinstance(optimizer, torch.optim.Optimizer):
         real = {id(p) for g in optimizer.param_groups for p in g["params"]}
         missing = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in world.memo]
         if missing:

@@ -1,0 +1,143 @@
+"""Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
+
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|both]`` (default: tune).  For each item the text goes
+through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
+
+- right: the diagnosis's category belongs to the label's family (``FAMILIES`` below: the families each category's
+  first step addresses) -- the first steps themselves were read by hand on the tune half only;
+- wrong: a category of another family (worse than unknown: it sends the user the wrong way);
+- unknown: no category (the panel then shows the live evidence in a notebook, and no guessed cause).
+
+Items the label calls not actionable (a kernel-died notice, a wrapper that only says a child failed, a traceback cut
+before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
+The held-out half is run only to report its figures: its texts are never printed here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+WILD = REPO / "tests" / "data" / "errors_wild"
+
+_USER = frozenset({"user_code_python", "environment_version", "library_api_misuse"})
+# category -> the label families whose first step it gives (a category whose causes span several lists them all)
+FAMILIES: dict[str, frozenset[str]] = {
+    "cuda_oom": frozenset({"cuda_memory"}),
+    "device_side_assert": frozenset({"device_assert"}),
+    "illegal_memory_access": frozenset({"device_assert"}),
+    # its causes and analyser: an earlier async error, memory for the handle, a build without kernels for the GPU
+    "cublas_error": frozenset({"device_assert", "cuda_memory", "cuda_unavailable_or_driver"}),
+    "cudnn_error": frozenset({"device_assert", "cuda_memory"}),
+    "invalid_device_ordinal": frozenset({"cuda_unavailable_or_driver"}),
+    "device_mismatch": frozenset({"device_mismatch"}),
+    "version_mismatch": frozenset({"cuda_unavailable_or_driver", "environment_version"}),
+    "cuda_unavailable": frozenset({"cuda_unavailable_or_driver"}),
+    "cuda_fork": frozenset({"dataloader", "cuda_unavailable_or_driver"}),
+    "cuda_hardware_fault": frozenset({"native_crash", "cuda_unavailable_or_driver"}),
+    "mps_unsupported": frozenset({"device_mismatch", "environment_version"}),
+    "nondeterministic_op": frozenset({"library_api_misuse"}),
+    "shape_mismatch": frozenset({"shape"}),
+    "view_non_contiguous": frozenset({"shape"}),
+    "dtype_mismatch": frozenset({"dtype"}),
+    "numpy_conversion": frozenset({"device_mismatch", "autograd", "user_code_python"}),
+    "tensor_to_python": frozenset({"shape", "user_code_python"}),
+    "target_out_of_bounds": frozenset({"device_assert", "shape"}),
+    "index_out_of_range": frozenset({"device_assert", "shape"}),
+    "nan_loss": frozenset({"nan_inf"}),
+    "dataloader_worker": frozenset({"dataloader"}),
+    "collate_mismatch": frozenset({"dataloader", "shape"}),
+    "batchnorm_single_sample": frozenset({"shape"}),
+    "multiprocessing_pickle": frozenset({"dataloader", "user_code_python"}),
+    "tokenizer_padding": frozenset({"library_api_misuse"}),
+    "loss_broadcast": frozenset({"shape"}),
+    "size_mismatch_state_dict": frozenset({"state_dict_mismatch"}),
+    "state_dict_keys": frozenset({"state_dict_mismatch"}),
+    "deserialize_cuda": frozenset({"checkpoint_file", "cuda_unavailable_or_driver"}),
+    "weights_only_unpickling": frozenset({"checkpoint_file", "environment_version"}),
+    "checkpoint_corrupt": frozenset({"checkpoint_file"}),
+    "checkpoint_not_found": frozenset({"checkpoint_file"}),
+    "checkpoint_write_failed": frozenset({"checkpoint_file"}),
+    "checkpoint_module_missing": frozenset({"checkpoint_file"}),
+    "optimizer_setup": frozenset({"user_code_python", "library_api_misuse"}),
+    "scheduler_order": frozenset({"library_api_misuse"}),
+    "numpy_abi": frozenset({"environment_version"}),
+    "native_library_missing": frozenset({"environment_version", "install_build", "cuda_unavailable_or_driver"}),
+    "undefined_symbol": frozenset({"environment_version"}),
+    "api_missing": frozenset({"environment_version"}),
+    "package_missing": frozenset({"environment_version", "install_build"}),
+    "no_matching_wheel": frozenset({"install_build"}),
+    "pip_conflict": frozenset({"install_build", "environment_version"}),
+    "extension_build_failed": frozenset({"install_build"}),
+    "native_crash": frozenset({"native_crash"}),
+    "host_oom": frozenset({"host_memory"}),
+    # a notice that names no cause: its first step is to get the cause (the dead kernel's record), whatever it is
+    "kernel_died": frozenset({"native_crash", "host_memory", "other"}),
+    "call_signature": _USER,
+    "missing_key": frozenset({"user_code_python", "checkpoint_file", "state_dict_mismatch"}),
+    "wrong_object_attribute": _USER,
+    "replica_error": frozenset({"distributed"}),
+    "torchscript_error": frozenset({"compile"}),
+    "xla_not_imported": frozenset({"xla"}),
+}
+# whole domains whose categories all belong to one family
+DOMAIN_FAMILY = {"compile": "compile", "xla": "xla", "dist": "distributed", "ddp": "distributed",
+                 "autograd": "autograd", "library": "library_api_misuse"}
+
+
+def family_of(slug: str) -> frozenset[str]:
+    """The label families a category's first step addresses."""
+    if slug in FAMILIES:
+        return FAMILIES[slug]
+    from nbdebug.core.knowledge import entry
+
+    e = entry(slug)
+    fam = e.extra.get("family")
+    if fam:
+        return frozenset(fam.split(","))
+    return frozenset({DOMAIN_FAMILY.get(e.domain, "other")})
+
+
+def score(path: Path, *, show: bool) -> Counter[str]:
+    from nbdebug.core.explain import explain
+
+    counts: Counter[str] = Counter()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        d = explain(item["text"])
+        scope = "actionable" if item["actionable"] else "not actionable"
+        if not d.known:
+            verdict = "unknown"
+        elif item["family"] in family_of(d.kind):
+            verdict = "right" if item["actionable"] else "placed"
+        else:
+            verdict = "wrong"
+        counts[f"{scope}:{verdict}"] += 1
+        if show and verdict in ("wrong", "unknown") and item["actionable"]:
+            print(f"  {item['id']} {verdict:<7} label={item['family']:<26} got={d.kind}")
+    return counts
+
+
+def main() -> int:
+    which = sys.argv[1] if len(sys.argv) > 1 else "tune"
+    halves = ("tune", "heldout") if which == "both" else (which,)
+    for half in halves:
+        counts = score(WILD / f"{half}.jsonl", show=half == "tune")
+        n = sum(v for k, v in counts.items() if k.startswith("actionable:"))
+        right, wrong, unknown = (counts[f"actionable:{v}"] for v in ("right", "wrong", "unknown"))
+        other_wrong = counts["not actionable:wrong"]
+        print(f"{half:<8} actionable {n}: right {right} ({100 * right / max(n, 1):.0f}%), wrong {wrong}, "
+              f"unknown {unknown}; not actionable {sum(v for k, v in counts.items() if k.startswith('not'))}: "
+              f"placed {counts['not actionable:placed']}, wrong {other_wrong}, "
+              f"unknown {counts['not actionable:unknown']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
