@@ -255,8 +255,9 @@ def build(case_id):  # noqa: C901 - one branch per case, read top to bottom
         if case_id == "tabular-mse-broadcast":
             return {**case, "batch": (x, y), "loss_fn": nn.MSELoss()}
         if case_id == "tabular-label-leak":
-            return {**case, "batch": (torch.cat([x, y.unsqueeze(1)], dim=1), y.unsqueeze(1)),
-                    "model": nn.Sequential(nn.Linear(31, 32), nn.ReLU(), nn.Linear(32, 1))}
+            leaky = nn.Sequential(nn.Linear(31, 32), nn.ReLU(), nn.Linear(32, 1))
+            return {**case, "batch": (torch.cat([x, y.unsqueeze(1)], dim=1), y.unsqueeze(1)), "model": leaky,
+                    "optimizer": torch.optim.Adam(leaky.parameters(), lr=1e-3)}
         if case_id == "tabular-other-models-optimizer":
             other = nn.Sequential(nn.Linear(30, 32), nn.ReLU(), nn.Linear(32, 1))
             return {**case, "optimizer": torch.optim.Adam(other.parameters(), lr=1e-3)}
