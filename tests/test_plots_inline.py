@@ -6,6 +6,8 @@ output must carry ``image/png``, and ``.plot()`` still returns a ``matplotlib.fi
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 
 import pytest
@@ -29,6 +31,37 @@ CELLS = {
 }
 
 
+PAGES = {"light": (255, 255, 255), "dark": (17, 17, 17)}  # JupyterLab Light's and Dark's output background
+
+
+def _luminance(rgb):
+    """WCAG relative luminance of RGB values (0-255; any array shape ending in 3)."""
+    import numpy as np
+
+    v = np.asarray(rgb, dtype=float) / 255
+    v = np.where(v <= 0.03928, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
+    return v @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def readable_on_light_and_dark(png: bytes, name: str) -> None:
+    """The picture laid on JupyterLab Light's and Dark's page: no light box on the dark page (at most a fifth of
+    the picture light: text halos, legend), and on each page dark text and its light halo stand out."""
+    import numpy as np
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGBA")
+    for page, colour in PAGES.items():
+        laid = Image.alpha_composite(Image.new("RGBA", image.size, (*colour, 255)), image).convert("RGB")
+        lum = _luminance(np.asarray(laid))
+        if page == "dark":
+            light = float((lum > 0.6).mean())
+            assert light < 0.2, f"{name}: {light:.0%} of the picture is a light box on a dark page"
+        dark_ink, light_ink = float((lum < 0.05).mean()), float((lum > 0.7).mean())  # text, and its halo
+        assert dark_ink > 0.002 and light_ink > 0.002, f"{name} on a {page} page: no text that stands out"
+        # the text against its halo: 4.5:1 at least (#1f2328 on white is 15:1)
+        assert (lum.max() + 0.05) / (lum.min() + 0.05) >= 4.5, f"{name} on a {page} page: no contrast"
+
+
 def test_every_plot_renders_inline(monkeypatch):
     import nbformat
     from nbclient import NotebookClient
@@ -43,6 +76,10 @@ def test_every_plot_renders_inline(monkeypatch):
         results = [o for o in outputs[name] if o.output_type in ("execute_result", "display_data")]
         assert results, f"{name}: .plot() showed nothing"
         assert any("image/png" in o.data for o in results), f"{name}: no picture, only {results[0].data.get('text/plain')!r}"
+        # issue 26, item 10: a picture is no white box on a dark page, and its text reads on light and dark
+        for o in results:
+            if "image/png" in o.data:
+                readable_on_light_and_dark(base64.b64decode(o.data["image/png"]), name)
     shown = [o for o in outputs["type"] if o.output_type == "execute_result"][0].data["text/plain"]
     assert shown == "'matplotlib.figure.Figure'"
 

@@ -75,6 +75,7 @@ def to_figure(obj: Any, **options: Any) -> Any:
     if fn is None:
         raise TypeError(f"{type(obj).__name__} has no figure; results with a .plot() method have one")
     fig = fn(obj, **options)
+    fig._nbdebug_figure = True  # shown through figure_png, whatever shows the user's own figures
     _make_figures_displayable()
     return fig
 
@@ -89,21 +90,24 @@ def _make_figures_displayable() -> None:
     from matplotlib.figure import Figure
 
     png = shell.display_formatter.formatters.get("image/png")
-    if png is None or _has(png, Figure):  # %matplotlib inline (or an earlier call) already shows Figures
+    if png is None:
         return
-    png.for_type(Figure, _figure_png)
-
-
-def _has(formatter: Any, cls: type) -> bool:
     try:
-        formatter.lookup_by_type(cls)
-        return True
+        current = png.lookup_by_type(Figure)
     except KeyError:
-        return False
+        current = None
+    if getattr(current, "_nbdebug", False):
+        return
+    # nbdebug's figures as pictures that read on light and dark pages; the user's own figures exactly as before
+    # (``%matplotlib inline``'s printer, or ours where nothing showed Figures)
 
+    def show(fig: Any) -> Any:
+        if current is None or getattr(fig, "_nbdebug_figure", False):
+            return figure_png(fig)
+        return current(fig)
 
-def _figure_png(fig: Any) -> bytes:
-    return figure_png(fig)
+    show._nbdebug = True  # type: ignore[attr-defined]
+    png.for_type(Figure, show)
 
 
 #: drawn to read on a light and on a dark page: axes and ticks in a mid grey, text dark inside a white halo
@@ -122,6 +126,7 @@ def figure_png(fig: Any, *, dpi: int = 96) -> bytes:
     import pickle
 
     from matplotlib import patheffects
+    from matplotlib.lines import Line2D
     from matplotlib.text import Text
 
     try:
@@ -135,6 +140,9 @@ def figure_png(fig: Any, *, dpi: int = 96) -> bytes:
         for text in fig.findobj(Text):
             if text.get_text():
                 text.set_path_effects([*text.get_path_effects(), halo])
+        for line in fig.findobj(Line2D):  # a black line ("reserved") would vanish on a dark page
+            if _dark(line.get_color()):
+                line.set_color(_AXIS_GREY)
         for ax in fig.axes:
             for spine in ax.spines.values():
                 spine.set_edgecolor(_AXIS_GREY)
@@ -142,6 +150,16 @@ def figure_png(fig: Any, *, dpi: int = 96) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight", dpi=dpi, transparent=True)
     return buf.getvalue()
+
+
+def _dark(color: Any) -> bool:
+    from matplotlib.colors import to_rgb
+
+    try:
+        r, g, b = to_rgb(color)
+    except ValueError:
+        return False
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.2
 
 
 def _wanted(mime: str, include: Collection[str] | None, exclude: Collection[str] | None) -> bool:
