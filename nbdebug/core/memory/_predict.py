@@ -301,9 +301,13 @@ def repredict(pred: MemoryPrediction, **changes: Any) -> MemoryPrediction:
     return _predict(inputs, dataclasses.replace(settings, **changes))
 
 
+#: the largest batch size ``largest_batch`` searches
+MAX_BATCH = 1 << 16
+
+
 def largest_batch(pred: MemoryPrediction, budget: int) -> int:
-    """The largest batch size whose step's ``total_bytes`` fits ``budget``, searched from two predictions (the
-    peak grows about linearly with the batch) and checked by predicting around the estimate."""
+    """The largest batch size (at most ``MAX_BATCH``) whose step's ``total_bytes`` fits ``budget``, searched from
+    two predictions (the peak grows about linearly with the batch) and checked by predicting around the estimate."""
     base = _batch_size_of(pred)
     if base is None:
         raise ValueError("largest_batch needs a batch with a leading batch dimension")
@@ -320,10 +324,14 @@ def largest_batch(pred: MemoryPrediction, budget: int) -> int:
         return 0
     slope = max(1, two - one)
     lo, hi = 1, 0  # lo fits; hi (once found) does not
-    b = max(2, int((budget - one) // slope) + 1)
+    b = min(MAX_BATCH, max(2, int((budget - one) // slope) + 1))
+    if b == MAX_BATCH and need(b) <= budget:
+        return MAX_BATCH
     while not hi:  # the linear guess, then up until one does not fit
         if need(b) <= budget:
-            lo, b = b, b + max(1, b // 8)
+            lo, b = b, min(MAX_BATCH, b + max(1, b // 8))
+            if lo == MAX_BATCH:
+                return lo
         else:
             hi = b
     while hi - lo > 1:

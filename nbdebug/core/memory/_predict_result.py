@@ -134,7 +134,7 @@ class MemoryPrediction(Result):
     def largest_batch(self, budget: int | str | None = None) -> int:
         """The largest batch size whose step fits ``budget`` (bytes or ``"8 GiB"``; default the capacity).
 
-        Returns 0 when not even a batch of one fits.
+        Returns 0 when not even a batch of one fits; the search stops at 65536.
         """
         if budget is None:
             budget = self.capacity_bytes

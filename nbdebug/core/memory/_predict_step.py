@@ -56,8 +56,10 @@ def checkpoint_blocks(model: Any) -> int:
 
     if getattr(model, "supports_gradient_checkpointing", False):  # Hugging Face: its own switch, which also turns
         # the key/value cache off (a recomputed block would append to it twice)
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return sum(1 for m in model.modules() if getattr(m, "gradient_checkpointing", False))
     containers = (torch.nn.ModuleList, torch.nn.Sequential)
     chosen: list[str] = []

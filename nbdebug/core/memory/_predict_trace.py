@@ -306,7 +306,7 @@ class _FakeWorld:
                     shape = (batch_size, *x.shape[1:])
                 fake = self.tensor(x, shape=shape)
                 if not x.is_floating_point() and not x.is_complex() and x.device.type == "cpu" \
-                        and x.numel() <= _SHADOW_NUMEL:
+                        and fake.numel() <= _SHADOW_NUMEL:
                     # the real integers (ids, masks, labels): rows repeated to a new batch size
                     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -405,30 +405,16 @@ def _watching(ledger: Ledger, names: dict[int, str], shadows: Any) -> Iterator[N
 
 
 @contextlib.contextmanager
-def uncounted(world: _FakeWorld) -> Iterator[None]:
-    """The fake mode with value reads answered (a throwaway ledger): for the optimizer's warm-up step."""
-    with world.mode, _dispatch_mode_class()(Ledger(), world.shadows, world.traced_on):
-        yield
-
-
-def trace_step(world: _FakeWorld, run: Callable[[Ledger], None], registered: Callable[[Ledger], None],
-               finished: Callable[[Ledger], None]) -> Ledger:
-    """Run ``run(ledger)`` under the fake mode with counting on; ``registered`` notes what exists before the step,
-    ``finished`` gives kinds to what the step left (gradients).  Errors become one ``StepError``."""
+def step_errors() -> Iterator[None]:
+    """What fake tensors cannot run, as one ``StepError`` naming the op and the user's line."""
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
         DynamicOutputShapeException,
         UnsupportedOperatorException,
     )
 
-    ledger = Ledger()
-    counting = _dispatch_mode_class()(ledger, world.shadows, world.traced_on)
     try:
-        with world.mode, counting, _watching(ledger, getattr(world, "module_names", {}), world.shadows):
-            registered(ledger)
-            ledger.phase = "forward"
-            run(ledger)
-            finished(ledger)
+        yield
     except DynamicOutputShapeException as e:
         raise StepError(f"the step has an output whose shape depends on the data ({_op(e)}), which cannot be "
                         f"predicted without running it, at {user_line(e.__traceback__) or 'an unknown line'}; "
@@ -440,11 +426,31 @@ def trace_step(world: _FakeWorld, run: Callable[[Ledger], None], registered: Cal
         raise StepError(f"the op {_op(e)} has no shape function, so its memory cannot be predicted; it is "
                         f"called at {user_line(e.__traceback__) or 'an unknown line'}") from e
     except Exception as e:
-        if "non-Fake Tensor" in str(e) or "FakeTensorMode" in str(e) and "mixing" in str(e):
+        if "non-Fake Tensor" in str(e) or "convert all Tensors to FakeTensors" in str(e):
             raise StepError("the step used a tensor that is not one of the model, batch or optimizer it was given "
                             f"(at {user_line(e.__traceback__) or 'an unknown line'}); a step must use only its "
                             "arguments, or the real tensors would be touched") from e
         raise
+
+
+@contextlib.contextmanager
+def uncounted(world: _FakeWorld) -> Iterator[None]:
+    """The fake mode with value reads answered (a throwaway ledger): for the optimizer's warm-up step."""
+    with step_errors(), world.mode, _dispatch_mode_class()(Ledger(), world.shadows, world.traced_on):
+        yield
+
+
+def trace_step(world: _FakeWorld, run: Callable[[Ledger], None], registered: Callable[[Ledger], None],
+               finished: Callable[[Ledger], None]) -> Ledger:
+    """Run ``run(ledger)`` under the fake mode with counting on; ``registered`` notes what exists before the step,
+    ``finished`` gives kinds to what the step left (gradients).  Errors become one ``StepError``."""
+    ledger = Ledger()
+    counting = _dispatch_mode_class()(ledger, world.shadows, world.traced_on)
+    with step_errors(), world.mode, counting, _watching(ledger, getattr(world, "module_names", {}), world.shadows):
+        registered(ledger)
+        ledger.phase = "forward"
+        run(ledger)
+        finished(ledger)
     return ledger
 
 
