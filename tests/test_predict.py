@@ -253,3 +253,47 @@ def test_the_oom_panel_adds_the_prediction_with_a_model_in_scope() -> None:
     # no model in scope: the panel is unchanged
     Shell.user_ns = {"x": batch[0]}
     assert OomCapture(Shell()).enrich(exc, diagnosis).sections == diagnosis.sections
+
+
+def test_memtrace_predict_shows_predicted_against_measured_by_kind(ip: Any) -> None:
+    from IPython.utils.capture import capture_output
+
+    ip.run_cell("import torch, torch.nn as nn\n"
+                "torch.manual_seed(0)\n"
+                "pm = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10))\n"
+                "popt = torch.optim.Adam(pm.parameters())\n"
+                "px, py = torch.randn(512, 256), torch.randint(0, 10, (512,))\n"
+                "plosses = []\n"
+                "nn.functional.cross_entropy(pm(px), py).backward(); popt.step(); popt.zero_grad()\n")
+    before = [p.detach().clone() for p in ip.user_ns["pm"].parameters()]
+    with capture_output() as out:
+        ip.run_cell("%%memtrace --predict -o pchk\n"
+                    "loss = nn.functional.cross_entropy(pm(px), py)\n"
+                    "loss.backward()\n"
+                    "popt.step()\n"
+                    "popt.zero_grad()\n"
+                    "plosses.append(loss.item())\n"
+                    "print('step done')\n")
+    chk = ip.user_ns["pchk"]
+    assert out.stdout.count("step done") == 1  # the predicting run prints nothing
+    assert len(ip.user_ns["plosses"]) == 1 and ip.user_ns["plosses"][0] != 1.0  # the real run's value, once
+    assert abs(chk.error_pct) <= 5, chk
+    rows = {k.kind: k for k in chk.kinds}
+    acts = rows["activations"]
+    assert acts.measured_bytes and abs(acts.predicted_bytes - acts.measured_bytes) <= 0.01 * acts.measured_bytes
+    assert chk.prediction.partial and "plosses.append(loss.item())" in chk.prediction.notes[0]
+    # the real step ran once: the parameters moved, as one optimizer step moves them
+    assert any(not torch.equal(a, b) for a, b in zip(before, ip.user_ns["pm"].parameters()))
+    shown = ip.display_formatter.format(chk)[0]
+    assert "predicted" in shown["text/plain"] and "<table" in shown["text/html"]
+
+
+def test_memtrace_predict_refuses_a_cell_it_cannot_run_before_running_it(ip: Any) -> None:
+    from IPython.utils.capture import capture_output
+
+    ip.run_cell("import torch\npv = torch.randn(64)\nran = []\n")
+    with capture_output() as out:
+        result = ip.run_cell("%%memtrace --predict\nran.append(1)\nkept = pv[pv > 0]\n")
+    assert result.error_in_exec is not None or "UsageError" in out.stderr + out.stdout
+    assert "depends on the data" in out.stderr + out.stdout and "line 2" in out.stderr + out.stdout
+    assert ip.user_ns["ran"] == []
