@@ -1,9 +1,191 @@
-"""A dead kernel explained (issue 23): registered on ``%load_ext nbdebug``; filled in by its engineer."""
+"""A dead kernel explained (``%nbdebug crash on|off``, on by default).
+
+On load: the records of kernels that died since (segfault, abort, the out-of-memory killer, ``os._exit``) are shown
+as panels and removed; then this kernel starts its own record: ``faulthandler`` writes the stack of every thread
+into a file of this kernel's own if a fatal signal comes, and a small JSON record holds the running cell and the
+memory in use (sampled every second while a cell runs, by one daemon thread that sleeps between cells).
+Unloading (or a normal exit) turns faulthandler off, stops the thread and removes both files.
+"""
 
 from __future__ import annotations
 
-from nbdebug.ipython._state import ExtensionState
+import atexit
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from nbdebug.ipython._state import ExtensionState, Feature
+
+__all__ = ["CrashRecorder", "register"]
+
+_SAMPLE_S = 1.0
+
+
+class CrashRecorder:
+    """This kernel's record and fault file; ``enable``/``disable`` put them in place and take them away."""
+
+    def __init__(self, state: ExtensionState) -> None:
+        self.state = state
+        self.on = False
+        self.record_path = self.fault_path = ""
+        self._fault_file: Any = None
+        self._was_enabled = False
+        self._record: dict[str, Any] = {}
+        self._running = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- the record -----------------------------------------------------------------------------------------------
+    def _write(self) -> None:
+        from nbdebug._files import write_file
+
+        with self._lock:
+            data = json.dumps(self._record, default=str)
+        try:
+            write_file(self.record_path, data, mode=0o600)
+        except OSError:  # a full disk must not break the user's cell
+            pass
+
+    def _sample(self) -> None:
+        from nbdebug.core.explain._live import host_memory
+
+        mem = host_memory()
+        with self._lock:
+            for key in ("rss", "peak_rss", "vm_size"):
+                self._record[key] = mem.get(key)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if self._running.wait(_SAMPLE_S) and not self._stop.is_set():
+                self._sample()
+                self._write()
+                self._stop.wait(_SAMPLE_S)
+
+    def pre_run_cell(self, info: Any = None) -> None:
+        if not self.on:
+            return
+        from nbdebug.core._cells import cell_names
+
+        code = str(getattr(info, "raw_cell", "") or "")
+        transformed = str(getattr(info, "transformed_cell", "") or code)
+        shell = self.state.shell
+        # IPython counts the cell before pre_run_cell: this cell is the number before it
+        number = int(getattr(shell, "execution_count", 1)) - (1 if getattr(info, "store_history", False) else 0)
+        try:  # the file name this cell's code will run under (ipykernel: a temp file; IPython: <ipython-input-N-…>)
+            cell_file = shell.compile.get_code_name(code, transformed, number)
+        except Exception:  # noqa: BLE001 - a shell without one: frames are named by their file's shape
+            cell_file = ""
+        names = cell_names()
+        with self._lock:
+            self._record.update(cell=f"In [{number}]", cell_file=cell_file, code=code[:20_000], started=time.time(),
+                                state="running", cells=dict(list(names.items())[-200:]))
+        self._sample()
+        self._write()
+        self._running.set()
+
+    def post_run_cell(self, result: Any = None) -> None:
+        if not self.on:
+            return
+        self._running.clear()
+        with self._lock:
+            self._record["state"] = "idle"
+        self._write()
+
+    # -- switching ------------------------------------------------------------------------------------------------
+    def enable(self) -> None:
+        if self.on:
+            return
+        from nbdebug._files import open_append
+        from nbdebug.core.explain._deadkernel import record_paths, state_dir
+        from nbdebug.core.explain._live import host_memory, installed_versions
+
+        folder = state_dir()
+        self.record_path, self.fault_path = record_paths(folder)
+        self._fault_file = open_append(self.fault_path, mode=0o600)
+        self._was_enabled = faulthandler.is_enabled()
+        faulthandler.enable(file=self._fault_file, all_threads=True)
+        mem = host_memory()
+        limits = {k: mem[k] for k in ("cgroup_limit", "address_space_limit", "machine") if k in mem}
+        versions = {k: v for k, v in installed_versions().items() if k in ("torch", "numpy", "torchvision")}
+        self._record = {"pid": os.getpid(), "python": sys.version.split()[0], "state": "idle", "limits": limits,
+                        "versions": versions, "rss": mem.get("rss"), "peak_rss": mem.get("peak_rss")}
+        self._write()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="nbdebug-crash-record", daemon=True)
+        self._thread.start()
+        atexit.register(self._remove)
+        self.on = True
+
+    def disable(self) -> None:
+        if not self.on:
+            return
+        self.on = False
+        self._stop.set()
+        self._running.set()  # wake the sampler so it sees the stop
+        if self._thread is not None:
+            self._thread.join(timeout=2 * _SAMPLE_S + 1)
+            self._thread = None
+        self._running.clear()
+        faulthandler.disable()
+        if self._was_enabled:  # put back what the kernel had (ipykernel writes fatal stacks to its stderr)
+            try:
+                faulthandler.enable(file=sys.__stderr__, all_threads=True)
+            except (ValueError, AttributeError, OSError):
+                pass
+        atexit.unregister(self._remove)
+        self._remove()
+
+    def _remove(self) -> None:
+        if self._fault_file is not None:
+            try:
+                self._fault_file.close()
+            except OSError:
+                pass
+            self._fault_file = None
+        for path in (self.record_path, self.fault_path):
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def show_dead_kernels() -> list[Any]:
+    """Explain (and display) what kernels that died since left behind; the records are removed once read."""
+    from nbdebug.core.explain._deadkernel import dead_kernels, explain_dead, state_dir
+
+    try:
+        found = dead_kernels(state_dir())
+    except OSError as e:
+        print(f"nbdebug: the records of earlier kernels could not be read ({e})", file=sys.stderr)
+        return []
+    shown = [explain_dead(dead) for dead in found]
+    if shown:
+        from IPython.display import display
+
+        for diagnosis in shown:
+            display(diagnosis)
+    return shown
 
 
 def register(state: ExtensionState) -> None:
-    """Nothing yet."""
+    """Show the panels of kernels that died, then keep this kernel's own record (feature ``crash``)."""
+    try:
+        state.dead_kernels = show_dead_kernels()  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - loading must go on whatever an old record holds
+        print(f"nbdebug: an earlier kernel's record could not be shown ({type(e).__name__}: {e})", file=sys.stderr)
+    recorder = CrashRecorder(state)
+    state.crash_recorder = recorder  # type: ignore[attr-defined]
+    state.register_event("pre_run_cell", recorder.pre_run_cell)
+    state.register_event("post_run_cell", recorder.post_run_cell)
+    feature = Feature("crash", "if the kernel dies (segfault, abort, out of memory), the next %load_ext nbdebug "
+                      "shows what it was doing", recorder.enable, recorder.disable)
+    try:
+        state.add_feature(feature, on=True)
+    except OSError as e:  # no private folder for the record: the rest of nbdebug works without it
+        print(f"nbdebug: the crash record is off ({e})", file=sys.stderr)

@@ -129,6 +129,9 @@ def host_memory() -> dict[str, int]:
     m = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
     if m:
         out["peak_rss"] = int(m.group(1)) * 1024
+    m = re.search(r"^VmSize:\s+(\d+) kB", status, re.M)
+    if m:  # what an address-space limit (ulimit -v) counts
+        out["vm_size"] = int(m.group(1)) * 1024
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         text = _read_small(path).strip()
         if text.isdigit() and int(text) < (1 << 60):

@@ -163,7 +163,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Find the package whose .so is named in the message and reinstall (or rebuild) it for the installed "
         "torch; the live panel lists the installed versions and any pair that does not fit.",
-        sources=(_VISION_COMPAT, "https://pytorch.org/tutorials/advanced/cpp_extension.html",
+        sources=(_VISION_COMPAT, "https://pytorch.org/tutorials/advanced/cpp_custom_ops.html",
                  "https://github.com/pytorch/pytorch/issues/123097"),
     ),
     Entry(
@@ -295,7 +295,7 @@ ENTRIES: tuple[Entry, ...] = (
                Fix("Point the build at the CUDA toolkit", "export CUDA_HOME=/usr/local/cuda\nnvcc --version")),
         first_step="Read the first compiler error in the build log (not the last line): a missing CUDA_HOME/nvcc or "
         "compiler means install it; otherwise use a prebuilt wheel for the installed torch.",
-        sources=("https://pytorch.org/tutorials/advanced/cpp_extension.html",
+        sources=("https://pytorch.org/tutorials/advanced/cpp_custom_ops.html",
                  "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
     ),
 )

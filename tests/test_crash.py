@@ -1,0 +1,150 @@
+"""A dead kernel explained (issue 23): a real IPython shell in a child process with nbdebug loaded dies of a
+segfault, of an abort, or of SIGKILL under a memory limit; loading nbdebug again shows what it was doing."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from tests.conftest import REPO
+
+CHILD = """\
+import os, sys, resource
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+{setup}
+config = Config()
+config.HistoryManager.hist_file = ":memory:"
+ip = InteractiveShell.instance(config=config)
+ip.run_line_magic("load_ext", "nbdebug")
+ip.run_cell("x = 1", store_history=True)
+ip.run_cell({cell!r}, store_history=True)
+print("the cell came back", flush=True)
+"""
+
+POSIX = pytest.mark.skipif(not hasattr(signal, "SIGKILL") or not sys.platform.startswith("linux"),
+                           reason="the record reads /proc and kills with POSIX signals")
+
+
+def _die(tmp_path, cell, setup=""):
+    env = dict(os.environ, PYTHONPATH=str(REPO), NBDEBUG_STATE_DIR=str(tmp_path))
+    code = CHILD.format(cell=cell, setup=textwrap.dedent(setup))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240)
+    assert "the cell came back" not in proc.stdout, proc.stdout + proc.stderr
+    return proc
+
+
+def _panels(shell, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDEBUG_STATE_DIR", str(tmp_path))
+    with capture_output() as out:
+        shell.run_line_magic("load_ext", "nbdebug")
+    try:
+        return [o.data["text/plain"] for o in out.outputs if "kernel" in o.data.get("text/plain", "")], out
+    finally:
+        shell.run_line_magic("unload_ext", "nbdebug")
+
+
+@POSIX
+def test_a_segfault_names_the_dead_cell_and_line(shell, tmp_path, monkeypatch):
+    proc = _die(tmp_path, "import ctypes\nctypes.string_at(0)")
+    assert proc.returncode == -signal.SIGSEGV
+    (panel,), _ = _panels(shell, tmp_path, monkeypatch)
+    assert "[kernel_died]" in panel
+    assert "In [2], line 2: ctypes.string_at(0)" in panel
+    assert "Segmentation fault" in panel and "Python stack of every thread" in panel
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("kernel-")]  # removed once shown
+    panels, _ = _panels(shell, tmp_path, monkeypatch)  # shown once only
+    assert panels == []
+
+
+@POSIX
+def test_an_abort_names_the_dead_cell_and_line(shell, tmp_path, monkeypatch):
+    proc = _die(tmp_path, "import os\nx = 2\nos.abort()")
+    assert proc.returncode == -signal.SIGABRT
+    (panel,), _ = _panels(shell, tmp_path, monkeypatch)
+    assert "In [2], line 3: os.abort()" in panel and "Aborted" in panel
+
+
+@POSIX
+def test_sigkill_under_a_memory_limit_is_blamed_on_memory(shell, tmp_path, monkeypatch):
+    # the child alone gets an address-space limit, fills most of it, and is killed as the OOM killer would
+    setup = """
+        status = open("/proc/self/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (384 << 20), resource.RLIM_INFINITY))
+    """
+    cell = ("import os, resource, signal, time\n"
+            "vm = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+            "block = b'x' * int((resource.getrlimit(resource.RLIMIT_AS)[0] - vm) * 0.8)\n"
+            "time.sleep(2.5)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    proc = _die(tmp_path, cell, setup)
+    assert proc.returncode == -signal.SIGKILL
+    (panel,), _ = _panels(shell, tmp_path, monkeypatch)
+    assert "running In [2]" in panel
+    assert "Address-space limit" in panel and "out-of-memory killer" in panel
+    assert "Lower the batch size" in panel or "lower the batch size" in panel
+
+
+@POSIX
+def test_os_exit_leaves_a_record_and_a_clean_exit_none(shell, tmp_path, monkeypatch):
+    _die(tmp_path, "import os\nos._exit(3)")
+    (panel,), _ = _panels(shell, tmp_path, monkeypatch)
+    assert "running In [2]" in panel and "os._exit" in panel
+    env = dict(os.environ, PYTHONPATH=str(REPO), NBDEBUG_STATE_DIR=str(tmp_path))
+    code = CHILD.format(cell="y = 2", setup="")
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, timeout=240, check=True)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("kernel-")]  # a normal exit removes its record
+
+
+def test_unload_takes_faulthandler_and_the_files_away(shell, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDEBUG_STATE_DIR", str(tmp_path))
+    before = faulthandler.is_enabled()
+    shell.run_line_magic("load_ext", "nbdebug")
+    try:
+        from nbdebug.ipython._extension import get_state
+
+        recorder = get_state(shell).crash_recorder
+        assert recorder.on and faulthandler.is_enabled()
+        assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (recorder.record_path,
+                                                                                   recorder.fault_path))
+        shell.run_cell("z = 3", store_history=True)
+        thread = recorder._thread
+    finally:
+        shell.run_line_magic("unload_ext", "nbdebug")
+    assert os.listdir(tmp_path) == []
+    assert not thread.is_alive()
+    assert faulthandler.is_enabled() == before
+
+
+def test_old_and_foreign_records_never_pile_up(tmp_path, monkeypatch):
+    from nbdebug.core.explain._deadkernel import MAX_AGE_S, dead_kernels
+
+    stale = tmp_path / "kernel-999999-1.json"
+    stale.write_text('{"cell": "In [1]"}')
+    os.utime(stale, (1, 1))
+    assert dead_kernels(str(tmp_path), now=1 + MAX_AGE_S + 10) == []
+    assert not stale.exists()
+    (tmp_path / "kernel-999998-1.json").write_text("not json")
+    (tmp_path / "notes.txt").write_text("someone else's")
+    assert dead_kernels(str(tmp_path)) == []  # an unreadable record is removed, not shown
+    assert os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_a_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
+    from nbdebug.core.explain._deadkernel import state_dir
+
+    target = tmp_path / "real"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    monkeypatch.setenv("NBDEBUG_STATE_DIR", str(tmp_path / "link"))
+    with pytest.raises(OSError, match="not a plain folder"):
+        state_dir()
