@@ -419,3 +419,27 @@ def test_torchrun_magic_shows_what_was_seen_then_stops_on_an_interrupt(ip, monke
     assert not run.ok and any("interrupted" in n for n in run.notes)
     assert any("DistRun" in o.data.get("text/plain", "") or "rank" in o.data.get("text/plain", "")
                for o in out.outputs)
+
+
+def test_a_rank_that_aborts_shows_its_crash_dump_once_without_nbdebugs_threads():
+    # issue 26, item 13: gloo's abort made Python's fatal-error handler stream every thread's stack (nbdebug's own
+    # control and sampler threads, the launcher's frames, the extension modules) into the cell, and again into the
+    # report's output
+    source = textwrap.dedent("""
+        import torch, torch.distributed as dist
+        x = torch.ones(10 if dist.get_rank() == 0 else 20)
+        dist.all_reduce(x)
+    """)
+    streamed: list[str] = []
+    r = dist.run(source, 2, timeout=20, echo=lambda rank, stream, line: streamed.append(f"[rank {rank}] {line}"))
+    aborted = next(x for x in r.ranks if "Fatal Python error" in x.stderr)  # the rank gloo aborted
+    assert "Thread 0x" in aborted.stderr  # the dump is kept whole in the result...
+    live = "\n".join(streamed)
+    fatal = [ln for ln in streamed if "Fatal Python error" in ln]
+    assert len(fatal) == 1 and "report below" in fatal[0], fatal
+    for internal in ("Thread 0x", "_bootstrap.py", "threading.py", "Extension modules", "runpy"):
+        assert internal not in live, (internal, live)  # ...but not streamed
+    html = r._repr_mimebundle_()["text/html"]
+    for internal in ("_bootstrap.py", "threading.py", "Extension modules", "runpy"):
+        assert internal not in html, internal
+    assert html.count("in all_reduce") >= 1  # the user's part: where the main thread was

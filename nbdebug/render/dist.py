@@ -21,7 +21,7 @@ from nbdebug.render.findings import findings_html, findings_text, panel_kind
 
 __all__ = ["dist_run_text", "dist_run_html", "hang_text", "hang_html", "rank_text", "rank_html", "check_text",
            "check_html", "nccl_log_text", "nccl_log_html", "step_report_text", "step_report_html", "clip",
-           "postmortem_text", "postmortem_html", "rank_groups", "readable_error"]
+           "postmortem_text", "postmortem_html", "rank_groups", "readable_error", "rank_output"]
 
 
 def clip(text: str, limit: int) -> str:
@@ -35,6 +35,41 @@ def clip(text: str, limit: int) -> str:
     if at < limit // 2:  # one very long word (a path): cut it, it is still clearly marked as cut
         at = limit
     return cut[:at].rstrip(" ,;:") + " …"
+
+
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most recent call first\):$")
+_OWN_FRAME = re.compile(r'^\s+File "(?:[^"]*[/\\]nbdebug[/\\]core[/\\]dist[/\\][^"]*|[^"]*[/\\]threading\.py|<frozen runpy>)"')
+
+
+def rank_output(r: RankResult) -> str:
+    """A rank's output as the user wants to read it.
+
+    A fatal-error stack dump loses nbdebug's own threads, the launcher's frames below the user's code and the list
+    of extension modules (the main thread's stack is in the report already).
+    """
+    out: list[str] = []
+    block: list[str] = []
+
+    def flush() -> None:
+        frames = [ln for ln in block[1:] if ln.strip()]
+        if block and frames and all(_OWN_FRAME.match(ln) for ln in frames):
+            block.clear()  # one of nbdebug's own threads in the rank
+            return
+        out.extend(ln for ln in block if not _OWN_FRAME.match(ln))
+        block.clear()
+
+    for line in (r.stdout.rstrip("\n") + "\n" + r.stderr).splitlines():
+        if _THREAD.match(line):
+            flush()
+            block.append(line)
+        elif block and (line.startswith("  File ") or not line.strip()):
+            block.append(line)
+        else:
+            flush()
+            if not line.startswith("Extension modules: "):
+                out.append(line)
+    flush()
+    return "\n".join(out).strip("\n")
 
 
 def _rank_error(r: RankResult) -> str:
@@ -74,7 +109,7 @@ def rank_html(r: RankResult) -> str:
     if r.traceback:
         body += code_block(r.traceback)
     if r.stdout or r.stderr:
-        body += f"<details><summary>output</summary>{code_block(r.stdout + chr(10) + r.stderr)}</details>"
+        body += f"<details><summary>output</summary>{code_block(rank_output(r))}</details>"
     if r.failed:
         title, kind = f"rank {r.rank}: {r.error_kind or 'failed'} — {clip(readable_error(_rank_error(r)), 100)}", "error"
     else:
@@ -216,7 +251,7 @@ def dist_run_html(d: DistRun) -> str:
     if d.notes:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in d.notes) + "</ul>")
     parts.append("".join(
-        f"<details><summary>rank {r.rank} output</summary>{code_block(r.stdout + chr(10) + r.stderr)}</details>"
+        f"<details><summary>rank {r.rank} output</summary>{code_block(rank_output(r))}</details>"
         for r in d.ranks
     ))
     parts.append(kv_table([("backend", d.backend), ("wall time", fmt_seconds(d.seconds)), ("port", d.port)]))

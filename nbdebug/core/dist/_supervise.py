@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -53,6 +54,27 @@ def default_echo(rank: int, stream: str, line: str) -> None:
     out = sys.stderr if stream == "stderr" else sys.stdout
     prefix = "[nbdebug]" if stream == "nbdebug" else f"[rank {rank}]"
     print(f"{prefix} {line}", file=out, flush=True)
+
+
+# Python's fatal-error handler prints every thread's stack after "Fatal Python error: Aborted": nbdebug's own
+# threads in the rank, the launcher's frames and a list of extension modules.  The report shows the main thread's
+# stack once, cut to the user's part; the live stream says so instead of printing the dump as well.
+_DUMP_LINE = re.compile(r"(?:Current thread|Thread) 0x[0-9a-fA-F]+ .*\(most recent call first\):$|  File |\s*$|"
+                        r"Extension modules: |Python runtime state: ")
+
+
+def _live_line(r: Rank, kind: str, line: str) -> str | None:
+    """The line to stream live for a rank's output line, or None while it is inside a fatal-error stack dump."""
+    if kind != "stderr":
+        return line
+    if line.startswith("Fatal Python error:"):
+        r.in_crash_dump = True
+        return f"{line.rstrip()} (the stack of its main thread is in the report below)"
+    if r.in_crash_dump:
+        if _DUMP_LINE.match(line):
+            return None
+        r.in_crash_dump = False
+    return line
 
 
 def _find_pyspy() -> str | None:
@@ -104,6 +126,7 @@ class Rank:
     exit_time: float | None = None
     killed: bool = False
     checks: list[dict[str, Any]] = field(default_factory=list)
+    in_crash_dump: bool = False
     steps: list[dict[str, Any]] = field(default_factory=list)
     last_tick: float = field(default_factory=time.monotonic)
     finished_t: float | None = None
@@ -191,8 +214,9 @@ class Session:
             return False
         if kind in ("stdout", "stderr"):
             (r.stdout if kind == "stdout" else r.stderr).append(payload)
-            if self.echo is not None:
-                self.echo(rank, kind, self._rename(payload))
+            shown = _live_line(r, kind, payload)
+            if self.echo is not None and shown is not None:
+                self.echo(rank, kind, self._rename(shown))
             return True
         ev = payload.get("ev")
         if ev == "tick":
