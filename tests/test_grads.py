@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.optimizer import _global_optimizer_pre_hooks
 
+import nbdebug
 from nbdebug.core._findings import Finding, Severity
 from nbdebug.core.training._dynamics import analyze_loss
 from nbdebug.core.training.grads import GradHistory, GradMonitor
@@ -514,3 +515,55 @@ def test_sparse_gradients_are_measured_by_their_values():
                 opt.step()  # raised NotImplementedError ('linalg_vector_norm' on SparseCPU) before
         norms[sparse] = mon.history.global_norms
     assert len(norms[True]) == 3 and np.allclose(norms[True], norms[False], rtol=1e-5)
+
+
+def _healthy_history(steps=30):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    with nbdebug.GradMonitor(model, num_classes=3) as mon:
+        for _ in range(steps):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); mon.log_loss(loss); opt.step()
+    return mon.history
+
+
+def test_charts_read_well_axis_ends_differ_legend_and_rows_named():
+    """26-4: the global-norm axis does not read 1e0 at both ends; no label is drawn inside the plot area; the
+    Figure has a legend; heatmap rows are named by module and kind, not 0 / 2."""
+    import re
+
+    from nbdebug.render.training import grad_history_html, svg_line
+
+    svg = svg_line(list(range(5)), [("global grad norm", [0.4, 0.6, 0.9, 1.3, 1.8], "#0969da")], log=True,
+                   title="global gradient norm")
+    ends = re.findall(r'text-anchor="end" class="nbd-muted">([^<]+)</text>', svg)
+    assert len(set(ends[:2])) == 2 and "1e0" not in ends, ends
+    # legend labels sit on the title line (y=11), above the plot area that starts at y=16
+    svg2 = svg_line(list(range(5)), [("a", [1, 2, 3, 4, 5], "#000"), ("b", [2, 3, 4, 5, 6], "#111")],
+                    title="loss", hline=(3.0, "chance"))
+    for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" font-size="10" fill=', svg2):
+        assert float(y) < 16
+    h = _healthy_history()
+    assert h.module_labels() == ("0 (Linear)", "2 (Linear)")
+    assert "0 (Linear)" in grad_history_html(h)
+    fig = h.plot()
+    top, heat = fig.axes[0], fig.axes[1]
+    legend = top.get_legend()
+    assert legend is not None and {"global grad norm", "loss"} <= {t.get_text() for t in legend.get_texts()}
+    assert [t.get_text() for t in heat.get_yticklabels()] == ["0 (Linear)", "2 (Linear)"]
+
+
+def test_forgotten_zero_grad_is_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    with nbdebug.GradMonitor(model) as mon:
+        for _ in range(40):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward(); mon.log_loss(loss); opt.step()  # no zero_grad(): gradients add up
+    f = next(f for f in mon.history.findings if f.kind == "grads_accumulate")
+    assert "zero_grad() is" in f.message and f.evidence["growth"] > 10
+    assert "grads_accumulate" not in _healthy_history().kinds

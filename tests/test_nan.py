@@ -276,16 +276,38 @@ def test_gradmonitor_magic_returns_history_and_live_panel_updates_in_place(ip):
     assert ip.user_ns["hist"] is hist  # -o binds the result, like %timeit -o
     panel = ip.user_ns["_gradmonitor"].view
     assert isinstance(panel, LivePanel) and panel.updates >= 1 and panel.failed is None
-    # one display with an id, then updates of that same display; the last one is the static final panel
+    # one display with an id, then updates of that same display; once done it is emptied, because the history the
+    # magic returns is the cell's one panel (not a "(live)" panel and a history with the same charts)
     first, *updates = cap.outputs
     display_id = first.transient["display_id"]
     assert not first.update and "training..." in first.data["text/html"]
     assert updates and all(o.update and o.transient["display_id"] == display_id for o in updates)
-    final = updates[-1].data
-    assert "done" in final["text/html"] and "nbd-gradmonitor-live" in final["text/html"]
-    assert "application/vnd.jupyter.widget-view+json" not in final  # nothing a saved notebook cannot show
+    done, final = updates[-2].data, updates[-1].data
+    assert "done" in done["text/html"] and "(live)" not in done["text/html"]
+    assert final == {"text/plain": ""}
+    assert all("application/vnd.jupyter.widget-view+json" not in o.data for o in cap.outputs)
     fmt = ip.display_formatter.format(hist)[0]
     assert "text/html" in fmt and "<svg" in fmt["text/html"]
+
+
+def test_live_monitor_outside_the_magic_ends_as_the_history_panel(ip):
+    torch.manual_seed(0)
+    ip.user_ns.update(net=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)), batch=batch, F=F, torch=torch)
+    cell = (
+        "import nbdebug\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "x, y = batch()\n"
+        "with nbdebug.GradMonitor(net, live=True) as mon:\n"
+        "    for i in range(5):\n"
+        "        loss = F.cross_entropy(net(x), y); opt.zero_grad(); loss.backward(); mon.log_loss(loss); opt.step()\n"
+    )
+    with capture_output() as cap:
+        ip.run_cell(cell)
+    ids = {o.transient["display_id"] for o in cap.outputs}
+    assert len(ids) == 1  # one panel, updated in place
+    final = cap.outputs[-1].data["text/html"]
+    assert "GradMonitor done: 5 optimizer steps" in final and "(live)" not in final
+    assert final.count("<svg") >= 2  # the history's charts, once
 
 
 def test_gradmonitor_no_live_displays_nothing_while_running(ip):
@@ -623,3 +645,33 @@ def test_error_panel_names_the_code_between_modules(ip):
     d = diagnose_exception(get_state(ip), info.value)
     assert "between fc2 and fc3 in LogBetween.forward" in d.first_step
     assert "between fc2 and fc3 in LogBetween.forward" in d.title
+
+
+def test_replay_that_saw_torch_log_ranks_it_first_and_names_the_place_in_words(ip):
+    """26-8: the cause the replay saw comes before "learning rate too high"; the header names model.1, not '1';
+    the backward function is said in words."""
+    from nbdebug.ipython._explainer import diagnose_exception
+    from nbdebug.ipython._extension import get_state
+
+    class Second(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(torch.log(self.fc(x)))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Second(), nn.Linear(8, 3))
+    with pytest.raises(NonFiniteError) as info:
+        with nbdebug.nan_sentinel(model, replay=True):
+            F.cross_entropy(model(torch.randn(16, 4)), torch.zeros(16, dtype=torch.long)).backward()
+    d = diagnose_exception(get_state(ip), info.value)
+    assert d.causes[0].startswith("torch.log took the log of a number <= 0"), d.causes
+    assert all("learning rate" not in c.lower() for c in d.causes[:1])
+    assert "in model.1" in d.title and "'1'" not in d.title and "'1'" not in d.summary
+    section = next(s for s in d.sections if s.title == "NaN/Inf sentinel")
+    assert "in model.1" in section.text
+    facts = dict(section.facts)
+    anomaly = facts.get("the backward pass (detect_anomaly)", "")
+    assert not anomaly or anomaly.startswith("the gradient of ")

@@ -47,7 +47,7 @@ class LivePanel:
         from nbdebug.render.training import live_html
 
         h = self.monitor.history
-        state = "training" if running else "done"
+        state = "training" if running else "done"  # done: the history's own panel, the one the notebook keeps
         text = f"<GradMonitor {state}: {h.steps_seen} optimizer steps, {len(h.findings)} findings>"
         return {"text/plain": text, "text/html": live_html(h, running=running)}
 
@@ -58,6 +58,12 @@ class LivePanel:
         self._guarded(lambda: self.handle.update(self.bundle(running=monitor.attached), raw=True))
         if self.failed is None:
             self.updates += 1
+
+    def retire(self) -> None:
+        """Empty the live display: the caller shows the history's own panel instead (``%%gradmonitor`` returns
+        it), so the cell keeps one panel, not the live one and the history with the same charts."""
+        if self.handle is not None and self.failed is None:
+            self._guarded(lambda: self.handle.update({"text/plain": ""}, raw=True))
 
     def _guarded(self, fn: Any) -> Any:
         try:

@@ -144,6 +144,8 @@ class TrainingMagics(Magics):
         names = _names_of(self.shell, model)
 
         def report(error: BaseException | None) -> Any:
+            if mon.view is not None and hasattr(mon.view, "retire"):
+                mon.view.retire()  # the returned history is the cell's one panel
             return _explain_no_steps(self.shell, mon.result, model, names)
 
         return run_body(self.shell, cell, magic="gradmonitor", context=mon, report=report, output=args.output)
@@ -222,7 +224,7 @@ def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
     if replayed:
         replay_note = str(exc).split("\nreplay: ", 1)[1].splitlines()[0]
     if anomaly:
-        facts.append(("detect_anomaly", _safe(anomaly)))
+        facts.append(("the backward pass (detect_anomaly)", _in_words(_safe(anomaly))))
     facts += [(f"tensor {_safe(k, 40)}", _safe(v)) for k, v in list(stats.items())[:12] if k != "location"]
     e = entry("nonfinite_forward" if phase == "forward" else "nonfinite_gradient")
     fixes = e.fixes
@@ -241,22 +243,69 @@ def _nonfinite_section(exc: Any, diagnosis: Any) -> Any:
         first = _safe(replay_note, 400)
     else:
         first = ""
-    where_text = f"in {module!r}" if module else "in the model's own forward"
-    text = f"{e.title}: first seen {where_text}" + (f" ({location})" if location else "") + \
-        f", step {step} (from 0), {phase} pass."
+    place = _place(module, location)
+    text = f"{e.title}: first seen {place}, step {step} (from 0), {phase} pass."
     section = Section(title="NaN/Inf sentinel", text=text, facts=tuple(facts), fixes=fixes, notes=notes)
-    where = f" in {module!r}" if module else (f" ({location})" if location else "")
+    where = f" {place}"
     extra = {"first_step": first} if first else {}
+    causes = diagnosis.causes
+    if op:  # what the replay saw comes first; a guess such as "learning rate too high" goes after it
+        seen = _op_cause(_safe(op), _safe(source) if source else "")
+        causes = (seen, *[c for c in causes if "learning rate" not in c.lower()],
+                  *[c for c in causes if "learning rate" in c.lower()])
     return dataclasses.replace(
         diagnosis,
         **extra,
         sections=(*diagnosis.sections, section),
         # the sentinel knows more than the message: where, when and in which pass the value appeared
         kind=diagnosis.kind if diagnosis.known else "nan_loss",
+        causes=causes,
         title=f"NaN/Inf in the {phase} pass{where} at step {step}",
         summary=f"{e.title}: first seen{where}, step {step} (from 0), {phase} pass",
         fixes=(*fixes, *(f for f in diagnosis.fixes if not (replayed and "anomaly" in (f.title + f.code)))),
     )
+
+
+_OP_CAUSES = {
+    "log": "took the log of a number <= 0 (log(0) = -inf, log of a negative number = NaN)",
+    "sqrt": "took the square root of a negative number (and its gradient at 0 is inf)",
+    "div": "divided by zero", "true_divide": "divided by zero", "pow": "raised 0 to a negative power",
+    "exp": "overflowed (exp of a large number is inf)", "acos": "took acos of a number outside [-1, 1]",
+    "asin": "took asin of a number outside [-1, 1]",
+}
+_BACKWARD_WORDS = {"Addmm": "a Linear layer (addmm)", "Mm": "a matrix multiply", "Bmm": "a batched matrix multiply",
+                   "Convolution": "a convolution", "Log": "torch.log", "Div": "a division", "Sqrt": "torch.sqrt",
+                   "Pow": "a power", "Exp": "torch.exp", "Softmax": "a softmax", "LogSoftmax": "a log-softmax",
+                   "NativeBatchNorm": "a BatchNorm layer", "NativeLayerNorm": "a LayerNorm layer"}
+
+
+def _place(module: str, location: str) -> str:
+    """Where the value appeared, as the error panel names modules: ``in model.2``, ``in the model's own
+    forward, between fc2 and fc3``; never a bare index such as '2'."""
+    if location:
+        return f"in the model's own code, {location}"
+    if not module or module == "(model)":
+        return "in the model's own forward"
+    if module.startswith("(loss"):
+        return "in the loss code"
+    return f"in model.{module}"
+
+
+def _op_cause(op: str, source: str) -> str:
+    name = op.rsplit(".", 1)[-1]
+    what = _OP_CAUSES.get(name, "produced a non-finite value from finite inputs")
+    return f"{op} {what}" + (f", at {source}" if source else "") + " (seen in the replay)"
+
+
+def _in_words(anomaly: str) -> str:
+    """detect_anomaly's ``Function 'AddmmBackward0' returned nan values`` with the function in words."""
+    import re
+
+    m = re.search(r"Function '(\w+?)Backward\d*'", anomaly)
+    if not m:
+        return anomaly
+    words = _BACKWARD_WORDS.get(m.group(1), m.group(1).lower())
+    return f"the gradient of {words} came out non-finite ({anomaly})"
 
 
 def register(state: ExtensionState) -> None:

@@ -89,18 +89,21 @@ def svg_line(
         f'<text x="{pad_l}" y="11" font-size="11">{esc(title)}</text>',
     ]
     for val in (lo, hi):
-        label = f"1e{int(round(val))}" if log else f"{val:.3g}"
+        # the values themselves (0.43, 1.8), never rounded to a power of ten that reads the same at both ends
+        label = f"{10 ** val:.3g}" if log else f"{val:.3g}"
         parts.append(f'<text x="{pad_l - 4}" y="{py(10**val if log else val) + 4:.1f}" font-size="10" '
                      f'text-anchor="end" class="nbd-muted">{esc(label)}</text>')
     parts.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10" class="nbd-muted">{_fmt(x0)}</text>')
     parts.append(f'<text x="{width - pad_r}" y="{height - 4}" font-size="10" text-anchor="end" '
                  f'class="nbd-muted">step {_fmt(x1)}</text>')
+    # the legend sits on the title line, above the plot area, so no label is drawn over a curve
+    legend_x = pad_l + 6 * len(title) + 14
     if hline is not None and (not log or hline[0] > 0):
         y = py(hline[0])
         parts.append(f'<line x1="{pad_l}" x2="{pad_l + W}" y1="{y:.1f}" y2="{y:.1f}" stroke="#bf8700" '
-                     f'stroke-dasharray="4 3"/><text x="{pad_l + W - 2}" y="{y - 3:.1f}" font-size="10" '
-                     f'text-anchor="end" fill="#9a6700">{esc(hline[1])}</text>')
-    legend_x = pad_l + 6
+                     f'stroke-dasharray="4 3"/>')
+        parts.append(f'<text x="{legend_x}" y="11" font-size="10" fill="#9a6700">- - {esc(hline[1])}</text>')
+        legend_x += 14 + 6 * len(hline[1])
     for label, ys, color in series:
         seg: list[str] = []
         for x, y in zip(xs, ys):
@@ -113,8 +116,9 @@ def svg_line(
         if len(seg) == 1:
             seg.append(seg[0])
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{" ".join(seg)}"/>')
-        parts.append(f'<text x="{legend_x}" y="{pad_t + 12}" font-size="10" fill="{color}">{esc(label)}</text>')
-        legend_x += 8 + 6 * len(label)
+        if len(series) > 1 or label != title:
+            parts.append(f'<text x="{legend_x}" y="11" font-size="10" fill="{color}">&#8212; {esc(label)}</text>')
+            legend_x += 20 + 6 * len(label)
     parts.append("</svg>")
     return picture("".join(parts), title or "chart")
 
@@ -187,7 +191,7 @@ def _history_body(h: GradHistory, *, compact: bool = False) -> str:
         body += svg_line(list(h.loss_steps), [("loss", list(h.losses), "#8250df")], title="loss", hline=_chance(h))
     if len(h.steps):
         last = [float(v) for v in h.module_norms[-1]]
-        body += svg_bars(h.modules, last, title=f"gradient norm per module at step {h.steps[-1]}")
+        body += svg_bars(h.module_labels(), last, title=f"gradient norm per module at step {h.steps[-1]}")
     if not compact:
         body += "<h4>findings</h4>" + findings_html(h.findings)
         if h.spikes:
@@ -208,8 +212,13 @@ def grad_history_html(h: GradHistory) -> str:
 
 
 def live_html(h: GradHistory, *, running: bool = True) -> str:
-    """The live panel's content: compact, cheap to build; once done, the static picture the notebook keeps."""
-    state = "training..." if running else "done"
+    """The live panel's content: compact and cheap while training; once done, the history's own panel (the one
+    picture the notebook keeps, not a "(live)" one beside it)."""
+    if not running:
+        return panel(f"GradMonitor done: {h.steps_seen} optimizer steps, {len(h.steps)} recorded, "
+                     f"{len(h.findings)} findings", _history_body(h), kind=panel_kind(h.findings),
+                     css_class="nbd-gradmonitor nbd-gradmonitor-live")
+    state = "training..."
     headline = kv_table([
         ("state", state),
         ("optimizer steps seen", h.steps_seen),
@@ -219,8 +228,8 @@ def live_html(h: GradHistory, *, running: bool = True) -> str:
     ])
     flags = "".join(f'<div class="sev-{esc(f.severity.value)}">{esc(f.kind)}: {esc(f.message)}</div>'
                     for f in h.findings[:6])
-    return panel("GradMonitor (live)", headline + flags + _history_body(h, compact=True),
-                 kind="info" if running else panel_kind(h.findings), css_class="nbd-gradmonitor-live")
+    return panel("GradMonitor: training...", headline + flags + _history_body(h, compact=True),
+                 kind="info", css_class="nbd-gradmonitor-live")
 
 
 # -- doctor ------------------------------------------------------------------------------------------------
@@ -235,6 +244,9 @@ def doctor_text(r: DoctorReport) -> str:
         lines.append(f"overfit one batch: loss {_fmt(r.losses[0])} -> {_fmt(r.losses[-1])}"
                      + (f"; zero-input baseline -> {_fmt(r.baseline_losses[-1])}" if r.baseline_losses else ""))
     lines.append(findings_text(r.findings))
+    if r.experiments:
+        lines.append("experiments (each fix tried on a copy, best first):")
+        lines += [f"  {'restores learning' if e.restores else 'no better':<17} {e.said()}" for e in r.experiments]
     for name, value in r.checks:
         lines.append(f"  checked: {name}: {value}")
     return "\n".join(lines)
@@ -248,6 +260,13 @@ def doctor_html(r: DoctorReport) -> str:
     kind = panel_kind(r.findings)
     title = f"Training doctor: {n_err} error(s), {n_warn} warning(s) ({r.task}, {r.steps} steps on one batch)"
     body = "<h4>findings</h4>" + findings_html(r.findings)
+    if r.experiments:
+        body += "<h4>experiments: each suspected cause, its fix tried on a copy</h4>" + table(
+            ("suspected cause", "tried", "steps", "your setup", "with the fix", "verdict"),
+            [(e.cause.replace("_", " "), e.change, e.steps, f"{_fmt(e.start)} -> {_fmt(e.before)}",
+              f"{_fmt(e.start)} -> {_fmt(e.after)}",
+              ("fits the batch" if e.fitted else "learns") if e.restores else "no better") for e in r.experiments],
+            numeric=(2,))
     if r.losses:
         series = [("real input", list(r.losses), "#0969da")]
         if r.baseline_losses:
@@ -304,14 +323,21 @@ def plot_grad_history(h: GradHistory, ax: Any = None) -> Any:
     for sp in h.spikes:
         if sp.name == "(global)":
             top.plot(sp.step, sp.norm, "v", color="#cf222e")
+    if h.clip_norm is not None:
+        top.axhline(h.clip_norm, color="#57606a", ls=":", lw=1, label=f"clipped at {h.clip_norm:g}")
     top.set_ylabel("grad norm")
+    handles, labels = top.get_legend_handles_labels()
     if h.losses:
         lax = top.twinx()
         lax.plot(h.loss_steps, h.losses, color="#8250df", alpha=0.8, label="loss")
         if h.num_classes and h.num_classes > 1:
-            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance")
+            lax.axhline(math.log(h.num_classes), color="#bf8700", ls="--", lw=1, label="chance -log(1/C)")
         lax.set_ylabel("loss")
-    top.set_title("gradient norms")
+        more = lax.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    top.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08 if h.losses else 1.0, 1.0), fontsize=8,
+               frameon=False)
+    top.set_title("gradient norms (global) and loss")
     if len(axes) > 1 and len(steps):
         hm = axes[1]
         m = np.asarray(h.module_norms, dtype=float).T  # (modules, steps)
@@ -320,7 +346,8 @@ def plot_grad_history(h: GradHistory, ax: Any = None) -> Any:
         extent = (steps[0] - 0.5, steps[-1] + 0.5, len(h.modules) - 0.5, -0.5)
         im = hm.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
         hm.set_yticks(range(len(h.modules)))
-        hm.set_yticklabels(h.modules, fontsize=7)
+        hm.set_yticklabels(h.module_labels(), fontsize=7)
+        hm.set_title("gradient norm per module (rows: the module and its parameters)", fontsize=9)
         hm.set_xlabel("step")
         fig.colorbar(im, ax=hm, label="log10 grad norm")
     return fig

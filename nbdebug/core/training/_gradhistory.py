@@ -67,6 +67,8 @@ class GradHistory(HasFindings, Result):
         Optimizer steps the monitor saw (recorded or not, with ``every`` > 1).
     clip_norm : float or None
         The ``max_norm`` the loop clips to (the norms are read before clipping); None when not known.
+    module_kinds : tuple of str
+        The class name of each module in ``modules`` (``Linear``), to label rows of the charts.
     """
 
     steps: tuple[int, ...]
@@ -86,6 +88,12 @@ class GradHistory(HasFindings, Result):
     num_classes: int | None = None
     steps_seen: int = 0
     clip_norm: float | None = None
+    module_kinds: tuple[str, ...] = ()
+
+    def module_labels(self) -> tuple[str, ...]:
+        """Each module as a person reads it: ``0 (Linear)``, ``encoder.fc (Linear)``; ``(root)`` stays."""
+        kinds = self.module_kinds if len(self.module_kinds) == len(self.modules) else ("",) * len(self.modules)
+        return tuple(f"{m} ({k})" if k else m for m, k in zip(self.modules, kinds))
 
     @property
     def clipped_steps(self) -> tuple[int, ...]:

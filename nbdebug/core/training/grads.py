@@ -216,6 +216,9 @@ class GradMonitor(Recorder):
         self._param_ids = {id(p) for p in self._params}
         owners = [n.rsplit(".", 1)[0] if "." in n else "(root)" for n in self.names]
         self.modules: tuple[str, ...] = tuple(dict.fromkeys(owners))
+        by_name = dict(self.model.named_modules())
+        self.module_kinds = tuple(type(by_name.get("" if m == "(root)" else m, self.model)).__name__
+                                  for m in self.modules)
         index = {m: i for i, m in enumerate(self.modules)}
         self._owner_index = [index[o] for o in owners]
         self._devices = sorted({str(p.device) for p in self._params})
@@ -561,6 +564,7 @@ class GradMonitor(Recorder):
             num_classes=self.num_classes,
             steps_seen=self._step,
             clip_norm=self.clip_norm,
+            module_kinds=self.module_kinds,
         )
         hist = dataclasses.replace(hist, findings=tuple(grad_findings(hist)))
         self._hist_cache = (key, hist)
