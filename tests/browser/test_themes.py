@@ -130,6 +130,16 @@ MEMTRACE_SPARK_JS = r"""
 }
 """
 
+# every block of fix code in a findings table: its white-space and word breaking (a line is never wrapped, nor
+# broken inside a word), and its width as a share of its table's
+CODE_JS = r"""
+() => [...document.querySelectorAll('.jp-OutputArea-output table.nbd-findings pre')].map(p => {
+  const cs = getComputedStyle(p);
+  return {text: p.innerText.slice(0, 50), space: cs.whiteSpace, wrapped: cs.wordBreak === 'break-all',
+          share: p.getBoundingClientRect().width / p.closest('table').getBoundingClientRect().width};
+})
+"""
+
 KINDS = {  # selector that must be present for each panel kind
     "error": "details.nbd-diagnosis",
     "viewer": ".nbdebug",
@@ -171,6 +181,12 @@ def test_every_panel_is_readable(lab, page, theme):
     assert spark and spark["inside"], spark
     assert spark["line_w"] > 0.9 * spark["w"] and spark["line_h"] > 0.5 * spark["h"], spark
     assert spark["points"] >= 4 and spark["stroke"] not in ("none", ""), spark
+    # issue 26, item 11: fix code keeps each line whole (never "capture_scalar_outputs = Tr|ue"), on a row as wide
+    # as the findings table's message and kind columns together, not squeezed into a column of its own
+    code = page.evaluate(CODE_JS)
+    assert code, "no fix code in the panels"
+    bad = [c for c in code if c["space"] != "pre" or c["wrapped"] or c["share"] < 0.5]
+    assert not bad, bad[:5]
     found = page.evaluate(CONTRAST_JS)
     assert len(found) > 100, f"too few text elements checked: {len(found)}"
     low = [r for r in found if r["ratio"] < 4.5]

@@ -8,6 +8,7 @@ get its interactive view.
 
 from __future__ import annotations
 
+import base64
 import re
 
 import pytest
@@ -44,13 +45,52 @@ def _outputs(shell) -> list[tuple[str, dict]]:
     with nbdebug.memtrace("cpu") as rec:
         kept = [net(torch.randn(64, 8)) for _ in range(4)]
     results = [("nbdebug.doctor(...)", report), ("mon.history", mon.history), ("snap", snap),
-               ("snap.timeline()", snap.timeline()), ("rec.result", rec.result)]
+               ("snap.timeline()", snap.timeline()), ("rec.result", rec.result),
+               ("mon.history.plot()", mon.history.plot())]
     del kept
     out = []
     for source, obj in results:
         data, _ = shell.display_formatter.format(obj)
+        # a notebook file holds pictures as base64 text, as a kernel sends them
+        data = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
         out.append((source, data))
     return out
+
+
+# each picture drawn on a canvas over the page's own background: the share of it that is light
+LIGHT_SHARE_JS = r"""
+(sel) => {
+  const page = getComputedStyle(document.body).backgroundColor;
+  return [...document.querySelectorAll(sel + ' img')].filter(i => i.complete && i.naturalWidth > 0).map(img => {
+    const c = document.createElement('canvas');
+    c.width = img.naturalWidth; c.height = img.naturalHeight;
+    const g = c.getContext('2d');
+    g.fillStyle = page; g.fillRect(0, 0, c.width, c.height); g.drawImage(img, 0, 0);
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    let light = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      if ((0.2126 * d[i] + 0.7152 * d[i + 1] + 0.0722 * d[i + 2]) / 255 > 0.75) light++;
+    }
+    return {src: img.src.slice(0, 26), light: light / (d.length / 4), page};
+  });
+}
+"""
+
+# what the sanitised tables look like: alignment of text cells, of fix code, and the severity's colour
+TABLES_JS = r"""
+(sel) => {
+  const outs = [...document.querySelectorAll(sel + ' table.nbd-findings')];
+  const td = outs.flatMap(t => [...t.querySelectorAll('td')].filter(c => c.innerText.trim()))
+    .map(c => getComputedStyle(c).textAlign);
+  const pre = outs.flatMap(t => [...t.querySelectorAll('pre')]).map(p => {
+    const cs = getComputedStyle(p);
+    return {align: cs.textAlign, space: cs.whiteSpace};
+  });
+  const sev = outs.flatMap(t => [...t.querySelectorAll('tr.nbd-finding td:first-child > *')])
+    .map(s => getComputedStyle(s).backgroundColor);
+  return {td, pre, sev};
+}
+"""
 
 
 def _svg_text(html: str) -> list[str]:
@@ -129,6 +169,17 @@ def test_reopened_untrusted_notebook_shows_every_chart(lab, page, untrusted_note
     assert viewer.locator("img").first.is_visible()
     assert not viewer.locator("button:has-text('go to peak')").is_visible()
     assert "click the chart" not in viewer.inner_text()
+    # issue 26, item 10: no picture is a light box on a dark page (each is laid on the page's own background)
+    light = page.evaluate(LIGHT_SHARE_JS, out)
+    assert len(light) >= 7 and any(i["src"].startswith("data:image/png") for i in light), light
+    if theme.endswith("Dark"):
+        boxes = [i for i in light if i["light"] > 0.2]
+        assert not boxes, boxes
+    # untrusted tables: text left-aligned, fix code left-aligned on whole lines, the severity coloured
+    cells = page.evaluate(TABLES_JS, out)
+    assert cells["td"] and all(a in ("left", "start") for a in cells["td"]), cells["td"]
+    assert cells["pre"] and all(p["align"] in ("left", "start") and p["space"] == "pre" for p in cells["pre"]), cells
+    assert cells["sev"] and all(c not in ("rgba(0, 0, 0, 0)", "transparent") for c in cells["sev"]), cells["sev"]
     tag = theme.split()[-1].lower()
     page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", f"{out} .nbd-mem")
     page.wait_for_timeout(300)
