@@ -122,8 +122,9 @@ class MemoryMagics(Magics):
         from nbdebug.ipython._cell import compile_body
 
         on_cpu = device == "cpu" or not torch.cuda.is_available()
+        shell: Any = self.shell
         try:
-            return predict_cell(compile_body(self.shell, cell), self.shell.user_ns, "cpu" if on_cpu else "cuda")
+            return predict_cell(compile_body(shell, cell), shell.user_ns, "cpu" if on_cpu else "cuda")
         except NbdebugError as e:
             raise UsageError(f"%%memtrace --predict: {e}") from e
 
