@@ -7,6 +7,7 @@ widget with no kernel behind it: the viewer must not wait for one, but say that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -46,20 +47,23 @@ def notebook7(tmp_path_factory):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError("Notebook 7 did not start:\n" + (root / "nb7.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
+        _wait_until_serving(proc, f"{url}/api/status?token={token}", root / "nb7.log", log)
         yield Lab(url=url, token=token, root=root)
     finally:
         _stop_lab(proc, url, token)
         log.close()
+
+
+def _wait_until_serving(proc: subprocess.Popen, status: str, log_path, log) -> None:
+    """Until the server answers its status page (90 s at most; a server that exits fails at once, with its log)."""
+    deadline = time.monotonic() + 90
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(status, timeout=2).close()
+            return
+        time.sleep(0.5)
+    log.flush()
+    raise RuntimeError("Notebook 7 did not start:\n" + log_path.read_text()[-3000:])
 
 
 def _run_in_notebook7(nb7: Lab, page, cells: list[str], name: str) -> None:

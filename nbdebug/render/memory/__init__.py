@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nbdebug.core._findings import Finding
 from nbdebug.core.memory._results import (
     Annotations,
     DiffRow,
@@ -16,7 +17,6 @@ from nbdebug.core.memory._results import (
     SnapshotSummary,
     TopSites,
 )
-from nbdebug.core._findings import Finding
 from nbdebug.core.memory._snapshot import MemorySnapshot
 from nbdebug.core.memory._trace import MemTrace
 from nbdebug.render._html import esc, fmt_bytes, kv_table, panel, picture, table

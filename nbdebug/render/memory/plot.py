@@ -114,20 +114,23 @@ def svg_stacked(x: Sequence[float], values: Sequence[Sequence[int]], colors: Seq
             d.append(f"H{xs[c]:.0f}" + (f"V{sy(base[c - 1])}" if c else ""))
         parts.append(f'<path class="band" fill="{esc(colors[k % len(colors)])}" d="{"".join(d)}Z"/>')
         base = top
+    grid = []  # drawn first, under the bands
     for t in range(5):
         v = ymax * t / 4
         y = sy(v)
-        parts.append(f'<line x1="{L}" x2="{width - R}" y1="{y}" y2="{y}" style="stroke:var(--nbd-mem-border2,#d0d7de)" stroke-width="0.6"/>'
-                     f'<text x="{L - 6}" y="{y + 4}" text-anchor="end" font-size="11">{esc(fmt_bytes(int(v)))}</text>')
-        c = min(cols - 1, round((cols - 1) * t / 4))
+        grid.append(f'<line x1="{L}" x2="{width - R}" y1="{y}" y2="{y}" style="stroke:var(--nbd-mem-border2,#d0d7de)" stroke-width="0.6"/>'
+                    f'<text x="{L - 6}" y="{y + 4}" text-anchor="end" font-size="11">{esc(fmt_bytes(int(v)))}</text>')
+        # evenly along the axis (the points need not be: a quiet stretch has few)
+        xv = x0 + (x1 - x0) * t / 4
         if x_unit == "us":
-            label = f"{(x[pick[c]] - x0) / 1e6:.3f} s"
+            label = f"{(xv - x0) / 1e6:.3f} s"
         else:
-            label = "start" if index[pick[c]] < 0 else f"event {index[pick[c]]}"
-        anchor = "end" if t == 4 else "middle"
-        parts.append(f'<text x="{xs[c]:.0f}" y="{height - 12}" text-anchor="{anchor}" font-size="11">{esc(label)}</text>')
+            label = "start" if round(xv) < 0 else f"event {round(xv)}"
+        anchor = "end" if t == 4 else "start" if t == 0 else "middle"
+        grid.append(f'<text x="{L + W * t / 4:.0f}" y="{height - 12}" text-anchor="{anchor}" font-size="11">'
+                    f'{esc(label)}</text>')
     return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'role="img" aria-label="allocated memory over time, stacked by site">{"".join(parts)}</svg>')
+            f'role="img" aria-label="allocated memory over time, stacked by site">{"".join(grid + parts)}</svg>')
 
 
 def svg_two_timelines(before: tuple[str, Sequence[float], Sequence[int]], after: tuple[str, Sequence[float], Sequence[int]],

@@ -185,10 +185,11 @@ def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
     if not rows:
         return '<p class="muted">no segments</p>'
     biggest = max(r.total_bytes for r in rows) or 1
-    h, width = 14, 900
+    # many segments: thinner bars, so that the picture stays one screen high where no stylesheet bounds it
+    h, gap, width = (14, 3, 900) if len(rows) <= 16 else (6, 1, 900)
     parts = []
     for i, r in enumerate(rows):
-        y = i * (h + 3)
+        y = i * (h + gap)
         w = max(2.0, width * r.total_bytes / biggest)
         # a non-zero part is at least a pixel wide: a few MiB allocated in a huge segment still shows
         aw = max(1.0, w * r.allocated_bytes / r.total_bytes) if r.total_bytes and r.allocated_bytes else 0.0
@@ -203,10 +204,10 @@ def _segments_svg(frag: Fragmentation, limit: int = 60) -> str:
                      f'height="{h}"/><rect class="seg-allocated" style="fill:var(--nbd-mem-brand,#0969da)" x="0" '
                      f'y="{y}" width="{aw:.1f}" height="{h}"/>'
                      + (f'<rect class="seg-unlisted" style="fill:var(--nbd-mem-fg2,#656d76)" x="{w - uw:.1f}" '
-                        f'y="{y + 4}" width="{uw:.1f}" height="{h - 8}"/>' if uw else "")
+                        f'y="{y + h // 4}" width="{uw:.1f}" height="{h - 2 * (h // 4)}"/>' if uw else "")
                      + f'<rect class="seg-largest" style="fill:var(--nbd-mem-ok,#1a7f37)" x="{w - lw:.1f}" '
-                     f'y="{y + h - 3}" width="{lw:.1f}" height="3"/></g>')
-    total_h = len(rows) * (h + 3)
+                     f'y="{y + h - h // 4 - 1}" width="{lw:.1f}" height="{h // 4 + 1}"/></g>')
+    total_h = len(rows) * (h + gap)
     svg = (f'<svg class="segments" width="{width}" height="{total_h}" style="width:100%;height:auto" '
            f'viewBox="0 0 {width} {total_h}" preserveAspectRatio="xMinYMin meet">{"".join(parts)}</svg>')
     unlisted = ", dark grey stripe = bytes in no listed block" if any(r.unlisted_bytes for r in rows) else ""

@@ -27,8 +27,10 @@ __all__ = ["live_viewer", "answer", "LiveView", "widget_esm"]
 
 
 def answer(models: dict[int, WindowModel], request: str | dict[str, Any]) -> dict[str, Any]:
-    """The answer to one request of the viewer's script (a dict, or its JSON); a bad request gets
-    ``{"error": ...}``, never an exception."""
+    """The answer to one request of the viewer's script (a dict, or its JSON).
+
+    A bad request gets ``{"error": ...}``, never an exception.
+    """
     if isinstance(request, str):
         try:
             req = json.loads(request)

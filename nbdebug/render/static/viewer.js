@@ -117,6 +117,15 @@ function draw(){
   const sx = v => L + (W - L - R) * (x1 === x0 ? 0.5 : (v - x0) / (x1 - x0));
   const sy = v => H - B - (H - B - T) * (v / ymax);
   const parts = [];
+  for (let t = 0; t <= 4; t++){  // the grid first: under the bands, so it never crosses them
+    const v = ymax * t / 4, y = sy(v);
+    parts.push('<line class="grid" x1="' + L + '" x2="' + (W - R) + '" y1="' + y + '" y2="' + y + '"/>' +
+               '<text x="' + (L - 6) + '" y="' + (y + 4) + '" text-anchor="end" font-size="11">' + fmt(v) + '</text>');
+    // times (or event numbers) evenly along the axis: the points of a window need not be
+    const xv = x0 + (x1 - x0) * t / 4;
+    parts.push('<text x="' + sx(xv) + '" y="' + (H - 12) + '" text-anchor="' + (t === 4 ? 'end' : t ? 'middle' : 'start') +
+               '" font-size="11">' + esc(whenX(xv, Math.round(xv))) + '</text>');
+  }
   let base = new Float64Array(hi - lo + 1);
   for (let k = 0; k < D.names.length; k++){
     const top = new Float64Array(hi - lo + 1), up = [], dn = [];
@@ -138,14 +147,6 @@ function draw(){
     fl.push(sx(V.x[j]).toFixed(1) + ',' + y, sx(V.x[Math.min(j + 1, hi)]).toFixed(1) + ',' + y); }
   parts.push('<polyline class="floor" points="' + fl.join(' ') +
              '"><title>lowest allocated within each column</title></polyline>');
-  for (let t = 0; t <= 4; t++){
-    const v = ymax * t / 4, y = sy(v);
-    parts.push('<line class="grid" x1="' + L + '" x2="' + (W - R) + '" y1="' + y + '" y2="' + y + '"/>' +
-               '<text x="' + (L - 6) + '" y="' + (y + 4) + '" text-anchor="end" font-size="11">' + fmt(v) + '</text>');
-    const xv = lo + Math.round((hi - lo) * t / 4);
-    parts.push('<text x="' + sx(V.x[xv]) + '" y="' + (H - 12) + '" text-anchor="' + (t === 4 ? 'end' : t ? 'middle' : 'start') +
-               '" font-size="11">' + esc(when(xv)) + '</text>');
-  }
   for (const [t, name] of D.markers){ if (t < x0 || t > x1) continue;
     parts.push('<line class="marker" x1="' + sx(t) + '" x2="' + sx(t) + '" y1="' + T + '" y2="' + (H - B) +
                '"><title>' + esc(name) + '</title></line>'); }
