@@ -297,3 +297,41 @@ def test_memtrace_predict_refuses_a_cell_it_cannot_run_before_running_it(ip: Any
     assert result.error_in_exec is not None or "UsageError" in out.stderr + out.stdout
     assert "depends on the data" in out.stderr + out.stdout and "line 2" in out.stderr + out.stdout
     assert ip.user_ns["ran"] == []
+
+
+def test_ddp_buckets_are_counted_against_a_measured_step(tmp_path: Path) -> None:
+    """DDP on CPU (gloo, one process): the prediction of the wrapped model's step against memtrace's measurement."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from nbdebug.core.memory._trace import memtrace
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        model, batch, loss_fn, _ = _setup(batch=256)
+        ddp = DDP(model, bucket_cap_mb=1)
+        opt = torch.optim.AdamW(ddp.parameters())
+        pred = predict_memory(ddp, batch, loss_fn, opt, device="cpu")
+        plain = predict_memory(model, batch, loss_fn, opt, device="cpu")
+        params = sum(p.numel() * 4 for p in model.parameters())
+        assert pred.state_bytes - plain.state_bytes == params  # the buckets: one flat copy of the gradients
+        assert "buckets" in pred.notes[0]
+
+        def step() -> None:
+            loss_fn(ddp(batch[0]), batch[1]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        step()
+        step()
+        with memtrace("cpu") as rec:
+            step()
+        predicted_rise = pred.peak_bytes - pred.state_bytes
+        assert abs(predicted_rise - rec.peak_bytes) <= 0.05 * rec.peak_bytes, (predicted_rise, rec.peak_bytes)
+    finally:
+        dist.destroy_process_group()

@@ -18,9 +18,11 @@ from nbdebug.core.memory._predict_step import (
     autocast_dtype,
     call_model,
     checkpoint_blocks,
+    ddp_buckets,
     fake_optimizer,
     is_lightning,
     loss_of,
+    unwrap_ddp,
     warm_up,
 )
 from nbdebug.core.memory._predict_trace import (
@@ -120,22 +122,31 @@ def _predict(inputs: _Inputs, settings: Settings) -> MemoryPrediction:
     t0 = time.perf_counter()
     notes: list[str] = []
     world = fake_world(inputs.device)
-    fmodel = world.module(inputs.model)
+    user_model, ddp = unwrap_ddp(inputs.model)
+    fmodel = world.module(user_model)
     world.module_names = {id(m): n or type(m).__name__ for n, m in fmodel.named_modules()}  # type: ignore[attr-defined]
     if settings.checkpointing and checkpoint_blocks(fmodel) == 0:
         notes.append("checkpointing: the model has no repeated blocks to checkpoint; nothing was changed")
-    lightning = is_lightning(inputs.model) and inputs.step is None
+    lightning = is_lightning(user_model) and inputs.step is None
     with world.mode:
         opt_choice = settings.optimizer if settings.optimizer is not None else inputs.optimizer
         if opt_choice is None and lightning:
             opt_choice = _lightning_optimizer(fmodel)
-        fopt = fake_optimizer(world, fmodel, inputs.model, opt_choice, inputs.device)
+        fopt = fake_optimizer(world, fmodel, user_model, opt_choice, inputs.device)
         fbatch = world.batch(inputs.batch, settings.batch_size) if inputs.batch is not None else None
     if inputs.step is None:
         with uncounted(world):
             warm_up(fopt)
     params = [p for p in fmodel.parameters()]
     amp = settings.dtype
+    buckets: list[Any] = []
+    if ddp is not None:
+        with world.mode:
+            buckets = [torch.empty(n, dtype=d, device=world.traced_on) for n, d in ddp_buckets(ddp, params)]
+        notes.append(f"DistributedDataParallel: its {len(buckets)} gradient buckets are counted as gradients "
+                     "(they live as long as the wrapper)" + (
+                         "; with gradient_as_bucket_view=True the gradients are views of them, yet counted besides "
+                         "them here: an overestimate by the gradients' size" if ddp.gradient_as_bucket_view else ""))
 
     def registered(ledger: Ledger) -> None:
         def gradient(p: Any) -> None:
@@ -151,6 +162,8 @@ def _predict(inputs: _Inputs, settings: Settings) -> MemoryPrediction:
             ledger.note(t, kind="optimizer state")
         for t in _tensors(fbatch):
             ledger.note(t, kind="batch")
+        for t in buckets:
+            ledger.note(t, kind="gradients")
 
     def run(ledger: Ledger) -> None:
         if inputs.step is not None:

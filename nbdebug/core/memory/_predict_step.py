@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Settings", "autocast_dtype", "checkpoint_blocks", "call_model", "loss_of", "fake_optimizer",
-           "is_lightning", "warm_up"]
+           "is_lightning", "warm_up", "unwrap_ddp", "ddp_buckets"]
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "half": "float16",
            "fp32": None, "float32": None}
@@ -163,3 +163,29 @@ def warm_up(optimizer: Any) -> None:
         p.grad = torch.zeros_like(p)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def unwrap_ddp(model: Any) -> tuple[Any, Any]:
+    """``(the wrapped module, the DistributedDataParallel wrapper)`` for a DDP model, ``(model, None)`` otherwise."""
+    if type(model).__name__ == "DistributedDataParallel" and hasattr(model, "module"):
+        return model.module, model
+    return model, None
+
+
+def ddp_buckets(ddp: Any, params: list[Any]) -> list[tuple[int, Any]]:
+    """The sizes (elements, dtype) of DDP's gradient buckets over ``params``: flat buffers that live as long as the
+    wrapper, filled in reverse parameter order, the first up to 1 MiB and the others up to ``bucket_cap_mb``."""
+    first = 1 << 20
+    cap = int(getattr(ddp, "bucket_bytes_cap", 25 << 20))
+    buckets: list[tuple[int, Any]] = []
+    open_: dict[Any, list[int]] = {}  # dtype -> [elements, bytes] of the bucket being filled
+    for p in reversed([p for p in params if p.requires_grad]):
+        cur = open_.setdefault(p.dtype, [0, 0])
+        limit = first if not buckets else cap
+        cur[0] += p.numel()
+        cur[1] += p.numel() * p.element_size()
+        if cur[1] >= limit:
+            buckets.append((cur[0], p.dtype))
+            open_[p.dtype] = [0, 0]
+    buckets += [(n, d) for d, (n, _) in open_.items() if n]
+    return buckets
