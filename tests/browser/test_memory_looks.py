@@ -48,8 +48,9 @@ def test_memory_panels_live_in_light_and_dark(lab, page, theme):
     # one viewer on screen, the live one, stacked by the model's own lines (not one flat area)
     assert sum(p.is_visible() for p in page.locator(".nbd-mem").all()) == 1
     assert page.locator(f"{root} svg.chart polygon.band").count() >= 5
-    page.locator(".jp-OutputArea-output details.nbdebug", has_text="memtrace").first.scroll_into_view_if_needed()
-    page.screenshot(path=shot(f"memtrace_{tag}.png"))
+    panel = page.locator(".jp-OutputArea-output details.nbdebug", has_text="memtrace").first
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=shot(f"memtrace_comprehension_{tag}.png"))
     page.locator(f"{root} svg.chart").scroll_into_view_if_needed()
     page.screenshot(path=shot(f"memory_viewer_live_{tag}.png"))
 

@@ -419,8 +419,11 @@ class MemorySnapshot(Result):
         return doc
 
     def view(self, device: int | None = None) -> Any:
-        """The live viewer in a notebook (needs ipywidgets): the kernel answers each zoom exactly, down to single
-        events, and each moment with every block alive.  Without a kernel, ``to_html`` or the plain display."""
+        """The live viewer in a notebook (needs anywidget: ``pip install nbdebug[widgets]``).
+
+        The kernel answers each zoom exactly, down to single events, and each moment with every block alive,
+        through the notebook's widget channel.  Without a kernel, ``to_html`` or the plain display.
+        """
         return display_registry().memory.widget.live_viewer(self, device)
 
     def plot(self, ax: Any = None, *, device: int | None = None, top: int = 8) -> Any:
