@@ -63,6 +63,20 @@ def main() -> int:
         except Exception as e:  # real exceptions with tracebacks through nn.Module.forward
             excs.append(e)
     _report("explain(exception object)", _times(explain, excs, repeat=200))
+    # issue 23: the live evidence alone (the user's frame, its tensors with value summaries, the module), on
+    # exceptions whose frames hold a 2M-element activation and a model (target: < 50 ms per error)
+    from nbdebug.core.explain._evidence import live_evidence
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.Flatten(), torch.nn.Linear(100, 10))
+    big = torch.randn(8, 3, 256, 256)  # (B, C, H, W): 1.5M elements
+    try:
+        model(big)
+    except RuntimeError as e:
+        excs.append(e)
+    roots = {"model": model}
+    _report("live_evidence(exception object)", _times(lambda e: live_evidence(e, roots), excs, repeat=50))
+    _report("explain(exception object) with live evidence", _times(lambda e: explain(e, roots=roots), excs[-1:],
+                                                                   repeat=50))
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:  # issue 10: a real warning, as the warnings hook sees it

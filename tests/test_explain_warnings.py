@@ -8,6 +8,7 @@ captured ``warnings.WarningMessage`` or its printed text.
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -78,7 +79,11 @@ def test_nonleaf_grad_scheduler_order_and_checkpoint(printed, ip):
         with capture_output() as out:
             assert ip.run_cell("import warnings\nwarnings.simplefilter('always')\n" + cell).error_in_exec is None
         (panel,) = _panels(out, slug)
-        assert "Raised by line " in panel.data["text/plain"]  # the cell's line that led to the warning
+        # the cell's line that led to the warning, named as the user knows it (issue 26 item 6), never the
+        # kernel's temporary file
+        text = panel.data["text/plain"]
+        assert re.search(r"Raised by In \[\d+\], line \d+: \S", text), text
+        assert "<ipython-input" not in text and "ipykernel_" not in text
 
 
 def test_ddp_grad_strides_is_explained_as_harmless_or_channels_last(printed, ip, tmp_path):

@@ -60,6 +60,13 @@ class CrashRecorder:
                 self._record[key] = mem.get(key)
 
     def _loop(self) -> None:
+        # the installed versions, off the load path (reading packages' metadata takes milliseconds)
+        from nbdebug.core.explain._live import installed_versions
+
+        versions = {k: v for k, v in installed_versions().items() if k in ("torch", "numpy", "torchvision")}
+        with self._lock:
+            self._record["versions"] = versions
+        self._write()
         while not self._stop.is_set():
             if self._running.wait(_SAMPLE_S) and not self._stop.is_set():
                 self._sample()
@@ -102,7 +109,7 @@ class CrashRecorder:
             return
         from nbdebug._files import open_append
         from nbdebug.core.explain._deadkernel import record_paths, state_dir
-        from nbdebug.core.explain._live import host_memory, installed_versions
+        from nbdebug.core.explain._live import host_memory
 
         folder = state_dir()
         self.record_path, self.fault_path = record_paths(folder)
@@ -111,9 +118,8 @@ class CrashRecorder:
         faulthandler.enable(file=self._fault_file, all_threads=True)
         mem = host_memory()
         limits = {k: mem[k] for k in ("cgroup_limit", "address_space_limit", "machine") if k in mem}
-        versions = {k: v for k, v in installed_versions().items() if k in ("torch", "numpy", "torchvision")}
         self._record = {"pid": os.getpid(), "python": sys.version.split()[0], "state": "idle", "limits": limits,
-                        "versions": versions, "rss": mem.get("rss"), "peak_rss": mem.get("peak_rss")}
+                        "rss": mem.get("rss"), "peak_rss": mem.get("peak_rss")}
         self._write()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="nbdebug-crash-record", daemon=True)

@@ -122,19 +122,17 @@ class WarningWatcher:
             self._local.busy = False
 
     def _where(self, filename: str, lineno: int) -> str:
-        """The user's line that led to the warning (the innermost frame of a notebook cell), else the warning's."""
-        cells = getattr(getattr(self.state.shell, "compile", None), "_filename_map", None) or {}
+        """The user's line that led to the warning (the innermost frame of a notebook cell), else the warning's;
+        named as the user knows it (``In [12], line 3: ...``), never by the kernel's temporary cell file."""
+        from nbdebug.core._cells import is_cell_file, site_label
+
         frame = sys._getframe(1)
         while frame is not None:
-            number = cells.get(frame.f_code.co_filename)
-            if number is not None:
-                import linecache
-
-                code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-                return (f"Raised by line {frame.f_lineno} of cell [{number}]" + (f": {code}" if code else "")
-                        + f" (warning issued at {filename}:{lineno}).")
+            if is_cell_file(frame.f_code.co_filename):
+                return (f"Raised by {site_label(frame.f_code.co_filename, frame.f_lineno)} (warning issued at "
+                        f"{site_label(filename, lineno, code=False)}).")
             frame = frame.f_back  # type: ignore[assignment]
-        return f"Raised at {filename}:{lineno}."
+        return f"Raised at {site_label(filename, lineno)}."
 
     def _display(self, diagnosis: Any) -> None:
         from IPython.display import display

@@ -32,7 +32,9 @@ __all__ = ["TensorFacts", "LiveEvidence", "live_evidence", "is_library_file", "f
            "MAX_TENSORS", "MAX_SUMMARY_NUMEL"]
 
 MAX_TENSORS = 12
-MAX_SUMMARY_NUMEL = 1 << 22  # 4M elements: a summary of more would cost more than the whole budget on a CPU
+# past 32k elements a summary reads three slices of that many in all: below ATen's parallel grain (32768), so
+# it runs on the calling thread and never waits for a busy thread pool
+MAX_SUMMARY_NUMEL = 1 << 15
 _BUDGET_S = 0.030  # value summaries stop after this long (the rest keep shape, dtype and device)
 _MAX_FRAMES = 2_000
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -104,8 +106,9 @@ class TensorFacts:
     def describe(self) -> str:
         """``x: [4, 64] float32 cpu, grad, min -1.2 max 3.4 mean 0.01, 2 NaN`` (one line a person reads)."""
         text = f"{self.name}: {list(self.shape)} {self.dtype} {self.device}" + (", requires grad" if self.requires_grad else "")
-        if self.min is not None:
-            text += f", min {self.min:.4g} max {self.max:.4g}" + (f" mean {self.mean:.4g}" if self.mean is not None else "")
+        if self.min is not None and self.max is not None:  # + 0.0: a minimum of -0.0 reads 0
+            text += f", min {self.min + 0.0:.4g} max {self.max + 0.0:.4g}" + (
+                f" mean {self.mean + 0.0:.4g}" if self.mean is not None else "")
         bad = [f"{n} {what}" for n, what in ((self.nan, "NaN"), (self.inf, "Inf")) if n]
         if bad:
             text += ", " + " and ".join(bad)
@@ -168,26 +171,36 @@ def _tensor_facts(torch: Any, name: str, t: Any, on_line: bool, summarise: bool)
     numel = t.numel()
     if numel == 0 or t.device.type == "meta" or t.is_sparse or t.is_quantized or t.dtype == torch.bool:
         return facts
-    if numel > MAX_SUMMARY_NUMEL:
-        return _replace(facts, note=f"{numel:,} elements: values not summarised")
+    note = ""
     with torch.no_grad():
         x = t.detach()
+        if numel > MAX_SUMMARY_NUMEL:  # a view, never a copy: every step-th element of the flat storage
+            if not x.is_contiguous():
+                return _replace(facts, note=f"{numel:,} elements, not contiguous: values not summarised")
+            # three contiguous slices (start, middle, end): cheap to read, unlike a stride over the whole storage
+            flat, part = x.view(-1), MAX_SUMMARY_NUMEL // 3
+            mid = (numel - part) // 2
+            x = torch.cat((flat[:part], flat[mid:mid + part], flat[numel - part:]))
+            note = f"values from 3 slices, {3 * part:,} of {numel:,} elements"
         if x.is_complex():
             x = x.abs()
         floating = x.is_floating_point()
-        if floating:
-            nan = int(torch.isnan(x).sum())
-            inf = int(torch.isinf(x).sum())
-            finite = x[torch.isfinite(x)] if nan or inf else x
-        else:
-            nan = inf = 0
-            finite = x
+        nan = inf = 0
+        finite = x
+        if floating:  # one pass in the common case (all finite); NaN and Inf counted apart only when some are there
+            ok = torch.isfinite(x)
+            bad = x.numel() - int(ok.sum())
+            if bad:
+                nan = int(torch.isnan(x).sum())
+                inf = bad - nan
+                finite = x[ok]
         if finite.numel() == 0:
-            return _replace(facts, nan=nan, inf=inf)
-        lo, hi = float(finite.min()), float(finite.max())
+            return _replace(facts, nan=nan, inf=inf, note=note)
+        lo_t, hi_t = torch.aminmax(finite)
+        lo, hi = float(lo_t), float(hi_t)
         mean = float(finite.float().mean()) if floating or x.dtype in (torch.int32, torch.int64, torch.int16, torch.int8,
                                                                         torch.uint8) else None
-    return _replace(facts, min=lo, max=hi, mean=mean, nan=nan, inf=inf)
+    return _replace(facts, min=lo, max=hi, mean=mean, nan=nan, inf=inf, note=note)
 
 
 def _replace(facts: TensorFacts, **changes: Any) -> TensorFacts:

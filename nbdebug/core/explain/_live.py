@@ -316,8 +316,10 @@ def _missing_key(exc: BaseException, evidence: LiveEvidence) -> Checked:
             continue
         shown = ", ".join(repr(k) for k in keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
         out.rows.append((f"Keys of {name}", shown))
-        close = [k for k in keys if isinstance(k, str) and isinstance(key, str) and
-                 (k.lower() == key.lower() or k.endswith(key) or key.endswith(k))]
+        import difflib
+
+        close = difflib.get_close_matches(key, [k for k in keys if isinstance(k, str)], n=1, cutoff=0.75) \
+            if isinstance(key, str) else []
         out.first_step = (f"{name} has no key {key!r}; it holds {shown}." +
                           (f" Did you mean {close[0]!r}?" if close else " Use one of those, or make the producer emit "
                                                                        f"{key!r}."))
@@ -445,6 +447,28 @@ def _merge(into: Checked, more: Checked) -> None:
         into.first_step = more.first_step
 
 
+_BAD_FILE = ("truncated", "empty", "HTML page", "Git LFS pointer", "not a checkpoint format")
+
+
+def _from_the_file(diagnosis: Any, exc: BaseException) -> Any:
+    """An error no text matched, raised while torch.load read a file that the file check finds damaged (a truncated
+    zip gives only ``OSError: [Errno 22] Invalid argument``): the file is the diagnosis."""
+    import dataclasses
+
+    from nbdebug.core.knowledge import entry
+
+    path = _serialization_path(exc)
+    if not path:
+        return diagnosis
+    kind = dict(check_checkpoint_file(path)).get("File format", "")
+    if not any(word in kind for word in _BAD_FILE):
+        return diagnosis
+    e = entry("checkpoint_corrupt")
+    return dataclasses.replace(
+        diagnosis, kind=e.slug, title=e.title, causes=e.causes, fixes=e.fixes, first_step=e.first_step,
+        sources=e.sources, summary=f"The file could not be read as a checkpoint: it is {kind}.")
+
+
 def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) -> Any:
     """``diagnosis`` with the live evidence and the family's checks added (a section, open in the panel).
 
@@ -457,6 +481,8 @@ def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) 
     from nbdebug.core.explain._evidence import live_evidence
 
     evidence = live_evidence(exc, roots)
+    if not diagnosis.known:
+        diagnosis = _from_the_file(diagnosis, exc)
     checked = live_checks(exc, diagnosis.kind, diagnosis.evidence, evidence)
     rows = tuple(evidence.rows()) + tuple(checked.rows)
     if not rows and not checked.notes:
