@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 XLA_SPEC ?= torch==2.9.1 torch-xla==2.9.0
 LAB_PORT ?= 8888
 
-.PHONY: lab test test-unit test-xla lint typecheck bench screenshots browser-deps clean
+.PHONY: lab test test-unit test-xla test-binder lint typecheck bench screenshots browser-deps clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,19 @@ test-unit: $(VENV)/.stamp browser-deps
 test-xla: $(VENV_XLA)/.stamp
 	PJRT_DEVICE=CPU $(PY_XLA) -m pytest -q -p no:cacheprovider tests/xla
 
-test: lint typecheck test-unit test-xla
+test: lint typecheck test-unit test-xla test-binder
+
+# Binder's environment, built fresh from binder/ alone (requirements.txt, then postBuild from the repository's root,
+# as repo2docker does), and every tutorial run in it. pip's cache keeps a rebuild to a few minutes.
+BINDER_VENV ?= $(or $(TMPDIR),/tmp)/nbdebug-binder-env
+test-binder: export PIP_RETRIES = 1
+test-binder: $(VENV)/.stamp
+	rm -rf $(BINDER_VENV)
+	$(PYTHON) -m venv $(BINDER_VENV)
+	PATH=$(BINDER_VENV)/bin:$$PATH VIRTUAL_ENV=$(BINDER_VENV) pip install -q -r binder/requirements.txt
+	PATH=$(BINDER_VENV)/bin:$$PATH VIRTUAL_ENV=$(BINDER_VENV) bash binder/postBuild
+	NBDEBUG_BINDER_PYTHON=$(BINDER_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/test_binder.py
+	rm -rf $(BINDER_VENV)
 
 # The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not).
 screenshots: $(VENV)/.stamp browser-deps

@@ -8,6 +8,7 @@ Cells that demonstrate an error on purpose carry the tag ``raises-exception`` (n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,6 +56,53 @@ def test_notebook_runs(path: Path, clone: Path, tmp_path: Path, monkeypatch):
         if out.get("output_type") == "error"
     ]
     assert not errors, f"{path.name}: cells raised {errors}"
+    # issue 26, item 14: the outputs read well where no script or stylesheet runs (GitHub, nbviewer)
+    unreadable = [(i, why) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+                  for out in cell.get("outputs", []) for why in [without_scripts(out)] if why]
+    assert not unreadable, f"{path.name}: outputs that need a script or a stylesheet: {unreadable}"
+    static_html(nb, path.stem, tmp_path)
+
+
+# an object's default repr: no words for a reader
+_BARE_REPR = re.compile(r"^<[\w.]+ (?:object )?at 0x[0-9a-f]+>$")
+
+
+def without_scripts(out) -> str:
+    """Why an output would not read where no script or stylesheet runs (GitHub, nbviewer), or ''.
+
+    Every rich output must also carry a picture, or a plain-text form with words in it: nbviewer and GitHub drop
+    scripts, and a sanitising renderer drops ``<style>`` and inline SVG.  An output that is a script or a widget
+    and nothing else would be an empty box there.
+    """
+    if out.get("output_type") not in ("display_data", "execute_result"):
+        return ""
+    data = out.get("data", {})
+    if any(k.startswith("image/") and data[k] for k in data):
+        return ""
+    text = str(data.get("text/plain", "")).strip()
+    if not text or _BARE_REPR.match(text):
+        kinds = ", ".join(sorted(data))
+        return f"no picture and no words ({kinds}): {text[:60]!r}"
+    html = str(data.get("text/html", ""))
+    if html and re.search(r"<script\b", html) and "hidden" not in html and "<img" not in html:
+        # a panel built by its script: the static fallback must be in the HTML itself, or in the text
+        if not re.sub(r"<script\b.*?</script>|<style\b.*?</style>|<[^>]+>", "", html, flags=re.S).strip():
+            return "its HTML is only a script"
+    return ""
+
+
+def static_html(nb, name: str, tmp_path: Path) -> Path:
+    """The executed notebook as one static HTML page with every script removed, as nbviewer without JavaScript
+    shows it (kept in NBDEBUG_SHOTS_DIR when that is set, to look at)."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
+    body = re.sub(r"<script\b.*?</script>", "", body, flags=re.S | re.I)
+    folder = Path(os.environ["NBDEBUG_SHOTS_DIR"]) if os.environ.get("NBDEBUG_SHOTS_DIR") else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    page = folder / f"{name}.static.html"
+    page.write_text(body, encoding="utf-8")
+    return page
 
 
 def test_there_are_tutorials():
