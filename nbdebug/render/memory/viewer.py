@@ -305,8 +305,9 @@ def _static_picture(data: dict[str, Any]) -> str:
     svg = svg_stacked(data["x"], data["values"], data["colors"], x_unit=data["x_unit"], index=data["index"])
     if not svg:
         return ""
-    legend = "".join(f'<span style="background-color:{esc(c)}">&nbsp;&nbsp;&nbsp;</span> {esc(n)} &nbsp; '
-                     for n, c in zip(data["names"], data["colors"]))
+    # each swatch stays with its name (no line break between them)
+    legend = "".join(f'<span style="white-space:nowrap"><span style="background-color:{esc(c)}">&nbsp;&nbsp;&nbsp;'
+                     f'</span> {esc(n)}</span> &nbsp; ' for n, c in zip(data["names"], data["colors"]))
     return (f'<div class="nbd-mem-static">{picture(svg, "allocated memory over time, stacked by site")}'
             f'<div class="nbd-mem-legend">{legend}</div>'
             f'<div class="muted nbd-mem-note">Static picture: {esc(INTERACTIVE_NOTE)} (zoom, the blocks alive at '
