@@ -221,7 +221,7 @@ def _dist_run_title(d: DistRun) -> tuple[str, str]:
     if p is None:
         seen = "only consequences were seen" if d.primary_reason else "no rank reported an error"
         return f"torchrun: FAILED — {d.nprocs} ranks, {seen}", "error"
-    return f"torchrun: FAILED — rank {p.rank}: {clip(_rank_error(p), 120)}", "error"
+    return f"torchrun: FAILED — rank {p.rank}: {clip(readable_error(_rank_error(p)), 120)}", "error"
 
 
 @renders(DistRun, "html")

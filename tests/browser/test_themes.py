@@ -196,6 +196,7 @@ def test_every_panel_is_readable(lab, page, theme):
     page.wait_for_timeout(300)
     page.screenshot(path=shot(f"theme_{name}.png"), full_page=False)
     page.locator("details.nbdebug", has_text="memtrace").first.screenshot(path=shot(f"memtrace_{name}.png"))
+    page.locator("details.nbdebug", has_text="torchrun: ").first.screenshot(path=shot(f"torchrun_{name}.png"))
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": 1600})  # the whole panel, above the status bar
     training.screenshot(path=shot(f"memtrace_training_{name}.png"))
