@@ -541,3 +541,34 @@ def test_the_tutorials_example_snapshot_has_stacks_so_its_chart_is_not_one_flat_
     share = {name: bands.values[k][peak] / bands.total[peak] for k, name in enumerate(bands.names)}
     assert share.get("<no stack recorded>", 0) < 0.25, share
     assert sum(1 for name, v in share.items() if v >= 0.05 and not name.startswith("<")) >= 4, share
+
+
+def test_the_live_viewer_is_a_standard_widget_and_names_its_extra_when_missing(monkeypatch):
+    """snap.view(): an anywidget whose ES module is package data (the viewer's script and viewer_widget.js), whose
+    requests are answered through the widget's own messages; without anywidget, one error naming the extra."""
+    import sys
+
+    import nbdebug.examples as ex
+    from nbdebug.errors import MissingDependencyError
+    from nbdebug.render._html import static
+    from nbdebug.render.memory import widget
+
+    snap = load_snapshot(ex.path("snapshots/transformer_step.pickle"))
+    view = snap.view()
+    esm = view.widget._esm
+    assert static("viewer_widget.js") in esm and "export default" in esm and "model.send" in esm
+    assert "querySelector('.nbdmem-req" not in esm and ".jp-Cell" not in esm  # no lookups in the page
+    sent = []
+    monkeypatch.setattr(view.widget, "send", sent.append)
+    view._on_msg(view.widget, {"op": "hello", "seq": 1}, [])
+    view._on_msg(view.widget, {"op": "window", "x0": 0, "x1": 1e18, "width": 100, "seq": 2}, [])
+    assert sent[0] == {"seq": 1, "op": "hello", "ok": True}
+    assert sent[1]["seq"] == 2 and sent[1]["events"] == snap.state().n + 1 and len(sent[1]["x"]) <= 100
+    # the widget shows no text where widgets do not render; the HTML output before it is the viewer
+    data = view.widget._repr_mimebundle_()[0]
+    assert data["text/plain"] == "" and "application/vnd.jupyter.widget-view+json" in data
+    assert f'data-live="{view.token}"' in view._repr_html_()
+    monkeypatch.setattr(widget, "_WIDGET_CLASS", [])
+    monkeypatch.setitem(sys.modules, "anywidget", None)
+    with pytest.raises(MissingDependencyError, match=r"nbdebug\[widgets\]"):
+        snap.view()
