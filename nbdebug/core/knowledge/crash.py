@@ -42,11 +42,17 @@ ENTRIES: tuple[Entry, ...] = (
         title="The process crashed in native code (segfault or abort)",
         summary=("The process died in compiled code[[ ({signal_text})]]: no Python exception was raised, so the "
                  "traceback stops (or never starts) where the crash happened."),
-        keywords=("segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
+        keywords=("0xc000001d", "double free", "free(): invalid", "corrupted size", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "bus error", "signal 11",
                   "-1073741819", "exit status", "sigbus", "interrupted by signal", "c10::error",
                   "ucrtbase!abort"),
         patterns=(
+            r"(?:exit code|exit status|return code|returned)[: =]{1,3}(?:3221225501|-1073741795)\b",
+            r"0xC000001D",
+            r"double free or corruption",
+            r"free\(\): invalid (?:pointer|size)",
+            r"corrupted size vs\. prev_size",
+            r"malloc\(\): (?:memory corruption|corrupted top size|unaligned tcache chunk)",
             # a DataLoader worker's segfault is the worker's own report (dataloader_worker)
             r"(?<!signal: )(?<!nexpected )(?i:segmentation fault)(?! encountered in worker)",
             r"\bcore dumped\b",

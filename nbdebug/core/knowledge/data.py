@@ -82,14 +82,20 @@ ENTRIES: tuple[Entry, ...] = (
             "NaN or Inf already in the input data or labels.",
         ),
         fixes=(
+            Fix("Find the first module and step that produce NaN/Inf (nbdebug replays the step on a copy)",
+                "with nbdebug.nan_sentinel(model, replay=True) as rec:   # or: %%nanhunt model --replay\n"
+                "    train_step(batch)\n"
+                "# gradient norms per layer over a run: with nbdebug.GradMonitor(model) as mon: ..."),
             Fix("Guard numerically fragile operations", "torch.log(p.clamp_min(1e-8))\nx / (x.norm(dim=-1, keepdim=True) + 1e-8)\nF.log_softmax(logits, -1)  # not log(softmax)"),
             Fix("Clip gradients and lower the learning rate", "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"),
             Fix("Find the first operation producing NaN (slow; one step only)", "with torch.autograd.detect_anomaly():\n    loss.backward()"),
             Fix("Check the data", "assert torch.isfinite(x).all() and torch.isfinite(y).all()"),
         ),
-        first_step="Check the batch for NaN/Inf, then look at the named backward function's forward op "
-        "(e.g. LogBackward0 -> a log of 0) and add an epsilon or a stable form.",
-        sources=("https://pytorch.org/docs/stable/autograd.html",),
+        first_step="Run the failing step under nbdebug.nan_sentinel (or %%nanhunt): it names the first module and "
+        "operation whose output or gradient turned non-finite; then add an epsilon or a stable form there (e.g. "
+        "LogBackward0 -> a log of 0).",
+        sources=("https://pytorch.org/docs/stable/autograd.html",
+                 "https://pytorch.org/docs/stable/autograd.html#anomaly-detection"),
     ),
     Entry(
         slug="dataloader_worker",

@@ -171,9 +171,11 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+        keywords=("requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
                   "can't get attribute"),
         patterns=(
+            r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
+            r"\bVersionConflict\b",
             r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribut",
             # a name a library's release added or removed (or a package too old to have it)
             r"cannot import name '?\w+'?",
@@ -273,9 +275,16 @@ ENTRIES: tuple[Entry, ...] = (
         title="Building a compiled extension failed",
         summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
-        keywords=("cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
+        keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
                   "subprocess-exited-with-error", "command '"),
         patterns=(
+            r"Could not build wheels for [\w.-]+",
+            r"metadata-generation-failed",
+            r"Getting requirements to build wheel did not run successfully",
+            r"ninja: build stopped",
+            r"fatal error: [\w/.+-]{1,200}\.h: No such file or directory",
+            r"Error compiling objects for extension",
+            r"error: command '[^'\n]{1,300}' failed with exit (?:code|status) \d+",
             r"(?P<reason>CUDA_HOME environment variable is not set)",
             r"Failed building wheel for [\w.\-]+",
             r"Microsoft Visual C\+\+ 14\.0 (?:or greater )?is required",

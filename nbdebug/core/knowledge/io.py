@@ -140,11 +140,14 @@ ENTRIES: tuple[Entry, ...] = (
         title="The checkpoint file is missing, damaged or not what the loader expects",
         summary=("The file could not be read as a checkpoint[[ ({problem})]]: it is truncated (a download or a save "
                  "that did not finish), empty, or of another format than the loader expects."),
-        keywords=("pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
+        keywords=("unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
                   "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
                   "writeendoffile", "unexpected pos"),
         patterns=(
+            r"Unable to load weights from pytorch checkpoint file",
+            r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory",
+            r"is not a (?:valid model identifier listed on|local folder and is not a valid model identifier)",
             r"PytorchStreamReader failed (?:reading zip archive|locating file|reading file|opening archive)",
             r"failed finding central directory",
             r"unexpected EOF, expected \d+ more bytes",

@@ -57,7 +57,8 @@ ENTRIES: tuple[Entry, ...] = (
         title="A dict (a batch, a checkpoint, a config) has no such key",
         summary="The code reads a key[[ {key}]] that the dict does not hold: the producer and the reader disagree on names.",
         keywords=("keyerror",),
-        patterns=(r"(?m)^KeyError: ?(?:'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|\d{1,12})[ \t]*$",),
+        patterns=(
+            r"(?m)^KeyError: ?(?:'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|\d{1,12})[ \t]*$",),
         exception_types=("KeyError",),
         priority=30,
         facts=((r"(?m)^KeyError: ?(?P<key>'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|\d{1,12})", {"key": "str"}),),
@@ -78,8 +79,13 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
                  "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
                  "instead of a tensor, ...)."),
-        keywords=("object has no attribute", "object is not", "values to unpack"),
-        patterns=(r"'\w{1,80}' object has no attribute '\w+'",
+        keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack"),
+        patterns=(
+            r"unsupported operand type\(s\) for",
+            r"can only concatenate \w+ \(not \"\w+\"\) to \w+",
+            r"'\w{1,80}' object cannot be interpreted as an integer",
+            r"object of type '\w{1,80}' has no len\(\)",
+            r"'\w{1,80}' object has no attribute '\w+'",
                   r"'\w{1,80}' object is not (?:iterable|subscriptable|callable)",
                   r"(?:too many|not enough) values to unpack \(expected \d+"),
         priority=40,
