@@ -135,3 +135,19 @@ def test_reopened_with_widget_state_saved_says_to_rerun_and_never_waits(lab, pag
         page.screenshot(path=shot("memory_viewer_reopened.png"))
     finally:
         (settings / "plugin.jupyterlab-settings").unlink()
+
+
+def test_a_kernel_busy_with_the_next_cell_turns_the_viewer_live_when_it_answers(lab, page, snapshots_dir):
+    """Run all: the widget asks the kernel while the next cell still runs; the viewer works from its own events,
+    says no kernel answers yet, and turns live (exact windows from the kernel) once the kernel is free."""
+    cells = ["import nbdebug, time\n"
+             f"snap = nbdebug.load_snapshot(r'{snapshots_dir / FILE}')\n"
+             "snap.view()",
+             "time.sleep(15)"]
+    run_notebook(lab, page, cells, "memory_live_busy.ipynb", timeout_s=240)  # returns once both cells ran
+    root = ".nbdmem-widget .nbd-mem[data-live]"
+    page.wait_for_function("(sel) => /events in view/.test(document.querySelector(sel).textContent)",
+                           arg=f"{root} .exactness", timeout=30_000)
+    assert page.locator(f"{root} .rerun").count() == 0  # the note went once the kernel answered
+    page.wait_for_function("(sel) => /all of them listed/.test(document.querySelector(sel).textContent)",
+                           arg=f"{root} .moment-summary", timeout=30_000)

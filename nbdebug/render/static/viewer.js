@@ -326,9 +326,12 @@ legend(); draw();
 const linkUp = link ? link.ready() : Promise.resolve(false);
 linkUp.then(ok => {
   linked = !!ok;
-  if (token && !linked) rerunNote('This is the saved output of snap.view(): re-run the cell for the live view (the ' +
-    'kernel answers every window exactly and lists every block alive); until then the chart uses the events ' +
-    'this output holds.');
+  if (token && !linked) rerunNote((link ? 'No kernel answers this viewer' : 'This is the saved output of snap.view()') +
+    ': re-run the cell for the live view (the kernel answers every window exactly and lists every block alive); ' +
+    'until then the chart uses the events this output holds.');
+  // a kernel that was busy (the next cell running) answers later: the panel turns live then
+  if (link && !linked) link.onLate(() => { linked = true; const n = q('.rerun'); if (n) n.remove();
+    fullWindow().then(() => { if (N) return goPeak(); }); });
 })
   .then(() => live() ? fullWindow() : loadFine().catch(() => { F = null; }).then(() => loadIntervals().catch(() => {})))
   .then(() => { if (N) return goPeak(); });

@@ -21,12 +21,27 @@ function makeLink(model){
       try { model.send(req); } catch (e) { clearTimeout(timer); waiting.delete(req.seq); res({seq: req.seq, error: String(e)}); }
     });
   }
-  let hello = null;
+  // one question for every panel of the widget: does a kernel answer?  A notebook reopened with its widget state
+  // saved shows the widget with no kernel behind it; a kernel busy with the next cell ("run all") answers late,
+  // and then the panels turn live
+  let hello = null, answered = false;
+  const late = [];
+  function ready(){
+    if (hello) return hello;
+    const seq0 = seq + 1;
+    waiting.set(seq0, () => { answered = true; for (const f of late.splice(0)) f(); });
+    hello = new Promise(res => {
+      setTimeout(() => res(answered), 8000);
+      late.push(() => res(true));
+    });
+    seq = seq0;
+    try { model.send({op: 'hello', seq: seq0}); } catch (e) { /* no kernel: the panels keep their own events */ }
+    return hello;
+  }
   return {
     ask: req => ask(req),
-    // one question for every panel of the widget: does a kernel answer? (a notebook reopened with its widget state
-    // saved shows the widget with no kernel behind it)
-    ready: () => hello || (hello = ask({op: 'hello'}, 8000).then(a => !a.error)),
+    ready,
+    onLate: f => { if (answered) f(); else late.push(f); },
     close: () => model.off('msg:custom', onMsg),
   };
 }
