@@ -57,7 +57,7 @@ def main() -> int:
                  lambda: torch.nn.Sequential(torch.nn.Linear(8, 10), torch.nn.Linear(20, 5))(torch.randn(4, 8)),
                  lambda: torch.nn.Linear(3, 2)(torch.randn(5, 3, dtype=torch.float64)),
                  lambda: torch.nn.functional.cross_entropy(torch.randn(4, 5), torch.tensor([0, 1, 5, 2])),
-                 lambda: {}["missing"]):
+                 lambda: dict[str, int]()["missing"]):
         try:
             make()
         except Exception as e:  # real exceptions with tracebacks through nn.Module.forward

@@ -139,10 +139,11 @@ class CrashRecorder:
         self._running.clear()
         faulthandler.disable()
         if self._was_enabled:  # put back what the kernel had (ipykernel writes fatal stacks to its stderr)
-            try:
-                faulthandler.enable(file=sys.__stderr__, all_threads=True)
-            except (ValueError, AttributeError, OSError):
-                pass
+            if sys.__stderr__ is not None:
+                try:
+                    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+                except (ValueError, AttributeError, OSError):
+                    pass
         atexit.unregister(self._remove)
         self._remove()
 
@@ -166,7 +167,10 @@ def show_dead_kernels() -> list[Any]:
     from nbdebug.core.explain._deadkernel import dead_kernels, explain_dead, state_dir
 
     try:
-        found = dead_kernels(state_dir())
+        folder = state_dir()
+        if not any(name.startswith("kernel-") for name in os.listdir(folder)):  # the common case: nothing to read
+            return []
+        found = dead_kernels(folder)
     except OSError as e:
         print(f"nbdebug: the records of earlier kernels could not be read ({e})", file=sys.stderr)
         return []

@@ -23,8 +23,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from nbdebug.core.explain._evidence import is_library_file
-
 __all__ = ["ShortTracebacks", "fold_library_frames", "classify_entry", "is_library_path", "colours_on"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -50,6 +48,8 @@ def is_library_path(path: str) -> bool:
         return False
     if _IPYTHON is None:
         _IPYTHON = _ipython_root()
+    from nbdebug.core.explain._evidence import is_library_file
+
     return is_library_file(path) or os.path.normpath(path).startswith(_IPYTHON)
 
 

@@ -140,7 +140,9 @@ def dead_kernels(folder: str, *, now: float | None = None, remove: bool = True) 
                     fault = read_text(files["fault"], "a fault dump", cap=1 << 20, follow=False)
             except (NbdebugError, OSError, ValueError):
                 pass
-            if record or fault.strip():
+            # a kernel that died between cells with no fatal signal was shut down or restarted by its server:
+            # nothing to explain (a crash happens while a cell runs, and a fatal signal leaves a dump)
+            if fault.strip() or record.get("state") == "running":
                 found.append(DeadKernel(pid, record, fault, modified))
         if remove:
             for path in files.values():
@@ -198,7 +200,7 @@ def explain_dead(dead: DeadKernel) -> Diagnosis:
     vm = rec.get("vm_size") if isinstance(rec.get("vm_size"), int) else None
     # each limit against what it counts: resident memory for a container or the machine, virtual for ulimit -v
     usage = {"cgroup_limit": used, "machine": used, "address_space_limit": vm}
-    near = [(k, usage[k], v) for k, v in limits.items() if usage.get(k) and usage[k] >= 0.85 * v]
+    near = [(k, u, v) for k, v in limits.items() if isinstance(u := usage.get(k), int) and u >= 0.85 * v]
     near_limit = bool(near)
     if near:
         used, limit = near[0][1], near[0][2]

@@ -71,7 +71,7 @@ def is_library_file(path: str) -> bool:
 
 def frames_of(tb: TracebackType | None) -> list[tuple[FrameType, int]]:
     """The frames of a traceback, outermost first, with the line each was at."""
-    out = []
+    out: list[tuple[FrameType, int]] = []
     while tb is not None and len(out) < _MAX_FRAMES:
         out.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
