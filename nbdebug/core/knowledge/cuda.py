@@ -387,9 +387,10 @@ ENTRIES: tuple[Entry, ...] = (
             "PyTorch found no usable CUDA GPU[[: {reason}]]. Code that calls .cuda() or uses device='cuda' fails "
             "until a GPU is visible to this process."
         ),
-        keywords=("cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
+        keywords=("is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
                   "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
         patterns=(
+            r"(?<!but )torch\.cuda\.is_available\(\) (?:returns?|is|==) False",
             r"Unexpected error from cudaGetDeviceCount\(\)",
             r"forward compatibility was attempted on non supported HW",
             r"Torch not compiled with CUDA enabled",

@@ -104,9 +104,10 @@ ENTRIES: tuple[Entry, ...] = (
         title="A native library could not be loaded",
         summary=("A compiled library[[ ({library})]] that a package needs was not found or could not be loaded: the "
                  "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
-        keywords=("cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
+        keywords=("redistributable", "cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
                   "image not found", "error loading"),
         patterns=(
+            r"Microsoft Visual C\+\+ Redistributable is not installed",
             r"(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"DLL load failed",
             r"Library not loaded: ",
@@ -171,9 +172,10 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+        keywords=("has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
                   "can't get attribute"),
         patterns=(
+            r"module '[\w.]{1,200}' has no attribute '\w+'",
             r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
             r"\bVersionConflict\b",
             r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribut",
@@ -245,10 +247,12 @@ ENTRIES: tuple[Entry, ...] = (
         title="pip found no build of the package that fits this Python, platform or the other packages",
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
-        keywords=("satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
+        keywords=("requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
                   "resolutionimpossible"),
-        patterns=(r"Could not find a version that satisfies the requirement",
+        patterns=(
+            r"requires a different Python: [\d.]+ not in",
+            r"Could not find a version that satisfies the requirement",
                   r"No matching distribution found for", r"is not a supported wheel on this platform",
                   # PyPI's placeholder of old: no wheel for this Python, so pip took the sdist that refuses
                   r"torch-0\.1\.2(?:\.post\d)?\.tar\.gz",
