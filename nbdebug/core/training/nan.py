@@ -83,6 +83,19 @@ _WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half type
 _F32: Any = None
 
 
+_TENSOR: Any = None  # torch.Tensor, set when a sentinel is made (torch is not imported with this module)
+
+
+def _flat(obj: Any) -> Any:
+    """The tensors of a hook's inputs or output; the common shapes (one tensor, a tuple of tensors) without a
+    generator."""
+    if isinstance(obj, _TENSOR):
+        return (obj,)
+    if type(obj) is tuple and all(isinstance(o, _TENSOR) for o in obj):
+        return obj
+    return tuple(_tensors(obj))
+
+
 def _finite_probe(t: Any) -> Any:
     """One reduction kept on the device: the sum is NaN/Inf iff an element is (barring overflow, re-checked)."""
     t = t.detach()
@@ -104,8 +117,9 @@ class NanSentinel(Recorder):
 
         from nbdebug.core.training.grads import unwrap_model
 
-        global _F32
+        global _F32, _TENSOR
         _F32 = torch.float32
+        _TENSOR = torch.Tensor
         _WIDE.update((torch.float32, torch.float64))
         if not isinstance(model, torch.nn.Module):
             raise InvalidArgumentError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
@@ -240,7 +254,7 @@ class NanSentinel(Recorder):
             if t.is_floating_point():
                 self._fwd_seen[id(t)] = t
                 self._flags.append(_finite_probe(t))
-                self._where.append(("data", -2, weakref.ref(t), tuple(t.shape), str(t.dtype)))
+                self._where.append(("data", -2, weakref.ref(t), t.shape, t.dtype))
         self._forwards += 1
         if self.replay:
             import torch
@@ -252,7 +266,7 @@ class NanSentinel(Recorder):
             if self._replaying:
                 return
             # inputs made by the parent's own code between two modules (not a checked output, not the batch)
-            for t in _tensors(inputs):
+            for t in _flat(inputs):
                 if t.is_floating_point():
                     key = id(t)
                     seen = self._fwd_seen.get(key)
@@ -267,19 +281,19 @@ class NanSentinel(Recorder):
                     self._between[key] = len(self._flags)
                     self._prev[len(self._flags)] = self._last_done
                     self._flags.append(_finite_probe(t))
-                    self._where.append(("between", idx, t, tuple(t.shape), str(t.dtype)))
-            for t in _tensors(output):
+                    self._where.append(("between", idx, t, t.shape, t.dtype))
+            for t in _flat(output):
                 if t.is_floating_point():
                     key = id(t)
                     if key in self._fwd_seen and self._fwd_seen[key] is t:
                         continue  # a parent returning its child's output: already checked at the child
                     self._fwd_seen[key] = t
                     self._flags.append(_finite_probe(t))
-                    self._where.append(("forward", idx, t, tuple(t.shape), str(t.dtype)))
+                    self._where.append(("forward", idx, t, t.shape, t.dtype))
                     if self.check_backward and t.requires_grad:
                         self._watch(t, producer=idx)
             if self.check_backward:
-                for t in _tensors(inputs):
+                for t in _flat(inputs):
                     if t.requires_grad and t.is_floating_point():
                         entry = self._seen.get(id(t))
                         if entry is None or entry[0] is not t:
@@ -288,7 +302,7 @@ class NanSentinel(Recorder):
                         entry[2].append(idx)
             self._last_done = idx
             if idx == 0:
-                for t in _tensors(output):
+                for t in _flat(output):
                     entry = self._seen.get(id(t))
                     if entry is not None and entry[0] is t:
                         entry[3]["model_output"] = True
@@ -330,8 +344,9 @@ class NanSentinel(Recorder):
             else:  # functional code in the forward of the producer's parent module used this output
                 kind, where = "functional", self._parent[producer] if producer >= 0 else 0
             self._backward_seen = True
-            self._flags.append(_finite_probe(grad))
-            self._where.append((kind, where, weakref.ref(grad), tuple(shape), str(dtype)))
+            # a gradient needs no detach (it carries no graph unless create_graph=True)
+            self._flags.append(grad.sum() if grad.dtype in _WIDE and not grad.requires_grad else _finite_probe(grad))
+            self._where.append((kind, where, weakref.ref(grad), shape, dtype))
 
         return hook
 
@@ -406,6 +421,7 @@ class NanSentinel(Recorder):
 
     def _raise(self, first: int, step: int) -> None:
         kind, idx, _, shape, dtype = self._where[first]
+        shape, dtype = tuple(shape), str(dtype)
         t = self._tensor(first)
         if t is not None:
             stats = describe_tensor(t)
