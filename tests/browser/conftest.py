@@ -240,3 +240,20 @@ def run_notebook(lab: Lab, page, cells: list[str], name: str, *, timeout_s: floa
         timeout=int(timeout_s * 1000),
     )
     return page
+
+
+def open_notebook(lab: Lab, page, name: str, ready_js: str, timeout_s: float = 90) -> None:
+    """Open notebook ``name`` from the lab's folder as it is on disk (no cell run) and wait until ``ready_js`` (an
+    expression of ``w``, the notebook's panel) holds; the panel is ``window.__nbdPanel`` afterwards."""
+    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="domcontentloaded")
+    page.wait_for_function(
+        """([name, ready]) => {
+            if (!window.jupyterapp) return false;
+            const w = [...window.jupyterapp.shell.widgets('main')].find(x => x.context && x.context.path === name);
+            if (!w || !w.context.isReady) return false;
+            window.__nbdPanel = w;
+            return eval(ready);
+        }""",
+        arg=[name, ready_js],
+        timeout=int(timeout_s * 1000),
+    )

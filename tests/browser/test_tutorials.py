@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import Lab
+from tests.browser.conftest import open_notebook as _open
 from tests.conftest import REPO
 
 pytestmark = [
@@ -35,21 +35,6 @@ def _folder() -> Path:
     folder = Path(chosen) if chosen else REPO / "out" / "tutorials"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _open(lab: Lab, page, name: str, ready_js: str, timeout_s: float = 90) -> None:
-    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="domcontentloaded")
-    page.wait_for_function(
-        """([name, ready]) => {
-            if (!window.jupyterapp) return false;
-            const w = [...window.jupyterapp.shell.widgets('main')].find(x => x.context && x.context.path === name);
-            if (!w || !w.context.isReady) return false;
-            window.__nbdPanel = w;
-            return eval(ready);
-        }""",
-        arg=[name, ready_js],
-        timeout=int(timeout_s * 1000),
-    )
 
 
 def _whole_notebook(page, path: str) -> list[str]:

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from nbdebug.render._html import INTERACTIVE_NOTE
-from tests.browser.conftest import shot
+from tests.browser.conftest import open_notebook, shot
 
 pytestmark = pytest.mark.browser
 
@@ -121,18 +121,7 @@ def untrusted_notebook(lab, shell):
 
 
 def _open(lab, page, name: str) -> None:
-    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}", wait_until="domcontentloaded")
-    page.wait_for_function(
-        """(name) => {
-            if (!window.jupyterapp) return false;
-            const w = [...window.jupyterapp.shell.widgets('main')].find(x => x.context && x.context.path === name);
-            if (!w || !w.context.isReady) return false;
-            window.__nbdPanel = w;
-            return w.node.querySelectorAll('.jp-OutputArea-output').length >= 4;
-        }""",
-        arg=name,
-        timeout=90_000,
-    )
+    open_notebook(lab, page, name, "w.node.querySelectorAll('.jp-OutputArea-output').length >= 4")
     page.wait_for_timeout(1000)
 
 
