@@ -58,7 +58,8 @@ test-binder: $(VENV)/.stamp
 	NBDEBUG_BINDER_PYTHON=$(BINDER_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/test_binder.py
 	rm -rf $(BINDER_VENV)
 
-# The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not).
+# The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not),
+# and every tutorial in notebooks/, live and reopened untrusted, in Light and Dark, into out/tutorials/ (not tracked).
 screenshots: $(VENV)/.stamp browser-deps
 	NBDEBUG_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
 
