@@ -210,3 +210,29 @@ def test_live_evidence_never_breaks_on_a_frame_it_cannot_read():
     ev = live_evidence(_raise(step))
     assert ev.site  # the rest of the evidence is still there
     assert os.getpid()
+
+
+def test_host_memory_counts_the_child_processes_and_their_memory():
+    import subprocess
+    import sys
+
+    from nbdebug.core.explain._live import children_memory, host_memory
+
+    before, _ = children_memory()
+    child = subprocess.Popen([sys.executable, "-c", "import time; block = b'x' * (64 << 20); time.sleep(30)"])
+    try:
+        import time
+
+        for _ in range(100):  # until the child has filled its block
+            count, held = children_memory()
+            if held >= 64 << 20:
+                break
+            time.sleep(0.1)
+        assert count == before + 1 and held >= 64 << 20
+    finally:
+        child.kill()
+        child.wait()
+    mem = host_memory()
+    assert mem["rss"] > 0 and mem["machine"] >= mem["rss"]
+    d = explain(_raise(lambda: (_ for _ in ()).throw(MemoryError())))
+    assert "Memory in use (this process)" in dict(d.live.facts)

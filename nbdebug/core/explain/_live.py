@@ -153,6 +153,32 @@ def host_memory() -> dict[str, int]:
     return out
 
 
+def children_memory() -> tuple[int, int]:
+    """How many child processes this process has (DataLoader workers, spawned ranks) and their resident memory."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0, 0
+    for task in tasks[:10_000]:
+        pids += [int(p) for p in _read_small(f"/proc/self/task/{task}/children").split() if p.isdigit()]
+    total = 0
+    for pid in pids[:1_000]:
+        m = re.search(r"^VmRSS:\s+(\d+) kB", _read_small(f"/proc/{pid}/status"), re.M)
+        total += int(m.group(1)) * 1024 if m else 0
+    return len(pids), total
+
+
+def _loader_workers(exc: BaseException) -> int | None:
+    """The number of workers of the DataLoader whose iterator the traceback went through, if any."""
+    for frame, _ in reversed(frames_of(exc.__traceback__)):
+        owner = frame.f_locals.get("self")
+        workers = getattr(owner, "_num_workers", None) if type(owner).__name__.endswith("DataLoaderIter") else None
+        if isinstance(workers, int):
+            return workers
+    return None
+
+
 def memory_rows(mem: Mapping[str, int]) -> list[tuple[str, str]]:
     """Host memory as rows a person reads."""
     labels = (("rss", "Memory in use (this process)"), ("peak_rss", "Peak memory (this process)"),
@@ -422,6 +448,12 @@ def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidenc
             _merge(out, more)
         if slug in MEMORY_SLUGS or isinstance(exc, MemoryError):
             out.rows += memory_rows(host_memory())
+            count, held = children_memory()
+            workers = _loader_workers(exc)
+            if workers is not None:
+                out.rows.append(("DataLoader workers", str(workers)))
+            if count:  # each worker holds its own copy of what the dataset's Python objects touched
+                out.rows.append(("Child processes (workers) now", f"{count}, {fmt_bytes(held)} resident in all"))
         if slug in CHECKPOINT_SLUGS:
             path = _serialization_path(exc)
             if path:
