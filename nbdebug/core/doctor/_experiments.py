@@ -32,6 +32,8 @@ __all__ = ["Experiment", "run", "loss_at"]
 # what each optimizer family trains a small problem with, for "lr up" when the user's is far below
 _TYPICAL_LR = {"SGD": 0.05, "ASGD": 0.05, "Adagrad": 0.01, "Rprop": 0.01, "LBFGS": 1.0}
 _ADAPTIVE_LR = 1e-3
+# findings that name a wiring fault outright: the batch cannot be learned whatever the learning rate
+_WIRING = ("probabilities_to_loss", "activation_on_logits", "no_gradient", "loss_below_minimum", "ignores_input")
 _MIN_STEPS = 10  # an experiment takes at least this many steps (fewer when the user's run took fewer)
 
 
@@ -222,6 +224,8 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
     if lr is None or not lr > 0 or (s.coverage_missing and len(s.coverage_missing) == sum(
             1 for p in s.user_model.parameters() if p.requires_grad)):
         return out
+    if s.has(*_WIRING):
+        return out  # the wiring is wrong in a way no learning rate mends: that finding says what to fix
     typical = _typical_lr(s)
     factors: list[float] = []
     if unstable or s.has("dead_activations"):

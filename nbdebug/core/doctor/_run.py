@@ -224,7 +224,7 @@ def _consequences(s: Session) -> None:
     how = entry("consequence_of_another")
     first = how.fixes[0]
     for i, f in enumerate(s.findings):
-        if f.kind == "cannot_overfit" and (s.explained or "tried" in f.evidence):
+        if f.kind == "cannot_overfit" and s.explained:
             continue  # the experiments said what it follows from
         if f.kind in _CONSEQUENCES and f is not cause and not (f.kind == "cannot_overfit" and s.unstable):
             s.findings[i] = finding(
