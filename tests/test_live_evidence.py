@@ -236,3 +236,20 @@ def test_host_memory_counts_the_child_processes_and_their_memory():
     assert mem["rss"] > 0 and mem["machine"] >= mem["rss"]
     d = explain(_raise(lambda: (_ for _ in ()).throw(MemoryError())))
     assert "Memory in use (this process)" in dict(d.live.facts)
+
+
+def test_lora_target_modules_are_named_from_the_live_model():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.query_key_value = torch.nn.Linear(4, 12)
+            self.dense = torch.nn.Linear(4, 4)
+
+    def get_peft_model(model, target_modules):  # what PEFT raises when no name matches, with the model in its frame
+        raise ValueError(f"Target modules {target_modules} not found in the base model. Please check the target "
+                         "modules and try again.")
+
+    model = torch.nn.Sequential(Block(), Block())
+    d = explain(_raise(get_peft_model, model, ["q_proj", "v_proj"]))
+    assert d.kind == "peft_target_modules"
+    assert d.first_step == "Set target_modules to names the model has: dense, query_key_value."

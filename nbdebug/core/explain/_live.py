@@ -313,6 +313,29 @@ def _call_signature(exc: BaseException) -> Checked:
     return out
 
 
+def _linear_names(exc: BaseException) -> Checked:
+    """The names a LoRA target_modules can use: the last name part of the model's linear layers."""
+    torch = sys.modules.get("torch")
+    out = Checked()
+    if torch is None:
+        return out
+    for frame, _ in frames_of(exc.__traceback__):
+        model = frame.f_locals.get("model")
+        if isinstance(model, torch.nn.Module):
+            try:
+                names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                                if isinstance(m, torch.nn.Linear) or type(m).__name__ in ("Conv1D", "Linear8bitLt",
+                                                                                           "Linear4bit")})
+            except Exception:  # noqa: BLE001
+                return out
+            if names:
+                shown = ", ".join(names[:30]) + (" ..." if len(names) > 30 else "")
+                out.rows.append(("Linear layers of the model", shown))
+                out.first_step = f"Set target_modules to names the model has: {shown}."
+            return out
+    return out
+
+
 def _missing_key(exc: BaseException, evidence: LiveEvidence) -> Checked:
     out = Checked()
     if not exc.args:
@@ -462,6 +485,8 @@ def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidenc
                 _merge(out, state_dict_diff(exc))
         if slug == "call_signature":
             _merge(out, _call_signature(exc))
+        if slug == "peft_target_modules":
+            _merge(out, _linear_names(exc))
         if isinstance(exc, KeyError) and slug in ("missing_key", "unknown"):
             _merge(out, _missing_key(exc, evidence))
         if isinstance(exc, AttributeError) and slug in ("wrong_object_attribute", "unknown"):

@@ -13,6 +13,32 @@ __all__ = ["ENTRIES"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
+        slug="peft_target_modules",
+        title="PEFT found none of the target modules in the model",
+        summary=("LoRA (PEFT) adapts the layers named in target_modules[[ ({targets})]], and the model has no layer of "
+                 "that name: the names come from another architecture (q_proj / v_proj are LLaMA's; BLOOM and "
+                 "ChatGLM use query_key_value, GPT-2 c_attn)."),
+        keywords=("target modules", "target_modules"),
+        patterns=(r"Target modules [^\n]{0,300}? not found in the base model",
+                  r"Please specify `?target_modules`? in `?peft_config`?"),
+        priority=64,
+        facts=((r"Target modules (?P<targets>[^\n]{0,300}?) not found in the base model", {"targets": "str"}),),
+        causes=(
+            "target_modules copied from a recipe for another architecture.",
+            "An empty list: a helper that collects the linear layers found none (a quantized model whose layers are "
+            "not nn.Linear, or a name filter that matched nothing).",
+        ),
+        fixes=(
+            Fix("List the model's linear layers and pick from those names",
+                "names = {n.split('.')[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}\n"
+                "print(sorted(names))\nconfig = LoraConfig(target_modules=['query_key_value'])  # names from the list"),
+        ),
+        first_step="Print the names of the model's linear layers (the live panel lists them) and set target_modules "
+        "to some of those names.",
+        sources=("https://huggingface.co/docs/peft/developer_guides/troubleshooting",
+                 "https://huggingface.co/docs/peft/package_reference/lora"),
+    ),
+    Entry(
         slug="deepspeed_zero3_params",
         title="DeepSpeed ZeRO-3 found its gathered parameters out of step",
         summary=("DeepSpeed ZeRO-3 gathers each partitioned parameter before a module runs and releases it after; "
