@@ -29,7 +29,7 @@ nn = torch.nn
 
 TABLE = Path(__file__).parent / "data" / "predict" / "accuracy.csv"
 COLUMNS = ("architecture", "setting", "params", "measured_bytes", "predicted_bytes", "error_pct",
-           "measured_rise_bytes", "predicted_rise_bytes", "accelerate_bytes")
+           "measured_rise_bytes", "predicted_rise_bytes", "partial", "accelerate_bytes")
 
 
 # -- hand-written CNNs and an LSTM (torchvision does not install with the CPU torch) -------------------------------
@@ -288,7 +288,7 @@ def measure(name: str, setting: str) -> dict[str, Any]:
             "measured_bytes": measured, "predicted_bytes": pred.peak_bytes,
             "error_pct": round(100 * (pred.peak_bytes - measured) / measured, 2),
             "measured_rise_bytes": rec.peak_bytes, "predicted_rise_bytes": pred.peak_bytes - pred.state_bytes,
-            "accelerate_bytes": accelerate_bytes}
+            "partial": int(pred.partial), "accelerate_bytes": accelerate_bytes}
 
 
 def read_table() -> list[dict[str, str]]:
@@ -300,16 +300,21 @@ def read_table() -> list[dict[str, str]]:
 def test_prediction_agrees_with_the_measured_step(name: str) -> None:
     rows = [measure(name, s) for s in ("base", "checkpointing")]
     for row in rows:
-        assert abs(row["error_pct"]) <= 10, row
+        # oneDNN's LSTM kernel keeps a workspace fake tensors give no size: that prediction says it is partial
+        assert row["partial"] == (name == "lstm"), row
+        assert row["partial"] or abs(row["error_pct"]) <= 10, row
 
 
 def test_the_stored_table_meets_its_targets() -> None:
     if not TABLE.exists():
         pytest.fail(f"{TABLE} is missing: run python tests/test_predict_accuracy.py to build it")
     rows = read_table()
-    errors = [abs(float(r["error_pct"])) for r in rows]
-    assert len({r["architecture"] for r in rows}) >= len(ZOO) - 1
-    assert statistics.median(errors) <= 5 and max(errors) <= 10, (statistics.median(errors), max(errors))
+    assert len({r["architecture"] for r in rows}) == len(ZOO)
+    # a prediction that did not count something says so (partial); the targets hold for all the others
+    complete = [abs(float(r["error_pct"])) for r in rows if r["partial"] == "0"]
+    assert len(complete) >= 0.9 * len(rows)
+    assert statistics.median(complete) <= 5 and max(complete) <= 10, (statistics.median(complete), max(complete))
+    assert all(r["partial"] == "1" for r in rows if abs(float(r["error_pct"])) > 10)
 
 
 def main() -> None:
@@ -330,8 +335,10 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    errors = [abs(r["error_pct"]) for r in rows]
-    print(f"{len(rows)} rows, median |error| {statistics.median(errors):.2f}%, worst {max(errors):.2f}%")
+    for label, chosen in (("all", rows), ("complete (not partial)", [r for r in rows if not r["partial"]])):
+        errors = [abs(r["error_pct"]) for r in chosen]
+        print(f"{label}: {len(chosen)} rows, median |error| {statistics.median(errors):.2f}%, "
+              f"worst {max(errors):.2f}%")
 
 
 if __name__ == "__main__":
