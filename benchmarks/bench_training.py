@@ -1,12 +1,13 @@
 """Overhead of GradMonitor and nan_sentinel on real training steps (CPU), side by side.
 
-Models: a small transformer LM (the house model), ResNet-18 (batch 32 of 32x32 images; the transformers
+Models: a small transformer LM (4 layers, d_model 128, batch 8 x 64 tokens; also inside an accelerate loop),
+ResNet-18 (batch 32 of 32x32 images; the transformers
 implementation built from its config: 11.2 M parameters, the torchvision layout) and a tiny BERT classifier
 (transformers, from a config).  Every variant trains its own copy of the same model; variants are interleaved
 round by round and each figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare
 step's median.
 
-    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,resnet18,bert,doctor]
+    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,accelerate,resnet18,bert,doctor]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from nbdebug.core.training.grads import GradMonitor  # noqa: E402
 from nbdebug.core.training.nan import nan_sentinel  # noqa: E402
 from nbdebug.ipython._live import LivePanel  # noqa: E402
 
-VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 2, 64, 16
+VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 4, 64, 8  # issue 24: 4 layers, d_model 128, 8 x 64 tokens
 
 
 class TinyTransformer(nn.Module):
@@ -89,8 +90,9 @@ class Variant:
         self.model = copy.deepcopy(base)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.stack = ExitStack()
-        if kind in ("monitor", "live"):
-            self.mon = GradMonitor(self.model, optimizer=self.opt, refresh_hz=2.0)
+        if kind in ("monitor", "live", "monitor_backward"):
+            self.mon = GradMonitor(self.model, optimizer=self.opt, refresh_hz=2.0,
+                                   record_at="backward" if kind == "monitor_backward" else "optimizer")
             if kind == "live":  # what the live panel does between steps, minus the display-update message
                 self.renders = []
                 panel = LivePanel(self.mon)  # outside IPython: no display, so only its bundle is built below
@@ -114,7 +116,7 @@ class Variant:
         if self.kind == "naive":
             naive_checks(self.model)
         self.opt.step()
-        if self.kind in ("monitor", "live"):
+        if self.kind in ("monitor", "live", "monitor_backward"):
             self.mon.log_loss(loss)
 
     def run(self, x, y, steps):
@@ -169,14 +171,63 @@ def bench_doctor(model, x, y):
               f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}")
 
 
+def bench_accelerate(rounds, steps):
+    """nan_sentinel inside an accelerate loop (accelerate_watch) against the same loop bare, on the small
+    transformer: thread CPU-time ratio, interleaved rounds."""
+    try:
+        import accelerate
+    except ImportError:
+        print("accelerate is not installed: skipped (pip install accelerate)")
+        return
+    from nbdebug.integrations import accelerate_watch
+
+    torch.manual_seed(0)
+    base = TinyTransformer()
+    x = torch.randint(0, VOCAB, (BATCH, SEQ))
+    y = torch.randint(0, VOCAB, (BATCH, SEQ))
+    acc = accelerate.Accelerator(cpu=True)
+    loops = []
+    for kind in ("bare", "sentinel"):
+        model = copy.deepcopy(base)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, opt = acc.prepare(model, opt)
+        loops.append((kind, model, opt))
+
+    def run(kind, model, opt, n):
+        stack = ExitStack()
+        if kind == "sentinel":
+            stack.enter_context(accelerate_watch(acc, model, grad_monitor=False, nan_sentinel=True, live=False))
+        c = time.thread_time()
+        with stack:
+            for _ in range(n):
+                loss = lm_loss(model(x), y)
+                acc.backward(loss)
+                opt.step()
+                opt.zero_grad()
+        return (time.thread_time() - c) / n
+
+    for loop in loops:
+        run(*loop, 2)
+    cpu: dict[str, list[float]] = {k: [] for k, _, _ in loops}
+    for r in range(rounds):
+        for kind, model, opt in (loops if r % 2 == 0 else loops[::-1]):
+            cpu[kind].append(run(kind, model, opt, steps))
+    bare = statistics.median(cpu["bare"])
+    print(f"\naccelerate loop, small transformer (batch {BATCH}x{SEQ}), median of {rounds} interleaved rounds x "
+          f"{steps} steps")
+    print(f"  bare accelerate step          {bare * 1e3:8.2f} ms/step  1.000x")
+    med = statistics.median(cpu["sentinel"])
+    print(f"  accelerate_watch(nan_sentinel) {med * 1e3:8.2f} ms/step {med / bare:6.3f}x  <= 1.15")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default="transformer,resnet18,bert,doctor",
-                    help="comma-separated: transformer (the house LM), resnet18, bert, doctor (doctor's wall time "
-                         "on resnet18)")
+    ap.add_argument("--models", default="transformer,accelerate,resnet18,bert,doctor",
+                    help="comma-separated: transformer (the small LM), accelerate (the sentinel in an accelerate "
+                         "loop), resnet18, bert, doctor (doctor's wall time on resnet18)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     chosen = {m.strip() for m in args.models.split(",") if m.strip()}
@@ -185,6 +236,8 @@ def main(argv=None):
             bench_real(name, model, x, y, loss_fn, max(3, args.rounds // 2), max(2, args.steps // 3))
         if name == "resnet18" and "doctor" in chosen:
             bench_doctor(model, x, y)
+    if "accelerate" in chosen:
+        bench_accelerate(args.rounds, args.steps)
     if "transformer" not in chosen:
         return
     torch.manual_seed(0)
@@ -194,6 +247,7 @@ def main(argv=None):
     variants = [Variant(n, base, k) for n, k in [
         ("bare step", "bare"),
         ("GradMonitor (every step)", "monitor"),
+        ("GradMonitor, norms read before clipping (integrations)", "monitor_backward"),
         ("GradMonitor + live panel rendering (<= 2 Hz)", "live"),
         ("naive loop: isnan().any() + norm().item() per parameter", "naive"),
         ("nan_sentinel", "sentinel"),
@@ -220,7 +274,8 @@ def main(argv=None):
           f"median of {args.rounds} interleaved rounds x {args.steps} steps")
     print("ratio: thread CPU time (robust to other processes on a shared machine); wall-clock ratio beside it")
     print(f"{'variant':<58} {'ms/step':>8} {'ratio':>7} {'wall':>7}  target")
-    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15",
+    targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.10",
+               "GradMonitor, norms read before clipping (integrations)": "<= 1.05",
                "GradMonitor + live panel rendering (<= 2 Hz)": "(no target; see the renders count)"}
     for v in variants:
         med, med_cpu = statistics.median(times[v.name]), statistics.median(cpu[v.name])

@@ -289,8 +289,9 @@ def run(s: Session) -> None:
     t_end = s.deadline(0.6)
     done: list[Experiment] = []
     for i, (cause, change, variant, code) in enumerate(cands):
-        if any(e.cause == cause and e.restores for e in done) and cause.startswith("lr_"):
-            continue  # one learning rate that restores learning is the verdict for that cause
+        if cause.startswith("lr_") and any(e.cause.startswith("lr_") and (e.fitted or e.cause == cause and e.restores)
+                                           for e in done):
+            continue  # a learning rate that fits the batch (or restores learning that way) is the verdict
         left = None if t_end is None else t_end - time.perf_counter()
         if left is not None and left <= 0:
             s.check(f"experiment: {change}", "skipped: out of time")
