@@ -39,17 +39,20 @@ class CrashRecorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._removed = False
 
     # -- the record -----------------------------------------------------------------------------------------------
     def _write(self) -> None:
         from nbdebug._files import write_file
 
-        with self._lock:
+        with self._lock:  # under the lock: a write never lands after _remove (a sampler racing the exit)
+            if self._removed:
+                return
             data = json.dumps(self._record, default=str)
-        try:
-            write_file(self.record_path, data, mode=0o600)
-        except OSError:  # a full disk must not break the user's cell
-            pass
+            try:
+                write_file(self.record_path, data, mode=0o600)
+            except OSError:  # a full disk must not break the user's cell
+                pass
 
     def _sample(self) -> None:
         from nbdebug.core.explain._live import host_memory
@@ -120,6 +123,7 @@ class CrashRecorder:
         limits = {k: mem[k] for k in ("cgroup_limit", "address_space_limit", "machine") if k in mem}
         self._record = {"pid": os.getpid(), "python": sys.version.split()[0], "state": "idle", "limits": limits,
                         "rss": mem.get("rss"), "peak_rss": mem.get("peak_rss")}
+        self._removed = False
         self._write()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="nbdebug-crash-record", daemon=True)
@@ -148,6 +152,9 @@ class CrashRecorder:
         self._remove()
 
     def _remove(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._removed = True
         if self._fault_file is not None:
             try:
                 self._fault_file.close()
