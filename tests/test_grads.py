@@ -525,7 +525,10 @@ def _healthy_history(steps=30):
     with nbdebug.GradMonitor(model, num_classes=3) as mon:
         for _ in range(steps):
             loss = F.cross_entropy(model(x), y)
-            opt.zero_grad(); loss.backward(); mon.log_loss(loss); opt.step()
+            opt.zero_grad()
+            loss.backward()
+            mon.log_loss(loss)
+            opt.step()
     return mon.history
 
 
@@ -563,7 +566,9 @@ def test_forgotten_zero_grad_is_named():
     with nbdebug.GradMonitor(model) as mon:
         for _ in range(40):
             loss = F.cross_entropy(model(x), y)
-            loss.backward(); mon.log_loss(loss); opt.step()  # no zero_grad(): gradients add up
+            loss.backward()  # no zero_grad(): gradients add up
+            mon.log_loss(loss)
+            opt.step()
     f = next(f for f in mon.history.findings if f.kind == "grads_accumulate")
     assert "zero_grad() is" in f.message and f.evidence["growth"] > 10
     assert "grads_accumulate" not in _healthy_history().kinds

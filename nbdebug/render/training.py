@@ -212,8 +212,10 @@ def grad_history_html(h: GradHistory) -> str:
 
 
 def live_html(h: GradHistory, *, running: bool = True) -> str:
-    """The live panel's content: compact and cheap while training; once done, the history's own panel (the one
-    picture the notebook keeps, not a "(live)" one beside it)."""
+    """The live panel's content: compact and cheap while training.
+
+    Once done, it is the history's own panel: the one picture the notebook keeps, not a "(live)" one beside it.
+    """
     if not running:
         return panel(f"GradMonitor done: {h.steps_seen} optimizer steps, {len(h.steps)} recorded, "
                      f"{len(h.findings)} findings", _history_body(h), kind=panel_kind(h.findings),

@@ -296,7 +296,7 @@ def run(s: Session) -> None:
         if left is not None and left <= 0:
             s.check(f"experiment: {change}", "skipped: out of time")
             continue
-        per = None if t_end is None else time.perf_counter() + left / (len(cands) - i)
+        per = None if t_end is None or left is None else time.perf_counter() + left / (len(cands) - i)
         steps = n if per is None or s.step_time <= 0 else max(min(n, _MIN_STEPS),
                                                                min(n, int((per - time.perf_counter()) / s.step_time)))
         ex = _try(s, cause, change, variant, code, steps, per)

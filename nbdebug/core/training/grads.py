@@ -417,8 +417,10 @@ class GradMonitor(Recorder):
         return row, tuple(missing)
 
     def log_loss(self, loss: Any, step: int | None = None) -> None:
-        """Log the loss of the current step (a tensor stays on the device; call it before ``optimizer.step()``),
-        or of optimizer step ``step`` (from 0) when it comes after that step was recorded."""
+        """Log the loss of the current step (a tensor stays on the device; call it before ``optimizer.step()``).
+
+        ``step``: the optimizer step (from 0) the loss belongs to, when it comes after that step was recorded.
+        """
         if hasattr(loss, "detach"):
             loss = loss.detach().float().reshape(-1).mean()
         else:

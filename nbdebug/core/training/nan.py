@@ -87,8 +87,10 @@ _TENSOR: Any = None  # torch.Tensor, set when a sentinel is made (torch is not i
 
 
 def _flat(obj: Any) -> Any:
-    """The tensors of a hook's inputs or output; the common shapes (one tensor, a tuple of tensors) without a
-    generator."""
+    """The tensors of a hook's inputs or output.
+
+    The common shapes (one tensor, a tuple of tensors) are taken without a generator.
+    """
     if isinstance(obj, _TENSOR):
         return (obj,)
     if type(obj) is tuple and all(isinstance(o, _TENSOR) for o in obj):
