@@ -22,9 +22,9 @@ sys.path.insert(0, str(HERE))
 
 
 def score(case_id: str, label: dict) -> dict:
+    import cases
     import torch
 
-    import cases
     import nbdebug
     from nbdebug.core._findings import sort_findings
 
