@@ -331,6 +331,7 @@ def test_compilecheck_on_a_compiled_model_blames_the_users_line(ip):
     assert found.where[0].startswith("In [") and found.where[0].endswith(
         ", line 6: out = compiled(torch.randn(batch, 8))"), found.where
     assert found.message.startswith("the compiled Sequential was recompiled 1 time(s)"), found.message
+    assert [r.function for r in report.recompiles] == ["Sequential.forward"]  # not torch's wrapper, "inner"
     shown = str(report) + report._repr_mimebundle_()["text/html"]
     for internal in ("external_utils", "site-packages", "inner", "ipython-input"):
         assert internal not in shown, (internal, shown)

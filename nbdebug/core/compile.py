@@ -216,7 +216,10 @@ class _CompileLog(logging.Handler):
         elif "Recompiling function" in msg:
             r = _parse_recompile(msg)
             if r:
-                self.recompiles.append(replace(r, **_caller()))
+                r = replace(r, **_caller())
+                if r.module and _library_file(r.file):  # torch's wrapper ("inner"): name the model's forward
+                    r = replace(r, function=f"{r.module}.forward")
+                self.recompiles.append(r)
         elif "hit config." in msg:
             h = _parse_limit(msg)
             if h:

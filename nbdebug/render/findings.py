@@ -26,7 +26,8 @@ _MAX_WHERE = 6
 
 
 def _where(f: Finding) -> str:
-    shown = ", ".join(f.where[:_MAX_WHERE])
+    # a site's line is shown as one run of words: its code's alignment spaces ("x = f(y)        # note") say nothing
+    shown = ", ".join(" ".join(w.split()) for w in f.where[:_MAX_WHERE])
     return shown + (f", ... ({len(f.where) - _MAX_WHERE} more)" if len(f.where) > _MAX_WHERE else "")
 
 
@@ -44,14 +45,17 @@ def _value_words(key: str, value: Any) -> str:
     return str(value)
 
 
-def evidence_words(evidence: Mapping[str, Any]) -> str:
+def evidence_words(evidence: Mapping[str, Any], *, said: str = "") -> str:
     """A finding's evidence as words a person reads: ``retained bytes: 3.07 MiB; compiles: 6``.
 
-    Never the ``key=value`` dump of its dictionary (which ``to_dict()`` keeps for programs).
+    Never the ``key=value`` dump of its dictionary (which ``to_dict()`` keeps for programs); a text value the
+    finding's message (``said``) already quotes is not repeated.
     """
     parts = []
     for key, value in evidence.items():
         if value is None or value == "" or value == () or value == []:
+            continue
+        if isinstance(value, str) and len(value) > 3 and value in said:
             continue
         words = key.replace("_", " ").strip()
         parts.append(f"{words}: {_value_words(key, value)}")
@@ -66,8 +70,9 @@ def finding_text(f: Finding) -> str:
     for fix in f.fixes:
         out.append(f"    fix: {fix.title}")
         out += [f"         {line}" for line in fix.code.splitlines()]
-    if f.evidence:
-        out.append("    evidence: " + evidence_words(f.evidence))
+    evidence = evidence_words(f.evidence, said=f.message)
+    if evidence:
+        out.append("    evidence: " + evidence)
     return "\n".join(out)
 
 
@@ -84,7 +89,7 @@ def _row(f: Finding) -> str:
     # notebook or GitHub keeps inline styles but drops the panel's stylesheet.
     where = _where(f)
     fixes = "".join(f"<li>{esc(x.title)}{code_block(x.code) if x.code else ''}</li>" for x in f.fixes)
-    evidence = evidence_words(f.evidence)
+    evidence = evidence_words(f.evidence, said=f.message)
     left = ' style="text-align:left;vertical-align:top"'
     row = (
         f'<tr class="nbd-finding" data-kind="{esc(f.kind)}" data-severity="{esc(f.severity.value)}">'
