@@ -242,15 +242,20 @@ def _unique_bytes(tensors: list[Any]) -> int:
 
 def measure(name: str, setting: str) -> dict[str, Any]:
     """One row: the real step measured with memtrace, and the prediction."""
-    from nbdebug.core.memory._predict import predict_memory
-    from nbdebug.core.memory._predict_step import autocast, call_model, checkpoint_blocks, loss_of
-    from nbdebug.core.memory._trace import memtrace
-
     build, make, loss_fn, base = ZOO[name]
     conf = settings_of(base)[setting]
     torch.manual_seed(0)
     model = build().train()
     batch = make(conf["batch"])
+    return {"architecture": name, "setting": setting, **compare(model, batch, loss_fn, conf)}
+
+
+def compare(model: Any, batch: Any, loss_fn: Any, conf: dict[str, Any]) -> dict[str, Any]:
+    """The measured step of ``model`` on ``batch`` (AdamW, the settings in ``conf``) and its prediction."""
+    from nbdebug.core.memory._predict import predict_memory
+    from nbdebug.core.memory._predict_step import autocast, call_model, checkpoint_blocks, loss_of
+    from nbdebug.core.memory._trace import memtrace
+
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     pred = predict_memory(model, batch, loss_fn, opt, device="cpu", dtype=conf.get("dtype"),
                           checkpointing=conf.get("checkpointing", False))
@@ -284,7 +289,7 @@ def measure(name: str, setting: str) -> dict[str, Any]:
         accelerate_bytes = max(v for v in acc.values())  # the "peak vRAM" column accelerate prints
     except Exception:
         accelerate_bytes = ""
-    return {"architecture": name, "setting": setting, "params": sum(p.numel() for p in model.parameters()),
+    return {"params": sum(p.numel() for p in model.parameters()),
             "measured_bytes": measured, "predicted_bytes": pred.peak_bytes,
             "error_pct": round(100 * (pred.peak_bytes - measured) / measured, 2),
             "measured_rise_bytes": rec.peak_bytes, "predicted_rise_bytes": pred.peak_bytes - pred.state_bytes,

@@ -133,11 +133,12 @@ def _dispatch_mode_class() -> type:
     class _Counting(TorchDispatchMode):
         """Counts every new storage among an op's outputs; a read of a tensor's value gets a stand-in."""
 
-        def __init__(self, ledger: Ledger, shadows: Any, device: str) -> None:
+        def __init__(self, ledger: Ledger, world: _FakeWorld) -> None:
             super().__init__()
             self.ledger = ledger
-            self.shadows = shadows
-            self.device = device
+            self.shadows = world.shadows
+            self.device = world.traced_on
+            self.failed = world.failed_op  # the op whose shape function failed, to name it in the error
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             import torch
@@ -170,6 +171,11 @@ def _dispatch_mode_class() -> type:
                 # the shape the real values give (nonzero of a mask): a fake tensor of that shape
                 out = tree_map(lambda r: torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=self.device)
                                if isinstance(r, torch.Tensor) else r, shadow)
+            except Exception:
+                if not self.failed:  # the innermost op that failed (an outer one re-raises its error)
+                    self.failed.append(name)
+                raise
+            self.failed.clear()  # an error some code caught and went past is not the step's
             leaves = tree_leaves(out)
             for leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
@@ -246,6 +252,7 @@ class _FakeWorld:
         from torch.utils.weak import WeakIdKeyDictionary
 
         self.shadows: Any = WeakIdKeyDictionary()  # fake tensor -> its real values (the batch's integers)
+        self.failed_op: list[str] = []  # the op whose fake run raised (at most one)
 
     def tensor(self, t: Any, *, shape: tuple[int, ...] | None = None, dtype: Any = None) -> Any:
         """A fake tensor like ``t`` on the target device (a parameter stays a parameter)."""
@@ -405,7 +412,7 @@ def _watching(ledger: Ledger, names: dict[int, str], shadows: Any) -> Iterator[N
 
 
 @contextlib.contextmanager
-def step_errors() -> Iterator[None]:
+def step_errors(world: _FakeWorld) -> Iterator[None]:
     """What fake tensors cannot run, as one ``StepError`` naming the op and the user's line."""
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
@@ -430,13 +437,20 @@ def step_errors() -> Iterator[None]:
             raise StepError("the step used a tensor that is not one of the model, batch or optimizer it was given "
                             f"(at {user_line(e.__traceback__) or 'an unknown line'}); a step must use only its "
                             "arguments, or the real tensors would be touched") from e
+        if world.failed_op and isinstance(e, (RuntimeError, TypeError, ValueError, NotImplementedError)):
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise StepError(f"the op {world.failed_op[-1]} could not run on fake tensors ({first}), so its memory "
+                            f"cannot be predicted; it is called at {user_line(e.__traceback__) or 'an unknown line'}"
+                            ) from e
         raise
+    finally:
+        world.failed_op.clear()
 
 
 @contextlib.contextmanager
 def uncounted(world: _FakeWorld) -> Iterator[None]:
     """The fake mode with value reads answered (a throwaway ledger): for the optimizer's warm-up step."""
-    with step_errors(), world.mode, _dispatch_mode_class()(Ledger(), world.shadows, world.traced_on):
+    with step_errors(world), world.mode, _dispatch_mode_class()(Ledger(), world):
         yield
 
 
@@ -445,8 +459,8 @@ def trace_step(world: _FakeWorld, run: Callable[[Ledger], None], registered: Cal
     """Run ``run(ledger)`` under the fake mode with counting on; ``registered`` notes what exists before the step,
     ``finished`` gives kinds to what the step left (gradients).  Errors become one ``StepError``."""
     ledger = Ledger()
-    counting = _dispatch_mode_class()(ledger, world.shadows, world.traced_on)
-    with step_errors(), world.mode, counting, _watching(ledger, getattr(world, "module_names", {}), world.shadows):
+    counting = _dispatch_mode_class()(ledger, world)
+    with step_errors(world), world.mode, counting, _watching(ledger, getattr(world, "module_names", {}), world.shadows):
         registered(ledger)
         ledger.phase = "forward"
         run(ledger)
