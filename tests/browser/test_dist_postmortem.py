@@ -30,7 +30,7 @@ def test_postmortem_panel_is_readable(lab, page, theme):
     hang, crash = panels.nth(0).inner_text(), panels.nth(1).inner_text()
     assert "hang at collective #4: rank(s) 1 never arrived" in hang and "Ranks by state" in hang
     assert "train.py:33" in hang  # where the missing rank was, from its stack dump
-    assert "rank 1 failed first: IndexError: Target 12 is out of bounds." in crash
+    assert "rank 1 failed first: IndexError: Target 12 is out of bounds; then" in crash  # no ".;"
     assert "target_out_of_bounds" in crash  # the explainer's diagnosis inside the panel
     # issue 26, item 9: an error keeps its words after torch's build path (it was cut at "...unbound_buffer.cc:78]
     # Timed ..."), and the ranks table stays inside the panel's border at a laptop's width

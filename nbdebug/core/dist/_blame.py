@@ -181,6 +181,7 @@ def blame(rows: Sequence[RankRow], *, world_size: int, stall: Stall | None = Non
     mismatch = next((m for m in mismatches if m.culprits), mismatches[0] if mismatches else None)
 
     def said(rank: int | None, reason: str, rule: str) -> Verdict:
+        reason = reason.replace(".; then ", "; then ")  # an error's own full stop before what followed it
         return Verdict(rank, reason, rule, tuple(r.rank for r in causes), tuple(r.rank for r in victims),
                        tuple(r.rank for r in exited), mismatch)
 
