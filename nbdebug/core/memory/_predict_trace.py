@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import logging
 import os
 import sys
 import weakref
@@ -33,6 +34,8 @@ KINDS = ("parameters", "gradients", "optimizer state", "activations", "temporari
 
 _SCALAR_READS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.equal")
 _SHADOW_NUMEL = 1 << 22  # real values are followed through ops on at most this many elements
+#: ops whose shape function takes only bf16 while their CPU kernel also takes float32 (torch 2.13)
+_BF16_ONLY_SHAPES = frozenset({"aten._grouped_mm"})
 #: ops whose shape function gives a buffer a size other than the kernel's: what they allocate is not counted
 UNCOUNTED = {"aten.mkldnn_rnn_layer": "the workspace of oneDNN's LSTM/GRU kernel on CPU (aten.mkldnn_rnn_layer): "
                                       "fake tensors give it no size"}
@@ -172,9 +175,11 @@ def _dispatch_mode_class() -> type:
                 out = tree_map(lambda r: torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=self.device)
                                if isinstance(r, torch.Tensor) else r, shadow)
             except Exception:
-                if not self.failed:  # the innermost op that failed (an outer one re-raises its error)
-                    self.failed.append(name)
-                raise
+                out = _low_precision_retry(func, args, kwargs) if name in _BF16_ONLY_SHAPES else None
+                if out is None:
+                    if not self.failed:  # the innermost op that failed (an outer one re-raises its error)
+                        self.failed.append(name)
+                    raise
             self.failed.clear()  # an error some code caught and went past is not the step's
             leaves = tree_leaves(out)
             for leaf in leaves:
@@ -223,6 +228,31 @@ def _dispatch_mode_class() -> type:
                     return None
 
     return _Counting
+
+
+def _low_precision_retry(func: Any, args: Any, kwargs: Any) -> Any:
+    """The op's fake outputs computed on bf16 copies of its float inputs, cast back: for shape functions that accept
+    only bf16 where the CPU kernel takes float32 too (the shapes do not depend on the dtype).  None if that fails."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    dtypes = [x.dtype for x in _tensor_leaves((args, kwargs)) if x.is_floating_point()]
+    if not dtypes:
+        return None
+    low = tree_map(lambda x: x.to(torch.bfloat16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x,
+                   (args, kwargs or {}))
+    try:
+        out = func(*low[0], **low[1])
+    except Exception:
+        return None
+    return tree_map(lambda x: x.to(dtypes[0]) if isinstance(x, torch.Tensor) and x.is_floating_point() else x, out)
+
+
+def _tensor_leaves(obj: Any) -> list[Any]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [x for x in tree_leaves(obj) if isinstance(x, torch.Tensor)]
 
 
 def _one_of(tensor: Any) -> Any:
@@ -420,6 +450,10 @@ def step_errors(world: _FakeWorld) -> Iterator[None]:
         UnsupportedOperatorException,
     )
 
+    # fake tensors log a shape function's failure before raising it: the error below says it once, in words
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
     try:
         yield
     except DynamicOutputShapeException as e:
@@ -445,6 +479,7 @@ def step_errors(world: _FakeWorld) -> Iterator[None]:
         raise
     finally:
         world.failed_op.clear()
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager
