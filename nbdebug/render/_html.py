@@ -63,7 +63,7 @@ SEVERITY_FILL = {"error": "#cf222e", "warning": "#7d4e00", "info": "#0969da", "o
 def severity_badge(severity: str) -> str:
     """``error`` / ``warning`` / ``info`` as a small filled badge whose colours are inline (they survive sanitising)."""
     fill = SEVERITY_FILL.get(severity, "#59636e")
-    return (f'<span class="nbd-sev sev-badge-{esc(severity)}" style="background-color:{fill};color:#ffffff;'
+    return (f'<span class="nbd-sev sev-badge-{esc(severity)}" style="background-color:{fill};color:white;'
             f'font-weight:600;white-space:nowrap;padding:0 6px;border-radius:8px">{esc(severity)}</span>')
 
 

@@ -166,7 +166,7 @@ def _log_head(log: DebugLog) -> list[tuple[str, Any]]:
 @renders(DebugLog, "text")
 def debuglog_text(log: DebugLog) -> str:
     """Plain-text summary of a parsed debug log: one line per compile/execution, with its cause and user line."""
-    lines = ["torch_xla debug log: " + ", ".join(f"{k}: {v}" for k, v in _log_head(log))]
+    lines = ["torch_xla debug log: " + ", ".join(f"{k}={v}" for k, v in _log_head(log))]
     for step, kind, cause, _hash, _inputs, where in _event_rows(log):
         lines.append(f"  step {step:<3} {kind:<10} {cause}" + (f"  at {where}" if where != "-" else ""))
     if len(log.events) > _MAX_EVENTS:

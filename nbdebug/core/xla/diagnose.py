@@ -106,6 +106,9 @@ def _finding(
     return knowledge.finding(kind, message, where, severity=severity, fixes=fixes, evidence=evidence)
 
 
+_ELSEWHERE = "(recorded on another machine)"
+
+
 def _where(frame: Any) -> str:
     """``file:line in function``, or, for a file that is not on this machine, a sentence saying so.
 
@@ -116,8 +119,7 @@ def _where(frame: Any) -> str:
     if frame.file.startswith("<") or os.path.exists(frame.file):
         return str(frame)
     name = os.path.basename(frame.file.replace("\\", "/")) or frame.file
-    return (f"{name}:{frame.line} in {frame.function} (recorded on another machine: a line of the script that "
-            "wrote this log, not of a file here)")
+    return f"{name}:{frame.line} in {frame.function} {_ELSEWHERE}"
 
 
 def _user_lines(events: Sequence[Any]) -> tuple[str, ...]:
@@ -381,6 +383,10 @@ def diagnose(
     if marks or steps:
         findings.extend(_recompilation(compiles, None if counters_unknown else hits, n_steps, per_step, log))
 
+    elsewhere = sorted({w.split(":", 1)[0] for f in findings for w in f.where if _ELSEWHERE in w})
+    if elsewhere:
+        notes.append(f"{', '.join(elsewhere)}: a file of the script that wrote this log, on the machine that ran it "
+                     "(not here); its lines are named as that script has them")
     if log is None:
         notes.append("no debug log: findings come from the counters alone and cannot name your source lines; "
                      "run with PT_XLA_DEBUG_LEVEL=2 (set before the first XLA computation) for causes and lines")
