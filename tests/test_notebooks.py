@@ -63,8 +63,8 @@ def test_notebook_runs(path: Path, clone: Path, tmp_path: Path, monkeypatch):
     static_html(nb, path.stem, tmp_path)
 
 
-# an object's default repr: no words for a reader
-_BARE_REPR = re.compile(r"^<[\w.]+ (?:object )?at 0x[0-9a-f]+>$")
+# an object's default repr, or a matplotlib Figure's stand-in for its picture: no words for a reader
+_BARE_REPR = re.compile(r"^<[\w.]+ (?:object )?at 0x[0-9a-f]+>$|^<Figure size [0-9.]+x[0-9.]+ with [0-9]+ Axes>$")
 
 
 def without_scripts(out) -> str:

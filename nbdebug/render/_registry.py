@@ -13,7 +13,8 @@ import base64
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
-__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "to_figure", "mimebundle", "figure_png", "KINDS"]
+__all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "to_figure", "mimebundle", "figure_png",
+           "install_figure_printer", "KINDS"]
 
 KINDS = ("text", "html", "png", "figure")
 _REGISTRY: dict[str, dict[type, Callable[[Any], Any]]] = {kind: {} for kind in KINDS}
@@ -108,6 +109,38 @@ def _make_figures_displayable() -> None:
 
     show._nbdebug = True  # type: ignore[attr-defined]
     png.for_type(Figure, show)
+
+
+def install_figure_printer(shell: Any) -> None:
+    """Show any ``matplotlib.figure.Figure`` as a picture in ``shell`` (registered by name: matplotlib is not
+    imported), unless something already shows Figures (``%matplotlib inline``).
+
+    A Figure built without pyplot (``Figure(figsize=...)``) otherwise shows as ``<Figure size 500x300 with 1
+    Axes>`` in a notebook, and in its saved copy on GitHub and nbviewer.  The user's own figures are drawn as they
+    styled them; nbdebug's own go through ``figure_png``.
+    """
+    png = shell.display_formatter.formatters.get("image/png")
+    if png is None:
+        return
+    try:
+        png.lookup_by_type("matplotlib.figure.Figure")
+        return
+    except KeyError:
+        pass
+    png.for_type_by_name("matplotlib.figure", "Figure", _any_figure_png)
+
+
+def _any_figure_png(fig: Any) -> bytes:
+    if getattr(fig, "_nbdebug_figure", False):
+        return figure_png(fig)
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", dpi=96)
+    return buf.getvalue()
+
+
+_any_figure_png._nbdebug = True  # type: ignore[attr-defined]  # already tells nbdebug's figures apart
 
 
 #: drawn to read on a light and on a dark page: axes and ticks in a mid grey, text dark inside a white halo
