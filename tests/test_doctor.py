@@ -520,7 +520,7 @@ def test_time_budget_stops_the_overfit_run_and_says_there_is_no_verdict():
     m = SlowStep()
     r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=5e-2), steps=100_000,
                time_budget=0.5, reproducibility=False, progress=False)
-    assert 20 <= len(r.losses) < 100_000 and r.steps == len(r.losses)
+    assert 8 <= len(r.losses) < 100_000 and r.steps == len(r.losses)  # slow steps: as few as 8, not 20
     f = next(f for f in r.findings if f.kind == "cannot_overfit")
     assert f.severity == "info" and "time budget" in f.message and "time_budget=None" in f.fixes[0].code
     assert "ignores_input" not in r.kinds and not r.baseline_losses  # no verdict: no baseline either

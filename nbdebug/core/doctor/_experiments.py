@@ -280,7 +280,8 @@ def run(s: Session) -> None:
     if not s.losses:
         return
     overfit = next((f for f in s.findings if f.kind == "cannot_overfit"), None)
-    stuck = overfit is not None and not s.unstable and not s.cut_by_budget
+    # the batch is not learned: an error or a warning (an info says the run was only cut short or slow)
+    stuck = overfit is not None and overfit.severity != "info" and not s.unstable
     unstable = bool(s.unstable) or s.has("exploding_gradients")
     cands = _candidates(s, stuck, unstable)
     if not cands:

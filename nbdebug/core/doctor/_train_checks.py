@@ -124,7 +124,13 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     try:
         for i in range(n):
             loss_t.append(one_step(s, work, opt, inputs, adapter).detach().float())
-            if (i + 1) % 10 == 0 or (deadline is not None and i + 1 == min_steps):
+            if i == 0 and deadline is not None:
+                # slow steps: fewer than min_steps when min_steps would take three times the phase's share
+                first = time.perf_counter() - t0
+                share = max(deadline - t0, 0.0)
+                if first * min_steps > 3 * share:
+                    min_steps = max(8, int(3 * share / max(first, 1e-9)))
+            if (i + 1) % 10 == 0 or (deadline is not None and i + 1 >= min_steps and time.perf_counter() > deadline):
                 now = time.perf_counter()
                 per = (now - t0) / (i + 1)
                 s.progress(phase, i + 1, n if deadline is None else min(n, i + 1 + int(
