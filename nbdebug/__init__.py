@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "explain": "nbdebug.core.explain:explain",
     "Diagnosis": "nbdebug.core.explain:Diagnosis",
     "NbdebugError": "nbdebug.errors:NbdebugError",
+    "show_dead_kernels": "nbdebug.ipython._crash:show_dead_kernels",
     # shared shapes: every check's findings, and the tutorials' example data
     "Finding": "nbdebug.core._findings:Finding",
     "Severity": "nbdebug.core._findings:Severity",

@@ -176,6 +176,7 @@ ROOMS = {
     "nbdebug.core.xla": "torch_xla metrics and recompilations",
     "nbdebug.core.dist": "distributed runs and post-mortems",
     "nbdebug.core.knowledge": "the knowledge tables",
+    "nbdebug.core.data": "the batch inspector",
     "nbdebug.render.memory": "the memory panels, plots and viewer",
 }
 # a module a person can hold in their head; the knowledge tables are data, one entry after another

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 DOMAINS: tuple[str, ...] = ("cuda", "dist", "ddp", "autograd", "data", "optim", "io", "compile", "xla", "training",
-                             "memory", "env", "crash", "usercode", "library")
+                             "memory", "env", "crash", "usercode", "library", "batch")
 
 
 @cache
