@@ -164,11 +164,14 @@ def bench_doctor(model, x, y):
     print("\ndoctor on resnet18, batch 32 of 32x32 images, steps=200, time_budget=60 s (default)")
     for label, opt in [("healthy (Adam 3e-3)", None),
                        ("cannot learn (Adam lr=1e-8)", torch.optim.Adam(model.parameters(), lr=1e-8))]:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         r = doctor(model, batch, None, opt, steps=200, progress=False)
-        took = time.perf_counter() - t
-        print(f"  {label:<30} {took:6.1f} s = {took / 60:.2f}x the budget; {len(r.losses)} overfit steps; "
-              f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}")
+        took, cpu = time.perf_counter() - t, time.process_time() - c
+        tried = "; ".join(f"{e.change}: {'restores' if e.restores else 'no better'}" for e in r.experiments)
+        print(f"  {label:<30} {took:6.1f} s = {took / 60:.2f}x the budget (process CPU {cpu:.1f} s, load average "
+              f"{__import__('os').getloadavg()[0]:.1f}); {len(r.losses)} overfit steps; "
+              f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}"
+              + (f"; experiments: {tried}" if tried else ""))
 
 
 def bench_accelerate(rounds, steps):

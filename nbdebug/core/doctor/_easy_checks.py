@@ -79,18 +79,42 @@ def targets_in_inputs(s: Session) -> None:
 
 
 def memorised_at_once(s: Session) -> None:
-    """The batch fitted within a few steps, or a loss at init far under chance: the answer reaches the model
-    another way."""
+    """The batch fitted within a few steps while the same model, given the targets shuffled against the inputs,
+    does not: the real pairing has a shortcut (the answer reaches the model another way).  A model that fits a
+    shuffled pairing as fast is only memorising the batch, which a large model does: no finding."""
+    import copy
+
+    import torch
+
     if s.has("fits_too_easily", "loss_below_minimum") or not s.losses or s.initial_loss is None:
+        return
+    t = s.loss.targets
+    if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] < 4:
         return
     init = s.initial_loss
     target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
     first = next((i for i, v in enumerate(s.losses) if v <= target), None)
-    if first is not None and first < threshold("too_easy_steps") and init > 10 * threshold("overfit_abs"):
-        s.add("fits_too_easily", f"the batch is fitted after {first + 1} step(s) (loss {init:.4g} -> "
-              f"{s.losses[first]:.4g}): a model that has to learn the task needs more; look for the target "
-              "inside the inputs or a loss computed on the wrong tensor", ["inputs"],
-              evidence={"steps_to_fit": first + 1})
+    if first is None or first >= threshold("too_easy_steps") or init <= 10 * threshold("overfit_abs"):
+        return
+    from nbdebug.core.doctor._train_checks import train
+
+    perm = torch.randperm(int(t.shape[0]), generator=torch.Generator().manual_seed(0)).to(t.device)
+    shuffled = copy.copy(s.loss)
+    shuffled.targets = t[perm]
+    work, opt = s.fresh()
+    n = 10 * (first + 1)
+    curve = train(s, work, opt, s.loss.inputs, steps=n, phase="shuffled targets", adapter=shuffled,
+                  deadline=s.deadline(0.2), min_steps=n)
+    fit_shuffled = next((i for i, v in enumerate(curve) if v <= target), None)
+    s.check("fitting the batch with the targets shuffled against the inputs",
+            f"{'fitted after ' + str(fit_shuffled + 1) + ' steps' if fit_shuffled is not None else 'not fitted'} "
+            f"in {len(curve)} steps (with the real pairing: {first + 1})")
+    if fit_shuffled is not None:
+        return  # it memorises any pairing this fast
+    s.add("fits_too_easily", f"the batch is fitted after {first + 1} step(s) (loss {init:.4g} -> "
+          f"{s.losses[first]:.4g}), while with the targets shuffled against the inputs it is not fitted in "
+          f"{len(curve)} steps: the real pairing has a shortcut; look for the target inside the inputs",
+          ["inputs"], evidence={"steps_to_fit": first + 1, "shuffled_steps": len(curve)})
 
 
 def shuffled_targets(s: Session, work: Any) -> None:
