@@ -140,6 +140,11 @@ class Session:
         """A deep copy of the user's model in the mode the user left it in, and an optimizer for it."""
         return fresh_copy(self.user_model, self.user_opt, self.options.lr, self.loss.mode == "lightning")
 
+    def time_left(self) -> float | None:
+        """Seconds left in the budget (None: no budget)."""
+        budget = self.options.time_budget
+        return None if budget is None else budget - (time.perf_counter() - self.t0)
+
     def deadline(self, share: float) -> float | None:
         """When a phase given ``share`` of the time left in the budget must stop (None: no budget)."""
         budget = self.options.time_budget

@@ -341,6 +341,10 @@ def zero_input_baseline(s: Session) -> None:
 def reproducibility(s: Session) -> None:
     """Two runs of a few steps with the same seed must give the same losses and parameters."""
     n = min(3, s.options.steps)
+    left = s.time_left()
+    if left is not None and left < 2 * n * s.step_time:
+        s.check("two seeded runs", "skipped: the time budget is spent")
+        return
 
     def run() -> list[Any]:
         work, opt = s.fresh()
