@@ -180,11 +180,11 @@ def dist_run_text(d: DistRun) -> str:
         head = f"OK, but {bad_checks} check(s) found a problem"
     out = [f"nbdebug torchrun: {head} - {d.nprocs} ranks, {d.backend}, {d.seconds:.1f} s (port {d.port})"]
     if d.primary_rank is not None:
-        out += ["", f"Primary failure: rank {d.primary_rank}", f"  {d.primary_reason}"]
+        out += ["", f"Primary failure: rank {d.primary_rank}", f"  {readable_error(d.primary_reason)}"]
         if p is not None and p.traceback:
             out += ["", f"Traceback of rank {p.rank}:", p.traceback.rstrip()]
     elif d.primary_reason:  # every error is a consequence: the verdict names no rank, but says so
-        out += ["", "Primary failure: not found", f"  {d.primary_reason}"]
+        out += ["", "Primary failure: not found", f"  {readable_error(d.primary_reason)}"]
     if more := _more(d):
         out += ["", findings_text(more)]
     if d.diagnosis is not None:
@@ -195,7 +195,7 @@ def dist_run_text(d: DistRun) -> str:
     for r in d.ranks:
         mark = " <- primary" if r.rank == d.primary_rank else ""
         out.append(f"  rank {r.rank}: exit {r.exitcode}{', ' + r.error_kind if r.error_kind else ''}"
-                   f"{': ' + clip(r.error, 160) if r.error else ''}{mark}")
+                   f"{': ' + clip(readable_error(r.error), 160) if r.error else ''}{mark}")
     for c in d.checks:
         out.append(f"  {c.kind}: {'ok' if c.ok else 'PROBLEM'} - {c.summary}")
     for n in d.notes:
@@ -231,18 +231,18 @@ def dist_run_html(d: DistRun) -> str:
     p = d.primary
     if d.primary_rank is not None:
         parts.append(f'<div class="nbd-first"><b>Primary failure: rank {esc(d.primary_rank)}</b> — '
-                     f"{esc(d.primary_reason)}</div>")
+                     f"{esc(readable_error(d.primary_reason))}</div>")
         if p is not None and p.traceback:
             parts.append(code_block(p.traceback))
     elif d.primary_reason:
-        parts.append(f'<div class="nbd-first"><b>Primary failure: not found</b> — {esc(d.primary_reason)}</div>')
+        parts.append(f'<div class="nbd-first"><b>Primary failure: not found</b> — {esc(readable_error(d.primary_reason))}</div>')
     if more := _more(d):
         parts.append(findings_html(more))
     if d.diagnosis is not None:
         parts.append(diagnosis_html(d.diagnosis))
     if d.hang is not None:
         parts.append(_hang_body(d.hang))
-    rows = [(r.rank, r.pid, r.exitcode, r.error_kind or "ok", clip(r.error, 200),
+    rows = [(r.rank, r.pid, r.exitcode, r.error_kind or "ok", clip(readable_error(r.error), 200),
              "primary" if r.rank == d.primary_rank else "") for r in d.ranks]
     parts.append("<h4>Ranks</h4>" + table(["rank", "pid", "exit", "kind", "error", ""], rows, numeric=(0, 1, 2)))
     if d.checks:
@@ -332,7 +332,7 @@ _NUMBERS = re.compile(r"\[[0-9.:]{1,60}\]:[0-9]{1,6}|0x[0-9a-fA-F]{1,16}|[0-9]{2
 # where torch was built, in front of a native error ("[/__w/pytorch/pytorch/third_party/gloo/.../unbound_buffer.cc:78]
 # Timed out waiting ..."): a path on torch's build machine that says nothing to the user and, cut to fit a table,
 # left no room for the words after it
-_BUILD_PATH = re.compile(r"\[(?:[A-Za-z]:)?[/\\][^\]\s]{0,300}?[/\\][\w.+-]{1,80}\.(?:cc|cpp|cxx|c|h|hpp|cu|cuh):[0-9]{1,7}\]\s?")
+_BUILD_PATH = re.compile(r"\[(?:enforce fail at )?(?:[A-Za-z]:)?[/\\][^\]\s]{0,300}?[/\\][\w.+-]{1,80}\.(?:cc|cpp|cxx|c|h|hpp|cu|cuh):[0-9]{1,7}\]\s?")
 
 
 def readable_error(text: str) -> str:
@@ -396,7 +396,7 @@ def postmortem_text(pm: PostMortem) -> str:
     title, _ = _pm_headline(pm)
     out = [title, "  read: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(pm.files.items()))]
     if pm.primary_reason:
-        out += ["", f"Primary failure: {pm.primary_reason}"]
+        out += ["", f"Primary failure: {readable_error(pm.primary_reason)}"]
     if pm.consequences:
         out.append(f"  as a consequence: rank(s) {ranks_text(pm.consequences)}")
     if pm.diagnosis is not None:
@@ -437,7 +437,7 @@ def postmortem_html(pm: PostMortem) -> str:
     title, kind = _pm_headline(pm)
     parts = []
     if pm.primary_reason:
-        parts.append(f'<div class="nbd-first"><b>Primary failure</b> — {esc(pm.primary_reason)}</div>')
+        parts.append(f'<div class="nbd-first"><b>Primary failure</b> — {esc(readable_error(pm.primary_reason))}</div>')
     if pm.consequences:
         parts.append(f"<p>As a consequence: rank(s) {esc(ranks_text(pm.consequences))}</p>")
     if pm.diagnosis is not None:
