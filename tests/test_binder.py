@@ -21,7 +21,8 @@ from tests.conftest import REPO
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 BINDER_PYTHON = os.environ.get("NBDEBUG_BINDER_PYTHON")
 
-pytestmark = pytest.mark.skipif(not BINDER_PYTHON, reason="run by `make test-binder` (an environment built from binder/)")
+needs_binder_env = pytest.mark.skipif(not BINDER_PYTHON,
+                                      reason="run by `make test-binder` (an environment built from binder/)")
 
 # run inside the Binder environment: execute one notebook with that environment's own kernel, list the errors
 DRIVER = r"""
@@ -46,6 +47,7 @@ def test_binder_environment_is_built_from_the_package_extras():
     assert listed == ["torch==2.13.0+cpu"], listed
 
 
+@needs_binder_env
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_tutorial_runs_in_the_binder_environment(path: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "NBDEBUG_SCREENSHOTS")}

@@ -102,7 +102,7 @@ def code_block(code: str) -> str:
 # A picture does not know the page's theme, so it has no background of its own (no white box on a dark page): its
 # text is dark with a white halo (paint-order: stroke first), readable on a light page as plain dark text and on a
 # dark page inside its halo, the way map labels are drawn.
-_IMAGE_STYLE = ("<style>text{fill:#1f2328;stroke:#ffffff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke;"
+_IMAGE_STYLE = ("<style>text{fill:#1f2328;stroke:#ffffff;stroke-width:2.5px;stroke-linejoin:round;paint-order:stroke;"
                 "font-family:system-ui,-apple-system,'Segoe UI',sans-serif}.nbd-muted{fill:#424a53}</style>")
 
 
