@@ -201,16 +201,17 @@ def overfit(s: Session) -> None:
               evidence={"lr": s.lr_used, "final": final, "min": min(s.losses)})
         return
     earlier = min(s.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
+    # a loss that barely moved in 50 steps or more is a verdict even when the budget cut the run short
+    if abs(init - final) < threshold("overfit_still_rel") * abs(init) and (not s.cut_by_budget or n >= 50):
+        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}", severity="error",
+              fixes=fixes_for("lr_too_low") if (s.lr_used is not None and s.lr_used < threshold("tiny_lr")) else None,
+              evidence={"lr": s.lr_used, "final": final})
+        return
     if s.cut_by_budget and final < 0.999 * earlier:
         budget = s.options.time_budget
         s.add("cannot_overfit", msg + f"; the run stopped at the time budget ({budget:g} s) while the loss was "
               f"still falling ({earlier:.4g} at step {int(0.6 * n)}), so there is no verdict yet",
               severity="info", fixes=fixes_for("overfit_out_of_time"))
-        return
-    if abs(init - final) < threshold("overfit_still_rel") * abs(init):
-        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}", severity="error", fixes=fixes_for("lr_too_low") if (
-                  s.lr_used is not None and s.lr_used < threshold("tiny_lr")) else None,
-              evidence={"lr": s.lr_used, "final": final})
         return
     if final > threshold("overfit_fail_rel") * abs(init):
         s.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
