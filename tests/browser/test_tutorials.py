@@ -2,7 +2,7 @@
 reopened untrusted (written back by another process, as a notebook from git or a colleague is) in both.
 
 This is what `make screenshots` runs (with ``NBDEBUG_SCREENSHOTS=1``): one picture of the whole notebook per mode,
-``<notebook>_{light,dark,untrusted_light,untrusted_dark}.jpg`` under ``out/tutorials/`` (ignored by git; too large
+``<notebook>_{light,dark,untrusted_light,untrusted_dark}.png`` under ``out/tutorials/`` (ignored by git; too large
 for the repository; ``NBDEBUG_SHOTS_DIR`` puts them elsewhere).  It runs every tutorial once more, so the plain test
 run, which executes each of them already (tests/test_notebooks.py), leaves it out: without either variable it is
 skipped.  Every notebook in notebooks/ is taken, by glob, whatever its number.
@@ -41,7 +41,8 @@ def _whole_notebook(page, path: str) -> list[str]:
     """Screenshots of the whole notebook: the window made as tall as the notebook (in parts past TALLEST px)."""
     page.set_viewport_size({"width": 1280, "height": 1000})
     page.wait_for_timeout(300)
-    scroller = "window.__nbdPanel.content.node.closest('.jp-WindowedPanel-outer') || window.__nbdPanel.content.node"
+    scroller = ("(window.__nbdPanel.content.node.querySelector('.jp-WindowedPanel-outer') "
+                "|| window.__nbdPanel.content.node)")
     height = page.evaluate(f"() => {{ const s = {scroller}; return s.scrollHeight; }}")
     chrome = page.evaluate(f"() => window.innerHeight - ({scroller}).clientHeight")
     files = []
@@ -52,8 +53,8 @@ def _whole_notebook(page, path: str) -> list[str]:
     for part, top in enumerate(range(0, max(1, height), seen)):
         page.evaluate(f"(top) => {{ ({scroller}).scrollTop = top; }}", top)
         page.wait_for_timeout(300)
-        name = path if part == 0 else path.replace(".jpg", f"_{part + 1}.jpg")
-        page.screenshot(path=name, type="jpeg", quality=70)
+        name = path if part == 0 else path.replace(".png", f"_{part + 1}.png")
+        page.screenshot(path=name)
         files.append(name)
     page.set_viewport_size({"width": 1280, "height": 1000})
     return files
@@ -96,7 +97,7 @@ def test_tutorial_live_and_reopened_untrusted(lab, page, path: Path):
     shots = []
     for theme in THEMES:
         _set_theme(page, theme)
-        shots += _whole_notebook(page, str(folder / f"{tag}_{theme.split()[-1].lower()}.jpg"))
+        shots += _whole_notebook(page, str(folder / f"{tag}_{theme.split()[-1].lower()}.png"))
     # the nbdebug panels a reader sees name no kernel temporary file
     text = " ".join(page.locator(".jp-OutputArea-output .nbdebug").all_inner_texts())
     assert "ipykernel_" not in text and "ipython-input" not in text, text[:400]
@@ -116,7 +117,7 @@ def test_tutorial_live_and_reopened_untrusted(lab, page, path: Path):
     assert page.locator(".jp-OutputArea-output script").count() == 0
     for theme in THEMES:
         _set_theme(page, theme)
-        shots += _whole_notebook(page, str(folder / f"{tag}_untrusted_{theme.split()[-1].lower()}.jpg"))
+        shots += _whole_notebook(page, str(folder / f"{tag}_untrusted_{theme.split()[-1].lower()}.png"))
     # a panel never shows as its own markup
     shown = " ".join(page.locator(".jp-OutputArea-output").all_inner_texts())
     assert "<details" not in shown and "&lt;" not in shown
