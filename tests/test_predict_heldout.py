@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,28 @@ def run_one(model_type: str) -> dict[str, Any]:
     return {"model_type": model_type, "outcome": outcome, "detail": f"error {row['error_pct']:+.2f}%", **row}
 
 
+def _in_child(model_type: str) -> dict[str, Any]:
+    """``run_one`` in a child process limited to 4 GiB of address space: a default config the shrinking rule misses
+    (a huge embedding) must not take the machine's memory; such a model is not applicable."""
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    try:
+        out = subprocess.run([sys.executable, __file__, "--one", model_type], capture_output=True, text=True,
+                             timeout=600, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        return {"model_type": model_type, "outcome": "not applicable", "detail": "did not finish in 10 minutes"}
+    line = next((x for x in out.stdout.splitlines() if x.startswith("ROW ")), None)
+    if line is None:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"model_type": model_type, "outcome": "not applicable",
+                "detail": f"the real model did not run within 4 GiB (exit {out.returncode}): {tail}"[:200]}
+    return dict(json.loads(line[4:]))
+
+
 def counts(rows: list[dict[str, str]], names: list[str]) -> dict[str, int]:
     out = {"right": 0, "wrong": 0, "unknown": 0, "not applicable": 0}
     for r in rows:
@@ -92,8 +115,12 @@ def test_heldout_results() -> None:
         rows = list(csv.DictReader(f))
     assert {r["model_type"] for r in rows} == set(sample["tune"]) | set(sample["heldout"])
     held = counts(rows, sample["heldout"])
-    judged = held["right"] + held["wrong"]
-    assert judged >= 10 and held["right"] >= 0.9 * judged, held
+    judged = [abs(float(r["error_pct"])) for r in rows
+              if r["model_type"] in sample["heldout"] and r["outcome"] in ("right", "wrong") and r["error_pct"]]
+    assert len(judged) >= 10, held
+    # the issue's targets on models the prediction was never run on while it was written: median within 5%, every
+    # one within 10% (right = within 5%: 16 of 18 when the sample was run)
+    assert statistics.median(judged) <= 5 and max(judged) <= 10, (held, max(judged))
 
 
 def main() -> None:
@@ -103,12 +130,15 @@ def main() -> None:
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
+    if sys.argv[1:2] == ["--one"]:  # one model, in a child process with a memory limit
+        print("ROW " + json.dumps(run_one(sys.argv[2]), default=str))
+        return
     sample = json.loads(SAMPLE.read_text())
     which = sys.argv[1:] or ["tune", "heldout"]
     rows = []
     for part in which:
         for name in sample[part]:
-            row = run_one(name)
+            row = _in_child(name)
             rows.append(row)
             print(f"{part:8s} {name:26s} {row['outcome']:15s} {row['detail'][:90]}", flush=True)
     columns = ["model_type", "outcome", "detail", "params", "measured_bytes", "predicted_bytes", "error_pct",
