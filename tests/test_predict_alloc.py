@@ -64,8 +64,7 @@ def test_simulate_reuses_splits_and_merges() -> None:
 @pytest.mark.parametrize("path", FILES, ids=[p.name[:40] for p in FILES])
 def test_every_block_and_segment_of_the_real_snapshots(path: Path) -> None:
     data = read_pickle(path)
-    if not _default_rounding(data):
-        pytest.skip("roundup_power2_divisions is set: another rounding")
+    assert _default_rounding(data), "roundup_power2_divisions is set: another rounding than the model's"
     counts: collections.Counter[str] = collections.Counter()
     for seg in _segments(data):
         for b in seg["blocks"]:
@@ -90,26 +89,30 @@ def test_every_block_and_segment_of_the_real_snapshots(path: Path) -> None:
 
 
 @needs_snapshots
-@pytest.mark.parametrize("path", FILES, ids=[p.name[:40] for p in FILES])
-def test_replayed_trace_makes_the_recorded_segments(path: Path) -> None:
-    """Where a trace saw every segment made (reserved memory starts at zero, none freed, one stream), replaying its
-    allocations and frees through the model makes segments of the same sizes."""
-    data = read_pickle(path)
-    if not isinstance(data, dict) or not _default_rounding(data):
-        pytest.skip("no trace, or another rounding")
-    replayed = 0
-    for device, trace in enumerate(data["device_traces"]):
-        made = [e["size"] for e in trace if e["action"] == "segment_alloc"]
-        final = sum(s["total_size"] for s in data["segments"] if s.get("device", 0) == device)
-        actions = {e["action"] for e in trace}
-        streams = {e.get("stream", 0) for e in trace}
-        if not made or sum(made) != final or actions & {"segment_free", "segment_map", "oom"} or len(streams) > 1:
+def test_replayed_traces_make_the_recorded_segments() -> None:
+    """Where a trace saw its segments made and none freed (one stream), replaying its allocations and frees through
+    the model makes the same segments (a segment made before the trace may hold a few small blocks: at most that
+    much is allowed to differ)."""
+    replayed = []
+    for path in FILES:
+        data = read_pickle(path)
+        if not isinstance(data, dict) or not _default_rounding(data):
             continue
-        events = [(e["addr"], e["size"] if e["action"] == "alloc" else -e["size"]) for e in trace
-                  if e["action"] in ("alloc", "free_completed")]
-        model = simulate(events)
-        assert model.segments == len(made)
-        assert model.reserved_peak == sum(made)
-        replayed += 1
-    if not replayed:
-        pytest.skip("no trace here saw all of its segments made")
+        for device, trace in enumerate(data["device_traces"]):
+            made = [e["size"] for e in trace if e["action"] == "segment_alloc"]
+            final = sum(s["total_size"] for s in data["segments"] if s.get("device", 0) == device)
+            actions = {e["action"] for e in trace}
+            streams = {e.get("stream", 0) for e in trace}
+            if not made or actions & {"segment_free", "segment_map", "oom"} or len(streams) > 1:
+                continue
+            before = final - sum(made)  # reserved before the trace began
+            if before > sum(made) // 4:  # most of the memory predates the trace: nothing to replay
+                continue
+            events = [(e["addr"], e["size"] if e["action"] == "alloc" else -e["size"]) for e in trace
+                      if e["action"] in ("alloc", "free_completed")]
+            model = simulate(events)
+            assert abs(model.reserved_peak - sum(made)) <= before, (path.name, model, sum(made), before)
+            if before == 0:
+                assert model.segments == len(made), path.name
+            replayed.append(path.name)
+    assert len(replayed) >= 3, replayed
