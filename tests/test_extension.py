@@ -94,3 +94,25 @@ def test_magic_help_is_written_for_users(ip):
     for kind, name in (("line", "nbdebug"), ("line", "explain"), ("cell", "explain")):
         magic = ip.find_magic(name, kind)
         assert magic is not None and "Usage" in (magic.__doc__ or ""), name
+
+
+def test_a_figure_built_without_pyplot_shows_as_a_picture_and_unloading_takes_that_back(shell):
+    # issue 26 item 14: a saved notebook read on GitHub showed '<Figure size 500x300 with 1 Axes>' for such a figure
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 1))
+    fig.add_subplot().plot([0, 1], [1, 0])
+    png = shell.display_formatter.formatters["image/png"]
+    earlier = png.pop(Figure, None)  # the session's shell may show Figures already (an earlier .plot() did that)
+    try:
+        shell.run_line_magic("load_ext", "nbdebug")
+        try:
+            data, _ = shell.display_formatter.format(fig)
+            assert data.get("image/png"), sorted(data)
+        finally:
+            shell.run_line_magic("unload_ext", "nbdebug")
+        with pytest.raises(KeyError):
+            png.lookup_by_type(Figure)
+    finally:
+        if earlier is not None:
+            png.for_type(Figure, earlier)

@@ -39,11 +39,42 @@ def load(shell: Any) -> ExtensionState:
     try:
         for name in MAGIC_MODULES:
             importlib.import_module(name).register(state)
+        _show_figures_as_pictures(state)
     except BaseException:
         state.teardown()
         _STATES.pop(id(shell), None)
         raise
     return state
+
+
+def _show_figures_as_pictures(state: ExtensionState) -> None:
+    """A matplotlib Figure built without pyplot shows as a picture, not ``<Figure size 500x300 with 1 Axes>``.
+
+    Registered by name (matplotlib is not imported) and only when nothing shows Figures yet (``%matplotlib
+    inline`` does); unloading takes it off again.
+    """
+    png = state.shell.display_formatter.formatters.get("image/png")
+    if png is None:
+        return
+    try:
+        png.lookup_by_type("matplotlib.figure.Figure")
+        return
+    except KeyError:
+        pass
+
+    def printer(fig: Any) -> Any:
+        return importlib.import_module("nbdebug.render._registry")._any_figure_png(fig)
+
+    png.for_type_by_name("matplotlib.figure", "Figure", printer)
+
+    def remove() -> None:
+        try:
+            if png.lookup_by_type("matplotlib.figure.Figure") is printer:
+                png.pop("matplotlib.figure.Figure")
+        except KeyError:
+            pass
+
+    state.on_unload(remove)
 
 
 def unload(shell: Any) -> None:

@@ -106,7 +106,8 @@ def _widget_class() -> type:
             bundle = super()._repr_mimebundle_(**kwargs)  # (data, metadata) or data
             data = bundle[0] if isinstance(bundle, tuple) else bundle
             if isinstance(data, dict):
-                data["text/plain"] = ""  # nothing where widgets do not render: the HTML output above is the viewer
+                # where widgets do not render (GitHub, nbviewer) one line says what was here; the viewer above works
+                data["text/plain"] = "(the live memory viewer answers here while the kernel runs: re-run the cell)"
             return bundle
 
     _WIDGET_CLASS.append(MemoryViewerWidget)
