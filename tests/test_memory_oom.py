@@ -75,7 +75,7 @@ def test_enricher_adds_the_snapshot_section(ip, snapshots_dir):
     from nbdebug.render.diagnosis import section_html, section_text
 
     shown = section_text(section)
-    assert f"failing request: {fmt_bytes(parse_oom_request(text)[0])}" in shown
+    assert f"Failing request: {fmt_bytes(parse_oom_request(text)[0])}" in shown  # facts labelled for a person
     assert alive.by_site[0].site in shown and "release_failed_cell" in shown
     html = section_html(section)
     assert "<table" in html and "style=" not in html and ".md" not in html
