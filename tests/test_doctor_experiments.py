@@ -207,3 +207,18 @@ def test_adam_lr_10_is_lowered_and_nothing_claims_the_input_is_ignored():
     top = loud(r)[0]
     assert top.fixes[0].title.startswith("lower the learning rate (lr=0.001 instead of 10"), top
     assert "ignores_input" not in r.kinds and "raise the learning rate" not in text_of(r)
+
+
+def test_the_batch_inspector_speaks_in_the_doctors_report_once_per_problem():
+    # issue 28: the doctor's data section is the batch inspector; a problem the doctor names itself is not repeated
+    x, y = digits()
+    x, y = x.clone(), y.clone()
+    x[1] = x[0]
+    y[1] = (y[0] + 1) % 10  # the same input with two labels: no training can fit both
+    r = doctor(mlp(), (x, y), nn.CrossEntropyLoss(), **QUICK)
+    assert "conflicting_labels" in r.kinds, r.kinds
+    assert dict(r.checks)["the batch inspector"].startswith("conflicting labels")
+    clean = doctor(mlp(), digits(), nn.CrossEntropyLoss(), **QUICK)
+    assert dict(clean.checks)["the batch inspector"] == "nothing found"
+    kinds = [f.kind for f in clean.findings]
+    assert len(kinds) == len(set(kinds)) and "unscaled_features" not in kinds

@@ -124,6 +124,7 @@ def _run(s: Session) -> None:
 
     init.frozen_parameters(s)
     init.input_scale(s)
+    _data_checks(s)
     setup.optimizer_coverage(s)
     setup.learning_rate(s)
     setup.model_mode(s)
@@ -201,8 +202,7 @@ def _run(s: Session) -> None:
     if s.options.dataloader is not None:
         training.generalisation(s, work)
     else:
-        # the one place a second batch would be compared; the batch inspector (issue 28) will add its data
-        # checks here too
+        # the one place a second batch would be compared (the batch inspector looked at this one before training)
         s.check("labels against inputs (a second batch after fitting the first)",
                 "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
     if s.options.baseline and not s.explained:
@@ -211,6 +211,8 @@ def _run(s: Session) -> None:
         training.reproducibility(s)
     if s.options.dataloader is not None:
         training.dataloader_wait(s)
+    if s.has("fits_too_easily"):  # the doctor's experiment named the leak: the inspector's static sign is the same
+        s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted")]
     _consequences(s)
 
 
@@ -250,3 +252,25 @@ def _report(s: Session) -> DoctorReport:
         checks=tuple(s.checks),
         experiments=tuple(s.experiments),
     )
+
+
+# what the doctor's own checks already say about the same thing, so that one problem is named once
+_SAID_BY_THE_DOCTOR = {
+    "unscaled_features": "unnormalised_inputs", "raw_pixels": "unnormalised_inputs",
+    "pixels_scaled_twice": "unnormalised_inputs",
+}
+
+
+def _data_checks(s: Session) -> None:
+    """The batch inspector's findings on the user's batch (the silent data bugs: padding in the labels, target
+    leakage, NaN columns, ...), before anything trains; never an error of the doctor's."""
+    from nbdebug.core.data import batch_findings
+
+    try:
+        found = batch_findings(s.loss.batch, model=s.user_model)
+    except Exception as e:  # noqa: BLE001 - the doctor's own checks go on whatever the inspector meets
+        s.check("the batch inspector", f"skipped: it could not read the batch ({type(e).__name__}: {e})")
+        return
+    kept = [f for f in found if not s.has(_SAID_BY_THE_DOCTOR.get(f.kind, ""))]
+    s.findings.extend(kept)
+    s.check("the batch inspector", ", ".join(f.kind.replace("_", " ") for f in kept) if kept else "nothing found")
