@@ -61,7 +61,7 @@ test-binder: $(VENV)/.stamp
 # The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not),
 # and every tutorial in notebooks/, live and reopened untrusted, in Light and Dark, into out/tutorials/ (not tracked).
 screenshots: $(VENV)/.stamp browser-deps
-	NBDEBUG_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+	NBDEBUG_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider -m browser tests/browser
 
 bench: $(VENV)/.stamp $(VENV_XLA)/.stamp
 	$(PY) benchmarks/run_all.py

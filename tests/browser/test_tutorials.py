@@ -4,8 +4,8 @@ reopened untrusted (written back by another process, as a notebook from git or a
 This is what `make screenshots` runs (with ``NBDEBUG_SCREENSHOTS=1``): one picture of the whole notebook per mode,
 ``<notebook>_{light,dark,untrusted_light,untrusted_dark}.png`` under ``out/tutorials/`` (ignored by git; too large
 for the repository; ``NBDEBUG_SHOTS_DIR`` puts them elsewhere).  It runs every tutorial once more, so the plain test
-run, which executes each of them already (tests/test_notebooks.py), leaves it out: without either variable it is
-skipped.  Every notebook in notebooks/ is taken, by glob, whatever its number.
+run, which executes each of them already (tests/test_notebooks.py), leaves it out (the ``screenshots`` marker is
+deselected unless ``-m`` asks for it).  Every notebook in notebooks/ is taken, by glob, whatever its number.
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ import pytest
 from tests.browser.conftest import open_notebook as _open
 from tests.conftest import REPO
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not (os.environ.get("NBDEBUG_SCREENSHOTS") == "1" or os.environ.get("NBDEBUG_SHOTS_DIR")),
-                       reason="every tutorial's screenshots: `make screenshots` (or NBDEBUG_SHOTS_DIR=folder)"),
-]
+# deselected by default (pyproject's addopts); `make screenshots` selects it with `-m browser`
+pytestmark = [pytest.mark.browser, pytest.mark.screenshots]
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 THEMES = ("JupyterLab Light", "JupyterLab Dark")
