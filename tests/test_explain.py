@@ -57,7 +57,7 @@ def test_every_table_entry_has_corpus_files():
 
 def test_slugs_are_the_issue_contract():
     assert set(SLUGS) == {
-        "cuda_oom", "device_side_assert", "illegal_memory_access", "cublas_error", "cudnn_error", "nccl_timeout",
+        "gloo_size_mismatch", "cuda_oom", "device_side_assert", "illegal_memory_access", "cublas_error", "cudnn_error", "nccl_timeout",
         "nccl_error", "address_in_use", "world_size_mismatch", "child_failed", "invalid_device_ordinal",
         "device_mismatch", "shape_mismatch", "view_non_contiguous", "dtype_mismatch", "inplace_autograd",
         "leaf_inplace", "backward_twice", "no_grad_fn", "target_out_of_bounds", "nan_loss", "state_dict_keys",

@@ -306,8 +306,17 @@ ENTRIES: tuple[Entry, ...] = (
         title="Ranks passed tensors of different sizes to a collective",
         summary="Ranks passed tensors of different sizes to the same collective (gloo aborted the process).",
         patterns=(r"Received data size doesn't match expected size|op\.preamble\.length <= op\.nbytes",),
-        contexts=("rank_failure",),
+        contexts=("explain", "rank_failure"),
+        priority=80,  # gloo aborts the process after it (native_crash, 72): the abort is the consequence
         role="cause",
+        keywords=("op.preamble.length", "received data size"),
+        causes=(
+            "Ranks call the same collective with tensors of different sizes (a last batch of another size on one "
+            "rank, a shape that depends on the rank's data).",
+            "Ranks call different collectives at the same point (one rank skipped or added one).",
+        ),
+        first_step=("Print the shape of the tensor each rank passes to the collective (or run with "
+                    "TORCH_DISTRIBUTED_DEBUG=DETAIL): the rank whose size differs is the one to fix."),
         fixes=(Fix("Give the collective tensors of the same shape on every rank (pad, or all_gather the sizes "
                    "first)"),
                Fix("Catch it at once, with the shapes", "%%torchrun --detail   # TORCH_DISTRIBUTED_DEBUG=DETAIL")),
