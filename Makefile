@@ -48,15 +48,14 @@ test: lint typecheck test-unit test-xla test-binder
 
 # Binder's environment, built fresh from binder/ alone (requirements.txt, then postBuild from the repository's root,
 # as repo2docker does), and every tutorial run in it. pip's cache keeps a rebuild to a few minutes.
-BINDER_VENV ?= $(or $(TMPDIR),/tmp)/nbdebug-binder-env
+# One recipe, one shell: a private folder per run, removed however the run ends.
 test-binder: export PIP_RETRIES = 1
 test-binder: $(VENV)/.stamp
-	rm -rf $(BINDER_VENV)
-	$(PYTHON) -m venv $(BINDER_VENV)
-	PATH=$(BINDER_VENV)/bin:$$PATH VIRTUAL_ENV=$(BINDER_VENV) pip install -q -r binder/requirements.txt
-	PATH=$(BINDER_VENV)/bin:$$PATH VIRTUAL_ENV=$(BINDER_VENV) bash binder/postBuild
-	NBDEBUG_BINDER_PYTHON=$(BINDER_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/test_binder.py
-	rm -rf $(BINDER_VENV)
+	set -e; env_dir=$$(mktemp -d "$${TMPDIR:-/tmp}/nbdebug-binder-XXXXXX"); trap 'rm -rf "$$env_dir"' EXIT; \
+	$(PYTHON) -m venv "$$env_dir"; \
+	PATH="$$env_dir/bin:$$PATH" VIRTUAL_ENV="$$env_dir" pip install -q -r binder/requirements.txt; \
+	PATH="$$env_dir/bin:$$PATH" VIRTUAL_ENV="$$env_dir" bash binder/postBuild; \
+	NBDEBUG_BINDER_PYTHON="$$env_dir/bin/python" $(PY) -m pytest -q -p no:cacheprovider -m binder tests/test_binder.py
 
 # The README's pictures: the browser tests, writing their screenshots into docs/ (a plain `make test` does not),
 # and every tutorial in notebooks/, live and reopened untrusted, in Light and Dark, into out/tutorials/ (not tracked).

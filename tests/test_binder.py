@@ -5,12 +5,14 @@
 with ``NBDEBUG_BINDER_PYTHON`` set to that environment's python.  Each notebook in notebooks/ is executed there
 with nbclient, in notebooks/ as Binder opens it, with nothing from this checkout's own environment on the path: a
 module the tutorials import but the package's ``tutorials`` extra lacks fails here.  Without the variable (the plain
-``pytest`` run, which has no such environment) the test is skipped; ``make test`` runs it through ``test-binder``.
+``pytest`` run, which has no such environment) the test is deselected (the ``binder`` marker); ``make test`` runs it
+through ``test-binder``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,8 +23,9 @@ from tests.conftest import REPO
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 BINDER_PYTHON = os.environ.get("NBDEBUG_BINDER_PYTHON")
 
-needs_binder_env = pytest.mark.skipif(not BINDER_PYTHON,
-                                      reason="run by `make test-binder` (an environment built from binder/)")
+# selected by `make test-binder` (`-m binder`) and deselected in a plain run (pyproject's addopts): there is no
+# Binder environment to run them in
+needs_binder_env = pytest.mark.binder
 
 # run inside the Binder environment: execute one notebook with that environment's own kernel, list the errors
 DRIVER = r"""
@@ -49,7 +52,12 @@ def test_binder_environment_is_built_from_the_package_extras():
 
 @needs_binder_env
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_tutorial_runs_in_the_binder_environment(path: Path):
+@pytest.mark.timeout(900)
+def test_tutorial_runs_in_the_binder_environment(path: Path, tmp_path: Path):
+    assert BINDER_PYTHON, "NBDEBUG_BINDER_PYTHON is not set: run `make test-binder` (an environment built from binder/)"
+    # a copy of notebooks/, so that what a tutorial writes beside itself (lightning_logs/, ...) stays out of the checkout
+    shutil.copytree(path.parent, tmp_path / "notebooks")
+    path = tmp_path / "notebooks" / path.name
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "NBDEBUG_SCREENSHOTS")}
     env["PATH"] = os.pathsep.join([str(Path(BINDER_PYTHON).parent), env.get("PATH", "")])
     env["MPLBACKEND"] = "Agg"

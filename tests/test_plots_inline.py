@@ -91,31 +91,3 @@ def test_mimebundle_honours_include_and_exclude(mime):
     d = nbdebug.explain("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)")
     assert set(d._repr_mimebundle_(include={mime})) == {mime}
     assert mime not in d._repr_mimebundle_(exclude={mime})
-
-
-def test_a_users_own_figure_shows_as_a_picture(shell):
-    # a Figure built without pyplot showed as "<Figure size 500x300 with 1 Axes>" (issue 26, item 14)
-    import sys
-
-    from nbdebug.render._registry import install_figure_printer
-
-    png = shell.display_formatter.formatters["image/png"]
-    saved = dict(png.type_printers), dict(png.deferred_printers)
-    try:
-        for cls in list(png.type_printers):
-            if cls.__name__ == "Figure":
-                del png.type_printers[cls]
-        png.deferred_printers.pop(("matplotlib.figure", "Figure"), None)
-        install_figure_printer(shell)
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(3, 2))
-        fig.subplots().plot([0, 1, 4])
-        data, _ = shell.display_formatter.format(fig)
-        assert data.get("image/png"), sorted(data)
-        assert "matplotlib" in sys.modules
-    finally:
-        png.type_printers.clear()
-        png.type_printers.update(saved[0])
-        png.deferred_printers.clear()
-        png.deferred_printers.update(saved[1])

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 __all__ = ["renders", "renderer", "to_text", "to_html", "to_png", "to_figure", "mimebundle", "figure_png",
-           "install_figure_printer", "KINDS"]
+           "KINDS"]
 
 KINDS = ("text", "html", "png", "figure")
 _REGISTRY: dict[str, dict[type, Callable[[Any], Any]]] = {kind: {} for kind in KINDS}
@@ -111,26 +111,9 @@ def _make_figures_displayable() -> None:
     png.for_type(Figure, show)
 
 
-def install_figure_printer(shell: Any) -> None:
-    """Show any ``matplotlib.figure.Figure`` as a picture in ``shell`` (registered by name: matplotlib is not
-    imported), unless something already shows Figures (``%matplotlib inline``).
-
-    A Figure built without pyplot (``Figure(figsize=...)``) otherwise shows as ``<Figure size 500x300 with 1
-    Axes>`` in a notebook, and in its saved copy on GitHub and nbviewer.  The user's own figures are drawn as they
-    styled them; nbdebug's own go through ``figure_png``.
-    """
-    png = shell.display_formatter.formatters.get("image/png")
-    if png is None:
-        return
-    try:
-        png.lookup_by_type("matplotlib.figure.Figure")
-        return
-    except KeyError:
-        pass
-    png.for_type_by_name("matplotlib.figure", "Figure", _any_figure_png)
-
-
 def _any_figure_png(fig: Any) -> bytes:
+    """Any Figure as PNG: nbdebug's own through ``figure_png``, the user's drawn as they styled it (the printer that
+    ``%load_ext nbdebug`` registers by name, ``ipython/_extension.py``)."""
     if getattr(fig, "_nbdebug_figure", False):
         return figure_png(fig)
     import io
