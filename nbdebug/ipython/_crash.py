@@ -4,7 +4,10 @@ On load: the records of kernels that died since (segfault, abort, the out-of-mem
 as panels and removed; then this kernel starts its own record: ``faulthandler`` writes the stack of every thread
 into a file of this kernel's own if a fatal signal comes, and a small JSON record holds the running cell and the
 memory in use (sampled every second while a cell runs, by one daemon thread that sleeps between cells).
-Unloading (or a normal exit) turns faulthandler off, stops the thread and removes both files.
+Unloading (or a normal exit) hands faulthandler back, stops the thread and removes both files.
+
+A forked child (a DataLoader worker on Linux) inherits the fault file: right after the fork it hands faulthandler
+back to where it wrote before nbdebug and owns no record, so its crash or exit never touches the kernel's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from nbdebug.ipython._state import ExtensionState, Feature
@@ -23,6 +27,13 @@ from nbdebug.ipython._state import ExtensionState, Feature
 __all__ = ["CrashRecorder", "register"]
 
 _SAMPLE_S = 1.0
+_ACTIVE: weakref.WeakSet[CrashRecorder] = weakref.WeakSet()  # the recorders on in this process
+_AT_FORK: list[bool] = []  # the fork hook is registered once per process
+
+
+def _after_fork_in_child() -> None:
+    for recorder in list(_ACTIVE):
+        recorder.forked()
 
 
 class CrashRecorder:
@@ -40,11 +51,14 @@ class CrashRecorder:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._removed = False
+        self._pid = 0  # the process whose record this is
 
     # -- the record -----------------------------------------------------------------------------------------------
     def _write(self) -> None:
         from nbdebug._files import write_file
 
+        if os.getpid() != self._pid:  # a forked child writes nothing into its parent's record
+            return
         with self._lock:  # under the lock: a write never lands after _remove (a sampler racing the exit)
             if self._removed:
                 return
@@ -119,9 +133,14 @@ class CrashRecorder:
         self._fault_file = open_append(self.fault_path, mode=0o600)
         self._was_enabled = faulthandler.is_enabled()
         faulthandler.enable(file=self._fault_file, all_threads=True)
+        self._pid = os.getpid()
+        if not _AT_FORK and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _AT_FORK.append(True)
+        _ACTIVE.add(self)
         mem = host_memory()
         limits = {k: mem[k] for k in ("cgroup_limit", "address_space_limit", "machine") if k in mem}
-        self._record = {"pid": os.getpid(), "python": sys.version.split()[0], "state": "idle", "limits": limits,
+        self._record = {"pid": self._pid, "python": sys.version.split()[0], "state": "idle", "limits": limits,
                         "rss": mem.get("rss"), "peak_rss": mem.get("peak_rss")}
         self._removed = False
         self._write()
@@ -141,6 +160,24 @@ class CrashRecorder:
             self._thread.join(timeout=2 * _SAMPLE_S + 1)
             self._thread = None
         self._running.clear()
+        atexit.unregister(self._remove)
+        _ACTIVE.discard(self)
+        self._remove()
+
+    def forked(self) -> None:
+        """In a child just forked from this kernel: faulthandler as before nbdebug, and no record of its own."""
+        if not self.on or os.getpid() == self._pid:
+            return
+        self.on = False
+        self._lock = threading.Lock()  # the parent's sampler may have held it at the fork
+        self._removed = True
+        self._thread = None
+        atexit.unregister(self._remove)
+        _ACTIVE.discard(self)
+        self._restore_faulthandler()
+        self._fault_file = None  # the child's copy of the descriptor; the parent's stays open
+
+    def _restore_faulthandler(self) -> None:
         faulthandler.disable()
         if self._was_enabled:  # put back what the kernel had (ipykernel writes fatal stacks to its stderr)
             if sys.__stderr__ is not None:
@@ -148,14 +185,16 @@ class CrashRecorder:
                     faulthandler.enable(file=sys.__stderr__, all_threads=True)
                 except (ValueError, AttributeError, OSError):
                     pass
-        atexit.unregister(self._remove)
-        self._remove()
 
     def _remove(self) -> None:
+        if os.getpid() != self._pid:  # a forked child never removes its parent's record
+            return
         self._stop.set()
         with self._lock:
             self._removed = True
         if self._fault_file is not None:
+            # faulthandler first: a fatal signal later in the exit must not write to a closed (or reused) descriptor
+            self._restore_faulthandler()
             try:
                 self._fault_file.close()
             except OSError:

@@ -2,15 +2,17 @@
 
 A kernel with nbdebug loaded keeps two small files of its own in a private folder of the user's (``state_dir``):
 
-- ``kernel-<pid>-<start>.json``: the cell running now (its name as the user knows it, its code, when it started),
+- ``kernel-<host>-<pid>-<start>.json``: the cell running now (its name as the user knows it, its code, when it started),
   the process's memory in use (sampled while a cell runs) and the limits that apply to it;
-- ``kernel-<pid>-<start>.fault``: where ``faulthandler`` writes the Python stack of every thread when the process
+- ``kernel-<host>-<pid>-<start>.fault``: where ``faulthandler`` writes the Python stack of every thread when the process
   gets a fatal signal (segfault, abort, bus error, illegal instruction).
 
-A kernel that exits normally removes both.  When nbdebug loads in a new kernel, records whose process is gone
-are read (``dead_kernels``), explained (``explain_dead``: cell and line, every thread's stack, memory against the
+A kernel that exits normally removes both.  When nbdebug loads in a new kernel, records of this host whose
+process is gone are read (``dead_kernels``), explained (``explain_dead``: cell and line, every thread's stack, memory against the
 limit, the likely cause) and removed; records older than ``MAX_AGE_S`` or beyond ``MAX_RECORDS`` are removed
-unread, so nothing piles up.  Every file goes through ``nbdebug._files``.
+unread, so nothing piles up.  A record of another host (a state folder shared by containers or machines), or
+one named before records carried the host, is never judged: whether its process lives cannot be seen from here,
+so it is only removed once older than ``MAX_AGE_S``.  Every file goes through ``nbdebug._files``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import stat
 import tempfile
 import time
@@ -28,13 +31,14 @@ from nbdebug._units import fmt_bytes
 from nbdebug.core._cells import site_label
 from nbdebug.core.explain._diagnosis import Diagnosis, Section
 
-__all__ = ["STATE_ENV", "state_dir", "record_paths", "process_start", "DeadKernel", "dead_kernels", "explain_dead",
+__all__ = ["STATE_ENV", "state_dir", "host_name", "record_paths", "process_start", "DeadKernel", "dead_kernels", "explain_dead",
            "MAX_AGE_S", "MAX_RECORDS"]
 
 STATE_ENV = "NBDEBUG_STATE_DIR"
 MAX_AGE_S = 7 * 24 * 3600
 MAX_RECORDS = 20
-_NAME = re.compile(r"^kernel-(?P<pid>\d{1,10})-(?P<start>\d{1,20})\.(?P<ext>json|fault)$")
+# the host is optional: an older nbdebug named records by pid and start only (never judged, aged out)
+_NAME = re.compile(r"^kernel-(?:(?P<host>[A-Za-z0-9_.-]{1,64})-)?(?P<pid>\d{1,10})-(?P<start>\d{1,20})\.(?P<ext>json|fault)$")
 _FATAL = re.compile(r"^Fatal Python error: (?P<what>[^\n]{1,200})", re.M)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9}) in (?P<func>[^\n]{1,200})$', re.M)
 _THREAD = re.compile(r"^(?P<head>(?:Current thread|Thread) 0x[0-9a-f]{1,20}[^\n]{0,100}):?$", re.M)
@@ -76,10 +80,15 @@ def process_start(pid: int) -> int:
     return int(rest[19]) if len(rest) > 19 and rest[19].isdigit() else 0
 
 
+def host_name() -> str:
+    """This machine's name as a record's name carries it: characters other than letters, digits, ``._-`` are ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64] or "unknown"
+
+
 def record_paths(folder: str, pid: int | None = None) -> tuple[str, str]:
-    """The record and fault-file paths of process ``pid`` (this process when None)."""
+    """The record and fault-file paths of process ``pid`` (this process when None) on this host."""
     pid = os.getpid() if pid is None else pid
-    base = os.path.join(folder, f"kernel-{pid}-{process_start(pid)}")
+    base = os.path.join(folder, f"kernel-{host_name()}-{pid}-{process_start(pid)}")
     return base + ".json", base + ".fault"
 
 
@@ -88,8 +97,8 @@ def _alive(pid: int, start: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # someone else's process now holds that pid: ours is gone
-        return False
+    except PermissionError:  # a process is there that we may not signal (another user's, or /proc hides it):
+        pass  # alive, unless its start time, where it can be read, says the pid was reused
     except OSError:
         return True
     current = process_start(pid)
@@ -112,7 +121,8 @@ def dead_kernels(folder: str, *, now: float | None = None, remove: bool = True) 
     from nbdebug.errors import NbdebugError
 
     now = time.time() if now is None else now
-    groups: dict[tuple[int, int], dict[str, str]] = {}
+    here = host_name()
+    groups: dict[tuple[str, int, int], dict[str, str]] = {}
     try:
         names = os.listdir(folder)
     except OSError:
@@ -120,10 +130,12 @@ def dead_kernels(folder: str, *, now: float | None = None, remove: bool = True) 
     for name in names:
         m = _NAME.match(name)
         if m:
-            groups.setdefault((int(m.group("pid")), int(m.group("start"))), {})[m.group("ext")] = os.path.join(folder, name)
+            key = (m.group("host") or "", int(m.group("pid")), int(m.group("start")))
+            groups.setdefault(key, {})[m.group("ext")] = os.path.join(folder, name)
     found: list[DeadKernel] = []
-    for (pid, start), files in groups.items():
-        if pid == os.getpid() or _alive(pid, start):
+    for (host, pid, start), files in groups.items():
+        mine = host == here
+        if mine and (pid == os.getpid() or _alive(pid, start)):
             continue
         try:
             modified = max(os.lstat(p).st_mtime for p in files.values())
@@ -132,6 +144,8 @@ def dead_kernels(folder: str, *, now: float | None = None, remove: bool = True) 
         record: dict[str, Any] = {}
         fault = ""
         if now - modified <= MAX_AGE_S:
+            if not mine:  # another host's pid says nothing here: left until it ages out
+                continue
             try:
                 if "json" in files:
                     loaded = json.loads(read_text(files["json"], "a kernel record", cap=1 << 20, follow=False))
