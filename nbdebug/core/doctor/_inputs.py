@@ -308,17 +308,23 @@ class LossAdapter:
 
 
 # -- the copy the checks train, and its optimizer -------------------------------------------------------------
-def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool) -> tuple[Any, Any]:
+def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool,
+               name: str = "model") -> tuple[Any, Any]:
     """A deep copy of the user's model, in the mode the user left it in, and an optimizer for it: the user's
     re-created on the copy, a factory's, ``configure_optimizers()`` of a LightningModule trained by its
     ``training_step`` (``lightning``), or Adam(lr=3e-3).
 
     An optimizer that holds none of the model's parameters becomes one that updates nothing (SGD with lr=0 over
     the copy), so the checks see what the user's loop would do instead of torch's "empty parameter list".
+    A model that cannot be deep-copied is one ``InvalidArgumentError`` naming what cannot be copied (``name``:
+    what the model is called in it).
     """
     import torch
 
-    work = copy.deepcopy(model)
+    try:
+        work = copy.deepcopy(model)
+    except Exception as e:  # noqa: BLE001 - any object's __deepcopy__/__reduce_ex__ may raise anything
+        raise InvalidArgumentError(_not_copyable(model, name, e)) from e
     params = [p for p in work.parameters() if p.requires_grad]
     if optimizer is None and lightning:
         made = work.configure_optimizers()
@@ -343,6 +349,66 @@ def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool) ->
     raise InvalidArgumentError(
         f"doctor: optimizer must be a torch.optim.Optimizer, a factory or None, got {type(optimizer).__name__}"
     )
+
+
+def _not_copyable(model: Any, name: str, error: Exception) -> str:
+    """Why ``copy.deepcopy(model)`` failed: the first attribute (of the model or a sub-module, then inside it) that
+    cannot be copied on its own, and what to do."""
+    from nbdebug.errors import describe_exception
+
+    found = _first_uncopyable(model, name, 0)
+    if found is None:
+        what, move, cls = "something it holds cannot be copied", "that object", "its class"
+    else:
+        path, value, owner, held = found
+        what = f"{path} (a {type(value).__name__}) cannot be copied"
+        move = owner or path
+        kind = type(held if owner else value)
+        user_class = kind.__module__.split(".")[0] not in ("builtins", "_thread", "torch")
+        cls = f"its class ({kind.__name__})" if user_class else "its class"
+    return (f"doctor trains a deep copy of {name} so that your model is left untouched, but {what}: "
+            f"{describe_exception(error)}. Move {move} out of the model (keep it beside the model, or delete the "
+            f"attribute before doctor and set it back after), or give {cls} a __deepcopy__ that shares or "
+            "re-creates it")
+
+
+def _first_uncopyable(obj: Any, path: str, depth: int) -> tuple[str, Any, str, Any] | None:
+    """(dotted path, value, the module's attribute that holds it, that attribute's value) of the first part of
+    ``obj`` that ``copy.deepcopy`` refuses, looking into a part that fails (a sub-module, an object's ``__dict__``)
+    for the innermost one; sub-modules are searched without being copied whole, and parameters and buffers are
+    tried last (they are the large parts).  The holder is "" outside a module."""
+    import torch
+
+    if depth > 6:
+        return None
+    if not isinstance(obj, torch.nn.Module):
+        try:
+            parts = list(vars(obj).items())
+        except TypeError:
+            return None
+        return next((f for k, v in parts if (f := _try_copy(v, f"{path}.{k}", depth)) is not None), None)
+    own = [(k, v) for k, v in vars(obj).items() if k not in ("_parameters", "_buffers", "_modules")]
+    for k, v in own:
+        found = _try_copy(v, f"{path}.{k}", depth)
+        if found is not None:
+            return found if found[2] else (found[0], found[1], f"{path}.{k}", v)
+    for k, sub in obj._modules.items():
+        found = _first_uncopyable(sub, f"{path}.{k}", depth + 1) if sub is not None else None
+        if found is not None:
+            return found
+    for k, t in [*obj._parameters.items(), *obj._buffers.items()]:
+        if _try_copy(t, f"{path}.{k}", depth) is not None:
+            return f"{path}.{k}", t, f"{path}.{k}", t
+    return None
+
+
+def _try_copy(value: Any, path: str, depth: int) -> tuple[str, Any, str, Any] | None:
+    """None when ``value`` deep-copies; else the innermost part of it that does not (or ``value`` itself)."""
+    try:
+        copy.deepcopy(value)
+        return None
+    except Exception:  # noqa: BLE001 - the part that fails is what we are looking for
+        return _first_uncopyable(value, path, depth + 1) or (path, value, "", None)
 
 
 def recreate_optimizer(opt: Any, params_of: Any, lr: float | None = None) -> Any:

@@ -138,7 +138,8 @@ class Session:
     # -- copies and time -------------------------------------------------------------------------------------
     def fresh(self) -> tuple[Any, Any]:
         """A deep copy of the user's model in the mode the user left it in, and an optimizer for it."""
-        return fresh_copy(self.user_model, self.user_opt, self.options.lr, self.loss.mode == "lightning")
+        return fresh_copy(self.user_model, self.user_opt, self.options.lr, self.loss.mode == "lightning",
+                          self.options.name)
 
     def time_left(self) -> float | None:
         """Seconds left in the budget (None: no budget)."""
