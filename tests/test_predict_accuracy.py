@@ -303,11 +303,23 @@ def read_table() -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("name", HANDFUL)
 def test_prediction_agrees_with_the_measured_step(name: str) -> None:
-    rows = [measure(name, s) for s in ("base", "checkpointing")]
-    for row in rows:
+    rows = {s: measure(name, s) for s in ("base", "checkpointing")}
+    stored = {r["setting"]: r for r in read_table() if r["architecture"] == name}
+    for setting, row in rows.items():
         # oneDNN's LSTM kernel keeps a workspace fake tensors give no size: that prediction says it is partial
         assert row["partial"] == (name == "lstm"), row
-        assert row["partial"] or abs(row["error_pct"]) <= 10, row
+        # on CPU both sides count the allocator's bytes, which agree to the byte on most rows (resnet18's
+        # convolutions leave the widest gap, under 0.7 %): 1 % catches a dropped gradient or optimizer state
+        assert row["partial"] or abs(row["error_pct"]) <= 1, row
+        # the stored table is what this code gives today: a change in the prediction or the measurement shows here
+        old = stored[setting]
+        for column in ("measured_bytes", "predicted_bytes"):
+            assert row[column] == pytest.approx(int(old[column]), rel=1e-3), (column, row, old)
+    if name in ("gpt2", "llama"):
+        # checkpointing must really lower the measured step, or both sides could share a no-op checkpoint_blocks.
+        # (In the stored table mlp, resnet50, convnext_t, lstm and albert show the same rise with and without it:
+        # their peak comes where checkpointing does not reach, e.g. the optimizer step, or no repeated block is found.)
+        assert rows["checkpointing"]["measured_rise_bytes"] < 0.8 * rows["base"]["measured_rise_bytes"], rows
 
 
 def test_the_stored_table_meets_its_targets() -> None:
