@@ -246,3 +246,37 @@ def test_the_tokenizers_own_chat_template_gives_the_answer_marker():
         assert "missing_eos" not in r.kinds and "rows_truncated" not in r.kinds
     finally:
         tok.chat_template = None
+
+
+# -- looking changes nothing: the user's random state; few repeats are a remark -----------------------------------
+def test_inspecting_a_loader_keeps_the_users_next_epoch():
+    import random
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.rand(40, 3), torch.arange(40) % 2), batch_size=8, shuffle=True)
+
+    def next_epoch(look: bool) -> tuple[list[int], float, float, float]:
+        torch.manual_seed(0), random.seed(0), np.random.seed(0)
+        if look:
+            nbdebug.inspect_batch(loader, batches=2)
+        order = [int(i) for _, y in loader for i in y]  # the labels in the order the loader gives them
+        return order + [int(i) for _, y in loader for i in y], torch.rand(1).item(), random.random(), np.random.rand()
+
+    assert next_epoch(look=True) == next_epoch(look=False)
+
+
+def test_iris_has_no_warning_and_planted_repeats_do():
+    import pandas as pd
+    from sklearn.datasets import load_iris
+
+    iris = load_iris(as_frame=True).frame
+    report = nbdebug.inspect_batch(iris, label="target")
+    assert [f.kind for f in report.findings if f.severity is not Severity.INFO] == [], report.findings
+    dup = report.finding("duplicate_rows")
+    assert dup is not None and dup.severity is Severity.INFO and "1 row(s)" in dup.message  # iris repeats one row
+
+    planted_rows = pd.concat([iris, iris.sample(15, random_state=0)], ignore_index=True)  # 15 of 165: 9 %
+    dup = nbdebug.inspect_batch(planted_rows, label="target").finding("duplicate_rows")
+    assert dup is not None and dup.severity is Severity.WARNING, dup

@@ -278,11 +278,17 @@ def read_batch(batch: Any, *, modality: Modality = Modality.AUTO, label: str | N
                tokenizer: Any = None) -> tuple[TextBatch | ImageBatch | TableBatch, str]:
     """The batch in one plain shape, and what was given in words."""
     if _is_loader(batch):
+        import torch
+
+        from nbdebug.core.doctor._repro import RngGuard
+
         parts = []
-        for i, b in enumerate(batch):
-            if i >= batches:
-                break
-            parts.append(_one(b, modality, label, tokenizer))
+        # a shuffling loader draws from the global RNGs: looking must not change the user's next epoch or dropout
+        with torch.random.fork_rng(devices=[]), RngGuard():
+            for i, b in enumerate(batch):
+                if i >= batches:
+                    break
+                parts.append(_one(b, modality, label, tokenizer))
         if not parts:
             raise InvalidArgumentError("the DataLoader gave no batch (an empty dataset, or drop_last with fewer rows "
                                        "than batch_size); expected at least one")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from nbdebug.core._findings import Finding
+from nbdebug.core._findings import Finding, Severity
 from nbdebug.core.data._report import batch_finding, limit
 
 __all__ = ["is_classes", "label_counts", "label_checks", "row_keys"]
@@ -66,9 +66,11 @@ def label_checks(labels: np.ndarray | None, keys: list[bytes], *, what: str = "r
     if same:
         extra = sum(len(g) - 1 for g in same)
         kind = "identical_images" if what == "image" else "duplicate_rows"
+        # a few exact repeats with the same label are common in low-precision tables (iris has one): a remark
+        few = kind == "duplicate_rows" and extra <= limit("batch_duplicate_share") * len(keys)
         out.append(batch_finding(kind, f"{extra} {what}(s) repeat an earlier one in the batch of {len(keys)}",
                                  tuple(f"{what}s {', '.join(map(str, g[:6]))}" for g in same[:6]),
-                                 evidence={"duplicates": extra}))
+                                 evidence={"duplicates": extra}, severity=Severity.INFO if few else None))
     counts = label_counts(labels)
     if counts and len(keys) >= 8:
         if len(counts) == 1:

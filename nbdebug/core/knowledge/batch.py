@@ -162,6 +162,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "by chance: a remark, not a warning", "https://scikit-learn.org/stable/modules/feature_selection.html"),
     Threshold("batch_separation_min_rows", 100, "a single threshold separating every class on fewer rows happens "
               "by chance; on 100 or more it is leakage or a trivial task", _KARPATHY),
+    Threshold("batch_duplicate_share", 0.02, "exact repeats with the same label up to 2% of the rows are common in "
+              "tables of rounded measurements (iris: 1 of 150) and change little: a remark; more is a warning",
+              "https://arxiv.org/abs/2107.06499"),
     Threshold("batch_bgr_min_gap", 0.04, "red and blue channel means must differ this much (on a 0-1 scale), in "
               "opposite directions in the batch and in the given mean, before a channel swap is claimed",
               "https://docs.opencv.org/4.x/d4/da8/group__imgcodecs.html"),
