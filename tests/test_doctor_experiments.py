@@ -222,3 +222,66 @@ def test_the_batch_inspector_speaks_in_the_doctors_report_once_per_problem():
     assert dict(clean.checks)["the batch inspector"] == "nothing found"
     kinds = [f.kind for f in clean.findings]
     assert len(kinds) == len(set(kinds)) and "unscaled_features" not in kinds
+
+
+# -- a model that cannot be copied, and a time budget that slow steps cannot exceed (review 3) ------------------
+class Tokenizer:
+    """Something a model may hold that cannot be deep-copied (a tokenizer or a logger with a lock)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+
+def test_a_model_that_cannot_be_copied_gets_one_error_naming_the_attribute():
+    from nbdebug.errors import InvalidArgumentError
+
+    x, y = digits(16)
+    m = mlp()
+    m[0].tokenizer = Tokenizer()
+    with pytest.raises(InvalidArgumentError) as info:
+        doctor(m, (x, y), nn.CrossEntropyLoss(), **QUICK)
+    msg = str(info.value)
+    assert "deep copy" in msg and "untouched" in msg
+    assert "model.0.tokenizer.lock (a lock) cannot be copied" in msg and "cannot pickle" in msg
+    assert "Move model.0.tokenizer out of the model" in msg and "(Tokenizer) a __deepcopy__" in msg
+    assert isinstance(info.value.__cause__, TypeError)  # the copy's own error is chained, not hidden
+    assert m[0].tokenizer.lock.acquire(blocking=False)  # the user's model is left as it was
+
+
+class SleepyForward(nn.Module):
+    """A model whose every forward takes 0.3 s: eight steps cannot fit in what a 2 s budget leaves."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    calls = 0
+
+    def forward(self, x):
+        import time
+
+        SleepyForward.calls += 1
+        time.sleep(0.3)
+        return self.net(x)
+
+
+def test_a_phase_that_cannot_fit_in_the_time_budget_is_skipped_and_says_so():
+    import time
+
+    x, y = digits(32)
+    m = SleepyForward()
+    SleepyForward.calls = 0
+    t0 = time.perf_counter()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), time_budget=2, progress=False)
+    wall = time.perf_counter() - t0
+    checks = dict(r.checks)
+    said = checks["overfit one batch"]
+    assert said.startswith("skipped: 8 steps of 0.3") and "s left of time_budget" in said, r.checks
+    assert r.losses == () and not r.experiments and not r.baseline_losses
+    assert SleepyForward.calls <= 8  # the init checks' forwards, no training steps
+    f = r.finding("overfit_out_of_time")
+    assert f.severity == "info" and "time_budget=None" in f.fixes[0].code
+    assert not any(f.severity == "error" for f in r.findings)
+    assert wall < 4 * 2  # generous: the bound is the budget plus a step, not three times it

@@ -86,7 +86,8 @@ def doctor(
         Batches timed for the DataLoader check.
     time_budget : float or None
         Seconds the whole call should take (60 by default): the overfit run stops once its verdict is clear and
-        uses fewer steps when one step is slow.  None: run every step.
+        uses fewer steps when one step is slow; a phase whose fewest steps (8) cannot fit in what is left does not
+        start, and its check says so; no phase runs more than a step past the budget.  None: run every step.
     progress : bool or None
         Show a progress line with the time left; None: only when the call takes more than a few seconds.
     name : str
@@ -187,9 +188,12 @@ def _run(s: Session) -> None:
     # overfit one batch
     s.losses = training.train(s, work, opt, s.loss.inputs, monitor=True, deadline=s.deadline(0.4),
                               phase="overfit one batch", early_stop=True)
+    if "overfit one batch" in s.skipped:
+        _no_time_to_train(s)
+        return
     if not easy.below_minimum(s):
         training.overfit(s)
-        easy.memorised_at_once(s)
+        _memorised_at_once(s)
         easy.shuffled_targets(s, work)
     probe2 = training.DeadProbe(work)
     try:
@@ -214,6 +218,27 @@ def _run(s: Session) -> None:
     if s.has("fits_too_easily"):  # the doctor's experiment named the leak: the inspector's static sign is the same
         s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted")]
     _consequences(s)
+
+
+def _no_time_to_train(s: Session) -> None:
+    """The overfit run could not start in the time budget: an info that says there is no verdict on training (the
+    checks at init stand), and every later phase, which builds on that run, is left out."""
+    from nbdebug.core.doctor._session import fixes_for
+
+    why = dict(s.checks)["overfit one batch"].removeprefix("skipped: ")
+    s.add("overfit_out_of_time", f"the overfit-one-batch run did not start: {why}, so there is no "
+          "verdict on whether the model learns this batch (the checks before training stand)",
+          severity="info", fixes=fixes_for("overfit_out_of_time")[:1])
+    _consequences(s)
+
+
+def _memorised_at_once(s: Session) -> None:
+    """``easy.memorised_at_once``, with no verdict when its run with shuffled targets did not fit in the budget (an
+    empty curve is not a batch that could not be fitted)."""
+    easy.memorised_at_once(s)
+    if "shuffled targets" in s.skipped:
+        s.findings = [f for f in s.findings if not (f.kind == "fits_too_easily" and f.evidence.get("shuffled_steps") == 0)]
+        s.checks = [c for c in s.checks if c[0] != "fitting the batch with the targets shuffled against the inputs"]
 
 
 def _consequences(s: Session) -> None:
@@ -243,7 +268,7 @@ def _report(s: Session) -> DoctorReport:
         findings=tuple(s.findings),
         task=s.task,
         num_classes=s.num_classes,
-        steps=len(s.losses) or s.options.steps,
+        steps=len(s.losses) or (0 if "overfit one batch" in s.skipped else s.options.steps),
         losses=tuple(s.losses),
         baseline_losses=tuple(s.baseline_losses),
         initial_loss=s.initial_loss,

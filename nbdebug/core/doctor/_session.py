@@ -86,6 +86,7 @@ class Session:
         self.experiments: list[Any] = []  # the Experiments run, best first
         self.not_causes: set[str] = set()  # kinds whose fix was tried on a copy and did not move the result
         self.explained = False  # an experiment found why the batch is not learned
+        self.skipped: set[str] = set()  # phases that did not start: their steps did not fit in the time budget
         self.t0 = time.perf_counter()
         self.progress = Progress(options.progress)
 
@@ -153,3 +154,19 @@ class Session:
             return None
         left = budget - (time.perf_counter() - self.t0)
         return time.perf_counter() + max(left, 0.0) * share
+
+    def out_of_time(self, phase: str, steps: int, per_step: float | None = None) -> bool:
+        """True, with a check line that says so, when ``steps`` steps of the measured step time (``per_step``, else
+        the first step's) cannot fit in what is left of the time budget: then the phase does not start."""
+        left = self.time_left()
+        per = self.step_time if per_step is None else per_step
+        if left is None or per <= 0 or steps * per <= left:
+            return False
+        self.check(phase, f"skipped: {steps} steps of {_secs(per)} s do not fit in the {_secs(max(left, 0.0))} s "
+                          f"left of time_budget={self.options.time_budget:g}")
+        self.skipped.add(phase)
+        return True
+
+
+def _secs(t: float) -> str:
+    return f"{t:.2g}" if t < 10 else f"{t:.0f}"

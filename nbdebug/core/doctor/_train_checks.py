@@ -22,7 +22,8 @@ __all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "gen
            "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
 
 _RELU = ("ReLU", "ReLU6")
-MIN_STEPS = 20  # the overfit run takes at least this many steps whatever the budget
+MIN_STEPS = 20  # the overfit run takes at least this many steps when they fit in the budget
+FLOOR_STEPS = 8  # fewer steps than this (when slow steps cut a phase) say nothing: the phase does not start
 
 
 class DeadProbe:
@@ -105,13 +106,19 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
 
     ``monitor``: watch the gradients with a ``GradMonitor`` and add what it finds (the overfit run).
     ``early_stop``: stop once the batch is fitted or the loss is no longer finite.  ``deadline``: stop there
-    (after at least ``min_steps`` steps).  ``adapter``: another way to make the loss (an experiment's).
+    (after at least ``min_steps`` steps); with a deadline, a phase whose fewest steps cannot fit in what is left of
+    the time budget does not start (no losses, and a check line that says so), and any phase stops once the whole
+    budget is spent.  ``adapter``: another way to make the loss (an experiment's).
     """
     import torch
 
     from nbdebug.core.training.grads import GradMonitor
 
     n = steps or s.options.steps
+    if deadline is not None and s.out_of_time(phase or "training", min(n, min_steps, FLOOR_STEPS)):
+        return []
+    budget = s.options.time_budget
+    end = s.t0 + budget if deadline is not None and budget is not None else None
     losses: list[float] = []
     mon = GradMonitor(work, flush_every=n + 1) if monitor else None
     loss_t: list[Any] = []
@@ -124,18 +131,19 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     try:
         for i in range(n):
             loss_t.append(one_step(s, work, opt, inputs, adapter).detach().float())
+            now = time.perf_counter()
             if i == 0 and deadline is not None:
                 # slow steps: fewer than min_steps when min_steps would take three times the phase's share
-                first = time.perf_counter() - t0
+                first = now - t0
                 share = max(deadline - t0, 0.0)
                 if first * min_steps > 3 * share:
-                    min_steps = max(8, int(3 * share / max(first, 1e-9)))
-            if (i + 1) % 10 == 0 or (deadline is not None and i + 1 >= min_steps and time.perf_counter() > deadline):
-                now = time.perf_counter()
+                    min_steps = max(FLOOR_STEPS, int(3 * share / max(first, 1e-9)))
+            spent = end is not None and now >= end  # the whole budget is spent: stop within a step of it
+            if (i + 1) % 10 == 0 or spent or (deadline is not None and i + 1 >= min_steps and now > deadline):
                 per = (now - t0) / (i + 1)
                 s.progress(phase, i + 1, n if deadline is None else min(n, i + 1 + int(
                     max(deadline - now, 0) / max(per, 1e-9))), per)
-                if deadline is not None and now > deadline and i + 1 >= min_steps:
+                if spent or (deadline is not None and now > deadline and i + 1 >= min_steps):
                     s.cut_by_budget = s.cut_by_budget or monitor
                     break
                 if target is not None:
@@ -342,9 +350,7 @@ def zero_input_baseline(s: Session) -> None:
 def reproducibility(s: Session) -> None:
     """Two runs of a few steps with the same seed must give the same losses and parameters."""
     n = min(3, s.options.steps)
-    left = s.time_left()
-    if left is not None and left < 2 * n * s.step_time:
-        s.check("two seeded runs", "skipped: the time budget is spent")
+    if s.out_of_time("two seeded runs", 2 * n):
         return
 
     def run() -> list[Any]:
@@ -368,6 +374,8 @@ def reproducibility(s: Session) -> None:
 def dataloader_wait(s: Session) -> None:
     """The share of step time spent waiting for the DataLoader."""
     loader = s.options.dataloader
+    if s.out_of_time("dataloader wait", 2):  # the first batch (start-up) and one timed
+        return
     work, opt = s.fresh()
     wait = comp = 0.0
     n = 0
@@ -392,6 +400,9 @@ def dataloader_wait(s: Session) -> None:
         comp += t2 - t1
         n += 1
         s.progress("dataloader", i + 1, s.options.data_batches, (wait + comp) / n)
+        left = s.time_left()
+        if left is not None and left < (wait + comp) / n:
+            break  # another batch would run past the time budget
     if n == 0:
         s.check("dataloader", "fewer than 2 batches")
         return
