@@ -280,7 +280,7 @@ def read_batch(batch: Any, *, modality: Modality = Modality.AUTO, label: str | N
     if _is_loader(batch):
         import torch
 
-        from nbdebug.core.doctor._repro import RngGuard
+        from nbdebug.core._rng import RngGuard
 
         parts = []
         # a shuffling loader draws from the global RNGs: looking must not change the user's next epoch or dropout
