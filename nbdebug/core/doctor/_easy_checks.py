@@ -105,6 +105,8 @@ def memorised_at_once(s: Session) -> None:
     n = 10 * (first + 1)
     curve = train(s, work, opt, s.loss.inputs, steps=n, phase="shuffled targets", adapter=shuffled,
                   deadline=s.deadline(0.2), min_steps=n)
+    if not curve:  # the time budget did not let the run start (its check says so): no evidence either way
+        return
     fit_shuffled = next((i for i, v in enumerate(curve) if v <= target), None)
     s.check("fitting the batch with the targets shuffled against the inputs",
             f"{'fitted after ' + str(fit_shuffled + 1) + ' steps' if fit_shuffled is not None else 'not fitted'} "

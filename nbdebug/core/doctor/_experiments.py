@@ -251,7 +251,7 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
     try:
         work, opt, adapter, inputs = variant(s)
-        curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}"[:22], early_stop=True,
+        curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}", early_stop=True,
                       deadline=deadline, adapter=adapter, min_steps=_MIN_STEPS)
     except Exception as e:  # a fix that cannot run on this setup is not evidence either way
         s.check(f"experiment: {change}", f"could not run: {type(e).__name__}: {e}")

@@ -38,7 +38,7 @@ class Progress:
         width = 24
         done = int(width * i / max(n, 1))
         left = per_step * max(n - i, 0)
-        sys.stderr.write(f"\rdoctor: {phase:<22} [{'#' * done}{'.' * (width - done)}] {i}/{n}  "
+        sys.stderr.write(f"\rdoctor: {phase[:22]:<22} [{'#' * done}{'.' * (width - done)}] {i}/{n}  "
                          f"{elapsed:.0f} s elapsed, ~{left:.0f} s left   ")
         sys.stderr.flush()
         self.shown = True
