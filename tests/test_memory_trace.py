@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -398,7 +399,9 @@ def test_a_first_training_step_keeps_gradients_and_adam_state_which_is_no_leak(i
     html = first._repr_html_()
     assert 'class="nbdebug ok' in html and 'data-kind="training_state"' in html and "memory_retained" not in html
     # each retained line says what its memory is
-    assert "<th>kept as</th>" in html and "<td>optimizer state</td>" in html and "<td>gradients</td>" in html
+    # cells carry inline alignment for untrusted notebooks: match the words, not the bare tags
+    assert re.search(r"<th[^>]*>kept as</th>", html) and re.search(r"<td[^>]*>optimizer state</td>", html)
+    assert re.search(r"<td[^>]*>gradients</td>", html)
     text = ip.display_formatter.format(first)[0]["text/plain"]
     assert "_topt.step()  [optimizer state]" in text and "loss.backward()  [gradients]" in text
 

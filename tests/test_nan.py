@@ -284,7 +284,7 @@ def test_gradmonitor_magic_returns_history_and_live_panel_updates_in_place(ip):
     assert updates and all(o.update and o.transient["display_id"] == display_id for o in updates)
     done, final = updates[-2].data, updates[-1].data
     assert "done" in done["text/html"] and "(live)" not in done["text/html"]
-    assert final == {"text/plain": ""}
+    assert final["text/html"] == "" and "live panel ended" in final["text/plain"]  # words where only text renders
     assert all("application/vnd.jupyter.widget-view+json" not in o.data for o in cap.outputs)
     fmt = ip.display_formatter.format(hist)[0]
     assert "text/html" in fmt and "<svg" in fmt["text/html"]

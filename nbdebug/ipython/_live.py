@@ -63,7 +63,8 @@ class LivePanel:
         """Empty the live display: the caller shows the history's own panel instead (``%%gradmonitor`` returns
         it), so the cell keeps one panel, not the live one and the history with the same charts."""
         if self.handle is not None and self.failed is None:
-            self._guarded(lambda: self.handle.update({"text/plain": ""}, raw=True))
+            # nothing where HTML renders (JupyterLab, GitHub, nbviewer); a line of words where only text does
+            self._guarded(lambda: self.handle.update(_RETIRED, raw=True))
 
     def _guarded(self, fn: Any) -> Any:
         try:
@@ -84,3 +85,6 @@ def register() -> None:
 
 
 register()
+
+
+_RETIRED = {"text/html": "", "text/plain": "(GradMonitor's live panel ended: the run's panel follows)"}
