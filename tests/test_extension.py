@@ -109,6 +109,9 @@ def test_a_figure_built_without_pyplot_shows_as_a_picture_and_unloading_takes_th
         try:
             data, _ = shell.display_formatter.format(fig)
             assert data.get("image/png"), sorted(data)
+            from nbdebug.render._registry import _make_figures_displayable
+
+            _make_figures_displayable()  # what a result's .plot() does: it keeps the extension's printer
         finally:
             shell.run_line_magic("unload_ext", "nbdebug")
         with pytest.raises(KeyError):

@@ -65,6 +65,8 @@ def _show_figures_as_pictures(state: ExtensionState) -> None:
     def printer(fig: Any) -> Any:
         return importlib.import_module("nbdebug.render._registry")._any_figure_png(fig)
 
+    # it already shows nbdebug's own figures through figure_png: a later .plot() keeps it (and unload finds it)
+    printer._nbdebug = True  # type: ignore[attr-defined]
     png.for_type_by_name("matplotlib.figure", "Figure", printer)
 
     def remove() -> None:
