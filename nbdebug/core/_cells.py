@@ -48,7 +48,8 @@ def cell_names() -> dict[str, str]:
 
 def is_cell_file(filename: str) -> bool:
     """Whether ``filename`` is the code of a notebook cell or an interactive input (known or by its shape)."""
-    return filename in cell_names() or bool(_CELL_FILE.search(filename or ""))
+    # the shape first: it needs no map, which each provider rebuilds from the shell's compiler on every call
+    return bool(_CELL_FILE.search(filename or "")) or filename in cell_names()
 
 
 def cell_of(filename: str, names: Mapping[str, str] | None = None) -> str | None:
