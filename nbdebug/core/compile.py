@@ -233,7 +233,7 @@ def _library_file(filename: str) -> bool:
 
     if not filename or filename.startswith("<frozen"):
         return True
-    if is_cell_file(filename) or filename.startswith("<ipython-input"):
+    if is_cell_file(filename):
         return False
     name = filename.replace("\\", "/")
     if "/site-packages/" in name or "/dist-packages/" in name or "/torch/" in name or "/nbdebug/" in name:
