@@ -78,26 +78,32 @@ class Lab:
     root: Path
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
+@contextlib.contextmanager
+def serve(tmp_path_factory, app: str):
+    """A Jupyter server (``jupyterlab`` or ``notebook``, 7) on 127.0.0.1 with a fresh root, stopped with its kernels.
+
+    Both start the same way: a token, no "news" pop-up over the screenshots, every cell rendered (no windowing: checks
+    and screenshots see cells that are off screen too), its own process group (teardown stops the server and every
+    kernel it started).
+    """
     _need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install chromium)")
-    root = tmp_path_factory.mktemp("lab")
+    root = tmp_path_factory.mktemp(app)
     token = secrets.token_hex(16)
     port = _free_port()
-    # no "news" pop-up over the screenshots
-    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    # render every cell (no windowing): checks and screenshots see cells that are off screen too
-    tracker = root / ".settings" / "@jupyterlab" / "notebook-extension"
-    tracker.mkdir(parents=True)
-    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    log = open(root / "lab.log", "w")  # noqa: SIM115 - closed in teardown
+    for ext, name, text in (("apputils-extension", "notification", '{"fetchNews": "false", "checkForUpdates": false}'),
+                            ("notebook-extension", "tracker", '{"windowingMode": "none"}')):
+        folder = root / ".settings" / "@jupyterlab" / ext
+        folder.mkdir(parents=True)
+        (folder / f"{name}.jupyterlab-settings").write_text(text)
+    app_class = "LabApp" if app == "jupyterlab" else "JupyterNotebookApp"
+    extra = ["--LabApp.collaborative=False"] if app == "jupyterlab" else []
+    log = open(root / "server.log", "w")  # noqa: SIM115 - closed in teardown
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(  # its own process group: teardown stops the server and every kernel it started
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--ServerApp.disable_check_xsrf=True", "--allow-root", f"--LabApp.user_settings_dir={root / '.settings'}", "--LabApp.collaborative=False"],
+    proc = subprocess.Popen(
+        [sys.executable, "-m", app, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", f"--{app_class}.expose_app_in_browser=True",
+         "--ServerApp.disable_check_xsrf=True", "--allow-root", f"--{app_class}.user_settings_dir={root / '.settings'}",
+         *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
@@ -105,17 +111,23 @@ def lab(tmp_path_factory):
         deadline = time.monotonic() + 90
         while True:
             try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.flush()
-                    raise RuntimeError("JupyterLab did not start:\n" + (root / "lab.log").read_text()[-3000:]) from None
+                    raise RuntimeError(f"{app} did not start:\n" + (root / "server.log").read_text()[-3000:]) from None
                 time.sleep(0.5)
         yield Lab(url=url, token=token, root=root)
     finally:
         _stop_lab(proc, url, token)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    with serve(tmp_path_factory, "jupyterlab") as server:
+        yield server
 
 
 def _start_time(pid: int) -> str | None:

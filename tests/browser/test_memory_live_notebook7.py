@@ -7,19 +7,12 @@ widget with no kernel behind it: the viewer must not wait for one, but say that 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
-import subprocess
-import sys
-import time
-import urllib.request
 
 import nbformat
 import pytest
 
-from tests.browser.conftest import CHROMIUM, REPO, Lab, _free_port, _need, _stop_lab, run_notebook, shot
+from tests.browser.conftest import Lab, run_notebook, serve, shot
 
 pytestmark = pytest.mark.browser
 
@@ -29,41 +22,8 @@ FILE = "torch2.10plus_cs336_wedsonlin_medium_512_training.pickle"
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory):
     """Notebook 7 (``python -m notebook``) on 127.0.0.1, started and stopped like the lab fixture's JupyterLab."""
-    _need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install chromium)")
-    root = tmp_path_factory.mktemp("nb7")
-    token = secrets.token_hex(16)
-    port = _free_port()
-    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    log = open(root / "nb7.log", "w")  # noqa: SIM115 - closed in teardown
-    env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "notebook", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--JupyterNotebookApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True", "--allow-root",
-         f"--JupyterNotebookApp.user_settings_dir={root / '.settings'}"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_serving(proc, f"{url}/api/status?token={token}", root / "nb7.log", log)
-        yield Lab(url=url, token=token, root=root)
-    finally:
-        _stop_lab(proc, url, token)
-        log.close()
-
-
-def _wait_until_serving(proc: subprocess.Popen, status: str, log_path, log) -> None:
-    """Until the server answers its status page (90 s at most; a server that exits fails at once, with its log)."""
-    deadline = time.monotonic() + 90
-    while proc.poll() is None and time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(status, timeout=2).close()
-            return
-        time.sleep(0.5)
-    log.flush()
-    raise RuntimeError("Notebook 7 did not start:\n" + log_path.read_text()[-3000:])
+    with serve(tmp_path_factory, "notebook") as server:
+        yield server
 
 
 def _run_in_notebook7(nb7: Lab, page, cells: list[str], name: str) -> None:
