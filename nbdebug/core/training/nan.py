@@ -1,21 +1,24 @@
-"""``nan_sentinel``: find the first module whose output or gradient goes NaN/Inf, at one host sync per step.
+"""``nan_sentinel``: stop training at the first NaN/Inf, before the optimizer applies it, at one host sync a step.
 
-Forward hooks on every module record ``isfinite(output).all()`` as a device tensor (no sync) and hook each output
-tensor's gradient; parameters get gradient hooks too.  At a step boundary (the optimizer's step, which has not
-yet applied the bad gradients; an explicit ``sentinel.step()``; the next forward of the model; or the end of the
-``with`` block) the flags are stacked and read once.  The first non-finite value in execution order names the
-module, the phase and the step, and ``NonFiniteError`` is raised.  With ``replay=True`` that step's forward is run
-again, op by op, to name the first op that produced the value and its source line, and its backward under
+Cheap enough to leave on, and it still says where the value was made.  The hot path hooks only the calls into the model (its own forward, or, when a training
+loop calls its children, theirs): each call's inputs are kept by reference with the RNG, grad and autocast state,
+its floating outputs are summed on the device, and the gradient reaching those outputs is summed too.  At a step
+boundary (the optimizer's step, which has not yet applied the gradients; an explicit ``sentinel.step()``; the next
+forward of the model when no optimizer was seen; or the end of the ``with`` block) those sums and one fused norm
+over the parameters' gradients are stacked and read once.  Only when one is non-finite is the step's recorded calls
+run again with hooks on every module (``_replay.Localiser``): the first non-finite value in execution order names
+the module and the phase, and ``NonFiniteError`` is raised.  With ``replay=True`` the call is run once more, op by
+op, to name the first op that produced the value and its source line, and its backward under
 ``torch.autograd.detect_anomaly``.
 
-Attribution in the backward pass: a gradient is checked once per tensor; when the gradient of a module's input
-(or of one of its parameters) is the first non-finite one, that module's backward produced it; when the gradient
-of the model's output is already non-finite, the loss (code after the model) produced it.
+A forward that depends on state changed since the step's calls (a global flag, a counter) may not make the value
+again when replayed: the error then names the call's module and says so.  A non-finite value that reaches neither
+an output of the model nor a parameter's gradient (masked away) changes nothing that is trained, and is not
+reported.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +26,18 @@ from typing import Any
 from nbdebug.core._findings import Finding, HasFindings
 from nbdebug.core._recorder import Recorder
 from nbdebug.core._result import Result
-from nbdebug.core.training._dynamics import describe_tensor
-from nbdebug.core.training._replay import ReplayResult, _tensors, replay_step
+from nbdebug.core.training._replay import (
+    Call,
+    Localiser,
+    Located,
+    ReplayResult,
+    _stats,
+    _tensors,
+    finite_probe,
+    first_nonfinite,
+    param_grad_flags,
+    replay_step,
+)
 from nbdebug.errors import InvalidArgumentError, NonFiniteError, exception_message
 
 __all__ = ["nan_sentinel", "NanSentinel", "NanReport", "ReplayResult", "replay_step"]
@@ -79,9 +92,7 @@ class NanReport(HasFindings, Result):
                                                  "phase": e.phase, "op": e.op, "source": e.source}}
 
 LOSS = "(loss: code after the model's output)"
-_WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
-_F32: Any = None
-
+_MAX_CALLS = 32  # recorded calls held at once: past this (long evaluation loops between optimizer steps) check early
 
 _TENSOR: Any = None  # torch.Tensor, set when a sentinel is made (torch is not imported with this module)
 
@@ -98,14 +109,8 @@ def _flat(obj: Any) -> Any:
     return tuple(_tensors(obj))
 
 
-def _finite_probe(t: Any) -> Any:
-    """One reduction kept on the device: the sum is NaN/Inf iff an element is (barring overflow, re-checked)."""
-    t = t.detach()
-    return t.sum() if t.dtype in _WIDE else t.sum(dtype=_F32)
-
-
 class NanSentinel(Recorder):
-    """Hooks that watch every module's outputs and gradients for NaN/Inf (see ``nan_sentinel``).
+    """Checks every training step for NaN/Inf at one host sync, and names where it was made (see ``nan_sentinel``).
 
     A recorder: ``result`` is a ``NanReport``: what it watched, and in ``.error`` the first ``NonFiniteError`` it
     raised or found (None while it saw none).
@@ -119,10 +124,8 @@ class NanSentinel(Recorder):
 
         from nbdebug.core.training.grads import unwrap_model
 
-        global _F32, _TENSOR
-        _F32 = torch.float32
+        global _TENSOR
         _TENSOR = torch.Tensor
-        _WIDE.update((torch.float32, torch.float64))
         if not isinstance(model, torch.nn.Module):
             raise InvalidArgumentError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
         if optimizer is not None and not callable(getattr(optimizer, "register_step_pre_hook", None)):
@@ -134,46 +137,45 @@ class NanSentinel(Recorder):
         self.optimizer = optimizer
         self.check_backward = bool(check_backward)
         self.names = [n for n, _ in self.model.named_modules()]
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._modules = [m for _, m in self.model.named_modules()]
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
         index = {n: i for i, n in enumerate(self.names)}
-        self._parent = [index.get(n.rsplit(".", 1)[0] if "." in n else "", 0) for n in self.names]
-        self._param_owner: dict[int, int] = {}
+        parent = [index.get(n.rsplit(".", 1)[0] if "." in n else "", 0) for n in self.names]
+        first_owner: dict[int, int] = {}
         for i, m in enumerate(self._modules):
             for p in m.parameters(recurse=False):
-                self._param_owner.setdefault(id(p), i)
+                first_owner.setdefault(id(p), i)
+        self._param_owner = [first_owner[id(p)] for p in self._params]
+        self._locate = Localiser(self.names, self._modules, parent, self._params, self._param_owner)
+        # the calls that are recorded: the model's own, and its children's when a loop calls them directly
+        # (a LightningModule's training_step); a call made inside a recorded one is not recorded again
+        ids = {id(m): i for i, m in enumerate(self._modules)}
+        self._entries = [0] + [ids[id(c)] for c in self.model.children() if id(c) in ids and ids[id(c)]]
         self.step_index = 0
         self.syncs = 0
         # without the optimizer hook the caller marks each step (``step()``) before the optimizer applies it
         self.step_hook = bool(step_hook)
         self._saw_optimizer = optimizer is not None or not self.step_hook
         self._handles: list[Any] = []
+        self._tensor_handles: list[Any] = []
         self._active = False
         self._replaying = False
         self._found: NonFiniteError | None = None
         self._reset()
 
     def _reset(self) -> None:
-        # the hooks on this step's activations have done their work: take them off, so that a tensor the user
-        # keeps (an output stored for later) carries no hook of ours
-        for h in getattr(self, "_tensor_handles", ()):
+        # the hooks on this step's outputs have done their work: take them off, so that a tensor the user keeps
+        # (an output stored for later) carries no hook of ours
+        for h in self._tensor_handles:
             h.remove()
-        self._tensor_handles: list[Any] = []
-        # one entry per checked tensor, in the order they were produced: flag (device scalar) and where
+        self._tensor_handles = []
+        # one entry per checked value, in the order they were produced: flag (device scalar) and what it is of:
+        # (kind, call index or parameter position, output position, tensor or weakref); kind: output/output_grad
         self._flags: list[Any] = []
-        # (kind, module index, tensor or weakref, shape, dtype); kind: data/forward/input/output/parameter
-        self._where: list[tuple[str, int, Any, tuple[Any, ...], str]] = []
-        self._backward_seen = False
-        # id(tensor) -> (tensor, producer index, consumer indices, {"model_output": bool}); this forward only
-        self._seen: dict[int, tuple[Any, int, list[int], dict[str, bool]]] = {}
-        self._fwd_seen: dict[int, Any] = {}
-        # id(tensor) -> index of its "between" flag; flag index -> the module that finished just before
-        self._between: dict[int, int] = {}
-        self._prev: dict[int, int] = {}
-        self._last_done = -1
-        self._calls: list[tuple[Any, Any, Any]] = []
-        self._out_grads: list[Any] = []
-        self._forwards = 0
+        self._where: list[tuple[str, int, int, Any]] = []
+        self._calls: list[Call] = []
+        self._backward_calls: set[int] = set()
+        self._depth = 0
 
     # -- the recorder ----------------------------------------------------------------------------------------
     @property
@@ -211,10 +213,10 @@ class NanSentinel(Recorder):
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         try:
-            root = self._modules[0]
-            self._handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
-            for i, m in enumerate(self._modules):
-                self._handles.append(m.register_forward_hook(self._make_fwd(i)))
+            for i in self._entries:
+                m = self._modules[i]
+                self._handles.append(m.register_forward_pre_hook(self._make_pre(i), with_kwargs=True))
+                self._handles.append(m.register_forward_hook(self._make_post(), always_call=True))
             if not self.step_hook:
                 pass
             elif self.optimizer is not None:
@@ -244,111 +246,51 @@ class NanSentinel(Recorder):
         self._tensor_handles.clear()
         self._active = False
 
-    # -- hooks ---------------------------------------------------------------------------------------------
-    def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
-        if self._replaying:
-            return
-        if self._flags:
-            if not self._saw_optimizer:  # with one, gradient accumulation keeps flags until its step
-                # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
-                self.check(advance=True)
-        for t in _tensors((args, kwargs)):
-            if t.is_floating_point():
-                self._fwd_seen[id(t)] = t
-                self._flags.append(_finite_probe(t))
-                self._where.append(("data", -2, weakref.ref(t), t.shape, t.dtype))
-        self._forwards += 1
-        if self.replay:
-            import torch
-
-            self._calls.append((args, kwargs, torch.get_rng_state()))
-
-    def _make_fwd(self, idx: int) -> Any:
-        def hook(module: Any, inputs: Any, output: Any) -> None:
+    # -- the hot path: a few Python calls and two device-side sums per call ---------------------------------
+    def _make_pre(self, idx: int) -> Any:
+        def pre(module: Any, args: Any, kwargs: Any) -> None:
             if self._replaying:
                 return
-            # inputs made by the parent's own code between two modules (not a checked output, not the batch)
-            for t in _flat(inputs):
+            if self._depth and idx:  # a child called inside a recorded call
+                self._depth += 1
+                return
+            # (the model's own call is never nested: a depth left over is from a forward that was interrupted)
+            if self._flags:
+                if not self._saw_optimizer:  # with one, gradient accumulation keeps flags until its step
+                    # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
+                    self.check(advance=True)
+                elif len(self._calls) >= _MAX_CALLS:
+                    self.check()
+            self._depth = 1
+            self._calls.append(Call(module, idx, args, kwargs))
+
+        return pre
+
+    def _make_post(self) -> Any:
+        def post(module: Any, args: Any, output: Any) -> None:
+            if self._replaying or not self._depth:
+                return
+            self._depth -= 1
+            if self._depth or output is None:  # a nested call, or the forward raised
+                return
+            k = len(self._calls) - 1
+            for j, t in enumerate(_flat(output)):
                 if t.is_floating_point():
-                    key = id(t)
-                    seen = self._fwd_seen.get(key)
-                    if seen is t:
-                        j = self._between.get(key)
-                        if j is not None and self._is_ancestor(idx, self._where[j][1]):
-                            # an enclosing module took the same tensor: the code that made it is around that one
-                            w = self._where[j]
-                            self._where[j] = (w[0], idx, w[2], w[3], w[4])
-                        continue
-                    self._fwd_seen[key] = t
-                    self._between[key] = len(self._flags)
-                    self._prev[len(self._flags)] = self._last_done
-                    self._flags.append(_finite_probe(t))
-                    self._where.append(("between", idx, t, t.shape, t.dtype))
-            for t in _flat(output):
-                if t.is_floating_point():
-                    key = id(t)
-                    if key in self._fwd_seen and self._fwd_seen[key] is t:
-                        continue  # a parent returning its child's output: already checked at the child
-                    self._fwd_seen[key] = t
-                    self._flags.append(_finite_probe(t))
-                    self._where.append(("forward", idx, t, t.shape, t.dtype))
+                    self._flags.append(finite_probe(t))
+                    self._where.append(("output", k, j, weakref.ref(t)))
                     if self.check_backward and t.requires_grad:
-                        self._watch(t, producer=idx)
-            if self.check_backward:
-                for t in _flat(inputs):
-                    if t.requires_grad and t.is_floating_point():
-                        entry = self._seen.get(id(t))
-                        if entry is None or entry[0] is not t:
-                            self._watch(t, producer=-1)
-                            entry = self._seen[id(t)]
-                        entry[2].append(idx)
-            self._last_done = idx
-            if idx == 0:
-                for t in _flat(output):
-                    entry = self._seen.get(id(t))
-                    if entry is not None and entry[0] is t:
-                        entry[3]["model_output"] = True
-                # the model's forward is done: hold no activation beyond what autograd itself keeps
-                self._seen.clear()
-                self._fwd_seen.clear()
-                self._between.clear()
-                self._where = [(k, i, weakref.ref(t) if k in ("forward", "between") and not isinstance(t, weakref.ref) else t, sh, dt)
-                               for k, i, t, sh, dt in self._where]
+                        self._tensor_handles.append(t.register_hook(self._make_grad_hook(k, j)))
 
-        return hook
+        return post
 
-    def _is_ancestor(self, a: int, b: int) -> bool:
-        """Module ``a`` encloses module ``b`` (strictly)."""
-        if a == b or b < 0:
-            return False
-        return a == 0 or self.names[b].startswith(self.names[a] + ".")
-
-    def _watch(self, t: Any, producer: int) -> None:
-        entry = self._seen.get(id(t))
-        if entry is not None and entry[0] is t:
-            return
-        consumers: list[int] = []
-        meta = {"model_output": False}
-        self._seen[id(t)] = (t, producer, consumers, meta)
-        self._tensor_handles.append(t.register_hook(self._make_tensor_hook(producer, consumers, meta, t.shape, t.dtype)))
-
-    def _make_tensor_hook(self, producer: int, consumers: list[int], meta: dict[str, bool], shape: Any,
-                          dtype: Any) -> Any:
+    def _make_grad_hook(self, k: int, j: int) -> Any:
         def hook(grad: Any) -> None:
             if self._replaying or not self._active:
                 return
-            if consumers:  # the innermost module that took this tensor as input produced its gradient
-                kind, where = "input", consumers[0]
-            elif meta["model_output"]:  # the loss (code after the model) produced it
-                kind, where = "output", -1
-                if self.replay:
-                    self._out_grads.append(grad)
-            else:  # functional code in the forward of the producer's parent module used this output
-                kind, where = "functional", self._parent[producer] if producer >= 0 else 0
-            self._backward_seen = True
-            # a gradient needs no detach (it carries no graph unless create_graph=True)
-            self._flags.append(grad.sum() if grad.dtype in _WIDE and not grad.requires_grad else _finite_probe(grad))
-            self._where.append((kind, where, weakref.ref(grad), shape, dtype))
+            self._backward_calls.add(k)
+            self._flags.append(finite_probe(grad))
+            # with replay the op replay runs the backward with the gradients the loss really sent
+            self._where.append(("output_grad", k, j, grad if self.replay else weakref.ref(grad)))
 
         return hook
 
@@ -362,88 +304,114 @@ class NanSentinel(Recorder):
 
     # -- checking ------------------------------------------------------------------------------------------
     def step(self) -> None:
-        """Mark the end of a training step: check the flags (one host sync) and count the step."""
-        self.check(advance=True)
+        """Mark the end of a training step: check its values and the parameters' gradients, and count the step.
 
-    def check(self, *, advance: bool = False) -> None:
-        """Check pending flags now; raise ``NonFiniteError`` on the first non-finite value."""
-        import torch
+        The gradients are complete and not yet applied; one host sync.
+        """
+        self.check(advance=True, gradients=True)
 
+    def check(self, *, advance: bool = False, gradients: bool = False) -> None:
+        """Check pending values now; raise ``NonFiniteError`` on the first non-finite one.
+
+        The parameters' gradients are checked too after a backward pass, or with ``gradients``.
+        """
         step = self.step_index
         if advance:
             self.step_index += 1
-        if not self._flags:
-            self._reset()
-            return
-        if self._backward_seen and self.check_backward:
-            self._add_param_flags()
         flags = self._flags
-        # (n,) sums: NaN/Inf anywhere makes its sum non-finite
-        mixed = len({v.dtype for v in flags}) > 1
-        sums = torch.stack([v.to(torch.float64) for v in flags]) if mixed else torch.stack(flags)
-        self.syncs += 1
-        bad = ~torch.isfinite(sums)
-        if not bool(bad.any()):
-            self._reset()
-            return
+        if self.check_backward and (gradients or self._backward_calls):
+            norms, where, values = param_grad_flags([p.grad for p in self._params])
+            flags = flags + norms
+            self._where.extend(("parameter", i, 0, g) for i, g in zip(where, values))
         try:
-            for first in bad.nonzero()[:, 0].tolist():
-                if self._confirmed(first):
-                    self._raise(first, step)
+            if not flags:
+                return
+            self.syncs += 1
+            first = first_nonfinite(flags, self._tensor)
+            if first is not None:
+                self._raise(first, flags, step)
         finally:
             self._reset()
 
-    def _add_param_flags(self) -> None:
-        """Parameter gradients: one fused norm over all of them, checked after the activation gradients."""
-        import torch
-
-        by_dev: dict[Any, list[tuple[int, Any]]] = {}
-        for p in self._params:
-            if p.grad is not None:
-                by_dev.setdefault(p.grad.device, []).append((self._param_owner[id(p)], p.grad))
-        for items in by_dev.values():
-            # a sparse gradient (Embedding(sparse=True)) is checked through its values: no norm kernel takes it
-            dense = [g if g.layout is torch.strided else (g.coalesce().values() if g.layout is torch.sparse_coo
-                                                         else g.values()) for _, g in items]
-            norms = torch._foreach_norm(dense)
-            for (idx, g), n in zip(items, norms):
-                self._flags.append(n)
-                self._where.append(("parameter", idx, weakref.ref(g), tuple(g.shape), str(g.dtype)))
-
     def _tensor(self, i: int) -> Any:
-        t = self._where[i][2]
+        t = self._where[i][3]
         return t() if isinstance(t, weakref.ref) else t
 
-    def _confirmed(self, i: int) -> bool:
-        """Rule out a sum that overflowed although every element is finite (exact check, failure path only)."""
+    def _localise(self, flags: list[Any]) -> tuple[Located | None, int, str | None]:
+        """Run the step's calls again, in order, with hooks on every module, up to the first non-finite value.
+
+        Returns where it was, the call's index, and a note when running them again did not show it.
+        """
         import torch
 
-        t = self._tensor(i)
-        return t is None or not bool(torch.isfinite(t).all())
+        finite = torch.isfinite(torch.stack([f.detach().to(torch.float64) for f in flags])).tolist()
+        bad_out: dict[int, int] = {}  # call -> its first non-finite output
+        bad_grad: dict[int, int] = {}  # call -> its first non-finite output gradient (the loss made it)
+        grads: dict[int, dict[int, Any]] = {}  # call -> output position -> the gradient the loss sent (replay)
+        for i, (kind, k, j, _) in enumerate(self._where[:len(flags)]):
+            if kind == "output" and not finite[i]:
+                bad_out.setdefault(k, i)
+            elif kind == "output_grad":
+                if not finite[i]:
+                    bad_grad.setdefault(k, i)
+                if self.replay:
+                    grads.setdefault(k, {})[j] = self._tensor(i)
+        n, k = len(self._calls), -1
+        self._replaying = True
+        try:
+            for k, call in enumerate(self._calls):
+                backward = k in self._backward_calls and k not in bad_grad and k not in bad_out
+                found = self._locate.run(call, backward=backward, grad_outputs=grads.get(k))
+                if found is not None:
+                    return found, k, None
+                if k in bad_out:  # its output was non-finite and is finite now
+                    break
+                if k in bad_grad:  # the call's forward is finite and the gradient the loss sent back is not
+                    i = bad_grad[k]
+                    t = self._tensor(i)
+                    stats = _stats(t, flags[i], () if t is None else t.shape, "" if t is None else t.dtype)
+                    return Located("output", -1, stats), k, None
+        except Exception as e:  # the user's code failing when run again must not hide the non-finite value
+            note = f"running the step again to find the module raised {type(e).__name__}: {e}"
+        else:
+            which = f" (call {k + 1} of {n} in this step)" if n > 1 and k in bad_out else ""
+            note = ("running the step's forward again did not make the value again" + which + ": the model's code "
+                    "may depend on state that changed since (a flag, a counter), so the module inside it is not named")
+        finally:
+            self._replaying = False
+        return None, -1, note
 
-    def _raise(self, first: int, step: int) -> None:
-        kind, idx, _, shape, dtype = self._where[first]
-        shape, dtype = tuple(shape), str(dtype)
+    def _fallback(self, first: int, flags: list[Any]) -> Located:
+        """What the step's own checks saw, when running it again did not show more."""
+        kind, k, _, _ = self._where[first]
         t = self._tensor(first)
-        if t is not None:
-            stats = describe_tensor(t)
-        else:  # freed since (nbdebug keeps no activation alive): what the device-side probe saw
-            probe = float(self._flags[first])
-            stats = {"shape": shape, "dtype": dtype.replace("torch.", ""),
-                     "contains": "NaN" if math.isnan(probe) else "Inf"}
+        stats = _stats(t, flags[first], () if t is None else t.shape, "" if t is None else t.dtype)
+        if kind == "output":
+            return Located("forward", self._calls[k].index, stats)
+        if kind == "output_grad":
+            return Located("output", -1, stats)
+        return Located("parameter", self._param_owner[k], stats)
+
+    def _raise(self, first: int, flags: list[Any], step: int) -> None:
+        found, k, note = self._localise(flags)
+        if found is None:
+            found = self._fallback(first, flags)
+        kind, idx, stats, prev = found
         location = None
         if kind in ("data", "forward", "between"):
             phase = "forward"
             if kind == "data":
-                module, what = "(input)", "the model's input (the batch itself)"
+                top = self._calls[k].index if k >= 0 else 0
+                module = "(input)"
+                what = ("the model's input (the batch itself)" if top == 0
+                        else f"the input of module {self.names[top]!r} (as the training code called it)")
             elif kind == "between":
                 # every module that ran before produced finite outputs: the parent's own code made this value
-                parent = self._parent[idx] if idx > 0 else 0
+                parent = self._locate.parent[idx] if idx > 0 else 0
                 module = self.names[parent]
-                prev = self._prev.get(first, -1)
                 cls = type(self._modules[parent]).__name__
                 child = self.names[idx]
-                if prev >= 0 and prev != parent and self._is_ancestor(parent, prev):
+                if prev >= 0 and prev != parent and self._locate.is_ancestor(parent, prev):
                     location = f"between {self.names[prev]} and {child} in {cls}.forward"
                 else:
                     location = f"before {child} in {cls}.forward"
@@ -463,22 +431,27 @@ class NanSentinel(Recorder):
             }[kind]
         replay = None
         if self.replay and self._calls:
+            calls = self._calls[k:k + 1] if k >= 0 else self._calls
+            out_grads = [self._tensor(i) for i, w in enumerate(self._where[:len(flags)])
+                         if w[0] == "output_grad" and (k < 0 or w[1] == k)]
             self._replaying = True
             try:
-                replay = replay_step(self.model, self._calls, self._out_grads)
+                replay = replay_step(self.model, calls, out_grads)
             finally:
                 self._replaying = False
-        counts = ", ".join(f"{k}={stats[k]}" for k in ("nan", "posinf", "neginf") if stats.get(k))
+        counts = ", ".join(f"{c}={stats[c]}" for c in ("nan", "posinf", "neginf") if stats.get(c))
         msg = f"non-finite values in the {phase} pass at step {step}: {what}"
         if counts and stats.get("numel") is not None:
             msg += f" [{counts} of {stats['numel']} values; shape {stats.get('shape')}]"
         elif stats.get("contains"):  # the tensor is gone: what the device-side probe saw
             msg += f" [contains {stats['contains']}; shape {stats.get('shape')}]"
+        if note is not None:
+            msg += f"\n({note})"
         if location is not None:
             stats = {**stats, "location": location}
         if replay is not None:
             msg += "\nreplay: " + replay.describe()
-        found = NonFiniteError(
+        found_error = NonFiniteError(
             msg,
             module=module,
             step=step,
@@ -489,8 +462,8 @@ class NanSentinel(Recorder):
             anomaly=replay.anomaly if replay else None,
         )
         if self._found is None:
-            self._found = found
-        raise found
+            self._found = found_error
+        raise found_error
 
     def __repr__(self) -> str:
         return f"<NanSentinel {'active' if self._active else 'inactive'}: {len(self.names)} modules, step {self.step_index}>"
