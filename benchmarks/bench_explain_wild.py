@@ -85,6 +85,23 @@ FAMILIES: dict[str, frozenset[str]] = {
     "replica_error": frozenset({"distributed"}),
     "torchscript_error": frozenset({"compile"}),
     "xla_not_imported": frozenset({"xla"}),
+    # family-level answers placed by the traceback's structure (issue 23): the first step each gives
+    # the line of the user's own file that raised, with a step per exception class about the value it names
+    "user_code_error": frozenset({"user_code_python"}),
+    # the library's frame that raised: compare the call with the installed release's docs, or pin the code's release
+    "library_raised": frozenset({"library_api_misuse", "environment_version"}),
+    # a package failing inside its own import: its version against torch's, reinstall the matching release
+    "import_failed": frozenset({"environment_version"}),
+    # SIGBUS of a launcher's worker: /dev/shm first, then the native-crash step (faulthandler)
+    "bus_error": frozenset({"host_memory", "native_crash"}),
+    # call the method on model.module
+    "wrapped_model_attribute": frozenset({"distributed"}),
+    # move the input to the XLA device
+    "xla_input_on_cpu": frozenset({"device_mismatch"}),
+    # print the model's classes: LightningModule and Trainer from one package, or wrap a plain module in one
+    "lightning_mixed_packages": frozenset({"environment_version", "library_api_misuse"}),
+    # build the model inside zero.Init / touch weights inside GatheredParameters
+    "deepspeed_zero3_partitioned": frozenset({"distributed"}),
 }
 # whole domains whose categories all belong to one family
 DOMAIN_FAMILY = {"compile": "compile", "xla": "xla", "dist": "distributed", "ddp": "distributed",

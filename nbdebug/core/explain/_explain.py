@@ -38,9 +38,12 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
+from nbdebug.core.explain._family import contradicted, fallback, signal_kind
 from nbdebug.core.explain._live import attach
 from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
+from nbdebug.core.explain._structure import from_exception, read
 from nbdebug.core.knowledge import Entry, entries
+from nbdebug.core.knowledge import entry as knowledge_entry
 from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["explain", "match_all", "choose", "warning_text"]
@@ -165,6 +168,16 @@ def _compiled() -> list[_Compiled]:
     return _COMPILED
 
 
+_BY_SLUG: dict[str, _Compiled] = {}
+
+
+def _by_slug(slug: str) -> _Compiled:
+    """An entry by its slug: also the family-level ones that no message names (they have no patterns)."""
+    if slug not in _BY_SLUG:
+        _BY_SLUG[slug] = next((c for c in _compiled() if c.entry.slug == slug), None) or _Compiled(knowledge_entry(slug))
+    return _BY_SLUG[slug]
+
+
 def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
               keyword_cache: dict[str, bool] | None = None) -> list[tuple[_Compiled, re.Match[str] | None]]:
     """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
@@ -228,7 +241,8 @@ def _plausible(found: list[tuple[_Compiled, re.Match[str] | None]], raw: str, te
     follows it: in a traceback whose last line is an error it did not explain, the warning is background, and
     ``unknown`` is better than blaming it.
     """
-    kept = [(c, m) for c, m in found if c.allowed(raw)]
+    kept = [(c, m) for c, m in found if c.allowed(raw) and (c.is_warning or not contradicted(
+        c.entry.slug, _line_at(text, m.start()) if m is not None else "", c.patterns, raw, text))]
     if any(c.is_warning for c, _ in kept):
         exc_type, exc_message = last_exception_line(text)
         if exc_type and not exc_type.endswith("Warning"):
@@ -455,12 +469,21 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         raise_line = frame_line or raise_line
     found = _plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
+    placed: dict[str, Any] = {}
+    if chosen is None and not isinstance(error, warnings.WarningMessage):
+        # no message matched: the traceback's structure may still place the error's family
+        structure = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
+        family = fallback(structure, raw[-_MAX_CHARS:])
+        if family is not None:
+            chosen, placed = (_by_slug(family[0]), None), family[1]
     if chosen is None:
         unknown = _unknown(text, exc_type)
         return attach(unknown, error, roots) if isinstance(error, BaseException) else unknown
     compiled, match = chosen
+    if compiled.entry.wrapper and (died := signal_kind(_parse_facts(compiled, text))) is not None:
+        compiled, placed = _by_slug(died[0]), died[1]  # a launcher's worker that died of a signal: its family
     entry = compiled.entry
-    facts = _parse_facts(compiled, text)
+    facts = _parse_facts(compiled, text) | placed
     notes: list[str] = []
     first_fixes: list[Fix] = []
     if entry.slug == "shape_mismatch":

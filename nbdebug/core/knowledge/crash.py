@@ -9,7 +9,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "SIGNALS", "DEAD_KERNEL_FIRST_STEP"]
+__all__ = ["ENTRIES", "SIGNALS", "SIGNAL_KINDS", "DEAD_KERNEL_FIRST_STEP"]
 
 _FAULTHANDLER = "https://docs.python.org/3/library/faulthandler.html"
 _DATALOADER = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
@@ -26,6 +26,10 @@ SIGNALS: dict[int, tuple[str, str]] = {
     4: ("SIGILL", "an illegal instruction: a binary built for a newer CPU than this one"),
     8: ("SIGFPE", "a floating-point exception in native code (an integer division by zero)"),
 }
+
+# signal number -> the category whose first step addresses a process that died of it (a launcher's "exitcode: -11")
+SIGNAL_KINDS: dict[int, str] = {11: "native_crash", 6: "native_crash", 4: "native_crash", 8: "native_crash",
+                                9: "host_oom", 7: "bus_error"}
 
 DEAD_KERNEL_FIRST_STEP = {
     "native": "Re-run the cell named above on a small input with the versions shown; a crash at the same line is a "
@@ -161,5 +165,22 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Load nbdebug (%load_ext nbdebug) and run the cell again: after the restart, loading it shows what "
         "the dead kernel was doing, its memory against the limit, and the likely cause.",
         sources=(_FAULTHANDLER, "https://docs.jupyter.org/en/latest/troubleshooting.html"),
+    ),
+    Entry(
+        slug="bus_error",
+        title="A process died of a bus error (SIGBUS)",
+        summary=("A process died of SIGBUS: under DataLoader workers this is nearly always shared memory (/dev/shm) "
+                 "running out while batches pass between processes; otherwise a memory-mapped file that shrank or a "
+                 "native crash."),
+        causes=("A container's small /dev/shm (Docker's default is 64 MB) and DataLoader workers passing batches "
+                "through it.",
+                "A file mapped in memory (a dataset, a checkpoint with mmap=True) truncated while in use.",
+                "A native crash in an extension."),
+        fixes=(Fix("Give the container more shared memory", "docker run --shm-size=8g ...   # or --ipc=host"),
+               Fix("Or pass less through it", "DataLoader(ds, batch_size=32, num_workers=2)")),
+        first_step="Check the free shared memory while it runs (df -h /dev/shm): give the container more "
+        "(docker --shm-size=8g or --ipc=host) or lower num_workers; if /dev/shm is ample, run with faulthandler on "
+        "(python -X faulthandler) as for a native crash.",
+        sources=(_DATALOADER, "https://docs.docker.com/reference/cli/docker/container/run/"),
     ),
 )

@@ -177,3 +177,25 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://github.com/pytorch/pytorch/issues/70222"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="wrapped_model_attribute",
+        title="A method or attribute was read from the DDP / DataParallel wrapper instead of the model",
+        summary=("The model is wrapped in {wrapper}, which has the model's forward but not its own methods and "
+                 "attributes[[ (.{attr})]]: those live on the wrapped model, wrapper.module."),
+        keywords=("dataparallel' object has no attribute", "fullyshardeddataparallel' object has no attribute"),
+        patterns=(r"'(?:DistributedDataParallel|DataParallel|FullyShardedDataParallel)' object has no attribute '\w+'",),
+        priority=46,
+        facts=((r"'(?P<wrapper>DistributedDataParallel|DataParallel|FullyShardedDataParallel)' object has no attribute "
+                r"'(?P<attr>\w{1,80})'", {"wrapper": "str", "attr": "str"}),),
+        causes=("Code written for a bare model (model.generate, model.postprocess, model.config) running on the "
+                "wrapped model after DDP / DataParallel / accelerate.prepare wrapped it.",),
+        fixes=(Fix("Reach the model inside the wrapper",
+                   "inner = model.module   # or accelerator.unwrap_model(model)\ninner.postprocess(...)"),),
+        first_step="Call the method on the wrapped model, model.module (or accelerator.unwrap_model(model)), not on "
+        "the DistributedDataParallel / DataParallel wrapper.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html",
+                 "https://huggingface.co/docs/accelerate/package_reference/accelerator"),
+    ),
+)

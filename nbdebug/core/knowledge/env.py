@@ -15,7 +15,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
+__all__ = ["ENTRIES", "IMPORT_STEP", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -310,5 +310,28 @@ ENTRIES: tuple[Entry, ...] = (
         "compiler means install it; otherwise use a prebuilt wheel for the installed torch.",
         sources=("https://pytorch.org/tutorials/advanced/cpp_custom_ops.html",
                  "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
+    ),
+)
+
+# The first step of ``import_failed``, filled with the package whose import failed.
+IMPORT_STEP = ("Print the installed versions of {package} and torch (pip list | grep -i -E 'torch|{package}') and "
+               "check them against the pairs {package}'s release notes name; reinstall the {package} release built "
+               "for the installed torch and Python (pip install --force-reinstall {package}==<that release>).")
+
+ENTRIES += (
+    Entry(
+        slug="import_failed",
+        title="A package failed while importing its own parts",
+        summary=("Importing {package} failed inside {package} itself[[ ({where})]]: the package is installed, but a "
+                 "part of it (usually compiled code) does not load with the torch, Python or libraries installed."),
+        causes=("A package built for another torch (torchvision, torchaudio, an extension) than the installed one.",
+                "A package built for another Python or NumPy, or a broken install (two copies, a half-finished "
+                "upgrade)."),
+        fixes=(Fix("Reinstall it for the installed torch", "pip install --force-reinstall <package>==<release for your "
+                   "torch>"),),
+        first_step="Print the installed versions of the package that failed and of torch, and reinstall the release "
+        "of that package built for the installed torch and Python.",
+        sources=(RELEASES, _VISION_COMPAT),
+        extra={"family": "environment_version"},
     ),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "LIBRARY_STEP"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -91,5 +91,70 @@ ENTRIES: tuple[Entry, ...] = (
         "with its own code, import the project's package or pass trust_remote_code=True.",
         sources=("https://huggingface.co/docs/transformers/model_doc/auto",
                  "https://huggingface.co/docs/transformers/custom_models"),
+    ),
+)
+
+# The first step of ``library_raised``, filled with the package and the frame that raised.
+LIBRARY_STEP = ("Read what {package} rejects at {where}, compare what the code passes there with {package}'s "
+                "documentation for the installed release (pip show {package}), and pin the release the code was "
+                "written for if the call matches the documentation of another one.")
+
+ENTRIES += (
+    Entry(
+        slug="library_raised",
+        title="A library rejected what the code passed to it",
+        summary=("{exc_type} was raised inside {package}[[ ({where})]], called from the code[[ at {user_where}]]: "
+                 "{package} checked the arguments or state it was given and refused them."),
+        causes=("Arguments or a configuration that this release of the library does not accept (the code was "
+                "written for another release, or against its documentation).",
+                "A value of another kind than the library expects (None, a tuple, a str) reaching it."),
+        fixes=(Fix("See the installed release", "import importlib.metadata as md\nprint(md.version('<package>'))"),),
+        first_step=("Read what the library rejects at the last frame of the traceback, compare what the code passes "
+                    "there with the library's documentation for the installed release (pip show <package>), and pin "
+                    "the release the code was written for if the call matches the documentation of another one."),
+        sources=("https://packaging.python.org/en/latest/tutorials/installing-packages/",
+                 "https://docs.python.org/3/library/importlib.metadata.html"),
+        extra={"family": "library_api_misuse,environment_version"},
+    ),
+    Entry(
+        slug="lightning_mixed_packages",
+        title="Lightning's Trainer does not recognise the model as its LightningModule",
+        summary=("The Trainer does not recognise the model[[ ({model_class})]] as a LightningModule: usually the model "
+                 "subclasses LightningModule from one package (pytorch_lightning or lightning) and the Trainer comes "
+                 "from the other; otherwise the object is not a LightningModule at all."),
+        keywords=("must be a `lightningmodule`", "must be a lightningmodule"),
+        patterns=(r"`?model`? must be a `?LightningModule`?",),
+        priority=62,
+        extra={"family": "environment_version,library_api_misuse"},
+        facts=((r"got `(?P<model_class>\w{1,120})`", {"model_class": "str"}),),
+        causes=("pytorch_lightning and lightning (lightning.pytorch) are separate packages with separate classes; code "
+                "or a library that mixes them fails the Trainer's isinstance check.",
+                "A plain nn.Module (a transformers model, a compiled or wrapped model) passed to trainer.fit without a "
+                "LightningModule around it."),
+        fixes=(Fix("Import both from one package", "import lightning.pytorch as pl   # or: import pytorch_lightning as pl\n"
+                   "class Model(pl.LightningModule): ...\ntrainer = pl.Trainer()"),),
+        first_step="Print type(model).__mro__: if it lists a LightningModule, import it and the Trainer from the same "
+        "package (both lightning.pytorch or both pytorch_lightning, also in the library that defines the model) and "
+        "restart the kernel; if it lists none, wrap the model in a LightningModule.",
+        sources=("https://lightning.ai/docs/pytorch/stable/starter/installation.html",),
+    ),
+    Entry(
+        slug="deepspeed_zero3_partitioned",
+        title="A ZeRO-3 partitioned parameter was used outside a gather",
+        summary=("Under DeepSpeed ZeRO-3 a parameter outside its gather is an empty placeholder; here code read it as "
+                 "if it were whole[[ ({length} elements from a tensor of size 1)]]."),
+        keywords=("exceeds dimension size",),
+        patterns=(r"start \(\d{1,18}\) \+ length \(\d{0,18}\) exceeds dimension size \(1\)",),
+        extra={"family": "distributed", "requires": r"(?i:deepspeed|zero[-_ ]?3|partition_parameters|zero\.Init)"},
+        priority=62,
+        facts=((r"\+ length \((?P<length>\d{1,18})\)", {"length": "int"}),),
+        causes=("The model was built or its weights initialised outside deepspeed.zero.Init, or weights are touched "
+                "outside GatheredParameters.",
+                "A DeepSpeed release that does not fit the torch or transformers installed."),
+        fixes=(Fix("Touch the weights only while they are gathered",
+                   "with deepspeed.zero.GatheredParameters(model.parameters()):\n    ...  # read or set weights here"),),
+        first_step="Build and initialise the model inside deepspeed.zero.Init (or touch the weights only inside "
+        "GatheredParameters), with the DeepSpeed release the example was written for.",
+        sources=("https://deepspeed.readthedocs.io/en/latest/zero3.html",),
     ),
 )

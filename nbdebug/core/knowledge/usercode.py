@@ -10,7 +10,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "USER_ERROR_STEPS"]
 
 _CALLS = "https://docs.python.org/3/tutorial/controlflow.html#more-on-defining-functions"
 _MODULE = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html"
@@ -122,5 +122,48 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Read the original traceback printed after 'Original Traceback' and debug it on one GPU without "
         "DataParallel (model.module).",
         sources=("https://pytorch.org/docs/stable/generated/torch.nn.DataParallel.html",),
+    ),
+)
+
+# The family-level answer for a Python error raised in the user's own file that no category above names
+# (``nbdebug.core.explain._family``): one first step per exception class, naming the line the traceback shows.
+USER_ERROR_STEPS: dict[str, str] = {
+    "NameError": "At {where}, a name is used that is not defined on this path: find where it should be assigned "
+                 "(or imported) before that line, and make that happen on every path that reaches it.",
+    "UnboundLocalError": "At {where}, a local variable is read before this path assigned it: the branch or try block "
+                         "that should set it did not run (often an except that swallowed the real error); let that "
+                         "earlier error raise, or assign the variable on every path.",
+    "KeyError": "Print the dict's keys at {where} (the live panel lists them) and use the key it really holds, or "
+                "make the code that builds the dict emit the key this line reads.",
+    "AttributeError": "Print type() of the object used at {where} (the live panel shows its fields): it is of another "
+                      "kind than the code expects, so fix the code that produced it or read the attribute it has.",
+    "TypeError": "Look at the call at {where}: print the types of the values it passes and the signature of what it "
+                 "calls (inspect.signature), and pass what that function takes.",
+    "IndexError": "At {where}, print len() of the sequence being indexed and the index used: the code assumes more "
+                  "items than there are (an empty list, an off-by-one, a shorter split).",
+    "ValueError": "Print the values used at {where}: the message names the one that the code (or the function it "
+                  "calls there) rejects; fix the value where it is made.",
+    "ZeroDivisionError": "A divisor at {where} is zero: print it (usually a count or length of 0: an empty dataset, a "
+                         "batch count, a loader with drop_last on too few items).",
+    "AssertionError": "An assert at {where} failed: print both sides of its condition just before it, and fix the "
+                      "value that breaks the assumption.",
+    "SyntaxError": "Fix the syntax at {where} (the caret shows where Python stopped reading).",
+    "IndentationError": "Fix the indentation at {where} (mixed tabs and spaces, or a block left empty).",
+}
+
+ENTRIES += (
+    Entry(
+        slug="user_code_error",
+        title="A Python error in the code's own file",
+        summary=("{exc_type} was raised in the code's own file[[ ({where})]], not inside torch or a library: the "
+                 "cause is in that code, at or before that line."),
+        causes=("A value of another kind, size or content than this line assumes, made earlier in the same code.",
+                "Code paths that skip an assignment or a key the line relies on."),
+        fixes=(Fix("Stop at the failing line and look at the values", "%debug   # in the notebook, right after the error"),),
+        first_step="Look at the line the traceback's last frame shows in the code's own file, and print the values "
+        "it uses.",
+        sources=("https://docs.python.org/3/library/exceptions.html",
+                 "https://docs.python.org/3/library/pdb.html"),
+        extra={"family": "user_code_python"},
     ),
 )

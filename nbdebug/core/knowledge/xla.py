@@ -21,7 +21,6 @@ ENTRIES: tuple[Entry, ...] = (
             r"tensorflow/compiler/xla/(?:(?!tensorflow/compiler/xla/)[\w/.])+\.(?:cc|h):\d+(?:\\?\]| :)",
             r"xla_client/(?:(?!xla_client/)[\w/.])+:\d+\]",
             r"\btorch_xla::(?:runtime|bridge|XLAGraphExecutor|tensor_methods)::\w+",
-            r"Input tensor is not an XLA tensor",
             r"No matching devices found for '/job:\w*tpu",
             r"(?<![\w.])torch_xla\.\w[\w.]*Error",
             r"XlaRuntimeError",
@@ -54,6 +53,27 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Read the status line (Invalid argument / Resource exhausted / ...) and check the metrics "
         "report: many compilations mean dynamic shapes.",
         sources=("https://github.com/pytorch/xla/issues/1963",),
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        slug="xla_input_on_cpu",
+        title="A tensor on the CPU reached an operation on the XLA device",
+        summary=("An operation on the XLA device received a tensor that is still on the CPU[[ ({cpu_type})]]: the "
+                 "model (or one tensor) was moved to the XLA device and its input was not."),
+        keywords=("not an xla tensor",),
+        patterns=(r"Input tensor is not an XLA tensor",),
+        priority=56,
+        extra={"family": "device_mismatch"},
+        facts=((r"Input tensor is not an XLA tensor: (?P<cpu_type>[\w.]{1,80})", {"cpu_type": "str"}),),
+        causes=("The batch (or a tensor made inside forward, e.g. torch.zeros without device=) stays on the CPU while "
+                "the model's parameters are on the XLA device.",),
+        fixes=(Fix("Move the batch to the model's device",
+                   "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\nx = x.to(device)"),),
+        first_step="Move the input (and any tensor created inside forward) to the XLA device, e.g. "
+        "x = x.to(xm.xla_device()), before calling the model.",
+        sources=("https://pytorch.org/xla/release/2.5/index.html",),
     ),
 )
 

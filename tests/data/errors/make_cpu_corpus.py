@@ -506,7 +506,7 @@ def _():
     dist.all_reduce(torch.ones(1))
 
 
-@case("unknown__name_error_in_loop")
+@case("user_code_error__name_error_in_loop")
 def _():
     for step in range(2):
         loss = crit(torch.randn(2), torch.randn(2))  # noqa: F821

@@ -1,0 +1,176 @@
+"""Family-level answers from a traceback's structure, and the guards that keep every answer on its family.
+
+When no category's message matches, the structure can still place an error with certainty: a Python error raised
+in the user's own file is the user's code (``user_code_error``), a library that checked its arguments and raised is
+a call that library rejects (``library_raised``), a package failing while importing its own parts is an install that
+does not fit (``import_failed``), and a launcher reporting that a worker died of a signal names the signal's family
+(``SIGNAL_KINDS``).  Each rule gives way to ``unknown`` when the text carries another family's evidence (shapes,
+devices, checkpoints, distributed training): a wrong family is worse than none.
+
+The guards drop a message match that the structure contradicts: a match inside a warning printed before an
+unrelated exception, a size mismatch inside an optimizer's own update, a torch attribute missing in a script that
+also runs another framework.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from nbdebug.core.explain._normalize import last_exception_line
+from nbdebug.core.explain._structure import Frame, Structure
+
+__all__ = ["fallback", "signal_kind", "contradicted"]
+
+T = TypeVar("T")
+
+# Evidence of a family that the generic answers do not address: with it, say unknown.
+_TENSOR_WORDS = re.compile(r"(?i:tensor|shape|\bsize|dimension|\bdims?\b|dtype|device|cuda|gpu|cudnn|nccl|"
+                           r"\bgrad|float16|bfloat16|half|memory|\bnan\b|\binf\b|mismatch)")
+_CHECKPOINT_WORDS = re.compile(r"(?i:torch\.load|load_state_dict|state_dict|checkpoint|ckpt|safetensors|pickle|"
+                               r"model loading|\.pth?\b|\.bin\b)")
+# numbers in a list or tuple: sizes or counts of the user's data ("inconsistent numbers of samples: [16, 4]")
+_QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
+_DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
+                                r"torch\.distributed|world_size|_prepare_deepspeed)")
+# site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
+_OWN_FAMILY = frozenset({"deepspeed", "torch_xla", "triton", "numba", "horovod", "fairscale", "apex",
+                         "bitsandbytes", "xformers", "flash_attn", "megatron", "colossalai", "jax", "tensorflow",
+                         "keras", "onnxruntime", "tensorrt"})
+# torch's own Python code that checks a call's arguments (the rest has families of its own: data, cuda, dist, ...)
+_TORCH_API = re.compile(r"[/\\]torch[/\\](?:nn[/\\](?:modules|utils|init\.py|functional\.py)|optim[/\\])")
+
+_USER_TYPES = ("NameError", "UnboundLocalError", "KeyError", "AttributeError", "TypeError", "IndexError",
+               "ValueError", "ZeroDivisionError", "AssertionError", "SyntaxError", "IndentationError")
+# a name error's own words (a missing name, never data) may be checked without the tensor words
+_NAME_TYPES = ("NameError", "UnboundLocalError", "SyntaxError", "IndentationError")
+_LIBRARY_TYPES = ("ValueError", "TypeError", "KeyError", "AttributeError", "NotImplementedError", "AssertionError",
+                  "IndexError")
+
+
+def _where(frame: Frame) -> str:
+    name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name}, line {frame.line}, in {frame.func}" if frame.line else f"{name}, in {frame.func}"
+
+
+def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    from nbdebug.core.knowledge.usercode import USER_ERROR_STEPS
+
+    frame = s.innermost
+    if frame is None or not frame.is_user or s.exc_type not in _USER_TYPES:
+        return None
+    if s.exc_type not in _NAME_TYPES and _TENSOR_WORDS.search(s.message):
+        return None  # a torch operation called from the user's line: a shape / device / dtype family
+    if _CHECKPOINT_WORDS.search(raw):
+        return None  # a loader that failed in the user's own helper: the file, not the code, may be the cause
+    if s.exc_type == "AttributeError" and re.search(r"DataParallel|\.module\b", raw):
+        return None
+    where = _where(frame)
+    return "user_code_error", {"exc_type": s.exc_type, "where": where,
+                               "first_step_detail": USER_ERROR_STEPS[s.exc_type].format(where=where)}
+
+
+def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    from nbdebug.core.knowledge.library import LIBRARY_STEP
+
+    frame = s.innermost
+    if frame is None or frame.owner in ("user", "stdlib") or frame.owner in _OWN_FAMILY:
+        return None
+    own_class = s.exc_type.startswith(f"{frame.owner}.") or s.exc_type.startswith(f"{frame.owner.split('_')[0]}.")
+    if s.short_type not in _LIBRARY_TYPES and not own_class:
+        return None
+    if frame.owner == "torch" and not (_TORCH_API.search(frame.path) and frame.source.startswith("raise ")):
+        return None  # torch's own checks outside its module/optimizer API have families of their own
+    if s.owners & _OWN_FAMILY or _DISTRIBUTED_WORDS.search(raw):
+        return None
+    if _TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message):
+        return None  # the library reports the data's sizes, a device or a file: another family's evidence
+    user = s.innermost_user
+    package = frame.owner
+    where = _where(frame)
+    facts: dict[str, Any] = {"exc_type": s.short_type, "package": package, "where": where,
+                             "first_step_detail": LIBRARY_STEP.format(package=package, where=where)}
+    if user is not None:
+        facts["user_where"] = _where(user)
+    return "library_raised", facts
+
+
+_PACKAGE_PATH = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>\w{1,100})")
+
+
+def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    from nbdebug.core.knowledge.env import IMPORT_STEP
+
+    if s.short_type not in ("ImportError", "ModuleNotFoundError"):
+        return None
+    frame = s.innermost
+    m = _PACKAGE_PATH.search(s.message)
+    if frame is not None and frame.owner not in ("user", "stdlib"):
+        package = frame.owner
+    elif m is not None:
+        package = m.group("pkg")
+    else:
+        return None  # the user's own import: a missing package or a project module, not a broken install
+    facts: dict[str, Any] = {"package": package, "first_step_detail": IMPORT_STEP.format(package=package)}
+    if frame is not None:
+        facts["where"] = _where(frame)
+    return "import_failed", facts
+
+
+def fallback(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """The family-level category the structure places an unmatched error in, with its facts; None: unknown."""
+    if not s.exc_type or s.cut:
+        return None  # no final exception (or a text cut in its frames): nothing to place
+    if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
+        return None  # a warning is no error; a script that also runs TensorFlow / Keras mixes two frameworks' names
+    for rule in (_import, _user_code, _library):
+        placed = rule(s, raw)
+        if placed is not None:
+            return placed
+    return None
+
+
+def signal_kind(facts: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The category of a launcher's worker that died of a signal (``exitcode: -11``), from the crash table.
+
+    Returns the category and the wrapper's facts worth keeping (exit code, rank, the signal's name).
+    """
+    from nbdebug.core.knowledge.crash import SIGNAL_KINDS, SIGNALS
+
+    code = facts.get("exitcode")
+    if not isinstance(code, int) or code >= 0 or -code not in SIGNAL_KINDS:
+        return None
+    kept = {k: v for k, v in facts.items() if k in ("exitcode", "rank", "local_rank", "signal", "signal_name")}
+    kept.setdefault("signal_name", SIGNALS[-code][0])
+    kept["signal_text"] = f"exit code {code}: {SIGNALS[-code][0]}, {SIGNALS[-code][1]}"
+    return SIGNAL_KINDS[-code], kept
+
+
+_WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning: |^\s*warn(?:ings\.warn)?\(|^WARNING\b", re.MULTILINE)
+_OPTIMIZER_STATE = re.compile(r"\bexp_avg(?:_sq)?\b|\bmomentum_buffer\b|\bsquare_avg\b")
+_OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|keras)[/\\]|^import (?:tensorflow|keras)\b",
+                              re.MULTILINE)
+_SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
+
+
+def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
+    """Whether the text's structure contradicts a category matched on ``line``.
+
+    - a match on a warning's line, when the text ends with an exception of another kind that the category's
+      patterns do not match anywhere outside warnings: the warning is background, not the cause;
+    - a size mismatch raised in an optimizer's own update (``exp_avg``): the parameters and their optimizer state
+      disagree (sharded, reloaded from another model), not the shapes of the user's tensors;
+    - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
+      module as easily as a version that lacks it.
+    """
+    if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
+        return True
+    if slug == "api_missing" and _OTHER_FRAMEWORK.search(raw):
+        return True
+    if line and _WARNING_LINE.search(line):
+        exc_type, exc_message = last_exception_line(text)
+        if exc_type and not exc_type.endswith("Warning") and (not exc_message or exc_message[:80] not in line):
+            rest = "\n".join(ln for ln in text.split("\n") if not _WARNING_LINE.search(ln))
+            return not any(p.search(rest) for p in patterns)
+    return False

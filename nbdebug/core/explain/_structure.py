@@ -1,0 +1,173 @@
+"""Read a traceback's structure: its frames and who owns each, the exception that ended it, and chained causes.
+
+The message tables recognise what a message says; this module reads where it was said.  A frame's path tells who
+raised (the user's own file, torch, a library under ``site-packages/<pkg>``, the standard library), the exception
+line gives the class, and ``The above exception was the direct cause`` / ``During handling of the above exception``
+split a chained traceback into its parts, the first of which is the root cause.  Nothing here is run: a text in,
+plain tuples out, linear in the text's length.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nbdebug.core.explain._normalize import normalize
+
+__all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
+
+# Python's frame line (also squashed: File"x.py",line 3,in f), faulthandler's (no comma before "in"), IPython 8's
+# "File /x.py:3, in f(...)", IPython 7's "/x.py in f(...)" and rich's "/x.py:3 in f".
+_FRAME = re.compile(
+    r'^[ \t]*File ?"(?P<path>[^"\n]{1,500})", ?line ?(?P<line>\d{1,7}),? ?in (?P<func>[^\n]{1,200})'
+    r"|^[ \t]*File (?P<path2>[^\n,]{1,500}\.py):(?P<line2>\d{1,7}), in (?P<func2>\w{1,200})"
+    r"|^(?P<path3>(?:/|[A-Za-z]:\\)[^\n]{0,500}?\.py) in (?P<func3>\w{1,200})\("
+    r"|^[ \t]*(?P<path4>(?:/|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})",
+    re.MULTILINE,
+)
+# Python's chained-exception separators: the part before is the root cause.
+_CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the following exception:"
+                    r"|During handling of the above exception, another exception occurred:)[ \t]*$", re.MULTILINE)
+_PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>[\w.-]{1,100})")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-packages)|^<")
+# torch from a source checkout or a conda build tree (not under site-packages)
+_TORCH_TREE = re.compile(r"[/\\]torch[/\\](?:nn|utils|autograd|optim|cuda|distributed|_dynamo|_inductor|jit|"
+                         r"serialization\.py|_tensor\.py|tensor\.py|functional\.py|__init__\.py)")
+_EXC_LINE = re.compile(
+    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Interrupt|Exit))"
+    r"(?::[ \t]*(?P<msg>[^\n]*))?$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame: its file, line and function, the source line shown under it, and who owns the file."""
+
+    path: str
+    line: int
+    func: str
+    source: str
+    owner: str  # "user", "stdlib", "torch", or the site-packages package name ("transformers", ...)
+    start: int  # where the frame's line starts in the text
+
+    @property
+    def is_user(self) -> bool:
+        return self.owner == "user"
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A traceback read for its shape.
+
+    ``frames`` and the exception belong to the root-cause part of a chained traceback (the first part that names an
+    exception); ``cut`` says that text stops in the frames (no exception line after the last frame), so its message
+    is not known; ``chained`` that the text holds more than one traceback.
+    """
+
+    frames: tuple[Frame, ...]
+    exc_type: str  # the class as printed ("KeyError", "pytorch_lightning.utilities.exceptions.MisconfigurationException")
+    message: str  # the exception's message with the lines that follow it (at most 400 characters more)
+    chained: bool
+    cut: bool
+
+    @property
+    def short_type(self) -> str:
+        return self.exc_type.rsplit(".", 1)[-1]
+
+    @property
+    def innermost(self) -> Frame | None:
+        return self.frames[-1] if self.frames else None
+
+    @property
+    def innermost_user(self) -> Frame | None:
+        return next((f for f in reversed(self.frames) if f.is_user), None)
+
+    @property
+    def owners(self) -> frozenset[str]:
+        return frozenset(f.owner for f in self.frames)
+
+
+def owner_of(path: str) -> str:
+    """Who owns a file of a traceback: ``"user"``, ``"stdlib"``, ``"torch"`` or a site-packages package name."""
+    m = _PACKAGES.search(path)
+    if m:
+        pkg = m.group("pkg")
+        pkg = pkg[:-3] if pkg.endswith(".py") else pkg
+        return pkg.split("-", 1)[0]  # "torch-2.1.0.dist-info" never holds frames; an egg dir "foo-1.0-py3.8.egg"
+    if _TORCH_TREE.search(path):
+        return "torch"
+    if _STDLIB.search(path):
+        return "stdlib"
+    return "user"
+
+
+def _frames(part: str) -> list[Frame]:
+    frames = []
+    for m in _FRAME.finditer(part):
+        path = m.group("path") or m.group("path2") or m.group("path3") or m.group("path4") or ""
+        line = int(m.group("line") or m.group("line2") or m.group("line4") or 0)
+        func = (m.group("func") or m.group("func2") or m.group("func3") or m.group("func4") or "").strip()
+        nl = part.find("\n", m.end())
+        source = ""
+        if nl != -1:
+            following = part[nl + 1:part.find("\n", nl + 1) if part.find("\n", nl + 1) != -1 else len(part)]
+            if following.strip() and not _FRAME.match(following) and not _EXC_LINE.match(following.strip()):
+                source = following.strip()[:300]
+        frames.append(Frame(path, line, func, source, owner_of(path), m.start()))
+    return frames
+
+
+def read(raw: str, flat_text: str | None = None) -> Structure:
+    """The structure of a traceback text (any text: a text without frames has none).
+
+    ``flat_text`` is ``normalize(raw)`` when the caller has it already (a 1 MB log is normalised once).
+    """
+    parts = _CHAIN.split(raw) if "exception" in raw else [raw]
+    chosen = None
+    for part in parts:
+        flat = flat_text if flat_text is not None and len(parts) == 1 else normalize(part)
+        exc = list(_EXC_LINE.finditer(flat))
+        if exc:
+            chosen = (part, exc[-1])
+            break
+    if chosen is None:
+        return Structure(tuple(_frames(parts[-1])), "", "", len(parts) > 1, bool(_FRAME.search(parts[-1])))
+    part, last = chosen
+    frames = _frames(part)
+    # the text is cut when frames follow the exception line (a wrapper's text can print the class first)
+    tail = part[frames[-1].start:] if frames else ""
+    cut = bool(frames) and not any(_EXC_LINE.match(ln.strip()) for ln in normalize(tail).split("\n"))
+    # a message may go on over the next lines (Lightning's MisconfigurationException starts on the line after)
+    message = ((last.group("msg") or "") + flat[last.end():last.end() + 400]).strip()
+    return Structure(tuple(frames), last.group("type"), message, len(parts) > 1, cut)
+
+
+def from_exception(exc: BaseException) -> Structure:
+    """The structure of a live exception: the root cause of its chain, with the frames of its traceback."""
+    import linecache
+
+    root, chained = exc, False
+    for _ in range(8):
+        cause = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if cause is None:
+            break
+        root, chained = cause, True
+    frames = []
+    tb = root.__traceback__
+    for _ in range(10_000):
+        if tb is None:
+            break
+        code = tb.tb_frame.f_code
+        frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name, "", owner_of(code.co_filename), 0))
+        tb = tb.tb_next
+    if frames:  # the source of the innermost frame only: the rules read whether it is a ``raise``
+        last = frames[-1]
+        source = linecache.getline(last.path, last.line).strip()[:300]
+        frames[-1] = Frame(last.path, last.line, last.func, source, last.owner, 0)
+    kind = type(root)
+    module = kind.__module__
+    name = kind.__qualname__ if module in ("builtins", "__main__") else f"{module}.{kind.__qualname__}"
+    try:
+        message = str(root)[:500]
+    except BaseException:  # noqa: BLE001 - the user's __str__ may raise anything, KeyboardInterrupt too
+        message = ""
+    return Structure(tuple(frames), name, message, chained, False)
