@@ -3,17 +3,19 @@
 Models: a small transformer LM (4 layers, d_model 128, batch 8 x 64 tokens; also inside an accelerate loop),
 ResNet-18 (batch 32 of 32x32 images; the transformers
 implementation built from its config: 11.2 M parameters, the torchvision layout) and a tiny BERT classifier
-(transformers, from a config).  Every variant trains its own copy of the same model; variants are interleaved
-round by round and each figure is the median over rounds of the time for ``STEPS`` steps, divided by the bare
-step's median.
+(transformers, from a config).  Every variant trains its own copy of the same model.  Each round runs every
+variant right next to a run of the bare step (bare first in even rounds, the variant first in odd ones), so the two
+see the same load on a shared machine; a figure is the median over rounds of those pairs' ratios of thread CPU time
+(with the spread between the rounds' quartiles, and the median wall-clock ratio beside it).
 
-    python benchmarks/bench_training.py [--rounds 9] [--steps 10] [--models transformer,accelerate,resnet18,bert,doctor]
+    python benchmarks/bench_training.py [--rounds 11] [--steps 6] [--models transformer,accelerate,resnet18,bert,doctor]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -127,6 +129,30 @@ class Variant:
         return (time.perf_counter() - t) / steps, (time.thread_time() - c) / steps
 
 
+def paired_ratios(bare, others, rounds, run):
+    """``run(variant)`` -> (wall, cpu) seconds per step.  Per round, each variant next to its own bare run (bare
+    first in even rounds, second in odd ones; the variants' order reversed too): {name: ([cpu ratios], [wall
+    ratios], [cpu seconds])}, with the bare step's own cpu seconds under its name."""
+    out = {v.name: ([], [], []) for v in others}
+    out[bare.name] = ([], [], [])
+    for r in range(rounds):
+        for v in (others if r % 2 == 0 else others[::-1]):
+            pair = (bare, v) if r % 2 == 0 else (v, bare)
+            got = {u.name: run(u) for u in pair}
+            (bw, bc), (vw, vc) = got[bare.name], got[v.name]
+            out[v.name][0].append(vc / bc)
+            out[v.name][1].append(vw / bw)
+            out[v.name][2].append(vc)
+            out[bare.name][2].append(bc)
+    return out
+
+
+def spread(ratios):
+    """The median ratio and the interquartile range of the rounds' ratios, as text."""
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return f"{statistics.median(ratios):6.3f}x [{q[0]:.3f}-{q[2]:.3f}]"
+
+
 def bench_real(name, model, x, y, loss_fn, rounds, steps):
     """GradMonitor and nan_sentinel on one real architecture: CPU-time ratios to the bare step."""
     variants = [Variant(n, model, k, loss_fn) for n, k in [
@@ -134,22 +160,17 @@ def bench_real(name, model, x, y, loss_fn, rounds, steps):
     for v in variants:
         v.model.train()
         v.run(x, y, 1)
-    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
-    wall: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(rounds):
-        for v in (variants if r % 2 == 0 else variants[::-1]):
-            w, c = v.run(x, y, steps)
-            cpu[v.name].append(c)
-            wall[v.name].append(w)
-    bare, bare_wall = statistics.median(cpu["bare step"]), statistics.median(wall["bare step"])
+    got = paired_ratios(variants[0], variants[1:], rounds, lambda v: v.run(x, y, steps))
+    bare = statistics.median(got["bare step"][2])
     n = sum(p.numel() for p in model.parameters())
-    print(f"\n{name}: {n / 1e6:.2f} M parameters, batch {tuple(x.shape)}, median of {rounds} interleaved rounds x "
-          f"{steps} steps")
+    print(f"\n{name}: {n / 1e6:.2f} M parameters, batch {tuple(x.shape)}, median of {rounds} rounds x {steps} steps, "
+          f"each variant paired with a bare run; load average {os.getloadavg()[0]:.1f}")
+    print(f"  {'bare step':<28} {bare * 1e3:9.2f} ms/step  1.000x")
     targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.15"}
-    for v in variants:
-        med = statistics.median(cpu[v.name])
-        print(f"  {v.name:<28} {med * 1e3:9.2f} ms/step {med / bare:6.3f}x cpu "
-              f"{statistics.median(wall[v.name]) / bare_wall:6.3f}x wall  {targets.get(v.name, '')}")
+    for v in variants[1:]:
+        cpu, wall, secs = got[v.name]
+        print(f"  {v.name:<28} {statistics.median(secs) * 1e3:9.2f} ms/step {spread(cpu)} cpu "
+              f"{statistics.median(wall):6.3f}x wall  {targets.get(v.name, '')}")
     for v in variants:
         v.stack.close()
 
@@ -169,7 +190,7 @@ def bench_doctor(model, x, y):
         took, cpu = time.perf_counter() - t, time.process_time() - c
         tried = "; ".join(f"{e.change}: {'restores' if e.restores else 'no better'}" for e in r.experiments)
         print(f"  {label:<30} {took:6.1f} s = {took / 60:.2f}x the budget (process CPU {cpu:.1f} s, load average "
-              f"{__import__('os').getloadavg()[0]:.1f}); {len(r.losses)} overfit steps; "
+              f"{os.getloadavg()[0]:.1f}); {len(r.losses)} overfit steps; "
               f"findings: {', '.join(f'{f.severity}:{f.kind}' for f in r.findings) or 'none'}"
               + (f"; experiments: {tried}" if tried else ""))
 
@@ -211,22 +232,23 @@ def bench_accelerate(rounds, steps):
 
     for loop in loops:
         run(*loop, 2)
-    cpu: dict[str, list[float]] = {k: [] for k, _, _ in loops}
+    ratios, secs = [], {k: [] for k, _, _ in loops}
     for r in range(rounds):
-        for kind, model, opt in (loops if r % 2 == 0 else loops[::-1]):
-            cpu[kind].append(run(kind, model, opt, steps))
-    bare = statistics.median(cpu["bare"])
-    print(f"\naccelerate loop, small transformer (batch {BATCH}x{SEQ}), median of {rounds} interleaved rounds x "
-          f"{steps} steps")
-    print(f"  bare accelerate step          {bare * 1e3:8.2f} ms/step  1.000x")
-    med = statistics.median(cpu["sentinel"])
-    print(f"  accelerate_watch(nan_sentinel) {med * 1e3:8.2f} ms/step {med / bare:6.3f}x  <= 1.15")
+        got = {kind: run(kind, model, opt, steps) for kind, model, opt in (loops if r % 2 == 0 else loops[::-1])}
+        ratios.append(got["sentinel"] / got["bare"])
+        for k, v in got.items():
+            secs[k].append(v)
+    print(f"\naccelerate loop, small transformer (batch {BATCH}x{SEQ}), median of {rounds} rounds x {steps} steps, "
+          f"the two loops run next to each other in each round; load average {os.getloadavg()[0]:.1f}")
+    print(f"  bare accelerate step          {statistics.median(secs['bare']) * 1e3:8.2f} ms/step  1.000x")
+    print(f"  accelerate_watch(nan_sentinel) {statistics.median(secs['sentinel']) * 1e3:8.2f} ms/step "
+          f"{spread(ratios)}  <= 1.15")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", default="transformer,accelerate,resnet18,bert,doctor",
                     help="comma-separated: transformer (the small LM), accelerate (the sentinel in an accelerate "
@@ -261,28 +283,23 @@ def main(argv=None):
     warnings.filterwarnings("ignore", message=".*[Aa]nomaly.*")
     for v in variants:  # warm-up
         v.run(x, y, 2)
-    times: dict[str, list[float]] = {v.name: [] for v in variants}
-    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(args.rounds):
-        order = variants if r % 2 == 0 else variants[::-1]
-        for v in order:
-            wall, c = v.run(x, y, args.steps)
-            times[v.name].append(wall)
-            cpu[v.name].append(c)
+    got = paired_ratios(variants[0], variants[1:], args.rounds, lambda v: v.run(x, y, args.steps))
     n_params = sum(1 for _ in base.parameters())
-    bare = statistics.median(times["bare step"])
-    bare_cpu = statistics.median(cpu["bare step"])
+    bare_cpu = statistics.median(got["bare step"][2])
     print(f"small transformer: {sum(p.numel() for p in base.parameters()) / 1e6:.2f} M parameters in {n_params} tensors, "
           f"batch {BATCH}x{SEQ}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"median of {args.rounds} interleaved rounds x {args.steps} steps")
-    print("ratio: thread CPU time (robust to other processes on a shared machine); wall-clock ratio beside it")
-    print(f"{'variant':<58} {'ms/step':>8} {'ratio':>7} {'wall':>7}  target")
+          f"median of {args.rounds} rounds x {args.steps} steps, each variant paired with a bare run; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print("ratio: thread CPU time (robust to other processes on a shared machine), median of the rounds' paired "
+          "ratios [their quartiles]; wall-clock ratio beside it")
+    print(f"{'variant':<58} {'ms/step':>8} {'ratio':>7} {'[quartiles]':>13} {'wall':>7}  target")
     targets = {"GradMonitor (every step)": "<= 1.05", "nan_sentinel": "<= 1.10",
                "GradMonitor, norms read before clipping (integrations)": "<= 1.05",
                "GradMonitor + live panel rendering (<= 2 Hz)": "(no target; see the renders count)"}
-    for v in variants:
-        med, med_cpu = statistics.median(times[v.name]), statistics.median(cpu[v.name])
-        print(f"{v.name:<58} {med_cpu * 1e3:8.2f} {med_cpu / bare_cpu:6.3f}x {med / bare:6.3f}x  "
+    print(f"{'bare step':<58} {bare_cpu * 1e3:8.2f}  1.000x {'':>13}  1.000x")
+    for v in variants[1:]:
+        cpu, wall, secs = got[v.name]
+        print(f"{v.name:<58} {statistics.median(secs) * 1e3:8.2f} {spread(cpu)} {statistics.median(wall):6.3f}x  "
               f"{targets.get(v.name, '')}")
     # the monitor's own per-step work, timed alone (no training noise): norms + stack + batched host copies
     mon = next(v for v in variants if v.kind == "monitor").mon
