@@ -12,12 +12,14 @@ ENTRIES: tuple[Entry, ...] = (
         slug="shape_mismatch",
         title="Tensor shapes do not match",
         summary="{shape_detail}",
-        keywords=("shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
+        keywords=("matrix and matrix", "shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
                   "should contain", "must be a matrix", "d input (got"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
+            # the old THC wording of a matrix product given a tensor that is not 2-D
+            r"\bmatrix and matrix expected\b",
             r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
             r"Given groups=\d+, weight of size",
             r"expected input\[[\d, ]+\] to have \d+ channels",
@@ -385,6 +387,7 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("inference tensor", "inferences tensor"),
         patterns=(
             r"Inferences? tensors? (?:cannot|can't) be saved for backward",
+            r"(?i:inference tensors? saved for backward)",
             r"Inference tensors do not track version counter",
             r"Inplace update to inference tensor outside InferenceMode is not allowed",
         ),

@@ -48,7 +48,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "traceback stops (or never starts) where the crash happened."),
         keywords=("0xc000001d", "double free", "free(): invalid", "corrupted size", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "bus error", "signal 11",
-                  "-1073741819", "exit status", "sigbus", "interrupted by signal", "c10::error",
+                  "-1073741819", "windows fatal exception", "exit status", "sigbus", "interrupted by signal", "c10::error",
                   "ucrtbase!abort"),
         patterns=(
             r"(?:exit code|exit status|return code|returned)[: =]{1,3}(?:3221225501|-1073741795)\b",
@@ -65,6 +65,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?:exit code|exit status|return code|returned)[: =]{1,3}(?:139|134|-11|-6|3221225477|-1073741819)\b",
             r"0xC0000005",
             r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Illegal instruction)",
+            # faulthandler's report of a crash on Windows
+            r"Windows fatal exception: (?:access violation|stack overflow|illegal instruction|code 0x[0-9a-fA-F]{8})",
             r"^Aborted\b",
             r"(?m)^Illegal instruction\b",
             r"signal 11\b",

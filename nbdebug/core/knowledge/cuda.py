@@ -322,7 +322,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+        keywords=("invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
                   "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
@@ -337,6 +337,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?:cuda runtime error ?\((?:8|98)\) ?:|CUDA error:|error=(?:8|98) ?:) ?invalid device function",
             # ROCm's "no kernel image", and builds / OSes without the accelerator
             r"hipErrorNoBinaryForGpu",
+            # the runtime cannot load a kernel image of this build (CUDA's and HIP's wordings of the same failure)
+            r"CUDA error: (?:invalid kernel file|device kernel image is invalid|no binary for GPU)",
             r"(?:PyTorch|Torch) is not linked with support for \w+ devices",
             r"The MPS backend is supported on MacOS \d",
             r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
@@ -387,7 +389,8 @@ ENTRIES: tuple[Entry, ...] = (
             "PyTorch found no usable CUDA GPU[[: {reason}]]. Code that calls .cuda() or uses device='cuda' fails "
             "until a GPU is visible to this process."
         ),
-        keywords=("is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
+        keywords=("your machine only has", "accelerator is not available", "no supported gpu backend",
+                  "cuda runtime error (30)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
                   "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
         patterns=(
             r"(?<!but )torch\.cuda\.is_available\(\) (?:returns?|is|==) False",
@@ -403,6 +406,12 @@ ENTRIES: tuple[Entry, ...] = (
             r"CUDA unknown error - this may be due to an incorrectly set up environment",
             r"no CUDA-capable device is detected",
             r"cudaErrorNoDevice\b",
+            # CUDA's initialisation failing with cudaErrorUnknown (30), the old runtime's wording
+            r"cuda runtime error \(30\) : unknown error at [^\n]{0,200}THCGeneral",
+            # Lightning's wordings of a machine where torch sees no GPU
+            r"You requested GPUs?: \[[\d, ]*\]\s+But your machine only has: \[\]",
+            r"(?:CUDA|GPU)Accelerator can ?not run on your system since the accelerator is not available",
+            r"No supported gpu backend found!",
         ),
         priority=88,
         facts=(

@@ -215,10 +215,12 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
+        keywords=("you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             r"(?<!caught was: )No module named '?[\w.]+'?",
+            # PyPI's "pytorch" is a placeholder that refuses to install: the package's pip name is torch
+            r"You tried to install \"pytorch\"\. The package named for PyTorch is \"torch\"",
             r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
             r"requires the [\w-]+ library but it was not found in your environment",
             r"(?:: command not found|：未找到命令)",
@@ -247,7 +249,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="pip found no build of the package that fits this Python, platform or the other packages",
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
-        keywords=("requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
+        keywords=("building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
                   "resolutionimpossible"),
         patterns=(
@@ -256,6 +258,10 @@ ENTRIES: tuple[Entry, ...] = (
                   r"No matching distribution found for", r"is not a supported wheel on this platform",
                   # PyPI's placeholder of old: no wheel for this Python, so pip took the sdist that refuses
                   r"torch-0\.1\.2(?:\.post\d)?\.tar\.gz",
+                  # pip building torch itself from source: no wheel fits this Python / platform
+                  r"(?:Building|Running setup\.py bdist_wheel for) (?:wheel for )?torch\b[^\n]{0,40}(?:\.\.\. error|"
+                  r"status 'error')",
+                  r"setup\(name=\"torch\", version=\"0\.1\.2",
                   r"Please follow the instructions at http://pytorch\.org/ to install with miniconda",
                   r"Could not find suitable distribution for Requirement",
                   # packages pinned to versions that do not fit together
