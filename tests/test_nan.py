@@ -710,3 +710,146 @@ def test_replay_that_saw_torch_log_ranks_it_first_and_names_the_place_in_words(i
     facts = dict(section.facts)
     anomaly = facts.get("the backward pass (detect_anomaly)", "")
     assert not anomaly or anomaly.startswith("the gradient of ")
+
+
+# -- cheap on the hot path, exact on the failure path ----------------------------------------------------------
+def test_a_clean_step_hooks_only_the_calls_into_the_model():
+    """What makes it cheap enough to leave on: during training no module inside the model carries a hook of the
+    sentinel, and no activation inside it carries a gradient hook; only the model and its direct children do."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Sequential(nn.Linear(16, 16), nn.ReLU()), nn.Linear(16, 3))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    seen_hooks = []
+    inner = m[1][0]
+    probe = inner.register_forward_hook(lambda mod, i, o: seen_hooks.append(len(o._backward_hooks or {})))
+    with nan_sentinel(m) as s:
+        hooked = {name for name, mod in m.named_modules() if mod._forward_hooks or mod._forward_pre_hooks}
+        for _ in range(3):
+            F.cross_entropy(m(torch.randn(4, 8)), torch.tensor([0, 1, 2, 0])).backward()
+            opt.step()
+            opt.zero_grad()
+    probe.remove()
+    assert hooked == {"", "0", "1", "2", "1.0"}  # "1.0": this test's own probe
+    assert len(m[1][0]._forward_hooks) == 0 and seen_hooks == [0, 0, 0]
+    assert s.syncs == 3
+
+
+class LitLike(nn.Module):
+    """A LightningModule's shape: the training code calls the children, never the module's own forward."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), LogBetween2())
+        self.head = nn.Linear(4, 3)
+
+    def training_step(self, x, y):
+        return F.cross_entropy(self.head(self.encoder(x)), y)
+
+
+class LogBetween2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+        self.broken = False
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.sqrt(h) if self.broken else h  # sqrt of negative numbers: NaN
+
+
+def test_a_model_whose_children_the_loop_calls_is_localised():
+    lit = LitLike()
+    opt = torch.optim.SGD(lit.parameters(), lr=0.1)
+    x, y = torch.randn(6, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(lit, optimizer=opt) as s:
+            for step in range(4):
+                lit.encoder[2].broken = step == 2
+                lit.training_step(x, y).backward()
+                opt.step()
+                opt.zero_grad()
+    e = info.value
+    assert (e.step, e.module, e.phase) == (2, "encoder.2", "forward") and s.syncs == 3
+    assert "output of module 'encoder.2' (LogBetween2)" in str(e)
+    assert all(bool(torch.isfinite(p).all()) for p in lit.parameters())
+
+
+def test_finding_the_module_leaves_gradients_rng_and_running_statistics_as_they_were():
+    """Running the step again happens before the optimizer's step: it must not add to ``.grad``, advance the
+    random stream or move BatchNorm's running statistics."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), SqrtZero(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with nan_sentinel(m, replay=True):
+        m(torch.randn(16, 4)).sum().backward()
+        grads = [p.grad.clone() for p in m.parameters()]
+        stats = (m[1].running_mean.clone(), m[1].running_var.clone(), int(m[1].num_batches_tracked))
+        rng = torch.get_rng_state()
+        with pytest.raises(NonFiniteError) as info:
+            opt.step()
+    assert (info.value.phase, info.value.module) == ("backward", "3")
+    assert all(torch.equal(p.grad.isnan(), g.isnan()) and torch.equal(p.grad.nan_to_num(), g.nan_to_num())
+               for p, g in zip(m.parameters(), grads))
+    assert torch.equal(m[1].running_mean, stats[0]) and torch.equal(m[1].running_var, stats[1])
+    assert int(m[1].num_batches_tracked) == stats[2] and torch.equal(torch.get_rng_state(), rng)
+
+
+class DropoutLog(nn.Module):
+    """Finite or not depending on the dropout mask: a column kept by the mask of step 1 goes through a log."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):  # (B, 64)
+        h = self.drop(x)
+        return torch.where(h[:, :1] != 0, torch.log(-h.abs() - 1), h)  # kept first column -> log of a negative
+
+
+def test_running_the_step_again_uses_its_random_state():
+    """A NaN that depends on the dropout mask is made again: the call's RNG state was recorded with it."""
+    m = nn.Sequential(nn.Linear(64, 64), DropoutLog(), nn.Linear(64, 2))
+    torch.manual_seed(3)
+    x = torch.randn(1, 64)
+    with pytest.raises(NonFiniteError) as info:
+        with torch.no_grad(), nan_sentinel(m) as s:
+            for _ in range(40):
+                m(x)
+    e = info.value
+    assert (e.module, e.phase) == ("1", "forward") and "did not make" not in str(e) and s.step_index == e.step + 1
+
+
+def test_a_nan_made_under_autocast_is_made_again_under_autocast():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1))
+    with torch.no_grad():
+        m[1].weight.fill_(1e3)
+    x = torch.full((2, 4), 100.0)
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m), torch.autocast("cpu", dtype=torch.float16):
+            m(x.abs() + 10)
+    assert (info.value.module, info.value.phase) == ("1", "forward")
+    assert "did not make" not in str(info.value)
+
+
+def test_evaluation_between_optimizer_steps_keeps_few_inputs_alive():
+    """With an optimizer seen, calls are kept until its next step; a long evaluation loop in between is checked
+    early rather than holding every batch."""
+    import gc
+
+    m = nn.Linear(8, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    refs = []
+    with nan_sentinel(m) as s:
+        m(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        with torch.no_grad():
+            for _ in range(100):
+                x = torch.randn(4, 8)
+                refs.append(weakref.ref(x))
+                m(x)
+                del x
+        gc.collect()
+        alive = sum(r() is not None for r in refs)
+    assert 0 < alive <= nan_mod._MAX_CALLS and s.step_index == 1

@@ -31,6 +31,7 @@ from nbdebug.core.training._replay import (
     Localiser,
     Located,
     ReplayResult,
+    _kept_state,
     _stats,
     _tensors,
     finite_probe,
@@ -359,18 +360,10 @@ class NanSentinel(Recorder):
         n, k = len(self._calls), -1
         self._replaying = True
         try:
-            for k, call in enumerate(self._calls):
-                backward = k in self._backward_calls and k not in bad_grad and k not in bad_out
-                found = self._locate.run(call, backward=backward, grad_outputs=grads.get(k))
-                if found is not None:
-                    return found, k, None
-                if k in bad_out:  # its output was non-finite and is finite now
-                    break
-                if k in bad_grad:  # the call's forward is finite and the gradient the loss sent back is not
-                    i = bad_grad[k]
-                    t = self._tensor(i)
-                    stats = _stats(t, flags[i], () if t is None else t.shape, "" if t is None else t.dtype)
-                    return Located("output", -1, stats), k, None
+            with _kept_state(self.model):
+                found, k = self._run_calls(bad_out, bad_grad, grads, flags)
+            if found is not None:
+                return found, k, None
         except Exception as e:  # the user's code failing when run again must not hide the non-finite value
             note = f"running the step again to find the module raised {type(e).__name__}: {e}"
         else:
@@ -380,6 +373,24 @@ class NanSentinel(Recorder):
         finally:
             self._replaying = False
         return None, -1, note
+
+    def _run_calls(self, bad_out: dict[int, int], bad_grad: dict[int, int], grads: dict[int, dict[int, Any]],
+                   flags: list[Any]) -> tuple[Located | None, int]:
+        """The step's calls run again in order: the first non-finite value and its call (else the last call run)."""
+        k = -1
+        for k, call in enumerate(self._calls):
+            backward = k in self._backward_calls and k not in bad_grad and k not in bad_out
+            found = self._locate.run(call, backward=backward, grad_outputs=grads.get(k))
+            if found is not None:
+                return found, k
+            if k in bad_out:  # its output was non-finite and is finite now
+                break
+            if k in bad_grad:  # the call's forward is finite and the gradient the loss sent back is not
+                i = bad_grad[k]
+                t = self._tensor(i)
+                stats = _stats(t, flags[i], () if t is None else t.shape, "" if t is None else t.dtype)
+                return Located("output", -1, stats), k
+        return None, k
 
     def _fallback(self, first: int, flags: list[Any]) -> Located:
         """What the step's own checks saw, when running it again did not show more."""
