@@ -102,6 +102,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     "lightning_mixed_packages": frozenset({"environment_version", "library_api_misuse"}),
     # build the model inside zero.Init / touch weights inside GatheredParameters
     "deepspeed_zero3_partitioned": frozenset({"distributed"}),
+    # run the same forward/backward calls on every rank
+    "deepspeed_ranks_disagree": frozenset({"distributed"}),
+    # pass device= to the pipeline
+    "pipeline_no_device": frozenset({"library_api_misuse"}),
 }
 # whole domains whose categories all belong to one family
 DOMAIN_FAMILY = {"compile": "compile", "xla": "xla", "dist": "distributed", "ddp": "distributed",

@@ -71,8 +71,8 @@ def test_heldout_is_big_and_spread():
     # 11 of the first round's out-of-category texts belong to categories issue 10 added, and 10 more to the
     # families issue 23 added (checkpoint files, pip finding no wheel): renamed to their slug
     assert counts["unknown"] >= 15
-    # two more were placed by issue 23's family-level answer (a library's own check): renamed to library_raised
-    assert sum(1 for p in FILES if _expected(p) == "unknown") >= 33
+    # three more were placed by issue 23: two library checks (library_raised) and DeepSpeed's rank disagreement
+    assert sum(1 for p in FILES if _expected(p) == "unknown") >= 32
 
 
 def test_heldout_sources_are_disjoint_from_the_original_corpus():

@@ -118,8 +118,16 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     return "import_failed", facts
 
 
+# frames that only run to report one failure, whatever the message (which a cut paste may lack)
+_REPORTING_FRAMES = (("_error_if_any_worker_fails", "dataloader_worker"),)
+
+
 def fallback(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """The family-level category the structure places an unmatched error in, with its facts; None: unknown."""
+    for frame in reversed(s.frames[-3:]):
+        for marker, slug in _REPORTING_FRAMES:
+            if marker in frame.source or marker == frame.func:
+                return slug, {}  # the DataLoader's watchdog: it runs only when a worker died
     if not s.exc_type or s.cut:
         return None  # no final exception (or a text cut in its frames): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):

@@ -227,11 +227,13 @@ ENTRIES += (
         summary=("torch.jit could not trace or script this model: tracing records only tensors (and tuples, lists or "
                  "dicts of them) flowing through the code, and scripting compiles only the Python subset TorchScript "
                  "supports."),
-        keywords=("traced functions", "torch::jit::tracer", "torch.jit.frontend", "tracer cannot infer",
+        keywords=("torch/csrc/jit/", "traced functions", "torch::jit::tracer", "torch.jit.frontend", "tracer cannot infer",
                   "could not export python function", "torchscript"),
         patterns=(
             r"can be output from traced functions",
             r"torch::jit::tracer::",
+            # an old c10::Error names the C++ file that raised it: one under torch/csrc/jit is TorchScript's
+            r"\(\w{1,100} at [^\n()]{0,300}torch/csrc/jit/[\w/]{1,200}\.(?:h|cpp):\d+\)",
             r"torch\.jit\.frontend\.\w+Error",
             r"Tracer cannot infer type of",
             r"Could not export Python function call",

@@ -157,4 +157,42 @@ ENTRIES += (
         "GatheredParameters), with the DeepSpeed release the example was written for.",
         sources=("https://deepspeed.readthedocs.io/en/latest/zero3.html",),
     ),
+    Entry(
+        slug="deepspeed_ranks_disagree",
+        title="DeepSpeed ZeRO-3 found the ranks fetching different parameters",
+        summary=("ZeRO-3 compares the parameters each rank gathers, and rank 0 and another rank disagree: the ranks "
+                 "ran different modules (or a different number of forward passes) at this step."),
+        keywords=("disagreement between rank",),
+        patterns=(r"disagreement between rank\d+ and rank\d+",),
+        priority=62,
+        extra={"family": "distributed"},
+        causes=("Code that runs on some ranks only (evaluation, generation or logging with the model on rank 0), or "
+                "a different number of batches per rank (an uneven evaluation set).",
+                "A model whose modules depend on the data (mixture of experts, skipped layers), so ranks fetch "
+                "different parameters."),
+        fixes=(Fix("Run the same calls on every rank",
+                   "# every rank calls model(...) the same number of times; gather results instead of\n"
+                   "# running evaluation only on rank 0"),),
+        first_step="Make every rank run the same forward (and backward) calls at that step: no rank-only evaluation or "
+        "generation, the same number of batches on each rank; for data-dependent modules, run every module on every "
+        "rank.",
+        sources=("https://deepspeed.readthedocs.io/en/latest/zero3.html",),
+    ),
+    Entry(
+        slug="pipeline_no_device",
+        title="A transformers pipeline was built without a device and runs on the CPU",
+        severity="warning",
+        summary="A GPU is available, but the transformers pipeline was created without device=, so its model runs on "
+                "the CPU.",
+        keywords=("passed to the `pipeline` object", "passed to the 'pipeline' object"),
+        patterns=(r"no [`']device[`'] argument is passed to the [`']Pipeline[`'] object",),
+        priority=40,
+        extra={"warning": "yes"},
+        causes=("pipeline(...) called without device= (older transformers releases do not move the model to the GPU "
+                "by themselves).",),
+        fixes=(Fix("Name the device", "pipe = pipeline('text-classification', model=name, device=0)  # or device='cuda'"),),
+        first_step="Pass device=0 (or device='cuda', or device_map='auto' for a large model) when creating the "
+        "pipeline.",
+        sources=("https://huggingface.co/docs/transformers/main_classes/pipelines",),
+    ),
 )
