@@ -36,6 +36,18 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
             yield from _tensors(o, depth + 1)
 
 
+def _flat(obj: Any) -> Any:
+    """The tensors of a hook's inputs or output; the common shapes (one tensor, a tuple of tensors) without a
+    generator, as this runs on every step."""
+    from torch import Tensor
+
+    if isinstance(obj, Tensor):
+        return (obj,)
+    if type(obj) is tuple and all(isinstance(o, Tensor) for o in obj):
+        return obj
+    return tuple(_tensors(obj))
+
+
 def _detached(obj: Any, depth: int = 0) -> Any:
     """The same structure with each tensor that requires grad replaced by a fresh leaf: the replay's graph is its
     own, never the step's (which its backward may have freed)."""
@@ -281,8 +293,6 @@ class Localiser:
         return Located(kind, idx, _stats(tensor_of(i), self._flags[i], shape, dtype), self._prev.get(i, -1))
 
     def _make_fwd(self, idx: int) -> Any:
-        from nbdebug.core.training.nan import _flat
-
         def hook(module: Any, inputs: Any, output: Any) -> None:
             # inputs made by the parent's own code between two modules (not a checked output, not the call's input)
             for t in _flat(inputs):

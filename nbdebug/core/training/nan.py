@@ -31,9 +31,9 @@ from nbdebug.core.training._replay import (
     Localiser,
     Located,
     ReplayResult,
+    _flat,
     _kept_state,
     _stats,
-    _tensors,
     finite_probe,
     first_nonfinite,
     param_grad_flags,
@@ -95,21 +95,6 @@ class NanReport(HasFindings, Result):
 LOSS = "(loss: code after the model's output)"
 _MAX_CALLS = 32  # recorded calls held at once: past this (long evaluation loops between optimizer steps) check early
 
-_TENSOR: Any = None  # torch.Tensor, set when a sentinel is made (torch is not imported with this module)
-
-
-def _flat(obj: Any) -> Any:
-    """The tensors of a hook's inputs or output.
-
-    The common shapes (one tensor, a tuple of tensors) are taken without a generator.
-    """
-    if isinstance(obj, _TENSOR):
-        return (obj,)
-    if type(obj) is tuple and all(isinstance(o, _TENSOR) for o in obj):
-        return obj
-    return tuple(_tensors(obj))
-
-
 class NanSentinel(Recorder):
     """Checks every training step for NaN/Inf at one host sync, and names where it was made (see ``nan_sentinel``).
 
@@ -125,8 +110,6 @@ class NanSentinel(Recorder):
 
         from nbdebug.core.training.grads import unwrap_model
 
-        global _TENSOR
-        _TENSOR = torch.Tensor
         if not isinstance(model, torch.nn.Module):
             raise InvalidArgumentError(f"nan_sentinel: expected a torch.nn.Module, got {type(model).__name__}")
         if optimizer is not None and not callable(getattr(optimizer, "register_step_pre_hook", None)):
@@ -443,8 +426,9 @@ class NanSentinel(Recorder):
         replay = None
         if self.replay and self._calls:
             calls = self._calls[k:k + 1] if k >= 0 else self._calls
-            out_grads = [self._tensor(i) for i, w in enumerate(self._where[:len(flags)])
-                         if w[0] == "output_grad" and (k < 0 or w[1] == k)]
+            out_grads = [self._tensor(i) for _, _, i in sorted(
+                (w[1], w[2], i) for i, w in enumerate(self._where[:len(flags)])
+                if w[0] == "output_grad" and (k < 0 or w[1] == k))]
             self._replaying = True
             try:
                 replay = replay_step(self.model, calls, out_grads)
