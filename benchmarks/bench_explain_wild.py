@@ -104,6 +104,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "deepspeed_zero3_partitioned": frozenset({"distributed"}),
     # run the same forward/backward calls on every rank
     "deepspeed_ranks_disagree": frozenset({"distributed"}),
+    # launch with torchrun / init_process_group, or use the non-distributed layers
+    "process_group_missing": frozenset({"distributed"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

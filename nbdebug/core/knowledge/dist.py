@@ -624,3 +624,29 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "losses bit-identical on every rank for 2+ steps: every rank trains on the same batches (no "
               "DistributedSampler)", "nbdebug heuristic"),
 )
+
+ENTRIES += (
+    Entry(
+        slug="process_group_missing",
+        title="A distributed call ran without a process group",
+        summary=("The code called a torch.distributed operation (or a layer that uses one: SyncBatchNorm, a "
+                 "DistributedSampler without num_replicas, DDP) in a process where init_process_group never ran."),
+        keywords=("process group has not been initialized",),
+        patterns=(r"(?i:default process group has not been initialized)",),
+        priority=60,
+        causes=("A training script written for torchrun / a launcher started with plain python (one process, no "
+                "process group).",
+                "SyncBatchNorm or a distributed sampler left in a model or config that now runs on one GPU or the CPU.",
+                "A config whose launcher is set to none while the model still uses distributed layers (mmcv/mmseg's "
+                "--launcher)."),
+        fixes=(Fix("Launch with the launcher the script expects", "torchrun --nproc_per_node=1 train.py ..."),
+               Fix("Or, for one process, use the plain layers",
+                   "model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # only under torchrun;\n"
+                   "# on one process use nn.BatchNorm2d (norm_cfg=dict(type='BN') in mm* configs)")),
+        first_step="Launch the script the way it expects (torchrun, or the project's dist launcher) so that "
+        "init_process_group runs; for one process, replace SyncBatchNorm / distributed samplers with their "
+        "plain versions.",
+        sources=("https://pytorch.org/docs/stable/distributed.html#initialization",
+                 "https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html"),
+    ),
+)

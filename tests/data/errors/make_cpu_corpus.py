@@ -499,7 +499,7 @@ def _():
     torch.load("/nonexistent/run-12/checkpoint_best.pt")
 
 
-@case("unknown__default_process_group")
+@case("process_group_missing__default_process_group")
 def _():
     import torch.distributed as dist
 
