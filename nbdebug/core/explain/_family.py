@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._structure import Frame, Structure
 
@@ -50,6 +51,9 @@ _LIBRARY_TYPES = ("ValueError", "TypeError", "KeyError", "AttributeError", "NotI
 
 
 def _where(frame: Frame) -> str:
+    """The frame as the user knows it: ``In [12], line 3: code`` for a notebook cell, ``train.py, line 81, in main``."""
+    if frame.is_user and is_cell_file(frame.path):
+        return site_label(frame.path, frame.line)
     name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
     return f"{name}, line {frame.line}, in {frame.func}" if frame.line else f"{name}, in {frame.func}"
 

@@ -29,6 +29,8 @@ _FRAME = re.compile(
 _CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the following exception:"
                     r"|During handling of the above exception, another exception occurred:)[ \t]*$", re.MULTILINE)
 _PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>[\w.-]{1,100})")
+# code typed into IPython or a console (a notebook cell's file is an ordinary path, under ipykernel_<pid>/)
+_INTERACTIVE = re.compile(r"<ipython-input-|<stdin>|Cell In\[")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-packages)|^<")
 # torch from a source checkout or a conda build tree (not under site-packages)
 _TORCH_TREE = re.compile(r"[/\\]torch[/\\](?:nn|utils|autograd|optim|cuda|distributed|_dynamo|_inductor|jit|"
@@ -88,6 +90,8 @@ class Structure:
 
 def owner_of(path: str) -> str:
     """Who owns a file of a traceback: ``"user"``, ``"stdlib"``, ``"torch"`` or a site-packages package name."""
+    if _INTERACTIVE.match(path):
+        return "user"
     m = _PACKAGES.search(path)
     if m:
         pkg = m.group("pkg")
