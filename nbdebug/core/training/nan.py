@@ -51,7 +51,8 @@ class NanReport(HasFindings, Result):
     Attributes
     ----------
     modules : int
-        Modules whose outputs (and, with ``backward``, gradients) were checked.
+        Modules in the model: each step checks the model's outputs (and, with ``backward``, the gradients), and a
+        non-finite step is run again with every one of these watched, to name the one that made the value.
     steps : int
         Training steps checked (one host sync each).
     backward : bool
@@ -83,7 +84,7 @@ class NanReport(HasFindings, Result):
         if self.error is not None:
             return f"NaN/Inf at step {self.error.step}, {self.error.phase}, module {self.error.module or '(root)'}"
         checked = "outputs and gradients" if self.backward else "outputs"
-        return f"no NaN/Inf in {self.steps} step(s): {checked} of {self.modules} module(s) checked"
+        return f"no NaN/Inf in {self.steps} step(s): the model's {checked} checked ({self.modules} module(s))"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the counts, and the error's module, step, phase, op, source and message."""
@@ -92,8 +93,10 @@ class NanReport(HasFindings, Result):
                 "error": None if e is None else {"message": exception_message(e), "module": e.module, "step": e.step,
                                                  "phase": e.phase, "op": e.op, "source": e.source}}
 
+
 LOSS = "(loss: code after the model's output)"
 _MAX_CALLS = 32  # recorded calls held at once: past this (long evaluation loops between optimizer steps) check early
+
 
 class NanSentinel(Recorder):
     """Checks every training step for NaN/Inf at one host sync, and names where it was made (see ``nan_sentinel``).
@@ -465,20 +468,27 @@ class NanSentinel(Recorder):
 
 
 def nan_sentinel(model: Any, *, replay: bool = False, optimizer: Any = None, check_backward: bool = True) -> NanSentinel:
-    """Watch every module's outputs and gradients for NaN/Inf; raise ``NonFiniteError`` at the first one.
+    """Stop training at the first NaN/Inf, before the optimizer applies it, and name the module that made it.
+
+    Each step costs a sum of the model's outputs, a sum of the gradient reaching them and one fused norm over the
+    parameters' gradients, read at one host sync.  Only a non-finite step is run again (same inputs, RNG state,
+    grad and autocast mode) with every module watched, to name the first module whose output or gradient was
+    non-finite.  A model whose code depends on state changed since the call may not make the value again: the
+    error then names the call's module and says so.
 
     Parameters
     ----------
     model : torch.nn.Module
         The model to watch (DDP / compile wrappers are looked through).
     replay : bool
-        On failure, run the step's forward again to name the first op producing the value and its source line,
-        and its backward under ``torch.autograd.detect_anomaly`` (keeps references to that step's inputs).
+        On failure, also run the step's forward op by op to name the first op producing the value and its source
+        line, and its backward under ``torch.autograd.detect_anomaly`` with the gradients the loss sent (kept until
+        the step ends).
     optimizer : torch.optim.Optimizer, optional
         The optimizer whose step ends a training step; by default any optimizer stepping the model's parameters.
         Until an optimizer step is seen, each forward counts as a step: pass it when accumulating gradients.
     check_backward : bool
-        Also watch gradients (of module outputs and parameters).
+        Also check gradients (the one reaching the model's outputs, and the parameters').
 
     Returns
     -------
