@@ -159,10 +159,10 @@ def _zero_division(values: dict[str, int]) -> float:
 
 
 def test_live_exceptions_are_placed_by_their_frames():
+    # the user's own error in this kernel stays unknown: its panel shows the live frame and values instead
     with pytest.raises(ZeroDivisionError) as info:
         _zero_division({"total": 3, "count": 0})
-    d = explain(info.value)
-    assert d.kind == "user_code_error" and "test_explain_structure.py" in d.first_step
+    assert explain(info.value).kind == "unknown"
     # torch's own check, raised through real torch code
     with pytest.raises(ValueError) as info:
         torch.nn.Linear(2, 2).train(0)  # type: ignore[arg-type]

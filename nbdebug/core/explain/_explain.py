@@ -473,7 +473,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     if chosen is None and not isinstance(error, warnings.WarningMessage):
         # no message matched: the traceback's structure may still place the error's family
         structure = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
-        family = fallback(structure, raw[-_MAX_CHARS:])
+        family = fallback(structure, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
         if family is not None:
             chosen, placed = (_by_slug(family[0]), None), family[1]
     if chosen is None:

@@ -126,8 +126,12 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
 _REPORTING_FRAMES = (("_error_if_any_worker_fails", "dataloader_worker"),)
 
 
-def fallback(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
-    """The family-level category the structure places an unmatched error in, with its facts; None: unknown."""
+def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """The family-level category the structure places an unmatched error in, with its facts; None: unknown.
+
+    ``live``: an exception in this kernel.  Its panel already shows the user's own frame, line and values (the live
+    evidence), so an error of the user's own code stays unknown there, quiet unless asked, as before.
+    """
     for frame in reversed(s.frames[-3:]):
         for marker, slug in _REPORTING_FRAMES:
             if marker in frame.source or marker == frame.func:
@@ -136,7 +140,7 @@ def fallback(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None  # no final exception (or a text cut in its frames): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
         return None  # a warning is no error; a script that also runs TensorFlow / Keras mixes two frameworks' names
-    for rule in (_import, _user_code, _library):
+    for rule in (_import, _library) if live else (_import, _user_code, _library):
         placed = rule(s, raw)
         if placed is not None:
             return placed
