@@ -6,7 +6,7 @@ problem an entry belongs to where its domain does not say it (a DeepSpeed error 
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES", "LIBRARY_STEP"]
@@ -181,7 +181,7 @@ ENTRIES += (
     Entry(
         slug="pipeline_no_device",
         title="A transformers pipeline was built without a device and runs on the CPU",
-        severity="warning",
+        severity=Severity.WARNING,
         summary="A GPU is available, but the transformers pipeline was created without device=, so its model runs on "
                 "the CPU.",
         keywords=("passed to the `pipeline` object", "passed to the 'pipeline' object"),
