@@ -106,6 +106,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "deepspeed_ranks_disagree": frozenset({"distributed"}),
     # launch with torchrun / init_process_group, or use the non-distributed layers
     "process_group_missing": frozenset({"distributed"}),
+    # where the module comes from: rename the project's file named like it, or reinstall a broken/mixed install
+    "module_shadowed": frozenset({"user_code_python", "environment_version"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

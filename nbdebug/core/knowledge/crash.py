@@ -47,7 +47,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The process died in compiled code[[ ({signal_text})]]: no Python exception was raised, so the "
                  "traceback stops (or never starts) where the crash happened."),
         keywords=("0xc000001d", "double free", "free(): invalid", "corrupted size", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
-                  "fatal python error", "aborted", "terminate called", "illegal instruction", "bus error", "signal 11",
+                  "fatal python error", "aborted", "terminate called", "illegal instruction", "illegal hardware instruction", "bus error", "signal 11",
                   "-1073741819", "windows fatal exception", "exit status", "sigbus", "interrupted by signal", "c10::error",
                   "ucrtbase!abort"),
         patterns=(
@@ -69,6 +69,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"Windows fatal exception: (?:access violation|stack overflow|illegal instruction|code 0x[0-9a-fA-F]{8})",
             r"^Aborted\b",
             r"(?m)^Illegal instruction\b",
+            r"\billegal hardware instruction\b",
             r"signal 11\b",
             r"\bSIGBUS\b",
             r"interrupted by signal \d+: SIG\w+",

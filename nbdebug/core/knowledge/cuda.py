@@ -322,7 +322,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+        keywords=("failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
                   "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
@@ -355,6 +355,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
             r"Couldn't load custom C\+\+ ops",
+            # torchvision's image extension that does not load with the installed torch
+            r"Failed to load image Python extension",
             r"\bNumpy is not available\b",
         ),
         priority=92,

@@ -75,9 +75,9 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("A package with compiled code (torch, torchvision, an extension, pandas, ...) was built against a "
                  "different NumPy than the one installed[[ (built for API {built_api}, installed {numpy_api})]], so it "
                  "cannot load."),
-        keywords=("api version", "multiarray failed", "_array_api", "size changed", "binary incompatibility"),
+        keywords=("api version", "abi version", "multiarray failed", "_array_api", "size changed", "binary incompatibility"),
         patterns=(
-            r"compiled against (?:the )?API version 0x[0-9a-fA-F]+ but this version of numpy is 0x[0-9a-fA-F]+",
+            r"compiled against (?:the )?(?:API|ABI) version 0x[0-9a-fA-F]+ but this version of numpy is 0x[0-9a-fA-F]+",
             r"numpy\.core\.multiarray failed to import",
             r"_ARRAY_API not found",
             r"numpy\.(?:nd)?(?:array|dtype) size changed, may indicate binary incompatibility",
@@ -172,12 +172,13 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+        keywords=("is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
                   "can't get attribute"),
         patterns=(
             r"module '[\w.]{1,200}' has no attribute '\w+'",
             r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
             r"\bVersionConflict\b",
+            r"[\w.-]{1,40} version [\w.+-]{1,30} is installed but [\w.-]{1,40} requires [\w.-]{1,40} ?(?:>=|==|<=|<|>|~=)",
             r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribut",
             # a name a library's release added or removed (or a package too old to have it)
             r"cannot import name '?\w+'?",
@@ -215,7 +216,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
+        keywords=("seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             r"(?<!caught was: )No module named '?[\w.]+'?",
@@ -223,6 +224,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"You tried to install \"pytorch\"\. The package named for PyTorch is \"torch\"",
             r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
             r"requires the [\w-]+ library but it was not found in your environment",
+            r"the package [\w-]+ seems to be not installed",
             r"(?:: command not found|：未找到命令)",
         ),
         exception_types=("ModuleNotFoundError",),
@@ -251,7 +253,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "platform."),
         keywords=("building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
-                  "resolutionimpossible"),
+                  "resolutionimpossible", "conflicting dependencies"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
             r"Could not find a version that satisfies the requirement",
@@ -267,7 +269,8 @@ ENTRIES: tuple[Entry, ...] = (
                   # packages pinned to versions that do not fit together
                   r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
                   r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
-                  r"ResolutionImpossible"),
+                  r"ResolutionImpossible",
+                  r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies"),
         priority=70,
         facts=((r"No matching distribution found for (?P<package>[\w.\-]+)", {"package": "str"}),),
         causes=("The Python version is newer (or older) than the releases of the package support.",
@@ -286,7 +289,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
-                  "subprocess-exited-with-error", "command '"),
+                  "subprocess-exited-with-error", "command '", "rust compiler"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -302,6 +305,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"unsupported GNU version! gcc versions later than \d+ are not supported",
             r"error: command '[^'\n]{1,200}(?:gcc|g\+\+|nvcc|cl\.exe)' failed",
             r"Failed to build installable wheels for some pyproject\.toml based projects",
+            # pip's own summary of a build step that failed, and a Rust toolchain a package needs to build
+            r"(?m)^error: subprocess-exited-with-error",
+            r"error: can't find Rust compiler",
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"
@@ -339,5 +345,28 @@ ENTRIES += (
         "of that package built for the installed torch and Python.",
         sources=(RELEASES, _VISION_COMPAT),
         extra={"family": "environment_version"},
+    ),
+    Entry(
+        slug="module_shadowed",
+        title="A package was imported while it was still being imported (a file named like it, or a cycle)",
+        summary=("Python found[[ '{module}']] only partly initialised: a file or folder of the project has the "
+                 "package's name (torch.py, transformers/, numpy.py) and is imported instead of it, or two modules "
+                 "import each other."),
+        keywords=("partially initialized module",),
+        patterns=(r"partially initialized module '[\w.]{1,200}'",),
+        priority=70,
+        extra={"family": "user_code_python,environment_version"},
+        facts=((r"partially initialized module '(?P<module>[\w.]{1,200})'", {"module": "str"}),),
+        causes=("A script or folder in the working directory named like the package (torch.py, random.py, "
+                "transformers.py), which Python imports first.",
+                "A broken or mixed install: files of two releases of the package in one site-packages (an upgrade "
+                "over an old copy, pip and conda both installing it), so its own modules import each other wrongly.",
+                "Two of the project's modules importing each other at import time."),
+        fixes=(Fix("See which file Python imports", "import importlib.util\n"
+                   "print(importlib.util.find_spec('torch').origin)  # should be inside site-packages"),),
+        first_step="Print where the module comes from (importlib.util.find_spec(name).origin): a file of the project "
+        "named like the package is to be renamed (and its __pycache__ deleted); inside site-packages, the install "
+        "is broken or mixed: uninstall the package until pip finds none left, then install it once, and restart.",
+        sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
     ),
 )
