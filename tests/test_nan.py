@@ -853,3 +853,30 @@ def test_evaluation_between_optimizer_steps_keeps_few_inputs_alive():
         gc.collect()
         alive = sum(r() is not None for r in refs)
     assert 0 < alive <= nan_mod._MAX_CALLS and s.step_index == 1
+
+
+class LossAndExtra(nn.Module):
+    """Returns its loss and an extra output the loop never differentiates (Hugging Face models return the loss
+    and the logits): the extra one's backward would make a NaN of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), SqrtZero())
+        self.extra = SqrtZero()
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h).sum(), self.extra(h)
+
+
+def test_the_backward_is_run_again_only_through_the_outputs_it_went_through():
+    torch.manual_seed(0)
+    m = LossAndExtra()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info:
+        with nan_sentinel(m):
+            loss, _ = m(torch.randn(5, 4))
+            loss.backward()
+            opt.step()
+    assert (info.value.phase, info.value.module) == ("backward", "body.1")

@@ -228,9 +228,12 @@ class Localiser:
         return a == 0 or self.names[b].startswith(self.names[a] + ".")
 
     def run(self, call: Call, *, backward: bool, grad_outputs: dict[int, Any] | None = None) -> Located | None:
-        """Run ``call`` again with the hooks on: its forward, then (``backward``) the backward of its outputs with
-        ``grad_outputs`` (by position among the output's tensors; ones where missing) into fresh gradients
-        (``.grad`` is not touched)."""
+        """Run ``call`` again with the hooks on: its forward, then (``backward``) its backward into fresh gradients.
+
+        ``grad_outputs``: position among the output's tensors -> the gradient the loss sent there (None: not kept,
+        ones are sent instead); only the outputs a gradient reached in the step are taken back through (a model
+        that returns its loss and its logits was differentiated through the loss alone).  ``.grad`` is not touched.
+        """
         import torch
 
         self._reset()
@@ -258,11 +261,11 @@ class Localiser:
                 self._fwd_seen.clear()
                 self._prev.clear()
                 self._flags, self._where = [], []
-                outs = [(j, t) for j, t in outs if t.requires_grad]
+                given = grad_outputs or {}
+                outs = [(j, t) for j, t in outs if t.requires_grad and (not given or j in given)]
                 inputs = self.params + [t for t in _tensors((args, kwargs)) if t.requires_grad]
                 if not outs or not inputs:
                     return None
-                given = grad_outputs or {}
                 grads = [given[j] if given.get(j) is not None and given[j].shape == t.shape else torch.ones_like(t)
                          for j, t in outs]
                 got = torch.autograd.grad([t for _, t in outs], inputs, grad_outputs=grads, allow_unused=True)

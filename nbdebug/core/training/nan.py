@@ -334,15 +334,15 @@ class NanSentinel(Recorder):
         finite = torch.isfinite(torch.stack([f.detach().to(torch.float64) for f in flags])).tolist()
         bad_out: dict[int, int] = {}  # call -> its first non-finite output
         bad_grad: dict[int, int] = {}  # call -> its first non-finite output gradient (the loss made it)
-        grads: dict[int, dict[int, Any]] = {}  # call -> output position -> the gradient the loss sent (replay)
+        # call -> position of each output a gradient reached -> that gradient (kept with replay=True, else None)
+        grads: dict[int, dict[int, Any]] = {}
         for i, (kind, k, j, _) in enumerate(self._where[:len(flags)]):
             if kind == "output" and not finite[i]:
                 bad_out.setdefault(k, i)
             elif kind == "output_grad":
                 if not finite[i]:
                     bad_grad.setdefault(k, i)
-                if self.replay:
-                    grads.setdefault(k, {})[j] = self._tensor(i)
+                grads.setdefault(k, {})[j] = self._tensor(i) if self.replay else None
         n, k = len(self._calls), -1
         self._replaying = True
         try:
