@@ -108,6 +108,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "process_group_missing": frozenset({"distributed"}),
     # where the module comes from: rename the project's file named like it, or reinstall a broken/mixed install
     "module_shadowed": frozenset({"user_code_python", "environment_version"}),
+    # pip's reason after "due to": disk, file in use, permissions, network; conda: channel and platform builds
+    "install_failed": frozenset({"install_build"}),
+    "conda_not_found": frozenset({"install_build"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

@@ -253,7 +253,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "platform."),
         keywords=("building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
-                  "resolutionimpossible", "conflicting dependencies"),
+                  "resolutionimpossible", "conflicting dependencies", "which is not installed"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
             r"Could not find a version that satisfies the requirement",
@@ -270,7 +270,8 @@ ENTRIES: tuple[Entry, ...] = (
                   r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
                   r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
                   r"ResolutionImpossible",
-                  r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies"),
+                  r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies",
+                  r"requires [\w.-]{1,60}[<>=!~]=?[^\s,;]{1,40}(?:; [^\n]{1,120})?, which is not installed"),
         priority=70,
         facts=((r"No matching distribution found for (?P<package>[\w.\-]+)", {"package": "str"}),),
         causes=("The Python version is newer (or older) than the releases of the package support.",
@@ -289,7 +290,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
-                  "subprocess-exited-with-error", "command '", "rust compiler"),
+                  "subprocess-exited-with-error", "command '", "rust compiler", "installable wheels"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -368,5 +369,63 @@ ENTRIES += (
         "named like the package is to be renamed (and its __pycache__ deleted); inside site-packages, the install "
         "is broken or mixed: uninstall the package until pip finds none left, then install it once, and restart.",
         sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
+    ),
+    Entry(
+        slug="install_failed",
+        title="pip could not write, download or verify the packages it was installing",
+        summary=("pip found the packages but could not install them[[: {reason}]]: the disk, a file in use, the "
+                 "folder's permissions, the network or the download itself stopped it."),
+        keywords=("could not install packages due to", "do not match the hashes", "externally-managed-environment",
+                  "files.pythonhosted.org", "download.pytorch.org", "invalid requirement"),
+        patterns=(
+            r"Could not install packages due to an (?:OSError|EnvironmentError)",
+            r"THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE",
+            r"(?m)^error: externally-managed-environment",
+            r"(?:ReadTimeoutError|ConnectTimeoutError|ProtocolError)[^\n]{0,120}(?:files\.pythonhosted\.org|pypi\.org|"
+            r"download\.pytorch\.org)",
+            r"ERROR: Invalid requirement: ",
+        ),
+        priority=66,
+        extra={"family": "install_build"},
+        facts=((r"Could not install packages due to an \w+: (?P<reason>\[(?:Errno|WinError) \d+\][^\n:]{0,80})",
+                {"reason": "str"}),),
+        causes=("No space left where pip unpacks (often /tmp, or the cache): torch's wheels are GBs.",
+                "A file held by a running program (Windows: a kernel or IDE using torch's DLLs), or a folder without "
+                "write permission (a system Python).",
+                "A download cut short (a timeout, a proxy), so the file's hash does not match.",
+                "A system Python that forbids pip (externally managed), or a requirement written in a form pip does "
+                "not accept (a +cu suffix without the index URL)."),
+        fixes=(Fix("Install into a virtual environment, without the cache",
+                   "python -m venv .venv && . .venv/bin/activate\n"
+                   "pip install --no-cache-dir torch --index-url https://download.pytorch.org/whl/cu121"),),
+        first_step="Read pip's reason after 'due to' (the Errno): free disk space (df -h, or --no-cache-dir), close "
+        "programs that use the package and retry, install into a virtual environment (or with --user) where the folder "
+        "is not writable, and retry a cut download with pip cache purge and a longer --timeout.",
+        sources=("https://pip.pypa.io/en/stable/cli/pip_install/", "https://pytorch.org/get-started/locally/"),
+    ),
+    Entry(
+        slug="conda_not_found",
+        title="conda found no build of the packages for this platform in its channels, or none that fit together",
+        summary=("conda could not solve the environment: the channels it searched have no build of the packages for "
+                 "this platform and Python, or the pinned versions do not fit together."),
+        keywords=("packagesnotfounderror", "packagenotfounderror", "unsatisfiableerror", "resolvepackagenotfound",
+                  "not available from current channels"),
+        patterns=(r"Packages?NotFoundError: (?:The following packages are not available from current channels|Package "
+                  r"missing in current)",
+                  r"UnsatisfiableError: The following specifications were found",
+                  r"(?m)^ResolvePackageNotFound:"),
+        priority=66,
+        extra={"family": "install_build"},
+        causes=("The channel holding the package is not named (-c pytorch -c nvidia, or conda-forge).",
+                "No build for this platform or Python (win-32, osx-arm64 for old releases, linux-aarch64), or a release "
+                "too old to be published any more.",
+                "An environment file pinning exact builds of another platform."),
+        fixes=(Fix("Install torch with pip from the selector's command instead",
+                   "pip install torch torchvision --index-url https://download.pytorch.org/whl/cu121"),),
+        first_step="Compare the platform in conda's 'Current channels' list (e.g. win-32, osx-arm64) and the Python "
+        "version with the builds the release publishes: name the channel that has it, choose a release built for "
+        "this platform, or install torch with pip from pytorch.org's command.",
+        sources=("https://pytorch.org/get-started/locally/",
+                 "https://docs.conda.io/projects/conda/en/latest/user-guide/troubleshooting.html"),
     ),
 )
