@@ -880,3 +880,34 @@ def test_the_backward_is_run_again_only_through_the_outputs_it_went_through():
             loss.backward()
             opt.step()
     assert (info.value.phase, info.value.module) == ("backward", "body.1")
+
+
+class CausalScores(nn.Module):
+    """Attention scores with the future masked by -inf, as a module's own output; the parent softmaxes them."""
+
+    def forward(self, s):  # (B, T, T)
+        future = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+        return s.masked_fill(future, float("-inf"))
+
+
+class MaskedAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.scores = nn.Linear(8, 8), nn.Linear(8, 8), CausalScores()
+
+    def forward(self, x):  # (B, T, 8)
+        return torch.softmax(self.scores(self.q(x) @ self.k(x).transpose(1, 2)), -1) @ x
+
+
+def test_an_intentional_minus_inf_mask_is_not_an_error():
+    """-inf written on purpose and softmaxed away reaches neither the model's output nor a gradient: nothing that
+    is trained goes non-finite, so the step passes (checking each module's output flagged it)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(MaskedAttention(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with nan_sentinel(m) as s:
+        for _ in range(3):
+            F.cross_entropy(m(torch.randn(2, 5, 8)).reshape(-1, 3), torch.zeros(10, dtype=torch.long)).backward()
+            opt.step()
+            opt.zero_grad()
+    assert s.result.error is None and s.step_index == 3
