@@ -80,6 +80,9 @@ def test_user_code_error_names_the_line_and_the_class():
     _wild("w053"),
     # a module attribute missing in a script that also runs TensorFlow (w062): a name clash or a version
     _wild("w062"),
+    # an assert whose condition is about the GPU
+    'Traceback (most recent call last):\n  File "train.py", line 4, in <module>\n    assert torch.cuda.is_available()\n'
+    "AssertionError\n",
 ])
 def test_user_code_error_gives_way_to_other_evidence(text):
     assert explain(text).kind == "unknown"
@@ -134,8 +137,10 @@ def test_sigkill_of_a_worker_keeps_the_signal_name():
     text = "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 1) of binary: py\n"
     d = explain(text)
     assert d.kind == "host_oom" and d.evidence["signal_name"] == "SIGKILL"
-    # a worker that exited with a plain error code is still the launcher's report
+    # a worker that exited with a plain error code is still the launcher's report, and so is SIGABRT: NCCL's
+    # watchdog aborts the ranks that waited on another one
     assert explain(text.replace("-9", "1")).kind == "child_failed"
+    assert explain(text.replace("-9", "-6")).kind == "child_failed"
 
 
 def test_guards_drop_a_match_the_structure_contradicts():

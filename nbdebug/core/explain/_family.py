@@ -66,6 +66,8 @@ def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if s.exc_type not in _NAME_TYPES and _TENSOR_WORDS.search(s.message):
         return None  # a torch operation called from the user's line: a shape / device / dtype family
+    if s.exc_type == "AssertionError" and _TENSOR_WORDS.search(frame.source):
+        return None  # the assert's condition is its message: `assert torch.cuda.is_available()` is about the GPU
     if _CHECKPOINT_WORDS.search(raw):
         return None  # a loader that failed in the user's own helper: the file, not the code, may be the cause
     if s.exc_type == "AttributeError" and re.search(r"DataParallel|\.module\b", raw):

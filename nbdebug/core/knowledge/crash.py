@@ -27,9 +27,11 @@ SIGNALS: dict[int, tuple[str, str]] = {
     8: ("SIGFPE", "a floating-point exception in native code (an integer division by zero)"),
 }
 
-# signal number -> the category whose first step addresses a process that died of it (a launcher's "exitcode: -11")
-SIGNAL_KINDS: dict[int, str] = {11: "native_crash", 6: "native_crash", 4: "native_crash", 8: "native_crash",
-                                9: "host_oom", 7: "bus_error"}
+# signal number -> the category whose first step addresses a process that died of it (a launcher's "exitcode: -11").
+# Not SIGABRT (6): NCCL's watchdog aborts the ranks that waited on a failed or slow one, so a launcher's -6 alone
+# does not tell a native crash from a distributed failure.
+SIGNAL_KINDS: dict[int, str] = {11: "native_crash", 4: "native_crash", 8: "native_crash", 9: "host_oom",
+                                7: "bus_error"}
 
 DEAD_KERNEL_FIRST_STEP = {
     "native": "Re-run the cell named above on a small input with the versions shown; a crash at the same line is a "
