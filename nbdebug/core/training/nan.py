@@ -336,13 +336,13 @@ class NanSentinel(Recorder):
         bad_grad: dict[int, int] = {}  # call -> its first non-finite output gradient (the loss made it)
         # call -> position of each output a gradient reached -> that gradient (kept with replay=True, else None)
         grads: dict[int, dict[int, Any]] = {}
-        for i, (kind, k, j, _) in enumerate(self._where[:len(flags)]):
+        for i, (kind, c, j, _) in enumerate(self._where[:len(flags)]):
             if kind == "output" and not finite[i]:
-                bad_out.setdefault(k, i)
+                bad_out.setdefault(c, i)
             elif kind == "output_grad":
                 if not finite[i]:
-                    bad_grad.setdefault(k, i)
-                grads.setdefault(k, {})[j] = self._tensor(i) if self.replay else None
+                    bad_grad.setdefault(c, i)
+                grads.setdefault(c, {})[j] = self._tensor(i) if self.replay else None
         n, k = len(self._calls), -1
         self._replaying = True
         try:
