@@ -143,7 +143,7 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
                   "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
-                  "writeendoffile", "unexpected pos"),
+                  "writeendoffile", "unexpected pos", "invalidheadererror", "readerror", "torch.load("),
         patterns=(
             r"Unable to load weights from pytorch checkpoint file",
             r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory",
@@ -167,6 +167,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"PytorchStreamWriter failed writing",
             r"writeEndOfFile",
             r"unexpected pos \d+ vs \d+",
+            # torch.load's legacy (tar) reader on a file that is neither a zip nor a tar checkpoint
+            r"\b(?:tarfile\.)?(?:InvalidHeaderError|ReadError): (?:invalid header|bad checksum|empty header|truncated header|"
+            r"file could not be opened successfully)",
+            r"torch\.load\([^\n)]{0,200}\) ?-> ?\w*Error",
         ),
         priority=79,
         facts=((r"(?P<problem>failed finding central directory|unexpected EOF, expected \d+ more bytes|storage has "
