@@ -111,6 +111,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     # pip's reason after "due to": disk, file in use, permissions, network; conda: channel and platform builds
     "install_failed": frozenset({"install_build"}),
     "conda_not_found": frozenset({"install_build"}),
+    # list torchaudio's backends and install soundfile / FFmpeg / TorchCodec
+    "audio_backend_missing": frozenset({"environment_version"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

@@ -322,7 +322,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+        keywords=("hip error", "failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
                   "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
@@ -334,7 +334,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?:cuda runtime error|CUDA error) ?\((?:35|209|222)\)",
             r"cudaError(?:InsufficientDriver|NoKernelImageForDevice|UnsupportedPtxVersion|InvalidDeviceFunction)",
             # the pre-"no kernel image" wording of the same thing: the binary has no code for this GPU's architecture
-            r"(?:cuda runtime error ?\((?:8|98)\) ?:|CUDA error:|error=(?:8|98) ?:) ?invalid device function",
+            r"(?:cuda runtime error ?\((?:8|98)\) ?:|(?:CUDA|HIP) error:|error=(?:8|98) ?:) ?invalid device function",
             # ROCm's "no kernel image", and builds / OSes without the accelerator
             r"hipErrorNoBinaryForGpu",
             # the runtime cannot load a kernel image of this build (CUDA's and HIP's wordings of the same failure)

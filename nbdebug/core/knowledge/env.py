@@ -172,12 +172,13 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+        keywords=("normal functioning of this module", "is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
                   "can't get attribute"),
         patterns=(
             r"module '[\w.]{1,200}' has no attribute '\w+'",
             r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
             r"\bVersionConflict\b",
+            r"[\w.-]{1,40}(?:>=|==|<=|~=|>|<)[\w.]{1,20} is required for a normal functioning of this module, but found",
             r"[\w.-]{1,40} version [\w.+-]{1,30} is installed but [\w.-]{1,40} requires [\w.-]{1,40} ?(?:>=|==|<=|<|>|~=)",
             r"module '(?:torch|torchvision|torchaudio|numpy)(?:\.\w+)*' has no attribut",
             # a name a library's release added or removed (or a package too old to have it)
@@ -216,7 +217,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
+        keywords=("were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             r"(?<!caught was: )No module named '?[\w.]+'?",
@@ -225,6 +226,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
             r"requires the [\w-]+ library but it was not found in your environment",
             r"the package [\w-]+ seems to be not installed",
+            r"requires the following packages that were not found in your environment",
             r"(?:: command not found|：未找到命令)",
         ),
         exception_types=("ModuleNotFoundError",),
@@ -427,5 +429,31 @@ ENTRIES += (
         "this platform, or install torch with pip from pytorch.org's command.",
         sources=("https://pytorch.org/get-started/locally/",
                  "https://docs.conda.io/projects/conda/en/latest/user-guide/troubleshooting.html"),
+    ),
+    Entry(
+        slug="audio_backend_missing",
+        title="torchaudio has no library installed to read or write audio files",
+        summary=("torchaudio found no audio backend that handles the file[[ ({uri})]]: it reads and writes files through "
+                 "soundfile, sox or FFmpeg (TorchCodec in recent releases), and none of them is installed or loads."),
+        keywords=("audio i/o backend", "appropriate backend to handle uri", "no audio backend", "ffmpeg libraries",
+                  "torchcodec is required", "is not one of available backends"),
+        patterns=(r"No audio I/O backend is available",
+                  r"Couldn't find appropriate backend to handle uri",
+                  r"No audio backend is available",
+                  r"Failed to load FFmpeg librar",
+                  r"TorchCodec is required for \w+",
+                  r"Backend \"\w+\" is not one of available backends"),
+        priority=62,
+        extra={"family": "environment_version"},
+        facts=((r"handle uri (?P<uri>[^\n]{1,200}?) and format", {"uri": "str"}),),
+        causes=("torchaudio installed without any audio library (soundfile on Windows/macOS, sox or FFmpeg on Linux).",
+                "An FFmpeg of a major version the installed torchaudio does not load, or torchaudio 2.9+ expecting "
+                "TorchCodec."),
+        fixes=(Fix("Install a backend and check that torchaudio sees it",
+                   "%pip install soundfile\nimport torchaudio; print(torchaudio.list_audio_backends())"),),
+        first_step="Print torchaudio.list_audio_backends(): if it is empty, install soundfile (pip install soundfile), "
+        "or FFmpeg / TorchCodec for the formats and torchaudio release you use, and restart the kernel.",
+        sources=("https://pytorch.org/audio/stable/installation.html",
+                 "https://pytorch.org/audio/stable/torchaudio.html"),
     ),
 )
