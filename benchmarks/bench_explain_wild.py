@@ -113,6 +113,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "conda_not_found": frozenset({"install_build"}),
     # list torchaudio's backends and install soundfile / FFmpeg / TorchCodec
     "audio_backend_missing": frozenset({"environment_version"}),
+    # pin protobuf 3.20.x or upgrade the package whose generated code is old
+    "protobuf_version": frozenset({"environment_version"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

@@ -456,4 +456,22 @@ ENTRIES += (
         sources=("https://pytorch.org/audio/stable/installation.html",
                  "https://pytorch.org/audio/stable/torchaudio.html"),
     ),
+    Entry(
+        slug="protobuf_version",
+        title="protobuf is newer than the generated code a package ships (tensorboard, an older library)",
+        summary=("protobuf 4 refuses the _pb2.py files a package generated with an older protoc: the installed "
+                 "protobuf is newer than that package supports."),
+        keywords=("descriptors cannot", "regenerated with protoc"),
+        patterns=(r"Descriptors cannot (?:not )?be created directly",
+                  r"must be regenerated with protoc >= ?\d"),
+        priority=64,
+        extra={"family": "environment_version"},
+        causes=("An upgrade (often pulled in by another package) installed protobuf 4.x next to a package whose "
+                "generated code needs 3.x: tensorboard, onnx, older transformers or ray releases.",),
+        fixes=(Fix("Pin protobuf to the 3.20 series (or upgrade the package that ships the old code)",
+                   "%pip install 'protobuf<=3.20.3'"),),
+        first_step="Install protobuf 3.20.x (pip install 'protobuf<=3.20.3'), or upgrade the package named in the "
+        "traceback to a release built for protobuf 4, then restart the kernel.",
+        sources=("https://protobuf.dev/news/2022-05-06/#python-updates",),
+    ),
 )
