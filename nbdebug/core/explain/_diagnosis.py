@@ -26,6 +26,8 @@ _AUTHORITIES = (
     "github.com/ipython/", "ipython.readthedocs.io", "github.com/jupyter/", "docs.jupyter.org", "man7.org",
     "docs.kernel.org", "www.kernel.org/doc", "learn.microsoft.com", "pypi.org", "packaging.python.org",
     "wiki.python.org",
+    # the install and packaging tools' own documentation (issue 23's install families)
+    "pip.pypa.io", "docs.conda.io", "docs.docker.com", "protobuf.dev",
 )
 
 
