@@ -126,6 +126,18 @@ def test_import_failed_inside_a_package():
     assert explain(own).kind == "unknown"
 
 
+def test_any_error_while_a_library_is_being_imported_is_its_versions():
+    text = ('Traceback (most recent call last):\n  File "train.py", line 1, in <module>\n    import spacy\n'
+            '  File "/v/lib/python3.10/site-packages/spacy/__init__.py", line 6, in <module>\n    from .errors import x\n'
+            '  File "/v/lib/python3.10/site-packages/pydantic/fields.py", line 550, in _type_analysis\n'
+            "    if issubclass(origin, Tuple):\n"
+            "TypeError: issubclass() arg 1 must be a class\n")
+    d = explain(text)
+    assert d.kind == "import_failed" and d.evidence["package"] == "pydantic"
+    # the same error raised while the user's code runs (no library module being imported) is not an install
+    assert explain(text.replace("in <module>\n    from .errors", "in load\n    from .errors")).kind != "import_failed"
+
+
 @pytest.mark.parametrize(("item", "kind"), [("w108", "native_crash"), ("w114", "bus_error")])
 def test_a_launchers_worker_that_died_of_a_signal(item, kind):
     d = explain(_wild(item))

@@ -105,12 +105,22 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
 _PACKAGE_PATH = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>\w{1,100})")
 
 
+def _while_importing(s: Structure) -> bool:
+    """Whether the error happened while a library's module ran its top-level code (the user's ``import`` line)."""
+    last_user = max((i for i, f in enumerate(s.frames) if f.is_user), default=-1)
+    return any(f.func == "<module>" and f.owner not in ("user", "stdlib") for f in s.frames[last_user + 1:])
+
+
 def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     from nbdebug.core.knowledge.env import IMPORT_STEP
 
-    if s.short_type not in ("ImportError", "ModuleNotFoundError"):
-        return None
     frame = s.innermost
+    if s.short_type not in ("ImportError", "ModuleNotFoundError"):
+        # any error raised while a library is being imported: its versions and its dependencies' do not fit
+        if frame is None or frame.owner in ("user", "stdlib") or not _while_importing(s):
+            return None
+        if _TENSOR_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
+            return None
     m = _PACKAGE_PATH.search(s.message)
     if frame is not None and frame.owner not in ("user", "stdlib"):
         package = frame.owner
