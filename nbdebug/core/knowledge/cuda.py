@@ -391,7 +391,7 @@ ENTRIES: tuple[Entry, ...] = (
             "PyTorch found no usable CUDA GPU[[: {reason}]]. Code that calls .cuda() or uses device='cuda' fails "
             "until a GPU is visible to this process."
         ),
-        keywords=("your machine only has", "accelerator is not available", "no supported gpu backend",
+        keywords=("not able to use gpu", "mixed precision requires a gpu", "your machine only has", "accelerator is not available", "no supported gpu backend",
                   "cuda runtime error (30)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
                   "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
         patterns=(
@@ -414,6 +414,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"You requested GPUs?: \[[\d, ]*\]\s+But your machine only has: \[\]",
             r"(?:CUDA|GPU)Accelerator can ?not run on your system since the accelerator is not available",
             r"No supported gpu backend found!",
+            # stable-diffusion-webui's start-up check, and accelerate's mixed precision on a machine without CUDA
+            r"Torch is not able to use GPU",
+            r"(?:fp16|bf16) mixed precision requires a GPU",
         ),
         priority=88,
         facts=(

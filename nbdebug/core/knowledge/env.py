@@ -292,7 +292,8 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
-                  "subprocess-exited-with-error", "command '", "rust compiler", "installable wheels"),
+                  "subprocess-exited-with-error", "command '", "rust compiler", "installable wheels",
+                  "error building extension", "cuda_home does not exist"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -302,6 +303,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Error compiling objects for extension",
             r"error: command '[^'\n]{1,300}' failed with exit (?:code|status) \d+",
             r"(?P<reason>CUDA_HOME environment variable is not set)",
+            r"CUDA_HOME does not exist, unable to compile CUDA op",
+            r"Error building extension '\w+'",
             r"Failed building wheel for [\w.\-]+",
             r"Microsoft Visual C\+\+ 14\.0 (?:or greater )?is required",
             r"nvcc(?: fatal)?\s*: (?:Unsupported gpu architecture|not found)",

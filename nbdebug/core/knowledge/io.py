@@ -15,8 +15,11 @@ ENTRIES: tuple[Entry, ...] = (
             "The checkpoint's tensors do not fit the model[[: {param} is {checkpoint_shape} in the checkpoint but "
             "{model_shape} in the model]][[ ({mismatch_count} parameters differ)]]."
         ),
-        keywords=("size mismatch for", "whose dimensions in the model"),
+        keywords=("size mismatch for", "whose dimensions in the model", "this looks incorrect"),
         patterns=(r"size mismatch for [\w.]+: copying a param (?:with shape|of torch\.Size)",
+                  # accelerate's loader (device_map / low_cpu_mem_usage) meeting a weight of another shape
+                  r"Trying to set a tensor of shape torch\.Size\(\[[\d, ]{1,60}\]\) in \"\w+\" \(which has shape "
+                  r"torch\.Size\(\[[\d, ]{1,60}\]\)\), this looks incorrect",
                   # 0.3-era wording
                   r"While copying the parameter named \"?[\w.]+\"?, whose dimensions in the model are"),
         priority=74,
@@ -51,8 +54,10 @@ ENTRIES: tuple[Entry, ...] = (
             "load_state_dict found[[ {missing_count} missing]][[ and {unexpected_count} unexpected]] key(s)"
             "[[ for {model_class}]].[[ {prefix_explanation}]]"
         ),
-        keywords=("missing key(s)", "unexpected key(s)", "in state_dict"),
+        keywords=("missing key(s)", "unexpected key(s)", "in state_dict", "following keys are missing"),
         patterns=(r"(?:Missing|Unexpected) key\(s\) in state_dict",
+                  # diffusers' from_pretrained on weights of another architecture
+                  r"Cannot load <class '[\w.]{1,200}'> from [^\n]{1,300} because the following keys are missing",
                   # 0.3-era wordings
                   r"unexpected key \"[\w.]+\" in state_dict",
                   r"missing keys in state_dict: "),

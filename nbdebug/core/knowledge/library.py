@@ -69,8 +69,10 @@ ENTRIES: tuple[Entry, ...] = (
         title="transformers does not know this model type (or not for this Auto class)",
         summary=("The checkpoint's config names a model type[[ ({model_type})]] that the installed transformers does "
                  "not have: the model is newer than this transformers, or its classes live in the model's own code."),
-        keywords=("does not recognize this architecture", "unrecognized configuration class"),
+        keywords=("does not recognize this architecture", "unrecognized configuration class",
+                  "is not currently imported"),
         patterns=(r"Transformers does not recognize this architecture",
+                  r"Tokenizer class \w+ does not exist or is not currently imported",
                   r"Unrecognized configuration class <class '[^'\n]{1,300}'> for this kind of AutoModel"),
         priority=66,
         extra={"family": "environment_version"},
