@@ -115,6 +115,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "audio_backend_missing": frozenset({"environment_version"}),
     # pin protobuf 3.20.x or upgrade the package whose generated code is old
     "protobuf_version": frozenset({"environment_version"}),
+    # upgrade bitsandbytes and run python -m bitsandbytes
+    "bitsandbytes_setup": frozenset({"environment_version"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

@@ -197,4 +197,25 @@ ENTRIES += (
         "pipeline.",
         sources=("https://huggingface.co/docs/transformers/main_classes/pipelines",),
     ),
+    Entry(
+        slug="bitsandbytes_setup",
+        title="bitsandbytes found no native library for this CUDA, platform or GPU",
+        summary=("bitsandbytes could not load a compiled library that fits the installed CUDA runtime, the platform "
+                 "(Windows before 0.43) or the GPU, so its 8-bit optimizers and layers are not available."),
+        keywords=("cuda setup failed", "cadam32bit", "compiled without gpu support", "libbitsandbytes"),
+        patterns=(r"CUDA Setup failed despite GPU being available",
+                  r"has no attribute '(?:cadam32bit_grad_fp32|cquantize_blockwise_fp16\w*|cget_managed_ptr)'",
+                  r"bitsandbytes was compiled without GPU support",
+                  r"Could not (?:find the bitsandbytes CUDA binary|load bitsandbytes native library)"),
+        priority=80,  # its library's name, more than a shared object that does not load
+        extra={"family": "environment_version"},
+        causes=("A bitsandbytes release older than the CUDA runtime of the installed torch (no libbitsandbytes_cudaXXX "
+                "for it).",
+                "Windows with a release before 0.43, which shipped no Windows build.",
+                "BNB_CUDA_VERSION or LD_LIBRARY_PATH pointing at another CUDA than torch's."),
+        fixes=(Fix("Upgrade bitsandbytes and look at what it finds", "%pip install -U bitsandbytes\n!python -m bitsandbytes"),),
+        first_step="Upgrade bitsandbytes (pip install -U bitsandbytes: 0.43+ has Windows and recent CUDA builds), then "
+        "run python -m bitsandbytes to see which CUDA library it loads.",
+        sources=("https://huggingface.co/docs/bitsandbytes/main/en/installation",),
+    ),
 )
