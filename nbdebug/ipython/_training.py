@@ -76,8 +76,9 @@ class TrainingMagics(Magics):
                 loss = loss_fn(model(x), y)
                 loss.backward(); opt.step(); opt.zero_grad()
 
-        The model is looked up before the cell runs (build it in an earlier cell).  Every module's outputs and
-        gradients are checked on the device, with one host sync per optimizer step.
+        The model is looked up before the cell runs (build it in an earlier cell).  The model's outputs and
+        gradients are checked on the device, with one host sync per optimizer step; a non-finite step is run again
+        with every module watched, to name the module.
         On the first NaN/Inf the cell stops with ``nbdebug.NonFiniteError`` naming the module, the step (from 0)
         and the phase (forward/backward); with ``--replay`` it also names the op and its source line (the
         step's backward replayed under ``torch.autograd.detect_anomaly``).  The traceback ends at your line that
