@@ -63,6 +63,21 @@ def test_read_finds_frames_exception_and_cut_texts():
     assert read("/root/x4_train.py:139 in main\nValueError: y\n").frames[0].func == "main"
 
 
+def test_notebook_tracebacks_pasted_from_ipython():
+    ipython8 = ("NameError                                 Traceback (most recent call last)\n"
+                "Cell In[3], line 2\n      1 x = 1\n----> 2 y = z + 1\n\nNameError: name 'z' is not defined\n")
+    d = explain(ipython8)
+    assert d.kind == "user_code_error" and d.first_step.startswith("At In[3], line 2,")
+    ipython7 = ("<ipython-input-5-1f2e> in <module>\n----> 1 run()\n"
+                "~/anaconda3/lib/python3.8/site-packages/torch/nn/modules/module.py in train(self, mode)\n"
+                '--> 1836             raise ValueError("training mode is expected to be boolean")\n'
+                "ValueError: training mode is expected to be boolean\n")
+    s = read(ipython7)
+    assert [(f.owner, f.func) for f in s.frames] == [("user", "<module>"), ("torch", "train")]
+    assert s.innermost.source.startswith("raise ValueError(")  # IPython's gutter ("--> 1836") is not source
+    assert explain(ipython7).kind == "library_raised"
+
+
 def test_user_code_error_names_the_line_and_the_class():
     d = explain(_wild("w212"))  # a torchvision warning, then a NameError in the user's train.py
     assert d.kind == "user_code_error"

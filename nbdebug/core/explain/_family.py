@@ -54,6 +54,8 @@ def _where(frame: Frame) -> str:
     """The frame as the user knows it: ``In [12], line 3: code`` for a notebook cell, ``train.py, line 81, in main``."""
     if frame.is_user and is_cell_file(frame.path):
         return site_label(frame.path, frame.line)
+    if frame.path.startswith("Cell In"):  # a pasted IPython 8 traceback: "Cell In[3], line 2"
+        return f"{frame.path.removeprefix('Cell ')}, line {frame.line}"
     name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
     return f"{name}, line {frame.line}, in {frame.func}" if frame.line else f"{name}, in {frame.func}"
 

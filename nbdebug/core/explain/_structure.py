@@ -20,11 +20,15 @@ __all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
 # "File /x.py:3, in f(...)", IPython 7's "/x.py in f(...)" and rich's "/x.py:3 in f".
 _FRAME = re.compile(
     r'^[ \t]*File ?"(?P<path>[^"\n]{1,500})", ?line ?(?P<line>\d{1,7}),? ?in (?P<func>[^\n]{1,200})'
-    r"|^[ \t]*File (?P<path2>[^\n,]{1,500}\.py):(?P<line2>\d{1,7}), in (?P<func2>\w{1,200})"
-    r"|^(?P<path3>(?:/|[A-Za-z]:\\)[^\n]{0,500}?\.py) in (?P<func3>\w{1,200})\("
-    r"|^[ \t]*(?P<path4>(?:/|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})",
+    r"|^[ \t]*File (?P<path2>[^\n,]{1,500}\.py):(?P<line2>\d{1,7}), in (?P<func2>[\w.<>]{1,200})"
+    r"|^[ \t]*(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>) in (?P<func3>[\w<>]{1,200})(?:\(|[ \t]*$)"
+    r"|^[ \t]*(?P<path4>(?:/|~|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})"
+    # IPython 8's frame of a notebook cell
+    r"|^[ \t]*(?P<path5>Cell In ?\[\d{1,7}\]), line (?P<line5>\d{1,7})",
     re.MULTILINE,
 )
+# IPython's gutter before a source line: "----> 2 " or "      1 "
+_GUTTER = re.compile(r"^(?:-*>)?[ \t]*\d{1,7}[ \t]+")
 # Python's chained-exception separators: the part before is the root cause.
 _CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the following exception:"
                     r"|During handling of the above exception, another exception occurred:)[ \t]*$", re.MULTILINE)
@@ -107,15 +111,15 @@ def owner_of(path: str) -> str:
 def _frames(part: str) -> list[Frame]:
     frames = []
     for m in _FRAME.finditer(part):
-        path = m.group("path") or m.group("path2") or m.group("path3") or m.group("path4") or ""
-        line = int(m.group("line") or m.group("line2") or m.group("line4") or 0)
-        func = (m.group("func") or m.group("func2") or m.group("func3") or m.group("func4") or "").strip()
+        path = m.group("path") or m.group("path2") or m.group("path3") or m.group("path4") or m.group("path5") or ""
+        line = int(m.group("line") or m.group("line2") or m.group("line4") or m.group("line5") or 0)
+        func = (m.group("func") or m.group("func2") or m.group("func3") or m.group("func4") or "<cell>").strip()
         nl = part.find("\n", m.end())
         source = ""
         if nl != -1:
             following = part[nl + 1:part.find("\n", nl + 1) if part.find("\n", nl + 1) != -1 else len(part)]
             if following.strip() and not _FRAME.match(following) and not _EXC_LINE.match(following.strip()):
-                source = following.strip()[:300]
+                source = _GUTTER.sub("", following.strip())[:300]
         frames.append(Frame(path, line, func, source, owner_of(path), m.start()))
     return frames
 
