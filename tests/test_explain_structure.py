@@ -61,6 +61,11 @@ def test_read_finds_frames_exception_and_cut_texts():
     assert read("/usr/lib/python3/dist-packages/torch/nn/functional.py in linear(input, weight)\n"
                 "RuntimeError: x\n").frames[0].owner == "torch"
     assert read("/root/x4_train.py:139 in main\nValueError: y\n").frames[0].func == "main"
+    # torchrun's rank prefixes and colour codes do not hide the frames
+    prefixed = ('[rank0]: Traceback (most recent call last):\n[rank0]:   File "/w/train.py", line 5, in <module>\n'
+                "[rank0]:     main()\n[rank0]: \x1b[31mNameError\x1b[0m: name 'cfg' is not defined\n")
+    s = read(prefixed)
+    assert [f.path for f in s.frames] == ["/w/train.py"] and s.exc_type == "NameError"
 
 
 def test_notebook_tracebacks_pasted_from_ipython():

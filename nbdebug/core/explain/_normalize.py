@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize", "parse_shape", "last_exception_line"]
+__all__ = ["normalize", "strip_decorations", "parse_shape", "last_exception_line"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes that launchers and loggers put in front of every line; several may be stacked.
@@ -48,6 +48,17 @@ def normalize(text: str) -> str:
     if any(h in text for h in _BOX_HINT):
         text = _BOX.sub(" ", text)
     return _EDGES.sub("", _SPACES.sub(" ", text))
+
+
+def strip_decorations(text: str) -> str:
+    """``text`` without colour codes and launcher / logger prefixes, frames kept (for reading the frames)."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if any(h in text for h in _PREFIX_HINT):
+        text = _PREFIX.sub("", text)
+    return text
 
 
 def parse_shape(value: str) -> tuple[int, ...]:

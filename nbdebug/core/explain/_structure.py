@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nbdebug.core.explain._normalize import normalize
+from nbdebug.core.explain._normalize import normalize, strip_decorations
 
 __all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
 
@@ -129,6 +129,7 @@ def read(raw: str, flat_text: str | None = None) -> Structure:
 
     ``flat_text`` is ``normalize(raw)`` when the caller has it already (a 1 MB log is normalised once).
     """
+    raw = strip_decorations(raw)  # "[rank0]:" prefixes and colours would hide the frame lines
     parts = _CHAIN.split(raw) if "exception" in raw else [raw]
     chosen = None
     for part in parts:
