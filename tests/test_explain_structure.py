@@ -127,6 +127,10 @@ def test_library_raised_names_the_library_and_its_frame():
     'Traceback (most recent call last):\n  File "fit.py", line 5, in <module>\n    trainer.fit(m)\n'
     '  File "/p/site-packages/somelib/trainer.py", line 40, in fit\n    raise ValueError(\n'
     "ValueError: You requested GPUs but no CUDA device is visible\n",
+    # a key missing while a loader reads a pretrained model's files: the files, as likely as the call
+    'Traceback (most recent call last):\n  File "run.py", line 3, in <module>\n    m = AutoModel.from_pretrained(p)\n'
+    '  File "/p/site-packages/transformers/modeling_utils.py", line 3800, in _load_pretrained_model\n'
+    "    w = shards[i]\nIndexError: list index out of range\n",
     # torch's own check outside its module/optimizer API (the DataLoader) has a family of its own
     'Traceback (most recent call last):\n  File "t.py", line 5, in <module>\n'
     '  File "/p/site-packages/torch/utils/data/dataloader.py", line 40, in __init__\n    raise ValueError(\n'

@@ -33,6 +33,8 @@ _CHECKPOINT_WORDS = re.compile(r"(?i:torch\.load|load_state_dict|state_dict|chec
                                r"model loading|\.pth?\b|\.bin\b)")
 # numbers in a list or tuple: sizes or counts of the user's data ("inconsistent numbers of samples: [16, 4]")
 _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
+# frames of a loader reading a checkpoint or a pretrained model's files
+_LOADING = re.compile(r"(?i:load|from_pretrained|state_dict|checkpoint|restore)")
 _DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
                                 r"torch\.distributed|world_size|_prepare_deepspeed)")
 # site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
@@ -94,6 +96,9 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if _TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message):
         return None  # the library reports the data's sizes, a device or a file: another family's evidence
+    if s.short_type in ("KeyError", "IndexError", "AttributeError") and any(
+            _LOADING.search(f.func) for f in s.frames[-4:]):
+        return None  # a lookup that failed while a loader read a file: the file's contents, as likely as the call
     user = s.innermost_user
     package = frame.owner
     where = _where(frame)
