@@ -90,6 +90,13 @@ def test_user_code_error_names_the_line_and_the_class():
     d = explain('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    n = total / count\n'
                 "ZeroDivisionError: division by zero\n")
     assert d.kind == "user_code_error" and "train.py, line 9" in d.first_step and "zero" in d.first_step
+    # a project's own check raising another class
+    own = ('Traceback (most recent call last):\n  File "/w/tools/train.py", line 40, in build\n'
+           '    raise RuntimeError(f"unknown dataset {name}")\nRuntimeError: unknown dataset cifar\n')
+    d = explain(own)
+    assert d.kind == "user_code_error" and "own check at train.py, line 40" in d.first_step
+    # a RuntimeError from torch called on the user's line is not the project's check
+    assert explain(own.replace('raise RuntimeError(f"unknown dataset {name}")', "y = torch.cat(xs)")).kind == "unknown"
 
 
 @pytest.mark.parametrize("text", [

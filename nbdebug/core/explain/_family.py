@@ -66,9 +66,16 @@ def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     from nbdebug.core.knowledge.usercode import USER_ERROR_STEPS
 
     frame = s.innermost
-    if frame is None or not frame.is_user or s.exc_type not in _USER_TYPES:
+    if frame is None or not frame.is_user:
         return None
-    if s.exc_type not in _NAME_TYPES and _TENSOR_WORDS.search(s.message):
+    kind = s.exc_type
+    if kind not in _USER_TYPES:
+        # another class raised by the code's own ``raise``: a check the project wrote (RuntimeError, Exception, ...)
+        if "." in kind or not frame.source.startswith("raise ") or _DISTRIBUTED_WORDS.search(raw):
+            return None
+        kind = "raise"
+    if s.exc_type not in _NAME_TYPES and (_TENSOR_WORDS.search(s.message) or kind == "raise" and
+                                          _TENSOR_WORDS.search(frame.source)):
         return None  # a torch operation called from the user's line: a shape / device / dtype family
     if s.exc_type == "AssertionError" and _TENSOR_WORDS.search(frame.source):
         return None  # the assert's condition is its message: `assert torch.cuda.is_available()` is about the GPU
@@ -78,7 +85,7 @@ def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     where = _where(frame)
     return "user_code_error", {"exc_type": s.exc_type, "where": where,
-                               "first_step_detail": USER_ERROR_STEPS[s.exc_type].format(where=where)}
+                               "first_step_detail": USER_ERROR_STEPS[kind].format(where=where)}
 
 
 def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:

@@ -149,6 +149,9 @@ USER_ERROR_STEPS: dict[str, str] = {
                       "value that breaks the assumption.",
     "SyntaxError": "Fix the syntax at {where} (the caret shows where Python stopped reading).",
     "IndentationError": "Fix the indentation at {where} (mixed tabs and spaces, or a block left empty).",
+    # any other class, raised by the code's own ``raise`` statement: a check the project wrote
+    "raise": "The code's own check at {where} raised this: read the condition just above that line (the message "
+             "says what it expected) and fix the value, argument or configuration it rejects.",
 }
 
 ENTRIES += (
