@@ -126,7 +126,7 @@ def _while_importing(s: Structure) -> bool:
 
 
 def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
-    from nbdebug.core.knowledge.env import IMPORT_STEP
+    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_TORCH
 
     frame = s.innermost
     if s.short_type not in ("ImportError", "ModuleNotFoundError"):
@@ -142,7 +142,8 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         package = m.group("pkg")
     else:
         return None  # the user's own import: a missing package or a project module, not a broken install
-    facts: dict[str, Any] = {"package": package, "first_step_detail": IMPORT_STEP.format(package=package)}
+    step = IMPORT_STEP_TORCH if package == "torch" else IMPORT_STEP.format(package=package)
+    facts: dict[str, Any] = {"package": package, "first_step_detail": step}
     if frame is not None:
         facts["where"] = _where(frame)
     return "import_failed", facts

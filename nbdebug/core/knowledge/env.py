@@ -15,7 +15,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "IMPORT_STEP", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
+__all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -331,6 +331,11 @@ ENTRIES: tuple[Entry, ...] = (
     ),
 )
 
+# The first step of ``import_failed`` when torch itself fails inside its own import.
+IMPORT_STEP_TORCH = ("Print where torch is installed and which versions pip sees (pip list | grep -i torch): torch failing "
+                     "inside its own import is a broken or mixed install (two copies, files of two releases, a build "
+                     "for another Python or CUDA); uninstall torch until pip finds none, install it once with the "
+                     "command from pytorch.org, and restart.")
 # The first step of ``import_failed``, filled with the package whose import failed.
 IMPORT_STEP = ("Print the installed versions of {package} and torch (pip list | grep -i -E 'torch|{package}') and "
                "check them against the pairs {package}'s release notes name; reinstall the {package} release built "
