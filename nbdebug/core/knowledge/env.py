@@ -293,7 +293,8 @@ ENTRIES: tuple[Entry, ...] = (
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
                   "subprocess-exited-with-error", "command '", "rust compiler", "installable wheels",
-                  "error building extension", "cuda_home does not exist"),
+                  "error building extension", "cuda_home does not exist", "command errored out",
+                  "failed with error code", "running setup.py install"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -304,6 +305,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"error: command '[^'\n]{1,300}' failed with exit (?:code|status) \d+",
             r"(?P<reason>CUDA_HOME environment variable is not set)",
             r"CUDA_HOME does not exist, unable to compile CUDA op",
+            # older pips' wordings of a build step that failed
+            r"ERROR: Command errored out with exit status \d+",
+            r"Command \"python setup\.py (?:egg_info|install|bdist_wheel|develop)\" failed with error code \d+",
+            r"Running setup\.py install for [\w.-]+ \.\.\. error",
             r"Error building extension '\w+'",
             r"Failed building wheel for [\w.\-]+",
             r"Microsoft Visual C\+\+ 14\.0 (?:or greater )?is required",
