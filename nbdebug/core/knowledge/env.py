@@ -105,9 +105,11 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("A compiled library[[ ({library})]] that a package needs was not found or could not be loaded: the "
                  "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
         keywords=("redistributable", "cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
-                  "image not found", "error loading"),
+                  "image not found", "error loading", "incompatible architecture"),
         patterns=(
             r"Microsoft Visual C\+\+ Redistributable is not installed",
+            # a macOS build for the other CPU (an x86_64 Python under Rosetta, or the reverse)
+            r"mach-o file, but is an incompatible architecture",
             r"(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"DLL load failed",
             r"Library not loaded: ",
