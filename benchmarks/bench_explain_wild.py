@@ -1,6 +1,7 @@
 """Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
 
-Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|both|heldout2]`` (default: tune).  For each item the text goes
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|both|heldout3]`` (default: tune; both: the
+three opened for development).  For each item the text goes
 through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
 
 - right: the diagnosis's category belongs to the label's family (``FAMILIES`` below: the families each category's
@@ -10,9 +11,9 @@ through ``explain`` as a user would paste it.  An actionable item (``actionable:
 
 Items the label calls not actionable (a kernel-died notice, a wrapper that only says a child failed, a traceback cut
 before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
-The first held-out half was run once for its figure and then opened for development (its misses are listed like the
-tune half's); the second held-out sample (``heldout2``) is run only to report its figures: its texts and labels are
-never printed here.
+The first held-out half and the second held-out sample (``heldout2``) were each run once for their figure and then
+opened for development (their misses are listed like the tune half's); the third (``heldout3``, ``FROZEN``) is run
+only to report its figures: its texts and labels are never printed here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WILD = REPO / "tests" / "data" / "errors_wild"
+FROZEN = "heldout3"  # the held-out sample nobody changing the explainer has seen: its items are never printed
 
 _USER = frozenset({"user_code_python", "environment_version", "library_api_misuse"})
 # category -> the label families whose first step it gives (a category whose causes span several lists them all)
@@ -163,11 +165,12 @@ def score(paths: list[Path], *, show: bool) -> Counter[str]:
 
 def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else "tune"
-    halves = ("tune", "heldout") if which == "both" else (which,)
+    halves = ("tune", "heldout", "heldout2") if which == "both" else (which,)
     for half in halves:
-        # heldout2: the second held-out sample (HELDOUT2.md), in the files its collectors wrote; never shown
-        paths = sorted(WILD.glob("heldout2*.jsonl")) if half == "heldout2" else [WILD / f"{half}.jsonl"]
-        counts = score(paths, show=half in ("tune", "heldout"))
+        # heldout2, heldout3: the later held-out samples (HELDOUT2.md, HELDOUT3.md), in the files their collectors
+        # wrote; the newest one (FROZEN) is never shown
+        paths = sorted(WILD.glob(f"{half}*.jsonl")) if half[-1].isdigit() else [WILD / f"{half}.jsonl"]
+        counts = score(paths, show=half != FROZEN)
         n = sum(v for k, v in counts.items() if k.startswith("actionable:"))
         right, wrong, unknown = (counts[f"actionable:{v}"] for v in ("right", "wrong", "unknown"))
         other_wrong = counts["not actionable:wrong"]
