@@ -358,6 +358,8 @@ def test_magic_returns_the_report_of_a_failed_run_and_names_unshipped_names(ip):
     (finding,) = result.findings
     assert finding.kind == "name_not_shipped" and finding.where == ("threshold",)
     assert "--use threshold" in finding.fixes[0].code
+    # the finding names the failure: no answer for a Python error in the user's file beside it, pointing at the line
+    assert result.diagnosis is None
     bundle, _ = ip.display_formatter.format(result)
     html = bundle["text/html"]
     assert "FAILED — rank" in html and "NameError: name" in html and "--use threshold" in html

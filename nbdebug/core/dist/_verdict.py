@@ -15,7 +15,7 @@ from nbdebug.core.dist._blame import RankRow, Stall, blame, own_failures, ranks_
 from nbdebug.core.dist._checks import check_finding
 from nbdebug.core.dist._failures import classify, signal_name
 from nbdebug.core.dist._supervise import Rank, Session
-from nbdebug.core.dist._types import CheckRecord, DistRun, Hang, RankResult
+from nbdebug.core.dist._types import NAMES_THE_FAILURE, CheckRecord, DistRun, Hang, RankResult
 from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import finding
 from nbdebug.errors import NbdebugError
@@ -59,7 +59,10 @@ def session_result(self: Session, store_port: int) -> DistRun:
         primary_rank=primary, primary_reason=reason, hang=self.hang, seconds=time.time() - self.t0,
         port=store_port, notes=tuple(self.notes), checks=tuple(checks), steps=steps, run_dir=self.run_dir,
         findings=sort_findings(findings),
-        diagnosis=_diagnose(results[primary]) if primary is not None else None,
+        # a finding that names the failure itself (a name not shipped to the ranks) says more than the explainer's
+        # answer for any Python error in the user's file, which would point at the line rather than the launch
+        diagnosis=None if primary is None or any(f.kind in NAMES_THE_FAILURE for f in findings)
+        else _diagnose(results[primary]),
     )
 
 
