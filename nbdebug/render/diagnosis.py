@@ -24,6 +24,7 @@ _LABELS = {
     "index_max": "Largest index", "num_embeddings": "Embedding rows", "reported_through": "Reported through",
     "non_pytorch_memory": "Memory outside PyTorch's allocator", "other_processes": "Other processes on the GPU",
     "unused_names": "Parameters without a gradient", "exitcode": "Exit code", "signal_name": "Signal",
+    "exc_type": "Exception", "where": "Raised at", "user_where": "Your call",
 }
 _MD_CODE = re.compile(r"`([^`\n]{1,300})`")
 
