@@ -13,7 +13,6 @@ the cause; the experiments are ranked by measured effect, and a finding that fol
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -22,9 +21,10 @@ from typing import Any
 
 from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._inputs import set_lr
+from nbdebug.core.doctor._loss_probe import LossCall, LossProbe
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
-from nbdebug.core.doctor._train_checks import train
+from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
 from nbdebug.core.knowledge import entry, finding, threshold
 
 __all__ = ["Experiment", "run", "loss_at"]
@@ -35,6 +35,8 @@ _ADAPTIVE_LR = 1e-3
 # findings that name a wiring fault outright: the batch cannot be learned whatever the learning rate
 _WIRING = ("probabilities_to_loss", "activation_on_logits", "no_gradient", "loss_below_minimum", "ignores_input")
 _MIN_STEPS = 10  # an experiment takes at least this many steps (fewer when the user's run took fewer)
+# fixes that change what the loss measures: the user's curve is no yardstick for how long to run them
+_LOSS_REDEFINED = ("loss_below_minimum",)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Experiment:
     fitted: bool
     restores: bool
     code: str = ""  # the fix as code, where one line says it
+    base_start: float | None = None  # the user's loss at step 0, where the fix changes what the loss is
 
     @property
     def effect(self) -> float:
@@ -67,10 +70,14 @@ class Experiment:
         yours 2.303 -> 2.291``."""
         fit = " (the batch is fitted)" if self.fitted else ""
         return (f"with {self.change} the loss went {self.start:.4g} -> {self.after:.4g} in {self.steps} steps{fit}; "
-                f"as you have it, {self.start:.4g} -> {self.before:.4g}")
+                f"as you have it, {self.user_start:.4g} -> {self.before:.4g}")
+
+    @property
+    def user_start(self) -> float:
+        return self.start if self.base_start is None else self.base_start
 
     def evidence(self) -> dict[str, Any]:
-        return {"tried": self.change, "before": f"{self.start:.4g} -> {self.before:.4g} in {self.steps} steps",
+        return {"tried": self.change, "before": f"{self.user_start:.4g} -> {self.before:.4g} in {self.steps} steps",
                 "after": f"{self.start:.4g} -> {self.after:.4g} in {self.steps} steps"
                 + (" (fitted)" if self.fitted else ""), "restores": self.restores}
 
@@ -150,18 +157,59 @@ def _unfreeze(s: Session) -> tuple[Any, Any, Any, Any]:
     return work, _optimizer_over_all(s, work), a, x
 
 
-def _matching_shapes(s: Session) -> tuple[Any, Any, Any, Any]:
-    work, opt, _, x = _fresh(s)
-    fn = s.loss.loss_fn
+class _LossRewritten:
+    """The user's way of making the loss (``loss_fn``, a model's own loss, ``training_step``), with what the torch
+    loss is given changed by ``rewrite``: an experiment tries a fix of the loss's inputs without knowing where the
+    user's code calls the loss."""
 
-    def matched(out: Any, t: Any) -> Any:
-        if out.numel() == t.numel():
-            return fn(out.reshape(t.shape), t)
-        return fn(out, t)
+    def __init__(self, adapter: Any, rewrite: Any) -> None:
+        self.adapter = adapter
+        self.rewrite = rewrite
 
-    adapter = copy.copy(s.loss)
-    adapter.loss_fn = matched
-    return work, opt, adapter, x
+    def loss(self, work: Any, inputs: Any, targets: Any = None) -> tuple[Any, Any]:
+        with LossProbe(rewrite=self.rewrite):
+            return self.adapter.loss(work, inputs, targets)
+
+
+def _rewriting(rewrite: Any) -> Variant:
+    def make(s: Session) -> tuple[Any, Any, Any, Any]:
+        work, opt, _, x = _fresh(s)
+        return work, opt, _LossRewritten(s.loss, rewrite), x
+
+    return make
+
+
+def _to_target_shape(call: LossCall, x: Any) -> Any:
+    """The loss's input reshaped to its target's shape ((N, 1) -> (N,)), when they hold as many values."""
+    t = call.target
+    if t is not None and x.numel() == t.numel() and tuple(x.shape) != tuple(t.shape):
+        return x.reshape(t.shape)
+    return x
+
+
+def _as_logits(call: LossCall, x: Any) -> Any:
+    """Probabilities turned back into what the loss expects: ``log p`` for a softmax (``log_softmax(log p)`` is
+    ``log_softmax(z)``, so cross-entropy on it is cross-entropy on the logits: the Softmax removed), ``logit(p)``
+    for a sigmoid, ``log p`` (or ``log_softmax`` of raw scores) for NLL."""
+    import torch
+
+    if call.name == "binary_cross_entropy_with_logits":
+        return torch.logit(x, eps=1e-6)
+    if call.name == "nll_loss" and not _rows_are_probabilities(call, x):
+        return torch.log_softmax(x, dim=call.class_dim)
+    return x.clamp_min(torch.finfo(x.dtype).tiny).log()
+
+
+def _as_log_probs(call: LossCall, x: Any) -> Any:
+    """``log_softmax`` of raw scores given to NLL."""
+    import torch
+
+    return torch.log_softmax(x, dim=call.class_dim) if call.name == "nll_loss" else x
+
+
+def _rows_are_probabilities(call: LossCall, x: Any) -> bool:
+    xd = x.detach()
+    return bool((xd >= 0).all()) and bool(((xd.sum(dim=call.class_dim) - 1).abs() < 1e-3).all())
 
 
 def _standardised(s: Session) -> tuple[Any, Any, Any, Any]:
@@ -207,7 +255,14 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
         out.append(("eval_mode", "the model in train mode", _train_mode, "model.train()"))
     if s.broadcast is not None:
         out.append(("loss_broadcast", f"the loss on outputs reshaped to the targets' shape {s.broadcast[1]}",
-                    _matching_shapes, "loss = loss_fn(out.squeeze(-1), y)  # or y.unsqueeze(-1)"))
+                    _rewriting(_to_target_shape), "loss = loss_fn(out.squeeze(-1), y)  # or y.unsqueeze(-1)"))
+    if s.has("probabilities_to_loss") and s.loss_in is not None:
+        out.append(("probabilities_to_loss", "the probabilities turned back into logits before the loss (as "
+                    "if the final Softmax/Sigmoid were removed)", _rewriting(_as_logits),
+                    entry("probabilities_to_loss").fixes[0].code))
+    if s.has("loss_below_minimum") and s.loss_in is not None and s.loss_in.name == "nll_loss":
+        out.append(("loss_below_minimum", "log_softmax applied to the scores before NLLLoss",
+                    _rewriting(_as_log_probs), entry("loss_below_minimum").fixes[0].code))
     frozen = [n for n, p in s.user_model.named_parameters() if not p.requires_grad and p.is_floating_point()]
     if frozen and (stuck or any(f.kind == "frozen_parameters" and f.severity != "info" for f in s.findings)) \
             and not all(is_frozen_on_purpose(s, n) for n in frozen):
@@ -262,6 +317,11 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     after = loss_at(curve, k)
     before = loss_at(s.losses, k)
     start = curve[0] if math.isfinite(curve[0]) else init
+    # a fix of what the loss is given changes the loss itself: fitted is judged from its own start, and the
+    # user's own start is said beside it
+    base = init if abs(start - init) > 0.05 * max(abs(init), 1e-12) else None
+    if base is not None:
+        target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(start))
     fitted = math.isfinite(after) and after <= target
     ref = before if math.isfinite(before) else math.inf
     # learning restored: the batch is fitted, or the loss ends well below the user's at the same step (by a share
@@ -269,7 +329,7 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     restores = math.isfinite(after) and (fitted or (
         ref - after >= 0.1 * abs(start) and after <= (1 - threshold("restores_rel")) * ref))
     ex = Experiment(cause=cause, change=change, steps=k, start=start, before=before, after=after, fitted=fitted,
-                    restores=bool(restores), code=code)
+                    restores=bool(restores), code=code, base_start=base)
     s.check(f"experiment: {change}", ex.said())
     return ex
 
@@ -298,8 +358,11 @@ def run(s: Session) -> None:
             s.check(f"experiment: {change}", "skipped: out of time")
             continue
         per = None if t_end is None or left is None else time.perf_counter() + left / (len(cands) - i)
-        steps = n if per is None or s.step_time <= 0 else max(min(n, _MIN_STEPS),
-                                                               min(n, int((per - time.perf_counter()) / s.step_time)))
+        # a loss below its minimum ends the user's run at once (it looks fitted), and so does a run in which nothing
+        # moves (flat, whatever its length): a fix gets the steps the user's run was given, as time allows
+        most = s.options.steps if cause in _LOSS_REDEFINED or s.params_still is not None else n
+        steps = most if per is None or s.step_time <= 0 else max(
+            min(most, _MIN_STEPS), min(most, int((per - time.perf_counter()) / s.step_time)))
         ex = _try(s, cause, change, variant, code, steps, per)
         if ex is not None:
             done.append(ex)
@@ -367,6 +430,17 @@ def _attach(s: Session) -> None:
             severity="warning" if f.severity == "error" else f.severity,
             fixes=(Fix(f"fix that first: {cause_f.fix or cause_f.title}", best.code), ),
             evidence={**dict(f.evidence), **best.evidence()})
+        s.explained = True
+        return
+    share = s.learned_share()
+    if best.cause == "lr_too_low" and share >= threshold("overfit_learns_rel"):
+        # the user's own run learns: that a higher lr memorises one batch faster is a suggestion, not a fault
+        s.findings[idx] = _replace(
+            f, message=f"{overfit_said(s)}: it is learning at your lr={s.lr_used:g} ({learned_said(s, share)}), "
+            f"just not to zero in this run. Tried on a copy: {best.said()}. A higher learning rate memorises one "
+            "batch faster, which says nothing against yours for training", severity="info",
+            fixes=(Fix(f"only if your training is slow too: {best.change} (measured on a copy)", best.code), ),
+            evidence={**dict(f.evidence), "learned_share": round(share, 4), **best.evidence()})
         s.explained = True
         return
     title = ("lower the learning rate" if best.cause == "lr_too_high" else "raise the learning rate") + \

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from nbdebug.core.doctor._inputs import tensor_leaves
+from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 from nbdebug.core.training._dynamics import chance_loss, depth_correlation
@@ -33,8 +34,21 @@ def infer_task(s: Session, out: Any) -> None:
 
     t = s.loss.targets
     name = s.loss.loss_name
+    call = s.loss_in
+    if call is not None and call.name in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
+        name = call.name
     if name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "BCELoss", "binary_cross_entropy"):
         s.task = "binary"
+        return
+    if call is not None and call.name in CLASS_LOSSES and _class_targets(call.target):
+        # the loss reads classes: its input's class dim says how many (the model's output may be shaped otherwise)
+        s.task = "classification"
+        if out is not None and out.dim() >= 2 and isinstance(t, torch.Tensor):
+            s.class_dim = _class_dim(out, t)
+        else:
+            s.class_dim = call.class_dim
+        if s.num_classes is None:
+            s.num_classes = int(call.input.shape[call.class_dim])
         return
     if isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
         if out is not None and out.dim() >= 2:
@@ -47,6 +61,13 @@ def infer_task(s: Session, out: Any) -> None:
         s.task = "classification"
         if s.num_classes is None:
             s.num_classes = int(out.shape[1])
+
+
+def _class_targets(t: Any) -> bool:
+    """Class indices: an integer tensor."""
+    import torch
+
+    return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
 
 
 def _class_dim(out: Any, t: Any) -> int:
@@ -135,22 +156,28 @@ def input_scale(s: Session) -> None:
 
 
 def labels(s: Session, y: Any) -> bool:
+    """Targets against the classes the loss reads (the tensors it was given, when the probe saw the call)."""
     import torch
 
-    t = s.loss.targets
-    if s.task == "classification" and isinstance(t, torch.Tensor) and s.num_classes:
+    t, classes = s.loss.targets, s.num_classes
+    call = s.loss_in
+    if call is not None and call.name in CLASS_LOSSES and _class_targets(call.target):
+        t, classes = call.target, int(call.input.shape[call.class_dim])
+    elif call is not None and call.target is not None and t is None:
+        t = call.target
+    if s.task == "classification" and isinstance(t, torch.Tensor) and classes:
         valid = t != s.ignore_index()
         tv = t[valid]
         if tv.numel():
             lo, hi = int(tv.min()), int(tv.max())
-            if lo < 0 or hi >= s.num_classes:
-                bad = int(((tv < 0) | (tv >= s.num_classes)).sum())
-                s.add("label_out_of_range", f"{bad} target(s) outside 0..{s.num_classes - 1} (the output has "
-                      f"{s.num_classes} classes; targets span {lo}..{hi}); on CUDA this is the "
+            if lo < 0 or hi >= classes:
+                bad = int(((tv < 0) | (tv >= classes)).sum())
+                s.add("label_out_of_range", f"{bad} target(s) outside 0..{classes - 1} (the output has "
+                      f"{classes} classes; targets span {lo}..{hi}); on CUDA this is the "
                       "'device-side assert triggered' error", ("targets",))
                 s.check("labels", "out of range")
                 return False
-        s.check("labels", f"in 0..{s.num_classes - 1}")
+        s.check("labels", f"in 0..{classes - 1}")
     if s.task == "binary" and isinstance(t, torch.Tensor) and t.numel():
         blo, bhi = float(t.min()), float(t.max())
         if blo < 0 or bhi > 1:
@@ -162,41 +189,70 @@ def labels(s: Session, y: Any) -> bool:
 
 
 def output_vs_loss(s: Session, y: Any) -> None:
-    if y is None or s.task == "regression" or s.loss.mode != "fn":
+    """What goes into the loss against what it expects: the tensor the loss was given when the probe saw the call
+    (any path: ``loss_fn``, a model's own loss, ``training_step``), else the model's output."""
+    call = s.loss_in
+    name, class_dim = s.loss.loss_name, s.class_dim
+    if call is not None:
+        y, name, class_dim = call.input, call.name, call.class_dim
+    elif s.loss.mode != "fn":
         return
-    fn_name = getattr(y.grad_fn, "name", lambda: "")() if y.grad_fn is not None else ""
+    if y is None or s.task == "regression":
+        return
+    said = s.loss_said()
+    fn_name = _producer(y)
     yd = y.detach().float()
     in_unit = bool((yd >= 0).all() and (yd <= 1).all())
     rows_sum_1 = s.task == "classification" and y.dim() >= 2 and bool(
-        ((yd.sum(dim=s.class_dim) - 1).abs() < 1e-3).all())
+        ((yd.sum(dim=class_dim) - 1).abs() < 1e-3).all())
     last = s.last_module()
-    multiclass = s.loss.loss_name in ("CrossEntropyLoss", "cross_entropy")
-    if fn_name in _ACTIVATIONS and s.loss.loss_name in _LOGIT_LOSSES and not rows_sum_1 and \
+    multiclass = name in ("CrossEntropyLoss", "cross_entropy")
+    if fn_name in _ACTIVATIONS and name in _LOGIT_LOSSES and not rows_sum_1 and \
             (multiclass or fn_name != "SigmoidBackward0"):
         act = _ACTIVATIONS[fn_name]
         neg = float((yd <= 0).float().mean()) if act != "sigmoid" else float("nan")
         detail = (f"{neg:.0%} of the logits are exactly 0 or below" if act != "sigmoid"
                   else f"every logit lies in [{float(yd.min()):.3g}, {float(yd.max()):.3g}]")
         s.add("activation_on_logits", f"the model's output comes out of a {act} ({fn_name}) and goes into "
-              f"{s.loss.loss_name}, which expects unbounded logits: {detail}, so the model cannot express "
+              f"{said}, which expects unbounded logits: {detail}, so the model cannot express "
               "'this class is unlikely' and the loss cannot approach 0", (last,),
               evidence={"grad_fn": fn_name})
-        s.check("output vs loss", f"{fn_name} outputs into {s.loss.loss_name}")
+        s.check("output vs loss", f"{fn_name} outputs into {said}")
         return
     probs = fn_name in _PROB_OUTPUTS or (in_unit and rows_sum_1)
-    if probs and s.loss.loss_name in _LOGIT_LOSSES:
+    if probs and name in _LOGIT_LOSSES:
         what = "softmax" if (fn_name == "SoftmaxBackward0" or rows_sum_1) else "sigmoid"
         s.add("probabilities_to_loss", f"the model's output is {what} probabilities (in [0, 1]"
-              + (", rows sum to 1" if rows_sum_1 else "") + f") but {s.loss.loss_name} expects raw logits: "
+              + (", rows sum to 1" if rows_sum_1 else "") + f") but {said} expects raw logits: "
               "it applies log-softmax/log-sigmoid itself, so gradients shrink and the loss cannot reach 0",
               (last,))
-        s.check("output vs loss", f"{what} probabilities into {s.loss.loss_name}")
-    elif s.loss.loss_name in _LOGPROB_LOSSES and bool((yd >= 0).all()):
-        s.add("probabilities_to_loss", f"{s.loss.loss_name} expects log-probabilities (<= 0, e.g. log_softmax) "
+        s.check("output vs loss", f"{what} probabilities into {said}")
+    elif name in _LOGPROB_LOSSES and bool((yd >= 0).all()):
+        s.add("probabilities_to_loss", f"{said} expects log-probabilities (<= 0, e.g. log_softmax) "
               "but the output is non-negative (probabilities or raw scores)", (last,))
-        s.check("output vs loss", f"non-negative outputs into {s.loss.loss_name}")
+        s.check("output vs loss", f"non-negative outputs into {said}")
     else:
-        s.check("output vs loss", f"{fn_name or 'raw'} outputs into {s.loss.loss_name}")
+        s.check("output vs loss", f"{fn_name or 'raw'} outputs into {said}")
+
+
+# autograd nodes that only reshape or move values: the op that made a tensor is the first node past them
+_SHAPE_ONLY = {"ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "TransposeBackward0",
+               "PermuteBackward0", "SqueezeBackward0", "SqueezeBackward1", "UnsqueezeBackward0", "CloneBackward0",
+               "SliceBackward0", "SelectBackward0", "ExpandBackward0", "ToCopyBackward0", "AliasBackward0"}
+
+
+def _producer(y: Any) -> str:
+    """The name of the autograd node that made ``y``'s values ('' for a leaf), past views and reshapes
+    (``logits.view(-1, C)`` into the loss still came out of the Softmax before it)."""
+    node = getattr(y, "grad_fn", None)
+    for _ in range(16):
+        if node is None:
+            return ""
+        name = node.name()
+        if name not in _SHAPE_ONLY:
+            return str(name)
+        node = next((f for f, _ in node.next_functions if f is not None), None)
+    return ""
 
 
 def initial_loss(s: Session) -> None:

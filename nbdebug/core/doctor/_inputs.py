@@ -302,6 +302,37 @@ class LossAdapter:
                 "or a dict with 'loss'")
         return None, loss
 
+    def probe(self, work: Any, inputs: Any) -> tuple[Any, Any, Any]:
+        """(model output or None, scalar loss or None, ``LossProbe``): the first forward pass, with every call to a
+        torch loss noted (what it was given), whichever way the loss is made.  A loss that raises (a target out of
+        range) is not raised here: the probe has noted its inputs, and the first training step meets the error
+        again where the doctor handles it."""
+        from nbdebug.core.doctor._loss_probe import LossProbe
+        from nbdebug.errors import NonFiniteError
+
+        probe = LossProbe()
+        loss = None
+        if self.mode == "hf":  # the model computes its loss inside its forward
+            try:
+                with probe:
+                    out = self.forward(work, inputs)
+            except NonFiniteError:
+                raise
+            except Exception:
+                if not probe.calls or probe.calls[-1].result is not None:
+                    raise  # the model's own error, not its loss's
+                return None, None, probe
+            return out, _model_loss(out), probe
+        out = self.forward(work, inputs)
+        try:
+            with probe:  # a LightningModule's loss is in its training_step, with or without a forward
+                loss = self.loss_fn(out, self.targets) if self.mode == "fn" else self.loss(work, inputs)[1]
+        except NonFiniteError:
+            raise
+        except Exception:  # noqa: BLE001 - met again, and handled, in the first training step
+            loss = None
+        return out, loss, probe
+
     def batch_loss(self, work: Any, batch: Any) -> Any:
         """The scalar loss of one step on another batch of the same form (one of a DataLoader's)."""
         return self.loss(work, *self.split(batch))[1]

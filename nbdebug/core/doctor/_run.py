@@ -136,7 +136,7 @@ def _run(s: Session) -> None:
     out = None
     try:
         with nan_sentinel(work) as sentinel:
-            out = s.loss.forward(work, s.loss.inputs)
+            out, probe_loss, probe = s.loss.probe(work, s.loss.inputs)
             sentinel.check()
     except NonFiniteError as e:
         init.nonfinite(s, "nonfinite_forward", "the first forward pass produces NaN/Inf", e)
@@ -150,7 +150,9 @@ def _run(s: Session) -> None:
     finally:
         dead_probe.remove()
     s.check("forward", "finite" if out is not None else "no forward of its own: trained through training_step")
-    y = logits_of(out)
+    s.observe(probe, probe_loss)
+    # what the checks look at: the model's output, or what its loss was given when the output is out of sight
+    y = logits_of(out) if out is not None else (s.loss_in.input if s.loss_in is not None else None)
     init.infer_task(s, y)
     if not init.labels(s, y):
         return

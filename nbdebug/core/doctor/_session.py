@@ -79,10 +79,12 @@ class Session:
         self.lr_used: float | None = None
         self.unstable = ""  # why the overfit run is unstable ("" when it is not)
         self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
+        self.params_still: float | None = None  # the overfit run stopped early: its parameters did not move (rel.)
         # what the setup checks and the experiments learn
         self.coverage_missing: list[str] = []  # trainable parameters the user's optimizer does not hold
         self.left_in_eval = False  # the user left the model in eval mode
         self.broadcast: tuple[Any, Any] | None = None  # (output shape, target shape) an element-wise loss broadcasts
+        self.loss_in: Any = None  # the torch loss call the probe step saw make the loss (a LossCall), or None
         self.experiments: list[Any] = []  # the Experiments run, best first
         self.not_causes: set[str] = set()  # kinds whose fix was tried on a copy and did not move the result
         self.explained = False  # an experiment found why the batch is not learned
@@ -125,12 +127,75 @@ class Session:
 
     # -- the problem -----------------------------------------------------------------------------------------
     def ignore_index(self) -> int:
+        if self.loss_in is not None:
+            return int(self.loss_in.ignore_index)
         return int(getattr(self.loss.loss_fn, "ignore_index", -100))
+
+    def observe(self, probe: Any, loss: Any) -> None:
+        """What the probe step saw the loss given (``loss_in``).  When the step's loss is that one call's result, its
+        name is the loss's for every check (a LightningModule's ``training_step``, a Hugging Face model's own loss,
+        a lambda around a torch loss), unless the user's ``loss_fn`` already is a torch loss."""
+        from nbdebug.core.doctor._loss_probe import known_loss
+
+        call, whole = probe.the_loss(loss)
+        self.loss_in = call
+        if call is not None and whole and not (self.loss.mode == "fn" and known_loss(self.loss.loss_name)):
+            self.loss.loss_name = call.name
+
+    def loss_said(self) -> str:
+        """The loss's name as a user reads it: the ``loss_fn``'s own, else the torch loss the probe saw."""
+        from nbdebug.core.doctor._loss_probe import known_loss
+
+        if self.loss_in is not None and not (self.loss.mode == "fn" and known_loss(self.loss.loss_name)):
+            return f"F.{self.loss_in.name}"
+        return self.loss.loss_name
 
     def cross_entropy(self) -> bool:
         """The loss is a softmax cross-entropy (named so, or a Hugging Face head's own loss on class labels)."""
         return self.loss.loss_name in ("CrossEntropyLoss", "cross_entropy") or (
             self.loss.mode != "fn" and self.task == "classification")
+
+    def label_floor(self) -> float | None:
+        """The loss a model reaches from the label frequencies alone, without looking at its input (their
+        entropy), when the loss is a cross-entropy on class indices or 0/1 targets; None otherwise."""
+        import math
+
+        import torch
+
+        name = self.loss.loss_name
+        t = self.loss_in.target if self.loss_in is not None and self.loss_in.target is not None else self.loss.targets
+        if not isinstance(t, torch.Tensor) or not t.numel():
+            return None
+        if name in ("CrossEntropyLoss", "cross_entropy", "NLLLoss", "nll_loss") and not t.is_floating_point():
+            t = t[t != self.ignore_index()]
+            if not t.numel() or int(t.min()) < 0:
+                return None
+            p = torch.bincount(t.reshape(-1)).float() / t.numel()
+            return float(-(p[p > 0] * p[p > 0].log()).sum())
+        if name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "BCELoss", "binary_cross_entropy"):
+            tf = t.detach().float()
+            if not bool(((tf == 0) | (tf == 1)).all()):
+                return None
+            p = tf.reshape(tf.shape[0], -1).mean(0) if tf.dim() >= 1 and tf.shape[0] else tf.reshape(1)
+            h = [-(q * math.log(q) + (1 - q) * math.log(1 - q)) if 0 < q < 1 else 0.0 for q in p.tolist()]
+            return sum(h) / len(h)
+        return None
+
+    def learned_share(self) -> float:
+        """How far the overfit run took the loss (the lowest of its last tenth) below where it started, or below what
+        the label frequencies alone give when that is lower, as a share of the initial loss; 0 when unknown.  A
+        run that only learned which labels are common has not learned from its input."""
+        import math
+
+        if not self.losses:
+            return 0.0
+        init = self.initial_loss if self.initial_loss is not None else self.losses[0]
+        final = min(self.losses[-max(1, len(self.losses) // 10):])
+        if not (math.isfinite(init) and math.isfinite(final)) or init == 0:
+            return 0.0
+        floor = self.label_floor()
+        start = init if floor is None else min(init, floor)
+        return (start - final) / abs(init)
 
     def lr_note(self) -> str:
         """`` (lr=0.003)`` when the learning rate is known, else ''."""

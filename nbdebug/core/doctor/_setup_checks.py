@@ -13,7 +13,7 @@ from nbdebug.core.doctor._inputs import set_lr
 from nbdebug.core.doctor._session import Session
 
 __all__ = ["optimizer_coverage", "learning_rate", "model_mode", "loss_shapes", "batchnorm_batch",
-           "is_frozen_on_purpose", "user_lr", "ELEMENTWISE_LOSSES", "MODE_LAYERS"]
+           "is_frozen_on_purpose", "frozen_as_declared", "user_lr", "ELEMENTWISE_LOSSES", "MODE_LAYERS"]
 
 # losses that compare outputs and targets element by element, broadcasting shapes that differ
 ELEMENTWISE_LOSSES = {"MSELoss", "mse_loss", "L1Loss", "l1_loss", "SmoothL1Loss", "smooth_l1_loss", "HuberLoss",
@@ -32,6 +32,12 @@ def is_frozen_on_purpose(s: Session, name: str) -> bool:
     if not frozen:
         return False
     return any(name == f or name.startswith(f.rstrip(".") + ".") for f in frozen)  # type: ignore[union-attr]
+
+
+def frozen_as_declared(s: Session) -> bool:
+    """Part of the model is frozen, and all of it on purpose (the ``frozen=`` argument)."""
+    frozen = [n for n, p in s.user_model.named_parameters() if not p.requires_grad and p.is_floating_point()]
+    return bool(frozen) and all(is_frozen_on_purpose(s, n) for n in frozen)
 
 
 def optimizer_coverage(s: Session) -> None:
@@ -131,10 +137,14 @@ def loss_shapes(s: Session, y: Any) -> None:
     """Outputs and targets of different shapes that an element-wise loss broadcasts ((N, 1) against (N,))."""
     import torch
 
-    t = s.loss.targets
-    if s.loss.mode != "fn" or not isinstance(y, torch.Tensor) or not isinstance(t, torch.Tensor):
+    t, name = s.loss.targets, s.loss.loss_name
+    if s.loss_in is not None:  # what the loss was given, wherever it is called
+        y, t, name = s.loss_in.input, s.loss_in.target, s.loss_in.name
+    elif s.loss.mode != "fn":
         return
-    if s.loss.loss_name not in ELEMENTWISE_LOSSES or tuple(y.shape) == tuple(t.shape):
+    if not isinstance(y, torch.Tensor) or not isinstance(t, torch.Tensor):
+        return
+    if name not in ELEMENTWISE_LOSSES or tuple(y.shape) == tuple(t.shape):
         return
     try:
         b = tuple(torch.broadcast_shapes(y.shape, t.shape))
@@ -149,7 +159,7 @@ def loss_shapes(s: Session, y: Any) -> None:
         s.check("loss input shapes", f"{tuple(y.shape)} vs {tuple(t.shape)} (broadcast to {b}, no more elements)")
         return
     s.broadcast = (tuple(y.shape), tuple(t.shape))
-    s.add("loss_broadcast", f"{s.loss.loss_name} gets outputs of shape {tuple(y.shape)} and targets of shape "
+    s.add("loss_broadcast", f"{s.loss_said()} gets outputs of shape {tuple(y.shape)} and targets of shape "
           f"{tuple(t.shape)}; they broadcast to {b}, so every prediction is compared with every target and the "
           "best the model can do is predict their mean", [s.last_module()], severity="error",
           evidence={"outputs": str(tuple(y.shape)), "targets": str(tuple(t.shape)), "broadcast": str(b)})

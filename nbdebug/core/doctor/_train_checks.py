@@ -18,7 +18,7 @@ from nbdebug.core.doctor._repro import check_reproducible
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
-__all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "generalisation",
+__all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said", "generalisation",
            "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
 
 _RELU = ("ReLU", "ReLU6")
@@ -125,19 +125,23 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     target = None
     if early_stop and s.initial_loss is not None:
         target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(s.initial_loss))
+    still = _Stillness(work) if monitor and early_stop else None
     if mon is not None:
         mon.attach()
     t0 = time.perf_counter()
+    first_step: float | None = None
     try:
         for i in range(n):
             loss_t.append(one_step(s, work, opt, inputs, adapter).detach().float())
             now = time.perf_counter()
+            if i == 0:
+                first_step = now - t0
             if i == 0 and deadline is not None:
-                # slow steps: fewer than min_steps when min_steps would take three times the phase's share
-                first = now - t0
+                # slow steps: fewer than min_steps when min_steps would take three times the phase's share (fewer
+                # than 20 steps of SGD with momentum often rise before they fall: a healthy run looks unstable)
                 share = max(deadline - t0, 0.0)
-                if first * min_steps > 3 * share:
-                    min_steps = max(FLOOR_STEPS, int(3 * share / max(first, 1e-9)))
+                if first_step * min_steps > 3 * share:
+                    min_steps = max(FLOOR_STEPS, int(3 * share / max(first_step, 1e-9)))
             spent = end is not None and now >= end  # the whole budget is spent: stop within a step of it
             if (i + 1) % 10 == 0 or spent or (deadline is not None and i + 1 >= min_steps and now > deadline):
                 per = (now - t0) / (i + 1)
@@ -152,13 +156,54 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
                         break  # diverged: the verdict is in
                     if bool((recent <= target).all()):
                         break  # fits the batch
+            if still is not None and i + 1 == FLOOR_STEPS and still.moved(work, loss_t) is not None:
+                s.params_still = still.change
+                break  # nothing moves: more steps of the same say nothing; the experiments get the time
         losses = [float(v) for v in torch.stack(loss_t).cpu().tolist()]
+        if len(losses) >= 3 and first_step is not None:
+            # the steady pace, past the first step's warm-up: what later phases are planned with
+            s.step_time = (time.perf_counter() - t0 - first_step) / (len(losses) - 1)
     finally:
         if mon is not None:
             mon.detach()
     if mon is not None:
         _monitor_findings(s, mon, losses)
     return losses
+
+
+class _Stillness:
+    """Whether the parameters move at all: a fixed sample of each trainable tensor's values (at most 1024 each),
+    compared after a few steps.  A loss that has not moved while the parameters moved by less than
+    ``still_params_rel`` of their size is a verdict (a learning rate of 1e-8, an optimizer that updates nothing)
+    that more steps would only repeat."""
+
+    def __init__(self, work: Any) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.picks = []
+        for p in work.parameters():
+            if p.requires_grad and p.is_floating_point() and p.numel():
+                idx = torch.randint(0, p.numel(), (min(p.numel(), 1024),), generator=g).to(p.device)
+                self.picks.append((p, idx, p.detach().reshape(-1)[idx].float().clone()))
+        self.change: float | None = None
+
+    def moved(self, work: Any, loss_t: list[Any]) -> float | None:
+        """The parameters' relative change when both it and the loss's are too small to matter, else None."""
+        import torch
+
+        if not self.picks or len(loss_t) < 2:
+            return None
+        first, last = float(loss_t[0]), float(loss_t[-1])
+        if not abs(last - first) < threshold("overfit_still_rel") * abs(first):
+            return None
+        diff = torch.stack([(p.detach().reshape(-1)[i].float() - v).norm() for p, i, v in self.picks]).norm()
+        size = torch.stack([v.norm() for _, _, v in self.picks]).norm()
+        rel = float(diff / size.clamp_min(1e-12))
+        if rel >= threshold("still_params_rel"):
+            return None
+        self.change = rel
+        return rel
 
 
 def _monitor_findings(s: Session, mon: Any, losses: list[float]) -> None:
@@ -201,7 +246,7 @@ def overfit(s: Session) -> None:
     if final <= target:
         return
     lr = f"lr={s.lr_used:g}" if s.lr_used is not None else "the learning rate"
-    msg = f"after {n} steps on one repeated batch the loss is {final:.4g} (from {init:.4g})"
+    msg = overfit_said(s)
     s.unstable = _instability(s.losses, init)
     if s.unstable:
         s.add("cannot_overfit", f"{msg}: {s.unstable}, the mark of a learning rate that is too high "
@@ -209,11 +254,18 @@ def overfit(s: Session) -> None:
               evidence={"lr": s.lr_used, "final": final, "min": min(s.losses)})
         return
     earlier = min(s.losses[int(0.6 * n): max(int(0.6 * n) + 1, int(0.8 * n))])
-    # a loss that barely moved in 50 steps or more is a verdict even when the budget cut the run short
-    if abs(init - final) < threshold("overfit_still_rel") * abs(init) and (not s.cut_by_budget or n >= 50):
-        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}", severity="error",
-              fixes=fixes_for("lr_too_low") if (s.lr_used is not None and s.lr_used < threshold("tiny_lr")) else None,
-              evidence={"lr": s.lr_used, "final": final})
+    tiny_lr = s.lr_used is not None and s.lr_used < threshold("tiny_lr")
+    # a loss that barely moved in 50 steps or more is a verdict even when the budget cut the run short, and so is
+    # one at a learning rate too small to move it
+    if abs(init - final) < threshold("overfit_still_rel") * abs(init) and (not s.cut_by_budget or n >= 50 or tiny_lr):
+        moved = "" if s.params_still is None else (
+            f" (the parameters moved by {s.params_still:.1g} of their size in {n} steps, so the run stopped there)")
+        s.add("cannot_overfit", f"{msg}: the loss has barely moved with {lr}{moved}", severity="error",
+              fixes=fixes_for("lr_too_low") if tiny_lr else None,
+              evidence={"lr": s.lr_used, "final": final, **({} if s.params_still is None else
+                                                           {"parameter_change": s.params_still})})
+        return
+    if _frozen_part_learns(s, msg):
         return
     if s.cut_by_budget and final < 0.999 * earlier:
         budget = s.options.time_budget
@@ -229,6 +281,42 @@ def overfit(s: Session) -> None:
               fixes=fixes_for("lr_too_low"))
     else:
         s.add("cannot_overfit", msg + "; it has stalled", severity="warning")
+
+
+def overfit_said(s: Session) -> str:
+    """``after 200 steps on one repeated batch the loss is 0.41 (from 0.697)``."""
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    final = min(s.losses[-max(1, len(s.losses) // 10):])
+    return f"after {len(s.losses)} steps on one repeated batch the loss is {final:.4g} (from {init:.4g})"
+
+
+def learned_said(s: Session, share: float) -> str:
+    """``the loss went 0.697 -> 0.387, well under the 0.59 that the label frequencies alone give``."""
+    floor = s.label_floor()
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    final = min(s.losses[-max(1, len(s.losses) // 10):])
+    if floor is not None and floor < init:
+        return f"the loss went {init:.4g} -> {final:.4g}, well under the {floor:.4g} that the label frequencies alone give"
+    return f"the loss went {init:.4g} -> {final:.4g}, {share:.0%} lower"
+
+
+def _frozen_part_learns(s: Session, msg: str) -> bool:
+    """With a part frozen on purpose, the question is what the part that trains can do: when its loss falls well
+    (``overfit_learns_rel``) the batch not being memorised is a note, not a fault (a linear head on frozen
+    features may not separate 16 samples at all).  True when that note was added."""
+    from nbdebug.core.doctor._setup_checks import frozen_as_declared
+
+    share = s.learned_share()
+    if not frozen_as_declared(s) or share < threshold("overfit_learns_rel"):
+        return False
+    trainable = [(n, p) for n, p in s.user_model.named_parameters() if p.requires_grad]
+    parts = sorted({n.rsplit(".", 1)[0] if "." in n else n for n, _ in trainable})
+    weights = sum(p.numel() for _, p in trainable)
+    s.add("cannot_overfit", f"{msg}; only what you train ({', '.join(parts[:4])}: {weights:,} weights, the rest frozen "
+          f"as you declared) learns here: {learned_said(s, share)}; a small trainable part on frozen features need "
+          "not memorise a batch, so this is no fault", severity="info", fixes=(),
+          evidence={"learned_share": round(share, 4), "trainable_weights": weights})
+    return True
 
 
 def _accuracy(s: Session, out: Any, targets: Any) -> tuple[float, float] | None:
@@ -315,6 +403,12 @@ def zero_input_baseline(s: Session) -> None:
         return
     if s.has("ignores_input"):
         s.check("zero-input baseline", "skipped: the output does not depend on the input")
+        return
+    floor = s.label_floor()
+    if floor is not None and s.learned_share() >= threshold("overfit_learns_rel"):
+        # a zero input can reach the label frequencies' loss at best: the real run is already well below it
+        s.check("zero-input baseline", f"skipped: the real input takes the loss to {real:.4g}, well under the "
+                f"{floor:.4g} that the label frequencies alone give")
         return
     work, opt = s.fresh()
     zeros = s.loss.zeroed_inputs()

@@ -481,6 +481,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("input_scale_std", 5.0, "input std (or |mean|) above which inputs count as unnormalised", CS231N_PRE),
     Threshold("overfit_still_rel", 0.02, "relative loss change on one batch below which the loss has not moved",
               KARPATHY),
+    Threshold("still_params_rel", 1e-4,
+              "relative change of the parameters after 8 steps below which (with a loss that has not moved) they "
+              "do not move at all, and the overfit run stops", _NBDEBUG),
     Threshold("tiny_lr", 1e-5, "learning rate below which a loss that does not move is blamed on the lr", KARPATHY),
     Threshold("loss_spike_mad", 8.0,
               "loss above its recent median by this many median absolute deviations (and the factor) is a spike",
@@ -500,6 +503,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("overfit_fail_rel", 0.5,
               "final/initial loss ratio above which a model cannot overfit one batch (error)", KARPATHY),
     Threshold("overfit_abs", 0.05, "final loss below which overfitting one batch counts as done", KARPATHY),
+    Threshold("overfit_learns_rel", 0.1,
+              "share of its initial loss a run on one batch must shed to count as learning: then a batch not fitted "
+              "in time is a note (a higher lr fits it faster; a head on frozen features need not memorise it), "
+              "not a fault", KARPATHY),
     Threshold("init_loss_rel", 0.5, "relative distance of the initial loss from -log(1/C) that is 'far'", KARPATHY),
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
     Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
