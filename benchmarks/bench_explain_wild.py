@@ -117,8 +117,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "audio_backend_missing": frozenset({"environment_version"}),
     # pin protobuf 3.20.x or upgrade the package whose generated code is old
     "protobuf_version": frozenset({"environment_version"}),
-    # upgrade bitsandbytes and run python -m bitsandbytes
-    "bitsandbytes_setup": frozenset({"environment_version"}),
+    # upgrade bitsandbytes and run python -m bitsandbytes: the step labels of a bitsandbytes install without its
+    # CUDA library give too (install_build: "run python -m bitsandbytes ... install a build matching the CUDA")
+    "bitsandbytes_setup": frozenset({"environment_version", "install_build"}),
     # pass device= to the pipeline
     "pipeline_no_device": frozenset({"library_api_misuse"}),
 }

@@ -93,3 +93,27 @@ def test_scheduler_order_says_the_gradscaler_warning_is_harmless_first():
     assert first.startswith("Under GradScaler / AMP") and "single warning at the start is harmless" in first
     assert "scaler.get_scale()" in first and "65536" in first and "step the optimizer first" in first
     assert "harmless" in d.summary and "only the first step" in d.summary
+
+
+def test_every_pattern_that_matches_a_real_text_passes_its_keyword_gate():
+    """The keywords gate an entry before its patterns run: a pattern whose words no keyword covers never fires.
+
+    Checked on every real text of the corpora (bitsandbytes' ``cget_managed_ptr`` and a bare ``DistBackendError``
+    were such patterns: right in the table, never reached).
+    """
+    from pathlib import Path
+
+    from nbdebug.core.explain._explain import _compiled
+    from nbdebug.core.explain._normalize import normalize
+
+    data = Path(__file__).parent / "data"
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(data.glob("errors*/*.txt"))]
+    assert len(texts) > 500
+    missed = []
+    for raw in texts:
+        text = normalize(raw[-200_000:])
+        low = text.lower()
+        for c in _compiled():
+            if c.entry.keywords and not any(k in low for k in c.entry.keywords):
+                missed += [(c.entry.slug, p.pattern) for p in c.patterns if p.search(text)]
+    assert not missed, missed

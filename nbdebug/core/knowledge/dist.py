@@ -68,7 +68,7 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=("explain", "rank_failure", "nccl_log"),
         role="victim",
         summary="NCCL reported an error[[: {nccl_error}]][[ (NCCL {nccl_version})]].",
-        keywords=("nccl",),
+        keywords=("nccl", "distbackenderror"),
         patterns=(
             r"NCCL error in: ",
             r"NCCL error: ",

@@ -202,13 +202,17 @@ ENTRIES += (
         title="bitsandbytes found no native library for this CUDA, platform or GPU",
         summary=("bitsandbytes could not load a compiled library that fits the installed CUDA runtime, the platform "
                  "(Windows before 0.43) or the GPU, so its 8-bit optimizers and layers are not available."),
-        keywords=("cuda setup failed", "cadam32bit", "compiled without gpu support", "libbitsandbytes"),
+        keywords=("cuda setup failed", "cadam32bit", "compiled without gpu support", "libbitsandbytes",
+                  "cquantize_blockwise", "cget_managed_ptr", "module 'bitsandbytes'"),
         patterns=(r"CUDA Setup failed despite GPU being available",
                   r"has no attribute '(?:cadam32bit_grad_fp32|cquantize_blockwise_fp16\w*|cget_managed_ptr)'",
+                  # its own subpackages (nn, optim) missing: its import stopped where the native library failed
+                  r"module 'bitsandbytes' has no attribute '(?:nn|optim|functional|cextension)'",
                   r"bitsandbytes was compiled without GPU support",
                   r"Could not (?:find the bitsandbytes CUDA binary|load bitsandbytes native library)"),
         priority=80,  # its library's name, more than a shared object that does not load
-        extra={"family": "environment_version"},
+        # its first step (python -m bitsandbytes, a build for this CUDA) is a reinstall as much as a version
+        extra={"family": "environment_version,install_build"},
         causes=("A bitsandbytes release older than the CUDA runtime of the installed torch (no libbitsandbytes_cudaXXX "
                 "for it).",
                 "Windows with a release before 0.43, which shipped no Windows build.",
