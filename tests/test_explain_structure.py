@@ -1,7 +1,7 @@
 """The explainer reads a traceback's structure (issue 23): frames and their owners, family-level answers, guards.
 
-Texts come from the wild sample's tune half and its first held-out half (tests/data/errors_wild, opened for
-development), or are written here; live exceptions are raised through real torch code.
+Texts come from the wild sample's tune half and its first two held-out samples (tests/data/errors_wild, opened
+for development), or are written here; live exceptions are raised through real torch code.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ WILD = Path(__file__).parent / "data" / "errors_wild"
 
 
 def _wild(item_id: str) -> str:
-    for half in ("tune.jsonl", "heldout.jsonl"):
+    for half in ("tune.jsonl", "heldout.jsonl", "heldout2a.jsonl", "heldout2b.jsonl"):
         for line in (WILD / half).read_text(encoding="utf-8").splitlines():
             item = json.loads(line)
             if item["id"] == item_id:
@@ -221,3 +221,17 @@ def test_live_exceptions_are_placed_by_their_frames():
     with pytest.raises(RuntimeError) as info:
         torch.ones(2, 3) @ torch.ones(4, 5)
     assert explain(info.value).kind == "shape_mismatch"
+
+
+def test_a_wrapper_gives_way_to_the_inner_error_the_structure_places():
+    # a DataLoader worker's traceback re-raised as the message (torch <= 0.4): PIL raised inside the worker
+    d = explain(_wild("x037"))
+    assert d.kind == "library_raised" and d.evidence["package"] == "PIL"
+    assert d.evidence["reported_through"] == "dataloader_worker"
+    # an error of the user's own Dataset behind the wrapper stays the wrapper's (num_workers=0 leads there)
+    text = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    for b in loader:\n"
+            "ValueError: Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+            "  File \"/p/site-packages/torch/utils/data/_utils/worker.py\", line 308, in _worker_loop\n"
+            "    data = fetcher.fetch(index)\n  File \"/home/u/data.py\", line 12, in __getitem__\n"
+            "    label = int(row[1])\nValueError: invalid literal for int() with base 10: 'cat'\n")
+    assert explain(text).kind == "dataloader_worker"

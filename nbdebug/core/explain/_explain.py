@@ -470,11 +470,13 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     found = _plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
     placed: dict[str, Any] = {}
-    if chosen is None and not isinstance(error, warnings.WarningMessage):
-        # no message matched: the traceback's structure may still place the error's family
+    if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):
+        # no message matched (or only a wrapper's, whose text may carry the inner traceback): the traceback's
+        # structure may still place the error's family
         structure = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
         family = fallback(structure, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
-        if family is not None:
+        # an error in the user's own code behind a wrapper: the wrapper's first step leads there (num_workers=0)
+        if family is not None and (chosen is None or family[0] != "user_code_error"):
             chosen, placed = (_by_slug(family[0]), None), family[1]
     if chosen is None:
         unknown = _unknown(text, exc_type)

@@ -34,7 +34,8 @@ _CHECKPOINT_WORDS = re.compile(r"(?i:torch\.load|load_state_dict|state_dict|chec
 # numbers in a list or tuple: sizes or counts of the user's data ("inconsistent numbers of samples: [16, 4]")
 _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
 # frames of a loader reading a checkpoint or a pretrained model's files
-_LOADING = re.compile(r"(?i:load|from_pretrained|state_dict|checkpoint|restore)")
+# (a data loader's frame -- pil_loader, default_loader -- reads one sample, not a model's file)
+_LOADING = re.compile(r"(?i:load(?!er)|from_pretrained|state_dict|checkpoint|restore)")
 _DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
                                 r"torch\.distributed|world_size|_prepare_deepspeed)")
 # site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
