@@ -79,7 +79,7 @@ def test_slugs_are_the_issue_contract():
         "no_matching_wheel", "extension_build_failed", "checkpoint_corrupt", "checkpoint_module_missing",
         "native_crash", "host_oom", "kernel_died", "call_signature", "missing_key", "wrong_object_attribute",
         "replica_error", "torchscript_error", "xla_not_imported", "wrapped_model_attribute", "xla_input_on_cpu",
-        "process_group_missing",
+        "process_group_missing", "torch_unbuilt",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

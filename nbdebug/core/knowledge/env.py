@@ -188,7 +188,9 @@ ENTRIES: tuple[Entry, ...] = (
             # a pickle written by a newer torch (torch._utils._rebuild_tensor_v2 and the like)
             r"Can't get attribute '\w+' on <module 'torch(?:\.\w+)*'",
             r"cannot import name '\w+' from '(?:torch|torchvision|torchaudio)(?:\.\w+)*'",
-            r"No module named '(?:torch|torchvision|torchaudio)\.[\w.]+'",
+            # not torch._C / torch.version, which every release has: the build generates them, so their absence is
+            # a source checkout run unbuilt or a broken install, not a release that lacks them
+            r"No module named '(?!torch\.(?:_C|version)')(?:torch|torchvision|torchaudio)\.[\w.]+'",
         ),
         priority=44,
         facts=(
@@ -386,6 +388,33 @@ ENTRIES += (
         "named like the package is to be renamed (and its __pycache__ deleted); inside site-packages, the install "
         "is broken or mixed: uninstall the package until pip finds none left, then install it once, and restart.",
         sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
+    ),
+    Entry(
+        slug="torch_unbuilt",
+        title="torch was imported without its build-generated files (a source checkout, or a broken install)",
+        summary=("torch's[[ '{module}']] module is missing: every release has it, because building torch generates it "
+                 "(the compiled torch._C, torch/version.py). Python imported a torch folder that was never built "
+                 "-- usually the PyTorch repository in the working directory -- or an install with files missing."),
+        keywords=("no module named 'torch._c'", "no module named 'torch.version'", "failed to load pytorch c ext"),
+        patterns=(r"No module named '(?:torch\._C|torch\.version)'",
+                  # torch's own __init__ when it finds the repository's torch/_C folder instead of the extension
+                  r"Failed to load PyTorch C extensions"),
+        priority=60,  # more than a missing package: it names torch's own build
+        extra={"family": "install_build,environment_version"},
+        facts=((r"No module named '(?P<module>torch\.(?:_C|version))'", {"module": "str"}),),
+        causes=("Python runs in the PyTorch repository (or a folder holding its torch/ directory), which shadows the "
+                "installed torch and has no compiled parts.",
+                "A source build that did not finish (python setup.py install in the source tree, a CI job that "
+                "imports the tree before building it).",
+                "An install with files missing (an interrupted upgrade, two copies of torch)."),
+        fixes=(Fix("See which torch Python imports", "import importlib.util\n"
+                   "print(importlib.util.find_spec('torch').origin)  # should be inside site-packages"),
+               Fix("In a source checkout: build it in place, or run from another directory",
+                   "python setup.py develop  # or: cd .. && python -c 'import torch'")),
+        first_step="Print where torch comes from (importlib.util.find_spec('torch').origin): a source checkout is to "
+        "be built (python setup.py develop) or left (run from another directory); inside site-packages, uninstall "
+        "torch until pip finds none and install it once.",
+        sources=("https://github.com/pytorch/pytorch/issues/574", "https://github.com/pytorch/pytorch#from-source"),
     ),
     Entry(
         slug="install_failed",
