@@ -235,3 +235,12 @@ def test_a_wrapper_gives_way_to_the_inner_error_the_structure_places():
             "    data = fetcher.fetch(index)\n  File \"/home/u/data.py\", line 12, in __getitem__\n"
             "    label = int(row[1])\nValueError: invalid literal for int() with base 10: 'cat'\n")
     assert explain(text).kind == "dataloader_worker"
+
+
+def test_pip_failing_on_another_name_is_not_the_missing_modules_cause():
+    d = explain(_wild("x011"))  # No module named 'peft', then pip finds no release of 'perf'
+    assert d.kind == "package_missing" and d.evidence["module"] == "peft"
+    same = ("ModuleNotFoundError: No module named 'torchaudio'\n"
+            "ERROR: Could not find a version that satisfies the requirement torchaudio==0.4.0 (from versions: none)\n"
+            "ERROR: No matching distribution found for torchaudio==0.4.0\n")
+    assert explain(same).kind == "no_matching_wheel"

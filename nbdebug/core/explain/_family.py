@@ -198,6 +198,26 @@ _OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|kera
 _SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
 
 
+_MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]{1,200})'")
+_NO_DISTRIBUTION = re.compile(r"(?:No matching distribution found for|satisfies the requirement) (?P<pkg>[\w.-]{1,200})")
+
+
+def _other_package_missing(raw: str) -> bool:
+    """Whether the text's missing module is another package than the one pip found no release of.
+
+    A traceback's ``No module named 'peft'`` followed by pip failing on ``perf``: the pip line is a failed attempt at
+    a fix (a typo, another package), and the missing module is the error to answer.  With the same name, pip's
+    failure is the cause and its answer stands.
+    """
+    missing = _MISSING_MODULE.search(raw)
+    wanted = _NO_DISTRIBUTION.search(raw)
+    if missing is None or wanted is None:
+        return False
+    module = missing.group("module").split(".")[0].lower().replace("_", "-")
+    package = wanted.group("pkg").lower().replace("_", "-")
+    return not (package.startswith(module) or module.startswith(package))
+
+
 def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
     """Whether the text's structure contradicts a category matched on ``line``.
 
@@ -206,11 +226,14 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a size mismatch raised in an optimizer's own update (``exp_avg``): the parameters and their optimizer state
       disagree (sharded, reloaded from another model), not the shapes of the user's tensors;
     - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
-      module as easily as a version that lacks it.
+      module as easily as a version that lacks it;
+    - pip finding no release of a package other than the module the traceback misses (a retyped name).
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
     if slug == "api_missing" and _OTHER_FRAMEWORK.search(raw):
+        return True
+    if slug == "no_matching_wheel" and _other_package_missing(raw):
         return True
     if line and _WARNING_LINE.search(line):
         exc_type, exc_message = last_exception_line(text)
