@@ -244,3 +244,10 @@ def test_pip_failing_on_another_name_is_not_the_missing_modules_cause():
             "ERROR: Could not find a version that satisfies the requirement torchaudio==0.4.0 (from versions: none)\n"
             "ERROR: No matching distribution found for torchaudio==0.4.0\n")
     assert explain(same).kind == "no_matching_wheel"
+
+
+def test_a_value_a_compiler_api_returned_is_not_placed_as_the_users_code():
+    assert explain(_wild("x051")).kind == "unknown"  # trace, _ = torch.jit.trace(...): what torch.jit returns
+    plain = ("Traceback (most recent call last):\n  File \"run.py\", line 4, in <module>\n    a, b = make(x)\n"
+             "TypeError: 'function' object is not iterable\n")
+    assert explain(plain).kind == "wrong_object_attribute"

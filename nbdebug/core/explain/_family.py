@@ -80,6 +80,8 @@ def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None  # a torch operation called from the user's line: a shape / device / dtype family
     if s.exc_type == "AssertionError" and _TENSOR_WORDS.search(frame.source):
         return None  # the assert's condition is its message: `assert torch.cuda.is_available()` is about the GPU
+    if _COMPILER_CALL.search(frame.source):
+        return None  # the value a compiler API returned (torch.jit.trace): the compile family's question
     if _CHECKPOINT_WORDS.search(raw):
         return None  # a loader that failed in the user's own helper: the file, not the code, may be the cause
     if s.exc_type == "AttributeError" and re.search(r"DataParallel|\.module\b", raw):
@@ -198,6 +200,20 @@ _OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|kera
 _SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
 
 
+# the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
+# own (``trace, _ = torch.jit.trace(...)``: what torch.jit returns in this release, not the user's object)
+_VALUE_SLUGS = frozenset({"wrong_object_attribute", "call_signature"})
+_COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b")
+
+
+def _failing_line(raw: str) -> str:
+    """The source line of the traceback's innermost frame (empty without frames)."""
+    from nbdebug.core.explain._structure import read
+
+    frame = read(raw[-20_000:]).innermost
+    return frame.source if frame is not None else ""
+
+
 _MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]{1,200})'")
 _NO_DISTRIBUTION = re.compile(r"(?:No matching distribution found for|satisfies the requirement) (?P<pkg>[\w.-]{1,200})")
 
@@ -227,13 +243,17 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       disagree (sharded, reloaded from another model), not the shapes of the user's tensors;
     - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
       module as easily as a version that lacks it;
-    - pip finding no release of a package other than the module the traceback misses (a retyped name).
+    - pip finding no release of a package other than the module the traceback misses (a retyped name);
+    - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
+      API returns in the installed release, the compile family's question.
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
     if slug == "api_missing" and _OTHER_FRAMEWORK.search(raw):
         return True
     if slug == "no_matching_wheel" and _other_package_missing(raw):
+        return True
+    if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
     if line and _WARNING_LINE.search(line):
         exc_type, exc_message = last_exception_line(text)
