@@ -182,7 +182,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="child_failed",
-        title="A worker process launched by torchrun failed",
+        title="A worker process launched by torchrun (or mp.spawn / xmp.spawn) failed",
         summary=(
             "torchrun reports that a worker failed[[ (rank {rank}, exit code {exitcode})]][[ — {signal_meaning}]]. "
             "This message is only the launcher's summary: the real error is in that rank's own output above it."
