@@ -92,7 +92,7 @@ def memorised_at_once(s: Session) -> None:
     if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] < 4:
         return
     init = s.initial_loss
-    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    target = s.fit_target()
     first = next((i for i, v in enumerate(s.losses) if v <= target), None)
     if first is None or first >= threshold("too_easy_steps") or init <= 10 * threshold("overfit_abs"):
         return
@@ -130,7 +130,7 @@ def shuffled_targets(s: Session, work: Any) -> None:
         return
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     fitted = min(s.losses[-max(1, len(s.losses) // 10):])
-    if not (math.isfinite(fitted) and fitted <= threshold("overfit_rel") * abs(init)):
+    if not (math.isfinite(fitted) and fitted <= s.fit_target()):
         s.check("loss with targets shuffled against inputs", "skipped: the batch is not fitted")
         return
     g = torch.Generator().manual_seed(0)
@@ -143,7 +143,9 @@ def shuffled_targets(s: Session, work: Any) -> None:
         shuffled = float(s.loss.loss_fn(out, t[perm]))
         own = float(s.loss.loss_fn(out, t))
     s.check("loss with targets shuffled against inputs", f"{shuffled:.4g} (with their own targets {own:.4g})")
-    if math.isfinite(shuffled) and shuffled <= max(threshold("shuffled_fit_rel") * abs(init), 2 * abs(own) + 1e-6):
+    floor = s.label_floor()
+    ref = min(abs(init), floor) if floor is not None else abs(init)  # an inflated start is no yardstick
+    if math.isfinite(shuffled) and shuffled <= max(threshold("shuffled_fit_rel") * ref, 2 * abs(own) + 1e-6):
         s.add("fits_too_easily", f"after fitting the batch the loss is {own:.4g}, and {shuffled:.4g} with the targets "
               "shuffled against the inputs: it does not depend on which target goes with which input, so it is "
               "not computed on the model's prediction of each target (the wrong tensor, or only padding)",

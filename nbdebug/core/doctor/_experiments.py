@@ -303,7 +303,7 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
 def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps: int,
          deadline: float | None) -> Experiment | None:
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
-    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    target = s.fit_target()
     try:
         work, opt, adapter, inputs = variant(s)
         curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}", early_stop=True,
@@ -321,13 +321,15 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     # user's own start is said beside it
     base = init if abs(start - init) > 0.05 * max(abs(init), 1e-12) else None
     if base is not None:
-        target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(start))
+        target = s.fit_target(start)
     fitted = math.isfinite(after) and after <= target
     ref = before if math.isfinite(before) else math.inf
     # learning restored: the batch is fitted, or the loss ends well below the user's at the same step (by a share
     # of where it started and of where the user's ended)
     restores = math.isfinite(after) and (fitted or (
         ref - after >= 0.1 * abs(start) and after <= (1 - threshold("restores_rel")) * ref))
+    if math.isfinite(before) and before <= s.fit_target() and cause not in _LOSS_REDEFINED:
+        restores = False  # the user's own setup fits the batch by then: there is nothing to restore
     ex = Experiment(cause=cause, change=change, steps=k, start=start, before=before, after=after, fitted=fitted,
                     restores=bool(restores), code=code, base_start=base)
     s.check(f"experiment: {change}", ex.said())

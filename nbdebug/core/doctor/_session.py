@@ -181,6 +181,20 @@ class Session:
             return sum(h) / len(h)
         return None
 
+    def fit_target(self, start: float | None = None) -> float:
+        """The loss below which one batch counts as fitted: a tenth of where the run starts, or of what the label
+        frequencies alone give when that is lower (a start inflated by raw inputs is no yardstick), and at least
+        ``overfit_abs``.  ``start``: another run's own start (an experiment that changes what the loss is)."""
+        from nbdebug.core.knowledge import threshold
+
+        if start is None:
+            start = self.initial_loss if self.initial_loss is not None else (self.losses[0] if self.losses else 0.0)
+            floor = self.label_floor()
+            ref = min(abs(start), floor) if floor is not None else abs(start)
+        else:
+            ref = abs(start)
+        return max(threshold("overfit_abs"), threshold("overfit_rel") * ref)
+
     def learned_share(self) -> float:
         """How far the overfit run took the loss (the lowest of its last tenth) below where it started, or below what
         the label frequencies alone give when that is lower, as a share of the initial loss; 0 when unknown.  A

@@ -124,7 +124,7 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
     loss_t: list[Any] = []
     target = None
     if early_stop and s.initial_loss is not None:
-        target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(s.initial_loss))
+        target = s.fit_target()
     still = _Stillness(work) if monitor and early_stop else None
     if mon is not None:
         mon.attach()
@@ -241,13 +241,21 @@ def overfit(s: Session) -> None:
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     n = len(s.losses)
     final = min(s.losses[-max(1, n // 10):])
-    target = max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init))
+    target = s.fit_target()
     s.check("overfit one batch", f"loss {init:.4g} -> {final:.4g} in {n} steps (target < {target:.3g})")
     if final <= target:
         return
     lr = f"lr={s.lr_used:g}" if s.lr_used is not None else "the learning rate"
     msg = overfit_said(s)
     s.unstable = _instability(s.losses, init)
+    if s.unstable and s.cut_by_budget and n < MIN_STEPS:
+        # a short run that the time budget cut: healthy SGD with momentum often rises before it falls
+        s.add("cannot_overfit", f"{msg}; the run stopped at the time budget ({s.options.time_budget:g} s) after "
+              f"{n} steps, too few to tell a learning rate that is too high ({s.unstable}) from a start that "
+              "rises before it falls, so there is no verdict yet", severity="info",
+              fixes=fixes_for("overfit_out_of_time"))
+        s.unstable = ""
+        return
     if s.unstable:
         s.add("cannot_overfit", f"{msg}: {s.unstable}, the mark of a learning rate that is too high "
               f"({lr})", severity="error", fixes=fixes_for("lr_too_high"),
@@ -353,8 +361,7 @@ def generalisation(s: Session, work: Any) -> None:
 
     if s.task not in ("classification", "binary") or not s.losses or s.unstable:
         return
-    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
-    if min(s.losses[-max(1, len(s.losses) // 10):]) > threshold("overfit_rel") * abs(init):
+    if min(s.losses[-max(1, len(s.losses) // 10):]) > s.fit_target():
         return  # batch 1 is not fitted: nothing to generalise from
     it = iter(s.options.dataloader)
     try:
@@ -391,7 +398,7 @@ def zero_input_baseline(s: Session) -> None:
     if not math.isfinite(real):
         s.check("zero-input baseline", "skipped: the real run diverged")
         return
-    if real <= max(threshold("overfit_abs"), threshold("overfit_rel") * abs(init)):
+    if real <= s.fit_target():
         # the real input fits the batch; a zero input that also does is memorising through biases only
         s.check("zero-input baseline", "skipped: the real input fits the batch")
         return
