@@ -251,3 +251,10 @@ def test_a_value_a_compiler_api_returned_is_not_placed_as_the_users_code():
     plain = ("Traceback (most recent call last):\n  File \"run.py\", line 4, in <module>\n    a, b = make(x)\n"
              "TypeError: 'function' object is not iterable\n")
     assert explain(plain).kind == "wrong_object_attribute"
+
+
+def test_a_package_not_installed_is_the_error_line_not_a_log_line():
+    assert explain("ImportError: DeepSpeed is not installed => run `pip3 install deepspeed`").kind == "package_missing"
+    # a log line saying a run goes on without a package is background to the error that follows
+    assert explain("Apex not installed, using native amp\nKeyError: 'labels'").kind == "missing_key"
+    assert explain("RuntimeError: CUDA is not installed").kind != "package_missing"

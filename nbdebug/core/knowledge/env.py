@@ -105,7 +105,8 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("A compiled library[[ ({library})]] that a package needs was not found or could not be loaded: the "
                  "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
         keywords=("redistributable", "cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
-                  "image not found", "error loading", "incompatible architecture"),
+                  "image not found", "error loading", "incompatible architecture", "or one of its dependencies",
+                  "could not load this library"),
         patterns=(
             r"Microsoft Visual C\+\+ Redistributable is not installed",
             # a macOS build for the other CPU (an x86_64 Python under Rosetta, or the reverse)
@@ -116,11 +117,16 @@ ENTRIES: tuple[Entry, ...] = (
             r"\[WinError 126\]",
             r"\bimage not found\b",
             r"Error loading \"[^\"\n]{1,300}\.dll\" or one of its dependencies",
+            # Windows' ctypes (Python 3.8+) naming a package's own .pyd/.dll, and torchaudio's loader
+            r"Could not find module '[^'\n]{1,300}\.(?:pyd|dll)' \(or one of its dependencies\)",
+            r"Could not load this library: [^\n]{1,300}\.(?:so|pyd|dll|dylib)\b",
         ),
         priority=78,
         facts=((r"(?P<library>(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*): cannot open shared object file",
                 {"library": "str"}),
-               (r"Error loading \"(?P<library>[^\"\n]{1,300}\.dll)\"", {"library": "basename"})),
+               (r"Error loading \"(?P<library>[^\"\n]{1,300}\.dll)\"", {"library": "basename"}),
+               (r"Could not (?:find module '|load this library: )(?P<library>[^'\n]{1,300}\.(?:pyd|dll|so|dylib))",
+                {"library": "basename"})),
         causes=(
             "A package built for a CUDA / C++ runtime this machine does not have (a CUDA wheel on a machine without "
             "the matching libraries, or a wheel for another platform).",
@@ -221,10 +227,15 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令"),
+        keywords=("were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令",
+                  "not installed", "nomodulenamed"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
-            r"(?<!caught was: )No module named '?[\w.]+'?",
+            r"(?<!caught was: )No ?module ?named ?'?[\w.]+'?",
+            # a library's own check raised as the error ("Error: PEFT not installed", "ImportError: DeepSpeed is not
+            # installed"), not a log line saying it goes on without one; not CUDA's or a driver's
+            r"(?:Error|Exception): (?!(?i:cuda|nvidia|driver|gpu|redistributable|triton)\b)[A-Za-z][\w-]{1,40} "
+            r"(?:is )?not installed\b",
             # PyPI's "pytorch" is a placeholder that refuses to install: the package's pip name is torch
             r"You tried to install \"pytorch\"\. The package named for PyTorch is \"torch\"",
             r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
@@ -258,7 +269,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
         keywords=("building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
-                  "install with miniconda", "suitable distribution", "has requirement", "which is incompatible",
+                  "install with miniconda", "suitable distribution", "provide packages for pypi", "has requirement", "which is incompatible",
                   "resolutionimpossible", "conflicting dependencies", "which is not installed"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
@@ -272,6 +283,8 @@ ENTRIES: tuple[Entry, ...] = (
                   r"setup\(name=\"torch\", version=\"0\.1\.2",
                   r"Please follow the instructions at http://pytorch\.org/ to install with miniconda",
                   r"Could not find suitable distribution for Requirement",
+                  # the placeholder on PyPI that pip takes when no wheel fits (torch 0.x's days)
+                  r"PyTorch does not currently provide packages for PyPI",
                   # packages pinned to versions that do not fit together
                   r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
                   r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
