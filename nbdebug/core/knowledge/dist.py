@@ -147,7 +147,7 @@ ENTRIES: tuple[Entry, ...] = (
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
         keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined",
-                  "expected, but not set"),
+                  "expected, but not set", "initializing distributed: global_rank", "tcpstore::"),
         patterns=(
             r"store based barrier",
             r"store_based_barrier_key",
@@ -156,6 +156,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"world_size \(\d+\) (?:is not equal|does not match|!=)",
             r"waiting for clients\. \d+/\d+ clients joined",
             r"environment variable (?:RANK|WORLD_SIZE|LOCAL_RANK) expected, but not set",
+            # a rank that hangs in the rendezvous: Lightning's last line before the wait, or a native stack (gdb,
+            # py-spy --native) blocked reading the store for a key the other ranks never wrote
+            r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/\d+\s*\Z",
+            r"\bin (?:\w+ )?c10d::TCPStore::(?:doGet|get|wait|doWait)\b",
         ),
         priority=56,
         facts=(

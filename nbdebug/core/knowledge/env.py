@@ -106,7 +106,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
         keywords=("redistributable", "cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
                   "image not found", "error loading", "incompatible architecture", "or one of its dependencies",
-                  "could not load this library"),
+                  "could not load this library", "requires module: torchaudio"),
         patterns=(
             r"Microsoft Visual C\+\+ Redistributable is not installed",
             # a macOS build for the other CPU (an x86_64 Python under Rosetta, or the reverse)
@@ -120,6 +120,8 @@ ENTRIES: tuple[Entry, ...] = (
             # Windows' ctypes (Python 3.8+) naming a package's own .pyd/.dll, and torchaudio's loader
             r"Could not find module '[^'\n]{1,300}\.(?:pyd|dll)' \(or one of its dependencies\)",
             r"Could not load this library: [^\n]{1,300}\.(?:so|pyd|dll|dylib)\b",
+            # torchaudio's functions when its compiled extension did not load (its warning says so at import)
+            r"requires module: torchaudio\._torchaudio\b",
         ),
         priority=78,
         facts=((r"(?P<library>(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*): cannot open shared object file",
