@@ -14,7 +14,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary="{shape_detail}",
         keywords=("matrix and matrix", "shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
-                  "should contain", "must be a matrix", "d input (got"),
+                  "should contain", "must be a matrix", "d input (got", "d tensor, got", "d tensor as input"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -46,6 +46,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"sizes do not match",
             r"Output size is too small",
             r"Expected \d+-dimensional input for \d+-dimensional weight",
+            # a library checking a tensor's number of dimensions ("Expected 2D Tensor, got 1D.", torchaudio.save)
+            r"[Ee]xpected (?:a )?\d-?D [Tt]ensor(?: as input)?,? (?:but )?got (?:a )?\d-?D\b",
             r"too many indices for tensor of dimension \d+",
             r"input must have \d+ dimensions, got \d+",
             r"number of dims don't match in permute",
@@ -77,6 +79,8 @@ ENTRIES: tuple[Entry, ...] = (
             (r"Expected (?P<unbatched_dims>\d+)D \(unbatched\) or \d+D \(batched\) input to (?P<op>\w+), but got input of "
              r"size: (?P<input_shape>\[[\d, ]*\])", {"unbatched_dims": "int", "op": "str", "input_shape": "shape"}),
             (r"expected (?P<expected_dims>\d)D input \(got (?P<got_dims>\d)D input\)", {"expected_dims": "int", "got_dims": "int"}),
+            (r"[Ee]xpected (?:a )?(?P<expected_dims>\d)-?D [Tt]ensor(?: as input)?,? (?:but )?got (?:a )?(?P<got_dims>\d)-?D\b",
+             {"expected_dims": "int", "got_dims": "int"}),
             (r"Sizes of tensors must match except in dimension (?P<dim>\d+)\. Expected size (?P<size_a>\d+) but got "
              r"size (?P<size_b>\d+) for tensor number (?P<tensor_index>\d+)",
              {"dim": "int", "size_a": "int", "size_b": "int", "tensor_index": "int"}),

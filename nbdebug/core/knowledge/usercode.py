@@ -22,12 +22,14 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("[[{function}() ]]was called with arguments it does not take[[ ({problem})]]: the caller and the "
                  "function disagree, usually because one of them comes from another version of the code or library."),
         keywords=("unexpected keyword argument", "required positional argument", "positional argument",
-                  "multiple values for argument", "required keyword-only argument"),
+                  "multiple values for argument", "required keyword-only argument", "but instead found type"),
         patterns=(
             r"got an unexpected keyword argument '?\w+'?",
             r"missing \d+ required (?:positional|keyword-only) arguments?: '\w+'",
             r"takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:were|was) given",
             r"got multiple values for (?:keyword )?argument '\w+'",
+            # the schema check of a TorchScript function or a torch.ops operator (torchaudio_sox::load_audio_file)
+            r"Expected a value of type '[^'\n]{1,100}' for argument '\w+' but instead found type '[^'\n]{1,100}'",
         ),
         exception_types=(),
         priority=42,
