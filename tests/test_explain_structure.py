@@ -258,3 +258,17 @@ def test_a_package_not_installed_is_the_error_line_not_a_log_line():
     # a log line saying a run goes on without a package is background to the error that follows
     assert explain("Apex not installed, using native amp\nKeyError: 'labels'").kind == "missing_key"
     assert explain("RuntimeError: CUDA is not installed").kind != "package_missing"
+
+
+def test_a_chained_root_cause_that_surfaced_while_a_library_was_imported():
+    # torch.jit compiling torchaudio's decorated function at import: NameError in <string>, then the import's frames
+    d = explain(_wild("x022"))
+    assert d.kind == "import_failed" and d.evidence["package"] == "torchaudio"
+    assert d.evidence["where"] == "functional.py, line 108, in <module>"
+    # the same chain raised under the user's own call, not an import: nothing to place by the import rule
+    text = ('Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+            "NameError: name 'Optional' is not defined\n\nDuring handling of the above exception, another exception "
+            'occurred:\n\nTraceback (most recent call last):\n  File "run.py", line 3, in <module>\n    go()\n'
+            '  File "/p/site-packages/somelib/core.py", line 10, in go\n    compile_it()\n'
+            "RuntimeError: could not compile\n")
+    assert explain(text).kind != "import_failed"

@@ -122,10 +122,16 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
 _PACKAGE_PATH = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>\w{1,100})")
 
 
+def _importing(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of a library's module running its top-level code below the user's last frame, if any."""
+    last_user = max((i for i, f in enumerate(frames) if f.is_user), default=-1)
+    return next((f for f in reversed(frames[last_user + 1:])
+                 if f.func == "<module>" and f.owner not in ("user", "stdlib")), None)
+
+
 def _while_importing(s: Structure) -> bool:
     """Whether the error happened while a library's module ran its top-level code (the user's ``import`` line)."""
-    last_user = max((i for i, f in enumerate(s.frames) if f.is_user), default=-1)
-    return any(f.func == "<module>" and f.owner not in ("user", "stdlib") for f in s.frames[last_user + 1:])
+    return _importing(s.frames) is not None
 
 
 def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
@@ -135,7 +141,11 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if s.short_type not in ("ImportError", "ModuleNotFoundError"):
         # any error raised while a library is being imported: its versions and its dependencies' do not fit
         if frame is None or frame.owner in ("user", "stdlib") or not _while_importing(s):
-            return None
+            # a chained root cause (torch.jit compiling a decorator, ctypes loading a library) that surfaced while a
+            # library's module was being imported: the import that failed is that library's
+            frame = _importing(s.outer) if s.chained else None
+            if frame is None:
+                return None
         if _TENSOR_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
             return None
     m = _PACKAGE_PATH.search(s.message)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import TracebackType
 
 from nbdebug.core.explain._normalize import normalize, strip_decorations
 
@@ -74,6 +75,8 @@ class Structure:
     message: str  # the exception's message with the lines that follow it (at most 400 characters more)
     chained: bool
     cut: bool
+    # a chained traceback's last part (the code that was running when the root cause surfaced: an ``import``)
+    outer: tuple[Frame, ...] = ()
 
     @property
     def short_type(self) -> str:
@@ -142,12 +145,13 @@ def read(raw: str, flat_text: str | None = None) -> Structure:
         return Structure(tuple(_frames(parts[-1])), "", "", len(parts) > 1, bool(_FRAME.search(parts[-1])))
     part, last = chosen
     frames = _frames(part)
+    outer = tuple(_frames(parts[-1])) if part is not parts[-1] else ()
     # the text is cut when frames follow the exception line (a wrapper's text can print the class first)
     tail = part[frames[-1].start:] if frames else ""
     cut = bool(frames) and not any(_EXC_LINE.match(ln.strip()) for ln in normalize(tail).split("\n"))
     # a message may go on over the next lines (Lightning's MisconfigurationException starts on the line after)
     message = ((last.group("msg") or "") + flat[last.end():last.end() + 400]).strip()
-    return Structure(tuple(frames), last.group("type"), message, len(parts) > 1, cut)
+    return Structure(tuple(frames), last.group("type"), message, len(parts) > 1, cut, outer)
 
 
 def from_exception(exc: BaseException) -> Structure:
@@ -160,14 +164,8 @@ def from_exception(exc: BaseException) -> Structure:
         if cause is None:
             break
         root, chained = cause, True
-    frames = []
-    tb = root.__traceback__
-    for _ in range(10_000):
-        if tb is None:
-            break
-        code = tb.tb_frame.f_code
-        frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name, "", owner_of(code.co_filename), 0))
-        tb = tb.tb_next
+    frames = _tb_frames(root.__traceback__)
+    outer = tuple(_tb_frames(exc.__traceback__)) if chained else ()
     if frames:  # the source of the innermost frame only: the rules read whether it is a ``raise``
         last = frames[-1]
         source = linecache.getline(last.path, last.line).strip()[:300]
@@ -179,4 +177,15 @@ def from_exception(exc: BaseException) -> Structure:
         message = str(root)[:500]
     except BaseException:  # noqa: BLE001 - the user's __str__ may raise anything, KeyboardInterrupt too
         message = ""
-    return Structure(tuple(frames), name, message, chained, False)
+    return Structure(tuple(frames), name, message, chained, False, outer)
+
+
+def _tb_frames(tb: TracebackType | None) -> list[Frame]:
+    frames = []
+    for _ in range(10_000):
+        if tb is None:
+            break
+        code = tb.tb_frame.f_code
+        frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name, "", owner_of(code.co_filename), 0))
+        tb = tb.tb_next
+    return frames
