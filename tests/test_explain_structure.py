@@ -272,3 +272,12 @@ def test_a_chained_root_cause_that_surfaced_while_a_library_was_imported():
             '  File "/p/site-packages/somelib/core.py", line 10, in go\n    compile_it()\n'
             "RuntimeError: could not compile\n")
     assert explain(text).kind != "import_failed"
+
+
+def test_old_argument_parser_types_compared_position_by_position():
+    d = explain(_wild("y001"))  # NLLLoss given a FloatTensor target where the signature names a LongTensor
+    assert d.kind == "dtype_mismatch" and d.evidence["argument"] == "target"
+    assert (d.evidence["dtype_a"], d.evidence["dtype_b"]) == ("Long", "Float")
+    same_types = ("TypeError: add received an invalid combination of arguments - got (torch.FloatTensor, str), but "
+                  "expected (torch.FloatTensor source, float value)\n")
+    assert explain(same_types).kind != "dtype_mismatch"

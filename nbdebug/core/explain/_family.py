@@ -162,6 +162,28 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     return "import_failed", facts
 
 
+# torch's old argument parser (<= 0.4): the types given against the one signature, position by position
+_COMBINATION = re.compile(r"received an invalid combination of arguments - got \((?P<got>[^()\n]{0,600})\),? but "
+                          r"expected \((?P<expected>[^()\n]{0,600})\)")
+_TENSOR_TYPE = re.compile(r"\btorch\.(?:cuda\.)?(?P<kind>\w+)Tensor\b")
+
+
+def _tensor_types(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A tensor of one type given where the signature names another (FloatTensor for a LongTensor target): dtypes."""
+    m = _COMBINATION.search(s.message or raw[-4000:])
+    if m is None:
+        return None
+    got = [g.strip() for g in m.group("got").split(",")]
+    expected = [e.strip(" []") for e in m.group("expected").split(",")]
+    for given, wanted in zip(got, expected):
+        a, b = _TENSOR_TYPE.match(given), _TENSOR_TYPE.match(wanted)
+        if a and b and a.group("kind") != b.group("kind"):
+            argument = wanted[b.end():].split(" or ")[0].strip()
+            return "dtype_mismatch", {"dtype_a": b.group("kind"), "dtype_b": a.group("kind"),
+                                      **({"argument": argument} if argument else {})}
+    return None
+
+
 # frames that only run to report one failure, whatever the message (which a cut paste may lack)
 _REPORTING_FRAMES = (("_error_if_any_worker_fails", "dataloader_worker"),)
 
@@ -180,7 +202,7 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         return None  # no final exception (or a text cut in its frames): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
         return None  # a warning is no error; a script that also runs TensorFlow / Keras mixes two frameworks' names
-    for rule in (_import, _library) if live else (_import, _user_code, _library):
+    for rule in (_tensor_types, _import, _library) if live else (_tensor_types, _import, _user_code, _library):
         placed = rule(s, raw)
         if placed is not None:
             return placed
