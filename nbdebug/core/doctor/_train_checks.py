@@ -136,7 +136,7 @@ def train(s: Session, work: Any, opt: Any, inputs: Any, *, monitor: bool = False
             now = time.perf_counter()
             if i == 0:
                 first_step = now - t0
-            if i == 0 and deadline is not None:
+            if i == 0 and deadline is not None and first_step is not None:
                 # slow steps: fewer than min_steps when min_steps would take three times the phase's share (fewer
                 # than 20 steps of SGD with momentum often rise before they fall: a healthy run looks unstable)
                 share = max(deadline - t0, 0.0)
@@ -309,13 +309,14 @@ def learned_said(s: Session, share: float) -> str:
 
 
 def _frozen_part_learns(s: Session, msg: str) -> bool:
-    """With a part frozen on purpose, the question is what the part that trains can do: when its loss falls well
-    (``overfit_learns_rel``) the batch not being memorised is a note, not a fault (a linear head on frozen
-    features may not separate 16 samples at all).  True when that note was added."""
+    """With a part frozen on purpose, the question is what the part that trains can do: when its loss goes below
+    what the label frequencies alone give (``head_learns_rel``) it learns from the input, and the batch not being
+    memorised is a note, not a fault (a linear head on frozen features may not separate 16 samples at all).  True
+    when that note was added."""
     from nbdebug.core.doctor._setup_checks import frozen_as_declared
 
     share = s.learned_share()
-    if not frozen_as_declared(s) or share < threshold("overfit_learns_rel"):
+    if not frozen_as_declared(s) or share < threshold("head_learns_rel"):
         return False
     trainable = [(n, p) for n, p in s.user_model.named_parameters() if p.requires_grad]
     parts = sorted({n.rsplit(".", 1)[0] if "." in n else n for n, _ in trainable})

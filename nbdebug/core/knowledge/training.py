@@ -481,6 +481,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("input_scale_std", 5.0, "input std (or |mean|) above which inputs count as unnormalised", CS231N_PRE),
     Threshold("overfit_still_rel", 0.02, "relative loss change on one batch below which the loss has not moved",
               KARPATHY),
+    Threshold("head_learns_rel", 0.05,
+              "share of its initial loss a run must go below the label frequencies' loss when the rest of the model "
+              "is frozen on purpose: then the trainable part learns from the input, and not memorising the batch is "
+              "no fault (half of overfit_learns_rel: a head on frozen features may learn little)", KARPATHY),
     Threshold("still_params_rel", 1e-4,
               "relative change of the parameters after 8 steps below which (with a loss that has not moved) they "
               "do not move at all, and the overfit run stops", _NBDEBUG),
