@@ -463,11 +463,13 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
         found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
+    found = _plausible(found, raw[-_MAX_CHARS:], text)
     if not found:
-        # no message at all: a paste cut off before its error line, or log lines that are only frames
+        # no message (or only ones the structure contradicts): a paste cut off before its error line, log lines that
+        # are only frames, or a frame that says more than the message (a KeyError inside transformers' Auto mapping)
         found, frame_line = match_frames(raw[-_MAX_CHARS:])
         raise_line = frame_line or raise_line
-    found = _plausible(found, raw[-_MAX_CHARS:], text)
+        found = _plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
     placed: dict[str, Any] = {}
     if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):

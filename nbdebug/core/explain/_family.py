@@ -238,6 +238,11 @@ _VALUE_SLUGS = frozenset({"wrong_object_attribute", "call_signature"})
 _COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b")
 
 
+# a KeyError from transformers' Auto classes' mapping: the model type, not a dict of the user's
+_AUTO_MAPPING = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, in __getitem__"
+                           r"\s*\n(?:[^\n]*\n)?\s*KeyError: ")
+
+
 def _failing_line(raw: str) -> str:
     """The source line of the traceback's innermost frame (empty without frames)."""
     from nbdebug.core.explain._structure import read
@@ -277,7 +282,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       module as easily as a version that lacks it;
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
-      API returns in the installed release, the compile family's question.
+      API returns in the installed release, the compile family's question;
+    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know.
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
@@ -286,6 +292,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug == "no_matching_wheel" and _other_package_missing(raw):
         return True
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
+        return True
+    if slug == "missing_key" and _AUTO_MAPPING.search(raw[-20_000:]):
         return True
     if line and _WARNING_LINE.search(line):
         exc_type, exc_message = last_exception_line(text)

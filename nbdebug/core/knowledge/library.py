@@ -74,6 +74,9 @@ ENTRIES: tuple[Entry, ...] = (
         patterns=(r"Transformers does not recognize this architecture",
                   r"Tokenizer class \w+ does not exist or is not currently imported",
                   r"Unrecognized configuration class <class '[^'\n]{1,300}'> for this kind of AutoModel"),
+        # releases before the ValueError: a bare KeyError of the model type from the Auto classes' mapping
+        frames=(r"^[ \t]*File \"[^\"\n]*transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, "
+                r"in __getitem__\s*\n(?:[^\n]*\n)?\s*KeyError: ",),
         priority=66,
         extra={"family": "environment_version"},
         facts=((r"has model type `(?P<model_type>[\w-]{1,80})`", {"model_type": "str"}),),
