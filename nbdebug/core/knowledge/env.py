@@ -236,7 +236,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?<!caught was: )No ?module ?named ?'?[\w.]+'?",
             # a library's own check raised as the error ("Error: PEFT not installed", "ImportError: DeepSpeed is not
             # installed"), not a log line saying it goes on without one; not CUDA's or a driver's
-            r"(?:Error|Exception): (?!(?i:cuda|nvidia|driver|gpu|redistributable|triton)\b)[A-Za-z][\w-]{1,40} "
+            r"(?:Error|Exception): (?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w-]{1,40} "
             r"(?:is )?not installed\b",
             # PyPI's "pytorch" is a placeholder that refuses to install: the package's pip name is torch
             r"You tried to install \"pytorch\"\. The package named for PyTorch is \"torch\"",
