@@ -281,3 +281,14 @@ def test_old_argument_parser_types_compared_position_by_position():
     same_types = ("TypeError: add received an invalid combination of arguments - got (torch.FloatTensor, str), but "
                   "expected (torch.FloatTensor source, float value)\n")
     assert explain(same_types).kind != "dtype_mismatch"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("ImportError: numpy.core._multiarray_umath failed to import", "numpy_abi"),
+    ("corrupted double-linked list\nAborted (core dumped)", "native_crash"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "world_size_mismatch"),
+    ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_PORT "
+     "expected, but not set", "process_group_missing"),
+])
+def test_more_wordings_of_known_families(text, kind):
+    assert explain(text).kind == kind

@@ -147,7 +147,8 @@ ENTRIES: tuple[Entry, ...] = (
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
         keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined",
-                  "expected, but not set", "initializing distributed: global_rank", "tcpstore::"),
+                  "expected, but not set", "initializing distributed: global_rank", "tcpstore::",
+                  "rendezvoustimeouterror"),
         patterns=(
             r"store based barrier",
             r"store_based_barrier_key",
@@ -160,6 +161,7 @@ ENTRIES: tuple[Entry, ...] = (
             # py-spy --native) blocked reading the store for a key the other ranks never wrote
             r"Initializing distributed: GLOBAL_RANK: \d+, MEMBER: \d+/\d+\s*\Z",
             r"\bin (?:\w+ )?c10d::TCPStore::(?:doGet|get|wait|doWait)\b",
+            r"\bRendezvousTimeoutError\b",
         ),
         priority=56,
         facts=(
@@ -635,8 +637,10 @@ ENTRIES += (
         title="A distributed call ran without a process group",
         summary=("The code called a torch.distributed operation (or a layer that uses one: SyncBatchNorm, a "
                  "DistributedSampler without num_replicas, DDP) in a process where init_process_group never ran."),
-        keywords=("process group has not been initialized",),
-        patterns=(r"(?i:default process group has not been initialized)",),
+        keywords=("process group has not been initialized", "master_addr expected", "master_port expected"),
+        patterns=(r"(?i:default process group has not been initialized)",
+                  # env:// rendezvous in a process no launcher started: torchrun sets MASTER_ADDR / MASTER_PORT
+                  r"environment variable MASTER_(?:ADDR|PORT) expected, but not set"),
         priority=60,
         causes=("A training script written for torchrun / a launcher started with plain python (one process, no "
                 "process group).",

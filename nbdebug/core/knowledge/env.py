@@ -75,10 +75,11 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("A package with compiled code (torch, torchvision, an extension, pandas, ...) was built against a "
                  "different NumPy than the one installed[[ (built for API {built_api}, installed {numpy_api})]], so it "
                  "cannot load."),
-        keywords=("api version", "abi version", "multiarray failed", "_array_api", "size changed", "binary incompatibility"),
+        keywords=("api version", "abi version", "multiarray failed", "_array_api", "size changed", "binary incompatibility",
+                  "multiarray_umath failed"),
         patterns=(
             r"compiled against (?:the )?(?:API|ABI) version 0x[0-9a-fA-F]+ but this version of numpy is 0x[0-9a-fA-F]+",
-            r"numpy\.core\.multiarray failed to import",
+            r"numpy\.core\.(?:multiarray|_multiarray_umath) failed to import",
             r"_ARRAY_API not found",
             r"numpy\.(?:nd)?(?:array|dtype) size changed, may indicate binary incompatibility",
         ),
