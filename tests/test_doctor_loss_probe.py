@@ -189,3 +189,40 @@ def test_a_slower_lr_that_learns_gets_a_measured_note_not_a_warning():
     r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3e-5), **QUICK)
     assert loud(r) and loud(r)[0].kind == "cannot_overfit"
     assert loud(r)[0].fixes[0].title.startswith("raise the learning rate (lr=0.001 instead of 3e-05")
+
+
+def test_shapes_a_loss_refuses_are_a_finding_not_torchs_error():
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    x = torch.tensor(d.data[:64], dtype=torch.float32)
+    x = (x - x.mean(0)) / x.std(0)
+    y = torch.tensor(d.target[:64], dtype=torch.float32)  # (N,) against the model's (N, 1)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(30, 16), nn.ReLU(), nn.Linear(16, 1))
+    r = doctor(m, (x, y), nn.BCEWithLogitsLoss(), **QUICK)
+    f = loud(r)[0]
+    assert f.kind == "loss_broadcast" and "refuses them" in f.message and "(64, 1)" in f.message, r
+    assert dict(r.checks)["first step"] == "the loss refused the shapes of its inputs"
+
+
+def test_a_lightning_warm_up_schedule_trains_the_copy_at_the_lr_set_not_at_zero():
+    lightning = pytest.importorskip("lightning.pytorch")
+    x, y = digits()
+
+    class Lit(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):  # a linear warm-up from 0, as transformers' schedules do
+            opt = torch.optim.AdamW(self.parameters(), lr=1e-3, weight_decay=0.01)
+            warm = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, step / 100))
+            return [opt], [{"scheduler": warm, "interval": "step"}]
+
+    r = doctor(Lit(), (x, y), **QUICK)
+    assert not loud(r), r
+    assert r.losses[-1] < 0.1 * r.losses[0]

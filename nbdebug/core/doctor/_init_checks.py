@@ -357,10 +357,14 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
 
 def step_error(s: Session, e: BaseException) -> bool:
     """The first training step raised where the model's output was out of the checks' sight (a Lightning
-    ``training_step``, a model's own loss): a target outside the classes is a finding, not a crash.  False for
-    any other error (the user's own error is raised as it is)."""
+    ``training_step``, a model's own loss): a target outside the classes, or shapes the loss refused (found by
+    ``loss_shapes``), is a finding, not a crash.  False for any other error (the user's own error is raised as it
+    is)."""
     from nbdebug.core.explain import explain
 
+    if s.has("loss_broadcast") and s.loss_in is not None and s.loss_in.result is None:
+        s.check("first step", "the loss refused the shapes of its inputs")  # said by loss_shapes
+        return True
     d = explain(e)
     if d.kind not in ("target_out_of_bounds", "device_side_assert"):
         return False

@@ -364,9 +364,9 @@ def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool,
         if isinstance(made, dict):
             made = made.get("optimizer")
         if isinstance(made, torch.optim.Optimizer):
-            if lr is not None:
-                for g in made.param_groups:
-                    g["lr"] = lr
+            for g in made.param_groups:
+                # the lr set, not the warm-up value a scheduler built beside it has already put in (0 at step 0)
+                g["lr"] = lr if lr is not None else set_lr(g)
             return work, made
     if optimizer is None:
         return work, torch.optim.Adam(params, lr=lr or 3e-3)

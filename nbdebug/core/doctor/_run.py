@@ -149,7 +149,9 @@ def _run(s: Session) -> None:
         raise
     finally:
         dead_probe.remove()
-    s.check("forward", "finite" if out is not None else "no forward of its own: trained through training_step")
+    s.check("forward", "finite" if out is not None else (
+        "no forward of its own: trained through training_step" if s.loss.mode == "lightning"
+        else "the model's own loss raised on its inputs"))
     s.observe(probe, probe_loss)
     # what the checks look at: the model's output, or what its loss was given when the output is out of sight
     y = logits_of(out) if out is not None else (s.loss_in.input if s.loss_in is not None else None)

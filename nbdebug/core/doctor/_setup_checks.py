@@ -146,6 +146,14 @@ def loss_shapes(s: Session, y: Any) -> None:
         return
     if name not in ELEMENTWISE_LOSSES or tuple(y.shape) == tuple(t.shape):
         return
+    if s.loss_in is not None and s.loss_in.result is None:  # the loss raised on these shapes (the BCE pair does)
+        s.broadcast = (tuple(y.shape), tuple(t.shape))
+        s.add("loss_broadcast", f"{s.loss_said()} gets outputs of shape {tuple(y.shape)} and targets of shape "
+              f"{tuple(t.shape)} and refuses them (it needs equal shapes), so no training step can run",
+              [s.last_module()], severity="error",
+              evidence={"outputs": str(tuple(y.shape)), "targets": str(tuple(t.shape))})
+        s.check("loss input shapes", f"{tuple(y.shape)} vs {tuple(t.shape)}: refused by the loss")
+        return
     try:
         b = tuple(torch.broadcast_shapes(y.shape, t.shape))
     except RuntimeError:
