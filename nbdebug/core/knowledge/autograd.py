@@ -12,7 +12,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="shape_mismatch",
         title="Tensor shapes do not match",
         summary="{shape_detail}",
-        keywords=("matrix and matrix", "shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
+        keywords=("(unbatched) or", "d tensor got", "matrix and matrix", "shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
                   "should contain", "must be a matrix", "d input (got", "d tensor, got", "d tensor as input"),
         patterns=(

@@ -16,7 +16,7 @@ ENTRIES: tuple[Entry, ...] = (
             "[[ The function {function} was recompiled until it hit {limit_name} ({limit}).]]"
             "[[ The last guard that failed: {recompile_reason}.]]"
         ),
-        keywords=("dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
+        keywords=("loweringexception", "recompilation cache limit", "dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
                   "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile"),
         patterns=(
             r"torch\._dynamo\.exc\.\w+",

@@ -48,7 +48,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="The process crashed in native code (segfault or abort)",
         summary=("The process died in compiled code[[ ({signal_text})]]: no Python exception was raised, so the "
                  "traceback stops (or never starts) where the crash happened."),
-        keywords=("0xc000001d", "double free", "free(): invalid", "corrupted size", "corrupted double-linked", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
+        keywords=("return code", "returned", "sigill", "0xc000001d", "double free", "free(): invalid", "corrupted size", "corrupted double-linked", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "illegal hardware instruction", "bus error", "signal 11",
                   "-1073741819", "windows fatal exception", "exit status", "sigbus", "interrupted by signal", "c10::error",
                   "ucrtbase!abort"),

@@ -97,7 +97,7 @@ ENTRIES: tuple[Entry, ...] = (
             "process) must be restarted. The Python line in the traceback may not be the operation that failed, "
             "because kernels run asynchronously."
         ),
-        keywords=("mtgp", "device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
+        keywords=("(59)", "(710)", "mtgp", "device-side assert", "assertion", "device side assert", "cuda runtime error (59)",
                   "cuda runtime error (710)", "cuda error (710)", "cudaerrorassert"),
         patterns=(
             # the next CUDA call after an assert (dropout's RNG setup) fails with this
@@ -146,7 +146,7 @@ ENTRIES: tuple[Entry, ...] = (
             "the CUDA context (restart the kernel), and the reported Python line may be unrelated because "
             "kernels run asynchronously."
         ),
-        keywords=("illegal memory access", "misaligned address", "illegal address", "illegal instruction",
+        keywords=("(700)", "(716)", "(77)", "(74)", "cuda_error_illegal_address", "illegal memory access", "misaligned address", "illegal address", "illegal instruction",
                   "cuda runtime error (700)", "cuda error (700)", "cudaerrorillegaladdress"),
         patterns=(
             r"an illegal memory access was encountered",
@@ -228,7 +228,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="invalid_device_ordinal",
         title="Invalid CUDA device ordinal",
         summary="The code asked for a GPU index that does not exist in this process[[ (cuda:{requested_device})]].",
-        keywords=("invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device",
+        keywords=("(101)", "cuda_error_invalid_device", "cudaerrorinvaliddevice", "invalid device ordinal", "invalid device id", "device < num_gpus", "invalid device",
                   "cuda runtime error (101)", "cuda error (101)"),
         patterns=(
             r"invalid device ordinal",
@@ -257,7 +257,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="device_mismatch",
         title="Tensors on different devices",
         summary="An operation received tensors on different devices[[ ({device_a} and {device_b})]][[ in {op}]].",
-        keywords=("device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type"),
+        keywords=("is on cpu, but expected", "device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type"),
         patterns=(
             r"Expected all tensors to be on the same device",
             r"Expected object of backend \w+ but got backend \w+",
@@ -322,7 +322,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("hip error", "failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+        keywords=("no longer supports this gpu", "hip error", "failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
                   "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",

@@ -146,7 +146,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The process group expected[[ world_size={world_size}]] processes[[ but {worker_count} joined]]."
             " Every process must agree on WORLD_SIZE and on its own unique RANK."
         ),
-        keywords=("world_size", "world size", "store based barrier", "rank should be in", "clients joined",
+        keywords=("store_based_barrier", "world_size", "world size", "store based barrier", "rank should be in", "clients joined",
                   "expected, but not set", "initializing distributed: global_rank", "tcpstore::",
                   "rendezvoustimeouterror"),
         patterns=(

@@ -271,7 +271,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="pip found no build of the package that fits this Python, platform or the other packages",
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
-        keywords=("building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
+        keywords=("building torch", "building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "provide packages for pypi", "has requirement", "which is incompatible",
                   "resolutionimpossible", "conflicting dependencies", "which is not installed"),
         patterns=(
@@ -437,7 +437,7 @@ ENTRIES += (
         title="pip could not write, download or verify the packages it was installing",
         summary=("pip found the packages but could not install them[[: {reason}]]: the disk, a file in use, the "
                  "folder's permissions, the network or the download itself stopped it."),
-        keywords=("could not install packages due to", "do not match the hashes", "externally-managed-environment",
+        keywords=("timeouterror", "protocolerror", "could not install packages due to", "do not match the hashes", "externally-managed-environment",
                   "files.pythonhosted.org", "download.pytorch.org", "invalid requirement"),
         patterns=(
             r"Could not install packages due to an (?:OSError|EnvironmentError)",
@@ -495,7 +495,7 @@ ENTRIES += (
         title="torchaudio has no library installed to read or write audio files",
         summary=("torchaudio found no audio backend that handles the file[[ ({uri})]]: it reads and writes files through "
                  "soundfile, sox or FFmpeg (TorchCodec in recent releases), and none of them is installed or loads."),
-        keywords=("audio i/o backend", "appropriate backend to handle uri", "no audio backend", "ffmpeg libraries",
+        keywords=("failed to load ffmpeg", "audio i/o backend", "appropriate backend to handle uri", "no audio backend", "ffmpeg libraries",
                   "torchcodec is required", "is not one of available backends"),
         patterns=(r"No audio I/O backend is available",
                   r"Couldn't find appropriate backend to handle uri",

@@ -114,7 +114,7 @@ ENTRIES: tuple[Entry, ...] = (
             "Since PyTorch 2.6 torch.load only unpickles tensors and plain containers by default; this checkpoint "
             "contains another Python object[[ ({global_name})]], so loading stopped before running any of its code."
         ),
-        keywords=("weights only load failed", "weightsunpickler", "unsupported global", "weights_only",
+        keywords=("unsupported operand", "weights only load failed", "weightsunpickler", "unsupported global", "weights_only",
                   "can only build tensor"),
         patterns=(
             r"Weights only load failed",
@@ -145,7 +145,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="The checkpoint file is missing, damaged or not what the loader expects",
         summary=("The file could not be read as a checkpoint[[ ({problem})]]: it is truncated (a download or a save "
                  "that did not finish), empty, or of another format than the loader expects."),
-        keywords=("unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
+        keywords=("not a zip file", "storage has wrong", "unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
                   "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
                   "writeendoffile", "unexpected pos", "invalidheadererror", "readerror", "torch.load("),

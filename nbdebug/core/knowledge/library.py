@@ -205,7 +205,7 @@ ENTRIES += (
         title="bitsandbytes found no native library for this CUDA, platform or GPU",
         summary=("bitsandbytes could not load a compiled library that fits the installed CUDA runtime, the platform "
                  "(Windows before 0.43) or the GPU, so its 8-bit optimizers and layers are not available."),
-        keywords=("cuda setup failed", "cadam32bit", "compiled without gpu support", "libbitsandbytes",
+        keywords=("bitsandbytes cuda binary", "bitsandbytes native library", "cuda setup failed", "cadam32bit", "compiled without gpu support", "libbitsandbytes",
                   "cquantize_blockwise", "cget_managed_ptr", "module 'bitsandbytes'"),
         patterns=(r"CUDA Setup failed despite GPU being available",
                   r"has no attribute '(?:cadam32bit_grad_fp32|cquantize_blockwise_fp16\w*|cget_managed_ptr)'",

@@ -21,7 +21,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A call does not fit the function's signature",
         summary=("[[{function}() ]]was called with arguments it does not take[[ ({problem})]]: the caller and the "
                  "function disagree, usually because one of them comes from another version of the code or library."),
-        keywords=("unexpected keyword argument", "required positional argument", "positional argument",
+        keywords=("multiple values for keyword", "unexpected keyword argument", "required positional argument", "positional argument",
                   "multiple values for argument", "required keyword-only argument", "but instead found type"),
         patterns=(
             r"got an unexpected keyword argument '?\w+'?",

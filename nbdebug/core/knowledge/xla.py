@@ -12,7 +12,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
+        keywords=("computation requires more parameters", "xrtcompile", "xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
             r"is not a TPU device",
             r"Exception in device=TPU:\d+",
