@@ -292,3 +292,12 @@ def test_old_argument_parser_types_compared_position_by_position():
 ])
 def test_more_wordings_of_known_families(text, kind):
     assert explain(text).kind == kind
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: Cannot replicate if number of devices (1) is different from 8",
+    "Failed to get global TPU topology.",
+    "RuntimeError: torch_xla/csrc/tensor_impl.cpp:144 : XLA tensors do not have storage",
+])
+def test_xla_runtime_wordings(text):
+    assert explain(text).kind == "xla_error"

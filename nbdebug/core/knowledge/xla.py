@@ -12,7 +12,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("computation requires more parameters", "xrtcompile", "xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
+        keywords=("computation requires more parameters", "xrtcompile", "cannot replicate if number of devices", "xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
         patterns=(
             r"is not a TPU device",
             r"Exception in device=TPU:\d+",
@@ -32,6 +32,11 @@ ENTRIES: tuple[Entry, ...] = (
             r"XLA:TPU",
             r"Shapes must be equal rank, but are \d+ and \d+",
             r"Do not use the XLA device before calling xmp\.spawn",
+            # the runtime finding no TPU, or fewer devices than asked for
+            r"Failed to get global TPU topology",
+            r"TPU initialization failed",
+            r"Cannot replicate if number of devices \(\d+\) is different from \d+",
+            r"XLA tensors do not have storage",
         ),
         priority=50,
         facts=(
