@@ -289,6 +289,8 @@ def test_old_argument_parser_types_compared_position_by_position():
     ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "world_size_mismatch"),
     ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_PORT "
      "expected, but not set", "process_group_missing"),
+    ("RuntimeError: Tried to access nonexistent attribute or method 'foo' of type '__torch__.Net'.", "torchscript_error"),
+    ("error: legacy-install-failure\n\n× Encountered error while trying to install package.", "extension_build_failed"),
 ])
 def test_more_wordings_of_known_families(text, kind):
     assert explain(text).kind == kind

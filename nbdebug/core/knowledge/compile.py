@@ -228,7 +228,7 @@ ENTRIES += (
                  "dicts of them) flowing through the code, and scripting compiles only the Python subset TorchScript "
                  "supports."),
         keywords=("torch/csrc/jit/", "traced functions", "torch::jit::tracer", "torch.jit.frontend", "tracer cannot infer",
-                  "could not export python function", "torchscript"),
+                  "could not export python function", "torchscript", "nonexistent attribute or method"),
         patterns=(
             r"can be output from traced functions",
             r"torch::jit::tracer::",
@@ -237,6 +237,8 @@ ENTRIES += (
             r"torch\.jit\.frontend\.\w+Error",
             r"Tracer cannot infer type of",
             r"Could not export Python function call",
+            # a scripted module's code reading an attribute or method TorchScript did not compile ('__torch__.Net')
+            r"Tried to access nonexistent attribute or method '\w+' of type '__torch__\.",
         ),
         priority=55,
         causes=(

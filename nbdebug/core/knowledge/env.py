@@ -312,7 +312,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
                  "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
-                  "subprocess-exited-with-error", "command '", "rust compiler", "installable wheels",
+                  "subprocess-exited-with-error", "legacy-install-failure", "command '", "rust compiler", "installable wheels",
                   "error building extension", "cuda_home does not exist", "command errored out",
                   "failed with error code", "running setup.py install"),
         patterns=(
@@ -338,6 +338,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Failed to build installable wheels for some pyproject\.toml based projects",
             # pip's own summary of a build step that failed, and a Rust toolchain a package needs to build
             r"(?m)^error: subprocess-exited-with-error",
+            # pip 22's wording of a setup.py install that failed to build
+            r"(?m)^error: legacy-install-failure",
             r"error: can't find Rust compiler",
         ),
         priority=68,
