@@ -303,3 +303,15 @@ def test_more_wordings_of_known_families(text, kind):
 ])
 def test_xla_runtime_wordings(text):
     assert explain(text).kind == "xla_error"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("RuntimeError: Unknown builtin op: torchvision::nms.", "version_mismatch"),
+    ("RuntimeError: No such operator torchvision::nms", "version_mismatch"),
+    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+     "    PyTorch 2.0.1+cu118 with CUDA 1108 (you have 2.1.0+cu121)", "version_mismatch"),
+    ("ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
+     "This behaviour is the source of the following dependency conflicts.", "no_matching_wheel"),
+])
+def test_companion_builds_and_pins_that_do_not_fit(text, kind):
+    assert explain(text).kind == kind

@@ -322,7 +322,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed PyTorch (or an extension) was built for a different environment"
             "[[: {gpu} has compute capability {arch}, which this build does not include]][[ (it supports {supported})]]."
         ),
-        keywords=("no longer supports this gpu", "hip error", "failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
+        keywords=("torchvision::", "xformers can't load", "no longer supports this gpu", "hip error", "failed to load image python extension", "invalid kernel file", "kernel image is invalid", "no binary for gpu", "no kernel image", "capability", "driver", "cuda runtime error", "cuda error (", "cudaerror",
                   "hiperrornobinaryforgpu", "invalid device function", "cudaerrorinvaliddevicefunction",
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
@@ -346,6 +346,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"compiled with different CUDA (?:major )?versions",
             r"operator torchvision::\w+ does not exist",
+            r"(?:Unknown builtin op|No such operator):? torchvision::\w+",
+            # xFormers' own check of the torch it was built for
+            r"xFormers can't load C\+\+/CUDA extensions\. xFormers was built for",
             r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:c10|2at|5torch|cuda|cudnn|cublas|nccl|THP)",
             r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
             r"cuDNN version incompatibility",

@@ -272,7 +272,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
         keywords=("building torch", "building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
-                  "install with miniconda", "suitable distribution", "provide packages for pypi", "has requirement", "which is incompatible",
+                  "install with miniconda", "suitable distribution", "provide packages for pypi", "dependency resolver", "has requirement", "which is incompatible",
                   "resolutionimpossible", "conflicting dependencies", "which is not installed"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
@@ -292,6 +292,7 @@ ENTRIES: tuple[Entry, ...] = (
                   r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
                   r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
                   r"ResolutionImpossible",
+                  r"pip's dependency resolver does not currently take into account all the packages that are installed",
                   r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies",
                   r"requires [\w.-]{1,60}[<>=!~]=?[^\s,;]{1,40}(?:; [^\n]{1,120})?, which is not installed"),
         priority=70,
