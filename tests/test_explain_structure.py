@@ -315,3 +315,9 @@ def test_xla_runtime_wordings(text):
 ])
 def test_companion_builds_and_pins_that_do_not_fit(text, kind):
     assert explain(text).kind == kind
+
+
+def test_a_submodule_missing_from_a_library_that_imported_is_its_release():
+    d = explain("ModuleNotFoundError: No module named 'pytorch_lightning.lite'")  # removed in Lightning 2.0
+    assert d.kind == "api_missing" and d.evidence["owner"] == "pytorch_lightning"
+    assert explain("ModuleNotFoundError: No module named 'pytorch_lightning'").kind == "package_missing"

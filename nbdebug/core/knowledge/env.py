@@ -183,7 +183,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("normal functioning of this module", "is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision",
+        keywords=("normal functioning of this module", "is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision", "no module named '",
                   "can't get attribute"),
         patterns=(
             r"module '[\w.]{1,200}' has no attribute '\w+'",
@@ -200,6 +200,10 @@ ENTRIES: tuple[Entry, ...] = (
             # not torch._C / torch.version, which every release has: the build generates them, so their absence is
             # a source checkout run unbuilt or a broken install, not a release that lacks them
             r"No module named '(?!torch\.(?:_C|version)')(?:torch|torchvision|torchaudio)\.[\w.]+'",
+            # a submodule missing from a library that did import (Python names the dotted path only then): a module
+            # the installed release moved or removed
+            r"No module named '(?:transformers|diffusers|accelerate|peft|timm|huggingface_hub|datasets|"
+            r"pytorch_lightning|lightning|xformers|triton|numpy|scipy|sklearn|PIL)\.[\w.]+'",
         ),
         priority=44,
         facts=(
@@ -207,7 +211,9 @@ ENTRIES: tuple[Entry, ...] = (
              {"owner": "str", "attr": "str"}),
             (r"cannot import name '(?P<attr>\w+)' from '(?P<owner>(?:torch|torchvision|torchaudio)(?:\.\w+)*)'",
              {"owner": "str", "attr": "str"}),
-            (r"No module named '(?P<owner>(?:torch|torchvision|torchaudio))\.(?P<attr>[\w.]+)'",
+            (r"No module named '(?P<owner>(?:torch|torchvision|torchaudio|transformers|diffusers|accelerate|peft|timm|"
+             r"huggingface_hub|datasets|pytorch_lightning|lightning|xformers|triton|numpy|scipy|sklearn|PIL))"
+             r"\.(?P<attr>[\w.]+)'",
              {"owner": "str", "attr": "str"}),
         ),
         causes=(
