@@ -435,12 +435,14 @@ def _attach(s: Session) -> None:
         s.explained = True
         return
     share = s.learned_share()
-    if best.cause == "lr_too_low" and share >= threshold("overfit_learns_rel"):
-        # the user's own run learns: that a higher lr memorises one batch faster is a suggestion, not a fault
+    if best.cause == "lr_too_low" and (share >= threshold("overfit_learns_rel") or _usual_lr_that_moves(s)):
+        # the user's own run learns, or moves at an lr in the range people train and fine-tune with: that a higher
+        # lr memorises one batch faster is a suggestion, not a fault
         s.findings[idx] = _replace(
-            f, message=f"{overfit_said(s)}: it is learning at your lr={s.lr_used:g} ({learned_said(s, share)}), "
+            f, message=f"{overfit_said(s)}: at your lr={s.lr_used:g} the loss moves ({learned_said(s, share)}), "
             f"just not to zero in this run. Tried on a copy: {best.said()}. A higher learning rate memorises one "
-            "batch faster, which says nothing against yours for training", severity="info",
+            "batch faster, which says nothing against yours for training (fine-tuning uses lrs this low)",
+            severity="info",
             fixes=(Fix(f"only if your training is slow too: {best.change} (measured on a copy)", best.code), ),
             evidence={**dict(f.evidence), "learned_share": round(share, 4), **best.evidence()})
         s.explained = True
@@ -453,6 +455,15 @@ def _attach(s: Session) -> None:
                                severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
     s.explained = True
+
+
+def _usual_lr_that_moves(s: Session) -> bool:
+    """The user's lr is within a hundredth of what its optimizer family typically trains with (AdamW at 2e-5 for a
+    fine-tune is), and the loss moved at it (more than ``overfit_still_rel``)."""
+    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
+    final = min(s.losses[-max(1, len(s.losses) // 10):])
+    moved = (init - final) / abs(init) if init and math.isfinite(final) else 0.0
+    return s.lr_used is not None and s.lr_used >= _typical_lr(s) / 100 and moved >= threshold("overfit_still_rel")
 
 
 def _weight_decay_finding(s: Session, e: Experiment) -> Finding:

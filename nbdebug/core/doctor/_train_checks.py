@@ -304,8 +304,9 @@ def learned_said(s: Session, share: float) -> str:
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     final = min(s.losses[-max(1, len(s.losses) // 10):])
     if floor is not None and floor < init:
-        return f"the loss went {init:.4g} -> {final:.4g}, well under the {floor:.4g} that the label frequencies alone give"
-    return f"the loss went {init:.4g} -> {final:.4g}, {share:.0%} lower"
+        where = "well under" if share > 0 else "not yet under"
+        return f"the loss went {init:.4g} -> {final:.4g}, {where} the {floor:.4g} that the label frequencies alone give"
+    return f"the loss went {init:.4g} -> {final:.4g}, {(init - final) / abs(init):.0%} lower"
 
 
 def _frozen_part_learns(s: Session, msg: str) -> bool:
