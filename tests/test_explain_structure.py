@@ -291,6 +291,8 @@ def test_old_argument_parser_types_compared_position_by_position():
      "expected, but not set", "process_group_missing"),
     ("RuntimeError: Tried to access nonexistent attribute or method 'foo' of type '__torch__.Net'.", "torchscript_error"),
     ("error: legacy-install-failure\n\n× Encountered error while trying to install package.", "extension_build_failed"),
+    ("AssertionError: Default process group is not initialized", "process_group_missing"),
+    ("*** Error in `python': free(): invalid next size (fast): 0x000055d5e1a3c010 ***", "native_crash"),
 ])
 def test_more_wordings_of_known_families(text, kind):
     assert explain(text).kind == kind

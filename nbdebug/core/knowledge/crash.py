@@ -56,7 +56,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?:exit code|exit status|return code|returned)[: =]{1,3}(?:3221225501|-1073741795)\b",
             r"0xC000001D",
             r"double free or corruption",
-            r"free\(\): invalid (?:pointer|size)",
+            r"free\(\): invalid (?:pointer|size|next size)",
             r"corrupted size vs\. prev_size",
             r"corrupted double-linked list",
             r"malloc\(\): (?:memory corruption|corrupted top size|unaligned tcache chunk)",

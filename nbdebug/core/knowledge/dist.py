@@ -637,8 +637,9 @@ ENTRIES += (
         title="A distributed call ran without a process group",
         summary=("The code called a torch.distributed operation (or a layer that uses one: SyncBatchNorm, a "
                  "DistributedSampler without num_replicas, DDP) in a process where init_process_group never ran."),
-        keywords=("process group has not been initialized", "master_addr expected", "master_port expected"),
-        patterns=(r"(?i:default process group has not been initialized)",
+        keywords=("process group has not been initialized", "process group is not initialized", "master_addr expected",
+                  "master_port expected"),
+        patterns=(r"(?i:default process group (?:has not been|is not) initialized)",
                   # env:// rendezvous in a process no launcher started: torchrun sets MASTER_ADDR / MASTER_PORT
                   r"environment variable MASTER_(?:ADDR|PORT) expected, but not set"),
         priority=60,
