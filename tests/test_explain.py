@@ -37,7 +37,7 @@ def _expected(path: Path) -> str:
 LIBRARY = {e.slug for e in entries("explain", domain="library")}
 ISSUE_23 = {e.slug for e in TABLE if e.domain in ("env", "crash", "usercode", "library")} | {
     "checkpoint_corrupt", "checkpoint_module_missing", "torchscript_error", "xla_not_imported",
-    "wrapped_model_attribute", "xla_input_on_cpu", "process_group_missing"}
+    "wrapped_model_attribute", "xla_input_on_cpu", "process_group_missing", "store_unreachable"}
 
 
 def test_corpus_is_big_enough():
@@ -79,7 +79,7 @@ def test_slugs_are_the_issue_contract():
         "no_matching_wheel", "extension_build_failed", "checkpoint_corrupt", "checkpoint_module_missing",
         "native_crash", "host_oom", "kernel_died", "call_signature", "missing_key", "wrong_object_attribute",
         "replica_error", "torchscript_error", "xla_not_imported", "wrapped_model_attribute", "xla_input_on_cpu",
-        "process_group_missing", "torch_unbuilt",
+        "process_group_missing", "torch_unbuilt", "store_unreachable",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

@@ -323,3 +323,11 @@ def test_a_submodule_missing_from_a_library_that_imported_is_its_release():
     d = explain("ModuleNotFoundError: No module named 'pytorch_lightning.lite'")  # removed in Lightning 2.0
     assert d.kind == "api_missing" and d.evidence["owner"] == "pytorch_lightning"
     assert explain("ModuleNotFoundError: No module named 'pytorch_lightning'").kind == "package_missing"
+
+
+def test_the_harmless_socket_warning_is_not_an_unreachable_store():
+    warning = ("[W socket.cpp:601] [c10d] The client socket has failed to connect to [kubernetes.docker.internal]:12345 "
+               "(errno: 99 - Cannot assign requested address).")
+    assert explain(warning).kind != "store_unreachable"
+    timed_out = "[W socket.cpp:697] [c10d] The client socket has failed to connect to 10.0.0.2:29500 (errno: 110 - Connection timed out)."
+    assert explain(timed_out).kind == "store_unreachable"

@@ -658,4 +658,32 @@ ENTRIES += (
         sources=("https://pytorch.org/docs/stable/distributed.html#initialization",
                  "https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html"),
     ),
+    Entry(
+        slug="store_unreachable",
+        title="A process could not reach the rendezvous store (MASTER_ADDR:MASTER_PORT)",
+        summary=("This process tried to connect to the rendezvous store that rank 0 serves on MASTER_ADDR:MASTER_PORT "
+                 "and timed out or was refused: rank 0 did not start (or died), the address or port is wrong, or the "
+                 "network between them (interface, firewall, a container's address) does not carry it."),
+        keywords=("while trying to connect to", "client socket has failed to connect", "failed to connect/validate",
+                  "connect() timed out", "connectfullmesh failed"),
+        patterns=(r"The client socket has timed out after \d+m?s while trying to connect to",
+                  # errno 110 / 111: timed out / refused (not Windows' harmless errno 99 / 10049 warnings)
+                  r"The client socket has failed to connect to (?:any network address of|[^\n]{1,120}\(errno: 11[01]\b)",
+                  r"TCP client failed to connect/validate to host",
+                  r"connect\(\) timed out\. Original timeout was \d+",
+                  r"Gloo connectFullMesh failed"),
+        priority=54,
+        causes=("Rank 0 never started its store or crashed before the others connected (its own log shows why).",
+                "MASTER_ADDR / MASTER_PORT differ between processes, or name an address this node cannot reach (a "
+                "container's or a VPN's address, a hostname that resolves elsewhere).",
+                "A firewall or the wrong network interface between nodes (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)."),
+        fixes=(Fix("Check that the store answers from this node", "nc -zv $MASTER_ADDR $MASTER_PORT"),
+               Fix("On one machine, use the loopback address and a free port",
+                   "torchrun --standalone --nproc_per_node=2 train.py  # or --master_addr=127.0.0.1 --master_port=29501")),
+        first_step="Check that rank 0 is running and its store answers from this node (nc -zv $MASTER_ADDR "
+        "$MASTER_PORT); on one machine use 127.0.0.1 (or torchrun --standalone), across nodes the interface and "
+        "firewall between them.",
+        sources=("https://pytorch.org/docs/stable/elastic/run.html",
+                 "https://pytorch.org/docs/stable/distributed.html#environment-variable-initialization"),
+    ),
 )
