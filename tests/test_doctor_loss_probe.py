@@ -243,3 +243,26 @@ def test_a_lightning_warm_up_schedule_trains_the_copy_at_the_lr_set_not_at_zero(
     r = doctor(Lit(), (x, y), **QUICK)
     assert not loud(r), r
     assert r.losses[-1] < 0.1 * r.losses[0]
+
+
+def test_a_lightning_optimizer_over_the_head_only_is_found():
+    x, y = digits()
+    lightning = pytest.importorskip("lightning.pytorch")
+
+    class Lit(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = mlp()
+
+        def training_step(self, batch, batch_idx):
+            return F.cross_entropy(self.model(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.model[2].parameters(), lr=1e-3, weight_decay=1e-4)
+
+    lit = Lit()
+    r = doctor(lit, (x, y), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "optimizer_coverage" and "2 of 4 trainable parameter tensors" in top.message, r
+    assert dict(r.checks)["learning rate"] == "0.001" and "weight decay" in dict(r.checks)
+    assert all(p.grad is None for p in lit.parameters())  # its optimizer was built on a copy

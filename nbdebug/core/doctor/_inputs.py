@@ -21,7 +21,7 @@ from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["Options", "checked", "LossAdapter", "logits_of", "fresh_copy", "recreate_optimizer", "step_optimizer",
            "to_device", "tensor_leaves", "call_model", "lr_of", "set_lr", "has_own_forward",
-           "construct_optimizer"]
+           "construct_optimizer", "lightning_optimizer"]
 
 
 @dataclass(frozen=True)
@@ -380,6 +380,28 @@ def fresh_copy(model: Any, optimizer: Any, lr: float | None, lightning: bool,
     raise InvalidArgumentError(
         f"doctor: optimizer must be a torch.optim.Optimizer, a factory or None, got {type(optimizer).__name__}"
     )
+
+
+def lightning_optimizer(model: Any) -> Any:
+    """The optimizer a LightningModule's ``configure_optimizers()`` builds, over the module's own parameters, so the
+    setup checks (what it holds, its lr and weight decay) read it as they read one passed in: it is built on a deep
+    copy (the user's module is not asked to run anything) and re-created over the matching parameters.  None when
+    it cannot be built outside a Trainer or is not a torch optimizer."""
+    import torch
+
+    try:
+        work = copy.deepcopy(model)
+        made = work.configure_optimizers()
+    except Exception:  # noqa: BLE001 - e.g. it reads self.trainer: the copy's own optimizer is used instead
+        return None
+    while isinstance(made, (tuple, list)) and made:
+        made = made[0]
+    if isinstance(made, dict):
+        made = made.get("optimizer")
+    if not isinstance(made, torch.optim.Optimizer):
+        return None
+    mine = {id(w): p for w, p in zip(work.parameters(), model.parameters())}
+    return recreate_optimizer(made, lambda p: mine.get(id(p)))
 
 
 def _not_copyable(model: Any, name: str, error: Exception) -> str:

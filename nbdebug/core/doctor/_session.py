@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbdebug.core._findings import Finding, Fix
-from nbdebug.core.doctor._inputs import LossAdapter, Options, fresh_copy
+from nbdebug.core.doctor._inputs import LossAdapter, Options, fresh_copy, lightning_optimizer
 from nbdebug.core.knowledge import entry, finding
 
 __all__ = ["Session", "Progress", "fixes_for"]
@@ -57,7 +57,9 @@ class Session:
     def __init__(self, model: Any, batch: Any, loss_fn: Any, optimizer: Any, options: Options,
                  lightning: bool) -> None:
         self.user_model = model
-        self.user_opt = optimizer
+        # a LightningModule's own optimizer (configure_optimizers) is checked like one passed in
+        self.user_opt = optimizer if optimizer is not None or not lightning or loss_fn is not None \
+            else lightning_optimizer(model)
         self.options = options
         self.findings: list[Finding] = []
         self.checks: list[tuple[str, str]] = []
