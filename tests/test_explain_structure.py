@@ -293,6 +293,9 @@ def test_old_argument_parser_types_compared_position_by_position():
     ("error: legacy-install-failure\n\n× Encountered error while trying to install package.", "extension_build_failed"),
     ("AssertionError: Default process group is not initialized", "process_group_missing"),
     ("*** Error in `python': free(): invalid next size (fast): 0x000055d5e1a3c010 ***", "native_crash"),
+    ("RuntimeError: Invalid magic number; corrupt file?", "checkpoint_corrupt"),
+    ("RuntimeError: [enforce fail at inline_container.cc:222] . file not found: archive/data.pkl", "checkpoint_corrupt"),
+    ("OSError: Error no file named diffusion_pytorch_model.bin found in directory ./sd/unet.", "checkpoint_corrupt"),
 ])
 def test_more_wordings_of_known_families(text, kind):
     assert explain(text).kind == kind

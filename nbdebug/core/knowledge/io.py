@@ -145,13 +145,17 @@ ENTRIES: tuple[Entry, ...] = (
         title="The checkpoint file is missing, damaged or not what the loader expects",
         summary=("The file could not be read as a checkpoint[[ ({problem})]]: it is truncated (a download or a save "
                  "that did not finish), empty, or of another format than the loader expects."),
-        keywords=("not a zip file", "storage has wrong", "unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
+        keywords=("invalid magic number", "not a zip file", "storage has wrong", "unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
                   "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
                   "writeendoffile", "unexpected pos", "invalidheadererror", "readerror", "torch.load("),
         patterns=(
-            r"Unable to load weights from pytorch checkpoint file",
-            r"Error no file named [\w.]+(?:, [\w.]+)*,? or [\w.]+ found in directory",
+            r"Unable to load weights from (?:pytorch )?checkpoint file",
+            # torch.load's legacy reader on a file that is not a checkpoint (or was cut)
+            r"Invalid magic number; corrupt file\?",
+            # a zip checkpoint without its pickle: an archive saved by something else, or cut before its index
+            r"file not found: [\w.-]+/data\.pkl",
+            r"Error no file named [\w.]+(?:(?:, [\w.]+)*,? or [\w.]+)? found in directory",
             r"is not a (?:valid model identifier listed on|local folder and is not a valid model identifier)",
             r"PytorchStreamReader failed (?:reading zip archive|locating file|reading file|opening archive)",
             r"failed finding central directory",
