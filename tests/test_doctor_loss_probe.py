@@ -266,3 +266,16 @@ def test_a_lightning_optimizer_over_the_head_only_is_found():
     assert top.kind == "optimizer_coverage" and "2 of 4 trainable parameter tensors" in top.message, r
     assert dict(r.checks)["learning rate"] == "0.001" and "weight decay" in dict(r.checks)
     assert all(p.grad is None for p in lit.parameters())  # its optimizer was built on a copy
+
+
+def test_probabilities_into_nll_or_bce_with_logits_get_the_right_first_fix_and_a_measured_one():
+    x, y = digits()
+    r = doctor(mlp(nn.Softmax(dim=1)), (x, y), F.nll_loss, **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "probabilities_to_loss" and top.fixes[0].title.startswith("give NLLLoss log-probabilities")
+    assert top.evidence["restores"] is True, r
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid())
+    r = doctor(m, (x, (y % 2).float().unsqueeze(1)), nn.BCEWithLogitsLoss(), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "probabilities_to_loss" and "sigmoid" in top.message and top.evidence["restores"] is True

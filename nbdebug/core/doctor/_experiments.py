@@ -35,8 +35,8 @@ _ADAPTIVE_LR = 1e-3
 # findings that name a wiring fault outright: the batch cannot be learned whatever the learning rate
 _WIRING = ("probabilities_to_loss", "activation_on_logits", "no_gradient", "loss_below_minimum", "ignores_input")
 _MIN_STEPS = 10  # an experiment takes at least this many steps (fewer when the user's run took fewer)
-# fixes that change what the loss measures: the user's curve is no yardstick for how long to run them
-_LOSS_REDEFINED = ("loss_below_minimum",)
+# fixes that change what the loss measures: the user's curve says nothing of whether they fit the batch
+_LOSS_REDEFINED = ("loss_below_minimum", "probabilities_to_loss", "loss_broadcast")
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,6 @@ def _as_logits(call: LossCall, x: Any) -> Any:
     return x.clamp_min(torch.finfo(x.dtype).tiny).log()
 
 
-def _as_log_probs(call: LossCall, x: Any) -> Any:
-    """``log_softmax`` of raw scores given to NLL."""
-    import torch
-
-    return torch.log_softmax(x, dim=call.class_dim) if call.name == "nll_loss" else x
-
-
 def _rows_are_probabilities(call: LossCall, x: Any) -> bool:
     xd = x.detach()
     return bool((xd >= 0).all()) and bool(((xd.sum(dim=call.class_dim) - 1).abs() < 1e-3).all())
@@ -262,7 +255,7 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
                     entry("probabilities_to_loss").fixes[0].code))
     if s.has("loss_below_minimum") and s.loss_in is not None and s.loss_in.name == "nll_loss":
         out.append(("loss_below_minimum", "log_softmax applied to the scores before NLLLoss",
-                    _rewriting(_as_log_probs), entry("loss_below_minimum").fixes[0].code))
+                    _rewriting(_as_logits), entry("loss_below_minimum").fixes[0].code))
     frozen = [n for n, p in s.user_model.named_parameters() if not p.requires_grad and p.is_floating_point()]
     if frozen and (stuck or any(f.kind == "frozen_parameters" and f.severity != "info" for f in s.findings)) \
             and not all(is_frozen_on_purpose(s, n) for n in frozen):
@@ -362,7 +355,7 @@ def run(s: Session) -> None:
         per = None if t_end is None or left is None else time.perf_counter() + left / (len(cands) - i)
         # a loss below its minimum ends the user's run at once (it looks fitted), and so does a run in which nothing
         # moves (flat, whatever its length): a fix gets the steps the user's run was given, as time allows
-        most = s.options.steps if cause in _LOSS_REDEFINED or s.params_still is not None else n
+        most = s.options.steps if s.has("loss_below_minimum") or s.params_still is not None else n
         steps = most if per is None or s.step_time <= 0 else max(
             min(most, _MIN_STEPS), min(most, int((per - time.perf_counter()) / s.step_time)))
         ex = _try(s, cause, change, variant, code, steps, per)

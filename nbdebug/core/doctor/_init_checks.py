@@ -15,7 +15,7 @@ from typing import Any
 from nbdebug.core.doctor._inputs import tensor_leaves
 from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
-from nbdebug.core.knowledge import threshold
+from nbdebug.core.knowledge import entry, threshold
 from nbdebug.core.training._dynamics import chance_loss, depth_correlation
 from nbdebug.errors import NonFiniteError
 
@@ -228,8 +228,9 @@ def output_vs_loss(s: Session, y: Any) -> None:
               (last,))
         s.check("output vs loss", f"{what} probabilities into {said}")
     elif name in _LOGPROB_LOSSES and bool((yd >= 0).all()):
+        e = entry("probabilities_to_loss")
         s.add("probabilities_to_loss", f"{said} expects log-probabilities (<= 0, e.g. log_softmax) "
-              "but the output is non-negative (probabilities or raw scores)", (last,))
+              "but the output is non-negative (probabilities or raw scores)", (last,), fixes=(e.fixes[2], e.fixes[0]))
         s.check("output vs loss", f"non-negative outputs into {said}")
     else:
         s.check("output vs loss", f"{fn_name or 'raw'} outputs into {said}")

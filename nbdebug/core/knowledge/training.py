@@ -61,6 +61,8 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("remove the final Softmax/Sigmoid and feed raw logits to CrossEntropyLoss/BCEWithLogitsLoss"),
             Fix("or keep probabilities and use NLLLoss on log-probabilities",
                 "F.nll_loss(torch.log_softmax(logits, dim=1), y)"),
+            Fix("give NLLLoss log-probabilities: log_softmax where the model applies softmax (or no softmax at all "
+                "and CrossEntropyLoss)", "F.nll_loss(torch.log_softmax(logits, dim=1), y)"),
         ),
         sources=(CROSS_ENTROPY,),
         contexts=(),
