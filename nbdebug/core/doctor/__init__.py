@@ -18,7 +18,8 @@ class and hyper-parameters, and the Python, numpy and torch (CPU and CUDA) RNG s
 
 What each finding kind means, its fixes and sources, and the thresholds: ``nbdebug.core.knowledge.training``.
 The rooms: ``_inputs`` (what was passed, and one adapter for a plain loss, a Hugging Face output and a Lightning
-``training_step``), ``_session`` (what one call knows), ``_init_checks``, ``_train_checks``, ``_run`` (the order
+``training_step``), ``_loss_probe`` (what each torch loss is given, wherever it is called), ``_session`` (what one
+call knows), ``_init_checks``, ``_train_checks``, ``_run`` (the order
 and the report), ``_report``, ``_repro``.
 """
 
