@@ -31,6 +31,8 @@ _TENSOR_WORDS = re.compile(r"(?i:tensor|shape|\bsize|dimension|\bdims?\b|dtype|d
                            r"\bgrad|float16|bfloat16|half|memory|\bnan\b|\binf\b|mismatch)")
 _CHECKPOINT_WORDS = re.compile(r"(?i:torch\.load|load_state_dict|state_dict|checkpoint|ckpt|safetensors|pickle|"
                                r"model loading|\.pth?\b|\.bin\b)")
+# a message asking for a package: an environment's question, whoever raised it
+_INSTALL_WORDS = re.compile(r"(?i:\binstall(?:ed|ing)?\b|\bpip\b|\bconda\b)")
 # numbers in a list or tuple: sizes or counts of the user's data ("inconsistent numbers of samples: [16, 4]")
 _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
 # frames of a loader reading a checkpoint or a pretrained model's files
@@ -82,6 +84,8 @@ def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None  # the assert's condition is its message: `assert torch.cuda.is_available()` is about the GPU
     if _COMPILER_CALL.search(frame.source):
         return None  # the value a compiler API returned (torch.jit.trace): the compile family's question
+    if _INSTALL_WORDS.search(s.message):
+        return None  # the code's own check that a package imports ('Please install mmdet'): the install, not the code
     if _CHECKPOINT_WORDS.search(raw):
         return None  # a loader that failed in the user's own helper: the file, not the code, may be the cause
     if s.exc_type == "AttributeError" and re.search(r"DataParallel|\.module\b", raw):
@@ -95,8 +99,8 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     from nbdebug.core.knowledge.library import LIBRARY_STEP
 
     frame = s.innermost
-    if frame is None or frame.owner in ("user", "stdlib") or frame.owner in _OWN_FAMILY:
-        return None
+    if frame is None or frame.owner in ("user", "stdlib") or frame.owner in _OWN_FAMILY or frame.owner in _SHELL:
+        return None  # IPython's own code failing (its formatter on another error) is no call the user made
     own_class = s.exc_type.startswith(f"{frame.owner}.") or s.exc_type.startswith(f"{frame.owner.split('_')[0]}.")
     if s.short_type not in _LIBRARY_TYPES and not own_class:
         return None
@@ -251,6 +255,21 @@ def _failing_line(raw: str) -> str:
     return frame.source if frame is not None else ""
 
 
+_IMPORT_LINE = re.compile(r"(?:from [\w.]{1,200} import|import [\w.]{1,200})\b")
+# the interactive shell's own packages: an error raised there is the shell failing, not the user's code
+_SHELL = frozenset({"IPython", "ipykernel", "jupyter_client"})
+
+
+def _shell_raised(raw: str) -> bool:
+    """Whether the root cause of a traceback was raised inside IPython / ipykernel's own files."""
+    from nbdebug.core.explain._structure import read
+
+    if "IPython" not in raw and "ipykernel" not in raw:
+        return False
+    frame = read(raw[-20_000:]).innermost
+    return frame is not None and frame.owner in _SHELL
+
+
 _MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]{1,200})'")
 _NO_DISTRIBUTION = re.compile(r"(?:No matching distribution found for|satisfies the requirement) (?P<pkg>[\w.-]{1,200})")
 
@@ -283,7 +302,11 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
-    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know.
+    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know;
+    - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
+      package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling);
+    - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
+      error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
@@ -294,6 +317,10 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
     if slug == "missing_key" and _AUTO_MAPPING.search(raw[-20_000:]):
+        return True
+    if slug == "checkpoint_module_missing" and _IMPORT_LINE.match(_failing_line(raw)):
+        return True
+    if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
         return True
     if line and _WARNING_LINE.search(line):
         exc_type, exc_message = last_exception_line(text)

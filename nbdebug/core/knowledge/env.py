@@ -236,11 +236,12 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令",
-                  "not installed", "nomodulenamed"),
+        keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令",
+                  "not installed", "nomodulename"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
-            r"(?<!caught was: )No ?module ?named ?'?[\w.]+'?",
+            # also as users retype it ("No Module name 'ultralytics'")
+            r"(?<!caught was: )No ?module ?named? ?'?[\w.]+'?",
             # a library's own check raised as the error ("Error: PEFT not installed", "ImportError: DeepSpeed is not
             # installed"), not a log line saying it goes on without one; not CUDA's or a driver's
             r"(?:Error|Exception): (?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w-]{1,40} "
@@ -252,6 +253,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"the package [\w-]+ seems to be not installed",
             r"requires the following packages that were not found in your environment",
             r"(?:: command not found|：未找到命令)",
+            # zsh (macOS's shell) names the command after the message
+            r"\bcommand not found: [\w.-]{1,60}",
+            # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
+            r"(?:Error|Exception): (?i:please install) (?!(?i:cuda|nvidia|driver|gpu)\b)[A-Za-z][\w.-]{1,40}",
         ),
         exception_types=("ModuleNotFoundError",),
         priority=44,

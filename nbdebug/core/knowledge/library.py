@@ -69,11 +69,17 @@ ENTRIES: tuple[Entry, ...] = (
         title="transformers does not know this model type (or not for this Auto class)",
         summary=("The checkpoint's config names a model type[[ ({model_type})]] that the installed transformers does "
                  "not have: the model is newer than this transformers, or its classes live in the model's own code."),
-        keywords=("does not recognize this architecture", "unrecognized configuration class",
+        keywords=("does not recognize this architecture", "unrecognized configuration class", "keyerror: '",
                   "is not currently imported"),
         patterns=(r"Transformers does not recognize this architecture",
                   r"Tokenizer class \w+ does not exist or is not currently imported",
-                  r"Unrecognized configuration class <class '[^'\n]{1,300}'> for this kind of AutoModel"),
+                  r"Unrecognized configuration class <class '[^'\n]{1,300}'> for this kind of AutoModel",
+                  # the same, pasted without frames: a bare KeyError whose key is a model type of the Hub's
+                  # decoder families (releases before 4.28 lack 'llama'; 'mistral', 'qwen2', 'gemma' came later)
+                  r"(?m)^KeyError: '(?:llama|mistral|mixtral|qwen2(?:_moe|_vl)?|qwen3(?:_moe)?|gemma[23]?|phi3?|"
+                  r"starcoder2|falcon|gpt_bigcode|deepseek_v[23]|cohere|olmo2?|stablelm|internlm2|baichuan|"
+                  r"chatglm|mllama|llava(?:_next)?|idefics2|paligemma|siglip|clip_vision_model|dinov2|mamba2?|"
+                  r"jamba|dbrx|persimmon|gptj|gpt_neox|mpt)'[ \t]*$"),
         # releases before the ValueError: a bare KeyError of the model type from the Auto classes' mapping
         frames=(r"^[ \t]*File \"[^\"\n]*transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, "
                 r"in __getitem__\s*\n(?:[^\n]*\n)?\s*KeyError: ",),
