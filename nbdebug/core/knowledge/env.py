@@ -519,7 +519,7 @@ ENTRIES += (
                   r"Backend \"\w+\" is not one of available backends"),
         priority=62,
         extra={"family": "environment_version"},
-        facts=((r"handle uri (?P<uri>[^\n]{1,200}?) and format", {"uri": "str"}),),
+        facts=((r"handle uri (?P<uri>[^\n{}]{1,200}?) and format", {"uri": "str"}),),
         causes=("torchaudio installed without any audio library (soundfile on Windows/macOS, sox or FFmpeg on Linux).",
                 "An FFmpeg of a major version the installed torchaudio does not load, or torchaudio 2.9+ expecting "
                 "TorchCodec."),
@@ -547,5 +547,72 @@ ENTRIES += (
         first_step="Install protobuf 3.20.x (pip install 'protobuf<=3.20.3'), or upgrade the package named in the "
         "traceback to a release built for protobuf 4, then restart the kernel.",
         sources=("https://protobuf.dev/news/2022-05-06/#python-updates",),
+    ),
+    Entry(
+        slug="git_fetch_failed",
+        title="git could not fetch a package's source (network, or a branch, tag or commit that no longer exists)",
+        summary=("The install fetches a package's source with git, and git failed: it could not reach the host "
+                 "(a proxy, firewall or TLS problem), or the branch, tag or commit pinned there does not exist "
+                 "(a pull request's ref after its merge, a commit rebased away)."),
+        keywords=("git operation failed", "reference is not a tree", "did not find branch or tag", "unable to access",
+                  "unable to connect to",
+                  "did not run successfully"),
+        patterns=(
+            # uv's report of a git dependency it could not fetch
+            r"Git operation failed",
+            r"fatal: reference is not a tree: [0-9a-f]{7,40}",
+            # pip, for a branch or tag that is not there (a pull request's ref after its merge)
+            r"Did not find branch or tag '[^'\n]{1,200}', assuming revision or ref",
+            r"fatal: unable to access '(?:https?|git)://[^'\n]{1,300}': ",
+            r"fatal: unable to connect to [\w.-]{1,200}:",
+            r"git (?:clone|fetch|checkout)\b[^\n]{0,300} did not run successfully",
+        ),
+        priority=72,  # before the build step that failed because git did
+        extra={"family": "install_build"},
+        causes=("The machine cannot reach the git host: a proxy, VPN, firewall or TLS interception (schannel / "
+                "SSL errors on Windows).",
+                "The branch, tag or commit the install names no longer exists: a pull request's ref after its merge, "
+                "a pinned commit that was rebased away, a deleted branch."),
+        fixes=(Fix("Check that git reaches the repository and the ref exists",
+                   "git ls-remote https://github.com/<org>/<repo> <branch-or-tag>"),
+               Fix("Install a published release instead of the git source", "pip install <package>")),
+        first_step="Run git ls-remote on the repository URL from the same machine: if it fails, fix the network "
+        "(proxy, VPN, firewall, TLS settings); if the ref is missing, pin an existing branch, tag or commit (or install "
+        "the release from PyPI).",
+        sources=("https://pip.pypa.io/en/stable/topics/vcs-support/", "https://git-scm.com/docs/git-ls-remote"),
+    ),
+    Entry(
+        slug="extension_build_lock",
+        title="A C++/CUDA extension build waits on a lock an earlier, interrupted build left behind",
+        summary=("torch's just-in-time extension loader builds an extension (DeepSpeed's ops, a project's kernels) "
+                 "and takes a lock file in its build folder first; a build that was killed left that lock, so every "
+                 "later run waits on it forever."),
+        keywords=("extensions root", "file_baton", "lock file exists"),
+        patterns=(
+            # the process stopped right after torch announced the build folder: the last line of the log
+            r"as PyTorch extensions root\.\.\.[\s>]*\Z",
+            # a stack dump (py-spy, faulthandler) of the wait
+            r"\bwait \(torch/utils/file_baton\.py:\d+\)",
+            # faulthandler's dump of the wait (its frame lines have no comma before "in", and stay in the text)
+            r"torch[/\\]utils[/\\]file_baton\.py\", line \d+ in wait",
+            # torch's own warning when it finds the lock before building
+            r"Lock file exists in build directory: '[^'\n]{1,500}'",
+        ),
+        # a Python traceback of the wait (a Ctrl-C after the hang: KeyboardInterrupt), whose frames normalising drops
+        frames=(r"torch[/\\]utils[/\\]file_baton\.py\", line \d+, in wait",),
+        priority=60,
+        # the labels' first step for such a hang, whether they file it as a hang or as the build: delete the lock
+        extra={"family": "install_build,performance_or_hang"},
+        causes=("An earlier run was killed (Ctrl-C, a job's time limit, an out-of-memory kill) while it built the "
+                "extension, and its lock file stayed in ~/.cache/torch_extensions/<python_cuda>/<op>/.",
+                "Several processes (ranks) share the build folder on a network file system that does not release "
+                "the lock."),
+        fixes=(Fix("Delete the extension's build folder (or only its lock file), then rerun",
+                   "rm -rf ~/.cache/torch_extensions/*/<op_name>   # or its 'lock' file only"),
+               Fix("Build in a fresh folder", "export TORCH_EXTENSIONS_DIR=/tmp/torch_extensions_$USER")),
+        first_step="Delete the stale lock: remove the op's folder (or its 'lock' file) under the extensions root the "
+        "log names (~/.cache/torch_extensions/...), or point TORCH_EXTENSIONS_DIR to a fresh folder, and rerun.",
+        sources=("https://discuss.pytorch.org/t/freezing-at-using-home-user-cache-torch-extensions-as-pytorch-"
+                 "extensions-root/132759",),
     ),
 )

@@ -44,8 +44,11 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("DeepSpeed ZeRO-3 gathers each partitioned parameter before a module runs and releases it after; "
                  "here a parameter was still gathered at the end of a step (or fetched twice in one trace), which "
                  "happens when the modules do not run in the same order every step."),
-        keywords=("inflight params", "already in registry"),
+        keywords=("inflight params", "already in registry", "not_available", "invalidate trace cache"),
         patterns=(r"still have inflight params", r"ds_summary\(\)\}? already in registry",
+                  # the prefetcher's trace of the module order, replayed on a step that ran another order
+                  r"tracing error at step \w+, due to `?NOT_AVAILABLE`? parameters",
+                  r"Invalidate trace cache @ step \d+: expected module \d+, but got module \d+",
                   r"\balready in registry\b[^\n]{0,80}(?:ds_|param)"),
         priority=60,
         extra={"family": "distributed"},
