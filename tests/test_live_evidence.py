@@ -253,3 +253,15 @@ def test_lora_target_modules_are_named_from_the_live_model():
     d = explain(_raise(get_peft_model, model, ["q_proj", "v_proj"]))
     assert d.kind == "peft_target_modules"
     assert d.first_step == "Set target_modules to names the model has: dense, query_key_value."
+
+
+def test_a_family_level_answer_labels_its_facts_in_words():
+    # a pasted traceback whose last frame is the user's own file raising NameError: the family-level answer
+    text = ("Traceback (most recent call last):\n  File \"/home/u/train.py\", line 12, in <module>\n"
+            "    loss = criterion(out, target)\nNameError: name 'criterion' is not defined\n")
+    d = explain(text)
+    assert d.kind == "user_code_error"
+    panel = diagnosis_text(d)
+    assert "Exception: NameError" in panel
+    assert "Raised at" in panel and "train.py, line 12" in panel
+    assert "Exc type" not in panel
