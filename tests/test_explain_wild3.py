@@ -36,8 +36,8 @@ def test_a_bare_keyerror_of_a_model_type_is_transformers_not_knowing_it():
 
 def test_a_module_missing_at_an_import_line_is_no_unpickling():
     # a .pt file named on the command line, but the error is the script's own import of an old package layout
-    d = explain(_wild("z050"))
-    assert d.kind == "package_missing"
+    d = explain(_wild("z050"))  # No module named 'ultralytics.yolo': a layout the installed release dropped
+    assert d.kind == "api_missing"
     pickled = ("Traceback (most recent call last):\n  File \"eval.py\", line 8, in <module>\n"
                "    model = torch.load('best.pt')\n"
                "  File \"/usr/lib/python3.10/site-packages/torch/serialization.py\", line 1025, in load\n"
@@ -70,3 +70,39 @@ def test_ipythons_formatter_failing_is_not_the_users_object(item):
 ])
 def test_retyped_and_shell_wordings_of_a_missing_package(text, kind):
     assert explain(text).kind == kind
+
+
+def test_a_cut_message_is_read_by_its_final_class():
+    assert explain(_wild("z003")).kind == "package_missing"  # ModuleNotFoundError: No mod
+    assert explain("Traceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n    import x\n"
+                   "ModuleNotFoundError: No mod").kind == "package_missing"
+    # a bare KeyError's class says nothing about whose dict it was
+    assert explain("Traceback (most recent call last):\n  File \"/site-packages/lib/x.py\", line 3, in f\n"
+                   "    return d[k]\nKeyError").kind != "missing_key"
+
+
+def test_a_class_or_module_missing_from_an_installed_library_is_its_release():
+    assert explain(_wild("z051")).kind == "api_missing"  # Can't get attribute 'A2C2f' on <module 'ultralytics...'
+    # the project's own module that a pickle names stays the checkpoint's question
+    pickled = ("  File \"/usr/lib/python3/site-packages/torch/serialization.py\", line 1446, in find_class\n"
+               "AttributeError: Can't get attribute 'Net' on <module 'models.net' from '/home/u/models/net.py'>")
+    assert explain(pickled).kind == "checkpoint_module_missing"
+    # a module the package's build generates, missing from a source tree never built: the build
+    assert explain(_wild("z031")).kind == "package_missing"  # No module named 'mmdet.version'
+
+
+def test_more_wordings_seen_in_the_third_sample():
+    assert explain(_wild("z018")).kind == "cuda_oom"  # ComfyUI's cut 'Allocation on device'
+    assert explain("torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)"
+                   ).kind == "cuda_oom"
+    assert explain(_wild("v038")).kind == "checkpoint_corrupt"  # Trainer: Can't find a valid checkpoint at
+
+
+def test_a_decode_error_in_the_codes_own_file_is_its_code():
+    d = explain(_wild("v033"))
+    assert d.kind == "user_code_error" and "encoding" in d.first_step
+    # the same in a library's file is not placed as the user's
+    lib = ("Traceback (most recent call last):\n  File \"/usr/lib/python3/site-packages/lib/io.py\", line 9, in read\n"
+           "    return raw.decode('utf-8')\nUnicodeDecodeError: 'utf-8' codec can't decode byte 0xfc in position 90: "
+           "invalid start byte\n")
+    assert explain(lib).kind != "user_code_error"

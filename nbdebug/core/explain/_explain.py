@@ -38,7 +38,7 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
-from nbdebug.core.explain._family import contradicted, fallback, signal_kind
+from nbdebug.core.explain._family import contradicted, fallback, final_class, signal_kind
 from nbdebug.core.explain._live import attach
 from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.explain._structure import from_exception, read
@@ -458,6 +458,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # A pasted traceback cut off before its final line still names the exception in the last
         # ``raise SomeError(`` source line (which normalising drops with the frame): use that class.
         raised, raise_line = _raised_type(raw[-_MAX_CHARS:])
+        raised = raised or final_class(text)  # or the final line's class, when the class alone names a category
         if raised:
             found = match_all(text, raised, keyword_cache=keywords)
     if not found:

@@ -22,7 +22,7 @@ from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted"]
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class"]
 
 T = TypeVar("T")
 
@@ -48,7 +48,8 @@ _OWN_FAMILY = frozenset({"deepspeed", "torch_xla", "triton", "numba", "horovod",
 _TORCH_API = re.compile(r"[/\\]torch[/\\](?:nn[/\\](?:modules|utils|init\.py|functional\.py)|optim[/\\])")
 
 _USER_TYPES = ("NameError", "UnboundLocalError", "KeyError", "AttributeError", "TypeError", "IndexError",
-               "ValueError", "ZeroDivisionError", "AssertionError", "SyntaxError", "IndentationError")
+               "ValueError", "ZeroDivisionError", "AssertionError", "SyntaxError", "IndentationError",
+               "UnicodeDecodeError", "UnicodeEncodeError")
 # a name error's own words (a missing name, never data) may be checked without the tensor words
 _NAME_TYPES = ("NameError", "UnboundLocalError", "SyntaxError", "IndentationError")
 _LIBRARY_TYPES = ("ValueError", "TypeError", "KeyError", "AttributeError", "NotImplementedError", "AssertionError",
@@ -211,6 +212,25 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         if placed is not None:
             return placed
     return None
+
+
+_SELF_NAMING: frozenset[str] | None = None
+
+
+def final_class(text: str) -> frozenset[str]:
+    """The class of a pasted text's final exception line, when that class alone names a category.
+
+    A live exception's class is matched against the entries' ``exception_types`` whatever its message; a pasted one
+    whose message was cut ("ModuleNotFoundError: No mod") is read the same way.  Not a KeyError: its class says
+    nothing of whose dict it was.
+    """
+    global _SELF_NAMING
+    if _SELF_NAMING is None:
+        from nbdebug.core.knowledge import entries
+
+        _SELF_NAMING = frozenset(t for e in entries("explain") for t in e.exception_types) - {"KeyError"}
+    name = last_exception_line(text)[0].rsplit(".", 1)[-1]
+    return frozenset({name}) if name in _SELF_NAMING else frozenset()
 
 
 def signal_kind(facts: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -25,12 +25,15 @@ ENTRIES: tuple[Entry, ...] = (
             " {reserved_by_pytorch:bytes}]][[, of which {reserved_but_unallocated:bytes} is cached but unused]]."
         ),
         keywords=("out of memory", "outofmemoryerror", "cuda runtime error", "cudaerrormemoryallocation",
-                  "pytorch_cuda_alloc_conf", "cuda.html#environment-variables"),
+                  "pytorch_cuda_alloc_conf", "cuda.html#environment-variables", "allocation on device"),
         patterns=(
             r"(?:CUDA|HIP) out of memory",
             r"cuda runtime error ?(?:\(2\))? ?: ?out of memory",
             r"CUDA error: ?out of memory",
             r"MPS backend out of memory",
+            # the caching allocator over a set memory fraction ("Allocation on device 0 would exceed allowed
+            # memory"), which ComfyUI shows cut to its first words
+            r"(?m)^(?:torch\.(?:cuda\.)?OutOfMemoryError: )?Allocation on device(?: \d+ would exceed allowed memory)?",
             # the CUDA error number alone (2 = cudaErrorMemoryAllocation)
             r"cuda runtime error ?\(2\)",
             r"cudaErrorMemoryAllocation",

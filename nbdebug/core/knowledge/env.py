@@ -196,14 +196,19 @@ ENTRIES: tuple[Entry, ...] = (
             r"cannot import name '?\w+'?",
             # a pickle written by a newer torch (torch._utils._rebuild_tensor_v2 and the like)
             r"Can't get attribute '\w+' on <module 'torch(?:\.\w+)*'",
+            # a class a pickle names that the installed library's module lacks (a model saved by a newer release)
+            r"Can't get attribute '\w+' on <module '(?:ultralytics|transformers|diffusers|timm|peft|accelerate|mmcv|"
+            r"mmdet|mmengine|torchmetrics|pytorch_lightning|lightning)(?:\.\w+)*'",
             r"cannot import name '\w+' from '(?:torch|torchvision|torchaudio)(?:\.\w+)*'",
             # not torch._C / torch.version, which every release has: the build generates them, so their absence is
             # a source checkout run unbuilt or a broken install, not a release that lacks them
             r"No module named '(?!torch\.(?:_C|version)')(?:torch|torchvision|torchaudio)\.[\w.]+'",
             # a submodule missing from a library that did import (Python names the dotted path only then): a module
             # the installed release moved or removed
+            # (not a module the package's build generates -- version, _C, _ext --: a source tree never built)
             r"No module named '(?:transformers|diffusers|accelerate|peft|timm|huggingface_hub|datasets|"
-            r"pytorch_lightning|lightning|xformers|triton|numpy|scipy|sklearn|PIL)\.[\w.]+'",
+            r"pytorch_lightning|lightning|xformers|triton|numpy|scipy|sklearn|PIL|ultralytics|torchmetrics|torchtext)"
+            r"\.(?!(?:version|_version|_C|_ext)')[\w.]+'",
         ),
         priority=44,
         facts=(

@@ -7,6 +7,11 @@ from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES"]
 
+# installed libraries whose modules a pickle may name: a class or submodule missing there is the library's release
+# (``api_missing``), not the project's code that saved the checkpoint
+_LIBRARIES = ("ultralytics|transformers|diffusers|timm|peft|accelerate|mmcv|mmdet|mmengine|torchmetrics|"
+              "pytorch_lightning|lightning")
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="size_mismatch_state_dict",
@@ -148,7 +153,8 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("invalid magic number", "not a zip file", "storage has wrong", "unable to load weights", "error no file named", "valid model identifier", "no such file or directory", "can't load", "pytorchstreamreader", "central directory", "unexpected eof", "wrong size", "invalid load key",
                   "ran out of input", "data.pkl", "persistent id", "headertoolarge", "deserializing header", "zip archive",
                   "truncated", "storages", "errno 2", "raiifile", "fileadapter", "streamwriter",
-                  "writeendoffile", "unexpected pos", "invalidheadererror", "readerror", "torch.load("),
+                  "writeendoffile", "unexpected pos", "invalidheadererror", "readerror", "torch.load(",
+                  "valid checkpoint at"),
         patterns=(
             r"Unable to load weights from (?:pytorch )?checkpoint file",
             # torch.load's legacy reader on a file that is not a checkpoint (or was cut)
@@ -180,6 +186,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"\b(?:tarfile\.)?(?:InvalidHeaderError|ReadError): (?:invalid header|bad checksum|empty header|truncated header|"
             r"file could not be opened successfully)",
             r"torch\.load\([^\n)]{0,200}\) ?-> ?\w*Error",
+            # transformers' Trainer resuming from a folder that holds no checkpoint it can read
+            r"Can't find a valid checkpoint at ",
         ),
         priority=79,
         facts=((r"(?P<problem>failed finding central directory|unexpected EOF, expected \d+ more bytes|storage has "
@@ -209,8 +217,9 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The checkpoint is a pickle of whole Python objects[[, and it needs the module '{module}']]; that "
                  "module is not importable here, so the objects cannot be rebuilt."),
         keywords=("no module named", "can't get attribute"),
-        patterns=(r"No module named '?(?P<module>[\w.]+)'?",
-                  r"Can't get attribute '\w+' on <module '(?!__main__|torch\b)[\w.]+'"),
+        patterns=(r"No module named '?(?!(?:" + _LIBRARIES + r")\.)(?P<module>[\w.]+)'?",
+                  # not torch's or an installed library's module (that is the library's release: api_missing)
+                  r"Can't get attribute '\w+' on <module '(?!__main__|torch\b|(?:" + _LIBRARIES + r")\b)[\w.]+'"),
         extra={"requires": r"serialization\.py|_pickle|pickle\.py|torch\.load\b|pickle\.load\b|unpickl|find_class|\.pth?\b|\.ckpt\b"},
         priority=62,
         facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),

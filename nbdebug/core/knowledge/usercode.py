@@ -149,6 +149,11 @@ USER_ERROR_STEPS: dict[str, str] = {
                          "batch count, a loader with drop_last on too few items).",
     "AssertionError": "An assert at {where} failed: print both sides of its condition just before it, and fix the "
                       "value that breaks the assumption.",
+    "UnicodeDecodeError": "At {where}, bytes are decoded with another encoding than they were written in (a Windows "
+                          "code page, Latin-1): pass the right encoding, or errors='replace' for text only shown, "
+                          "or run Python in UTF-8 mode (PYTHONUTF8=1).",
+    "UnicodeEncodeError": "At {where}, text is written to a stream or file whose encoding cannot hold it (a Windows "
+                          "console's code page): open the file with encoding='utf-8', or set PYTHONIOENCODING=utf-8.",
     "SyntaxError": "Fix the syntax at {where} (the caret shows where Python stopped reading).",
     "IndentationError": "Fix the indentation at {where} (mixed tabs and spaces, or a block left empty).",
     # any other class, raised by the code's own ``raise`` statement: a check the project wrote
