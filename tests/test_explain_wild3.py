@@ -106,3 +106,22 @@ def test_a_decode_error_in_the_codes_own_file_is_its_code():
            "    return raw.decode('utf-8')\nUnicodeDecodeError: 'utf-8' codec can't decode byte 0xfc in position 90: "
            "invalid start byte\n")
     assert explain(lib).kind != "user_code_error"
+
+
+def test_lightning_forking_after_cuda_is_the_notebooks_cuda_use():
+    d = explain(_wild("z026"))
+    assert d.kind == "lightning_fork_after_cuda" and "Restart the kernel" in d.first_step
+    # torch's own message for a forked DataLoader worker stays its category
+    assert explain("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+                   "you must use the 'spawn' start method").kind == "cuda_fork"
+
+
+def test_an_error_below_the_users_import_line_is_that_package_failing_to_import():
+    # Colab folded the frames between `import torchvision` and torch.onnx's check ("7 frames")
+    d = explain(_wild("v009"))
+    assert d.kind == "import_failed" and d.evidence["package"] == "torchvision"
+    # the same structure when the message is about the GPU: not placed as the import
+    gpu = ("<ipython-input-4-1c2b> in <module>()\n----> 1 import mylib\n\n"
+           "/usr/local/lib/python3.10/dist-packages/mylib/ops.py in build()\n"
+           "RuntimeError: CUDA error: no kernel image is available for execution on the device\n")
+    assert explain(gpu).kind != "import_failed"

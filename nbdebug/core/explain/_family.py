@@ -150,7 +150,7 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
             # library's module was being imported: the import that failed is that library's
             frame = _importing(s.outer) if s.chained else None
             if frame is None:
-                return None
+                return _user_import(s)
         if _TENSOR_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
             return None
     m = _PACKAGE_PATH.search(s.message)
@@ -165,6 +165,30 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if frame is not None:
         facts["where"] = _where(frame)
     return "import_failed", facts
+
+
+# what an import's own failure may still be about: the GPU, memory, distributed setup (not an op's name with "tensor")
+_IMPORT_TIME_WORDS = re.compile(r"(?i:\bcuda\b|\bgpu\b|nccl|out of memory|\bdevice\b|\bshape\b|size mismatch)")
+_IMPORT_OF = re.compile(r"(?:from (?P<from>[A-Za-z_]\w{0,100})[\w.]{0,200} import\b|import (?P<mod>[A-Za-z_]\w{0,100}))")
+
+
+def _user_import(s: Structure) -> tuple[str, dict[str, Any]] | None:
+    """An error raised inside a library while the user's last line was an ``import`` (the frames between folded away,
+    as Colab's "7 frames" does): the package that line imports failed inside its own import."""
+    user, frame = s.innermost_user, s.innermost
+    if user is None or frame is None or frame.owner in ("user", "stdlib") or frame.owner in _SHELL:
+        return None
+    m = _IMPORT_OF.match(user.source)
+    if m is None or _IMPORT_TIME_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
+        return None
+    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_TORCH
+
+    package = m.group("from") or m.group("mod")
+    below = s.frames[s.frames.index(user) + 1:]
+    if below and below[0].owner == package:
+        return None  # the package's own frames are shown: whether it ran its module's code says it (_while_importing)
+    step = IMPORT_STEP_TORCH if package == "torch" else IMPORT_STEP.format(package=package)
+    return "import_failed", {"package": package, "where": _where(user), "first_step_detail": step}
 
 
 # torch's old argument parser (<= 0.4): the types given against the one signature, position by position

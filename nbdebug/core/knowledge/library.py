@@ -131,6 +131,28 @@ ENTRIES += (
         extra={"family": "library_api_misuse,environment_version"},
     ),
     Entry(
+        slug="lightning_fork_after_cuda",
+        title="Lightning cannot fork its processes: CUDA is already initialised in the notebook",
+        summary=("Lightning's fork-based strategies (ddp_notebook / ddp_fork, the default for several GPUs in a "
+                 "notebook) start their processes by forking the kernel, and a forked process cannot use CUDA once the "
+                 "kernel has initialised it (a .cuda() / .to('cuda'), a torch.cuda call, a model loaded on the GPU)."),
+        keywords=("can't create new processes if cuda",),
+        patterns=(r"Lightning can't create new processes if CUDA is already initiali[sz]ed",),
+        priority=70,
+        extra={"family": "distributed"},
+        causes=("A cell before trainer.fit moved a model or tensor to the GPU, or called torch.cuda.* (memory stats, "
+                "set_device), or a library did it while loading a model.",
+                "trainer.fit run a second time in the same kernel, after a first run used the GPU."),
+        fixes=(Fix("Keep every CUDA call out of the kernel before trainer.fit (restart it first)",
+                   "trainer = L.Trainer(accelerator='gpu', devices=2, strategy='ddp_notebook')\n"
+                   "trainer.fit(model)   # the model still on the CPU: Lightning moves it in each process"),
+               Fix("Run the training as a script with a spawning strategy",
+                   "# train.py\ntrainer = L.Trainer(devices=2, strategy='ddp')   # python train.py")),
+        first_step="Restart the kernel and run trainer.fit with nothing moved to the GPU before it (no .cuda(), no "
+        "torch.cuda calls); or train on one device, or as a script with strategy='ddp'.",
+        sources=("https://lightning.ai/docs/pytorch/stable/accelerators/gpu_intermediate.html",),
+    ),
+    Entry(
         slug="lightning_mixed_packages",
         title="Lightning's Trainer does not recognise the model as its LightningModule",
         summary=("The Trainer does not recognise the model[[ ({model_class})]] as a LightningModule: usually the model "
