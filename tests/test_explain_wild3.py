@@ -53,6 +53,7 @@ def test_the_codes_own_check_that_a_package_imports_is_the_install():
     own = ("Traceback (most recent call last):\n  File \"/home/u/train.py\", line 77, in main\n"
            "    assert len(names) == 3, 'expected three names'\nAssertionError: expected three names\n")
     assert explain(own).kind == "user_code_error"
+    assert explain("RuntimeError: Please install the CUDA build of torch").kind != "package_missing"
 
 
 @pytest.mark.parametrize("item", ["z055", "z057"])
@@ -125,3 +126,8 @@ def test_an_error_below_the_users_import_line_is_that_package_failing_to_import(
            "/usr/local/lib/python3.10/dist-packages/mylib/ops.py in build()\n"
            "RuntimeError: CUDA error: no kernel image is available for execution on the device\n")
     assert explain(gpu).kind != "import_failed"
+    # IPython prints context lines before its arrow: an `import` shown above the failing line is not the import
+    context = ("<ipython-input-3-1c2b> in <module>()\n      1 import torch\n----> 2 x = mylib.run(y)\n\n"
+               "/usr/local/lib/python3.10/dist-packages/mylib/ops.py in run(a)\n"
+               "RuntimeError: Failed to register operator foo::bar.\n")
+    assert explain(context).kind != "import_failed"

@@ -150,7 +150,7 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
             # library's module was being imported: the import that failed is that library's
             frame = _importing(s.outer) if s.chained else None
             if frame is None:
-                return _user_import(s)
+                return _user_import(s, raw)
         if _TENSOR_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
             return None
     m = _PACKAGE_PATH.search(s.message)
@@ -169,16 +169,21 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
 
 # what an import's own failure may still be about: the GPU, memory, distributed setup (not an op's name with "tensor")
 _IMPORT_TIME_WORDS = re.compile(r"(?i:\bcuda\b|\bgpu\b|nccl|out of memory|\bdevice\b|\bshape\b|size mismatch)")
+_ARROW = re.compile(r"^-{2,}> ?\d+ ([^\n]{0,300})", re.MULTILINE)
 _IMPORT_OF = re.compile(r"(?:from (?P<from>[A-Za-z_]\w{0,100})[\w.]{0,200} import\b|import (?P<mod>[A-Za-z_]\w{0,100}))")
 
 
-def _user_import(s: Structure) -> tuple[str, dict[str, Any]] | None:
+def _user_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """An error raised inside a library while the user's last line was an ``import`` (the frames between folded away,
     as Colab's "7 frames" does): the package that line imports failed inside its own import."""
     user, frame = s.innermost_user, s.innermost
     if user is None or frame is None or frame.owner in ("user", "stdlib") or frame.owner in _SHELL:
         return None
     m = _IMPORT_OF.match(user.source)
+    if m is not None and _ARROW.search(raw):
+        # IPython shows context lines first: only the arrow line under the user's frame ("----> 1 import x") failed
+        arrow = _ARROW.search(raw, max(raw.find(user.path), 0))
+        m = _IMPORT_OF.match(arrow.group(1)) if arrow is not None else None
     if m is None or _IMPORT_TIME_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
         return None
     from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_TORCH

@@ -261,7 +261,7 @@ ENTRIES: tuple[Entry, ...] = (
             # zsh (macOS's shell) names the command after the message
             r"\bcommand not found: [\w.-]{1,60}",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
-            r"(?:Error|Exception): (?i:please install) (?!(?i:cuda|nvidia|driver|gpu)\b)[A-Za-z][\w.-]{1,40}",
+            r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
         ),
         exception_types=("ModuleNotFoundError",),
         priority=44,
