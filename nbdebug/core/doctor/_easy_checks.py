@@ -13,7 +13,7 @@ from nbdebug.core.doctor._inputs import tensor_leaves
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import entry, threshold
 
-__all__ = ["below_minimum", "targets_in_inputs", "memorised_at_once", "shuffled_targets"]
+__all__ = ["below_minimum", "reconstructed_input", "targets_in_inputs", "memorised_at_once", "shuffled_targets"]
 
 # losses that are >= 0 by definition (given what each expects)
 _NON_NEGATIVE = {"CrossEntropyLoss", "cross_entropy", "NLLLoss", "nll_loss", "BCELoss", "binary_cross_entropy",
@@ -39,20 +39,59 @@ def below_minimum(s: Session) -> bool:
     return True
 
 
+def reconstructed_input(s: Session) -> int | None:
+    """Which input tensor the loss's target is, or is made from element by element (a view, a rescaling, any
+    monotonic map): the task is to reconstruct the input (an autoencoder, a denoiser, a VAE), so the input holds
+    the target by design.  None when the loss's target is no input's."""
+    import torch
+
+    call = s.loss_in
+    t = call.target if call is not None else None
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() < 8:
+        return None
+    tf = t.detach().reshape(-1).float()
+    for i, x in enumerate(tensor_leaves(s.loss.model_inputs())):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() != t.numel():
+            continue
+        xf = x.detach().reshape(-1).float()
+        if torch.equal(xf, tf) or abs(_rank_correlation(xf, tf)) >= 0.999:
+            return i
+    return None
+
+
+def _rank_correlation(a: Any, b: Any) -> float:
+    """Spearman's correlation of two flat tensors (ties ordered by position, so a monotonic map of ``a`` gives
+    exactly 1 or -1)."""
+    import torch
+
+    ra = torch.argsort(torch.argsort(a, stable=True)).float()
+    rb = torch.argsort(torch.argsort(b, stable=True)).float()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = float(ra.norm() * rb.norm())
+    return float((ra * rb).sum()) / den if den > 0 else 0.0
+
+
 def targets_in_inputs(s: Session) -> None:
     """Targets that travel inside the inputs: an input feature equal to the target (a label column left in the
     features), or token targets equal to the input tokens position by position (labels not shifted)."""
     import torch
 
+    if s.task == "reconstruction":
+        s.check("targets inside the inputs", "by design: the loss's target is the model's own input")
+        return
     t = s.loss.targets
+    if _loss_over_padding(s, t):
+        return
     if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.numel() < 8:
         return  # a model that computes its own loss (Hugging Face causal LMs) shifts the labels itself
     for x in tensor_leaves(s.loss.model_inputs()):
         if not isinstance(x, torch.Tensor) or x is t:
             continue
-        if not x.is_floating_point() and tuple(x.shape) == tuple(t.shape) and x.dim() >= 2:
-            valid = t != s.ignore_index()
-            same = float((x[valid] == t[valid]).float().mean()) if bool(valid.any()) else 0.0
+        if not x.is_floating_point() and x.numel() == t.numel() and max(x.dim(), t.dim()) >= 2:
+            # the same positions, whichever way the loss flattens them (an RNN's (T, B) against T*B targets)
+            xs, ts = x.reshape(-1), t.reshape(-1)
+            valid = ts != s.ignore_index()
+            same = float((xs[valid] == ts[valid]).float().mean()) if bool(valid.any()) else 0.0
             if same >= 0.9:
                 e = entry("fits_too_easily")
                 s.add("fits_too_easily", f"the targets equal the input tokens position by position ({same:.0%} of "
@@ -78,6 +117,42 @@ def targets_in_inputs(s: Session) -> None:
     s.check("targets inside the inputs", "no")
 
 
+def _loss_over_padding(s: Session, t: Any) -> bool:
+    """Token labels that count the padding: labels other than the ignore index where the attention mask is 0, or
+    (without a mask) a run of one id at the end of several rows, the same id in each (pad = EOS, labels =
+    input_ids.clone()).  Padding is trivially predictable, so the loss falls for nothing.  True when found."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.dim() != 2 or t.numel() < 8:
+        return False
+    ignore = s.ignore_index()
+    inputs = s.loss.model_inputs()
+    mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
+    trained = t != ignore
+    if isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(t.shape):
+        on_pad = trained & (mask == 0)
+        how = "where the attention mask is 0"
+    else:
+        last = t[:, -1]
+        pad = int(torch.mode(last).values)
+        run = (t == pad).flip(1).int().cumprod(1).flip(1).bool()  # the run of ``pad`` ending each row
+        run[:, 1:] &= run[:, :-1].clone()  # its first one may be the row's own end (pad = EOS)
+        on_pad = run & trained
+        how = f"in a run of id {pad} that ends {int(on_pad.any(1).sum())} of the {t.shape[0]} rows"
+        if int(on_pad.any(1).sum()) < 2:
+            return False
+    n, total = int(on_pad.sum()), int(trained.sum())
+    if not n or n / max(1, total) < threshold("padding_in_loss_share"):
+        return False
+    e = entry("fits_too_easily")
+    s.add("fits_too_easily", f"{n} of the {total} label positions the loss counts are padding ({n / total:.0%}), "
+          f"{how}: the loss is taken over padding, which is trivially predictable, so it falls for nothing; set "
+          f"the labels there to the ignore index {ignore}", ["targets"],
+          evidence={"padding_positions": n, "trained_positions": total}, fixes=(e.fixes[3], e.fixes[1]))
+    s.check("targets inside the inputs", f"the loss counts {n} padding positions ({n / total:.0%})")
+    return True
+
+
 def memorised_at_once(s: Session) -> None:
     """The batch fitted within a few steps while the same model, given the targets shuffled against the inputs,
     does not: the real pairing has a shortcut (the answer reaches the model another way).  A model that fits a
@@ -86,7 +161,8 @@ def memorised_at_once(s: Session) -> None:
 
     import torch
 
-    if s.has("fits_too_easily", "loss_below_minimum") or not s.losses or s.initial_loss is None:
+    if s.has("fits_too_easily", "loss_below_minimum") or not s.losses or s.initial_loss is None or (
+            s.task == "reconstruction"):
         return
     t = s.loss.targets
     if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] < 4:
@@ -125,6 +201,9 @@ def shuffled_targets(s: Session, work: Any) -> None:
     import torch
 
     t = s.loss.targets
+    if s.task == "reconstruction":
+        s.check("loss with targets shuffled against inputs", "skipped: the target is the model's own input")
+        return
     if s.loss.mode != "fn" or not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] < 4 or not s.losses:
         s.check("loss with targets shuffled against inputs", "skipped: no separate targets")
         return

@@ -32,9 +32,15 @@ _ACTIVATIONS = {"ReluBackward0": "ReLU", "HardtanhBackward0": "ReLU6", "SigmoidB
 def infer_task(s: Session, out: Any) -> None:
     import torch
 
+    from nbdebug.core.doctor._easy_checks import reconstructed_input
+
     t = s.loss.targets
     name = s.loss.loss_name
     call = s.loss_in
+    if reconstructed_input(s) is not None:
+        s.task = "reconstruction"
+        s.check("task", f"reconstruction: the target of {s.loss_said()} is the model's own input")
+        return
     if call is not None and call.name in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
         name = call.name
     if name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits", "BCELoss", "binary_cross_entropy"):

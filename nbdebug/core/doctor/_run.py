@@ -8,6 +8,7 @@ person reads in a fix comes from ``nbdebug.core.knowledge.training``.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 from nbdebug.core._findings import Fix
@@ -16,6 +17,8 @@ from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
 from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _train_checks as training
+from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
+from nbdebug.core.doctor._generalise import generalisation
 from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard
@@ -110,10 +113,22 @@ def doctor(
     with RngGuard(), torch.random.fork_rng(devices=[]):
         s = Session(model, batch, loss_fn, optimizer, options, lightning)
         try:
-            _run(s)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")  # the doctor's runs on the copy: counted, never shown as the user's
+                _run(s)
         finally:
             s.progress.close()
+        _warnings_check(s, caught)
         return _report(s)
+
+
+def _warnings_check(s: Session, caught: list[Any]) -> None:
+    """The warnings the doctor's own runs raised (torch's broadcasting warning while an experiment tries the
+    loss's shapes, ...) are not printed as if the user's code had just raised them: a check says what they were."""
+    seen = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0][:160]}" for w in caught))
+    s.check("warnings raised during the doctor's runs on the copy",
+            f"{len(seen)} distinct (not shown): " + "; ".join(seen[:3]) + (" ..." if len(seen) > 3 else "")
+            if seen else "none")
 
 
 def _run(s: Session) -> None:
@@ -208,11 +223,10 @@ def _run(s: Session) -> None:
     training.dead_activations(s, probe2, "after training", skip_if_found=True)
     experiments.run(s)
     if s.options.dataloader is not None:
-        training.generalisation(s, work)
+        generalisation(s, work)
     else:
         # the one place a second batch would be compared (the batch inspector looked at this one before training)
-        s.check("labels against inputs (a second batch after fitting the first)",
-                "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
+        s.check(LABELS_CHECK, "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
     if s.options.baseline and not s.explained:
         training.zero_input_baseline(s)
     if s.options.reproducibility:
@@ -220,7 +234,8 @@ def _run(s: Session) -> None:
     if s.options.dataloader is not None:
         training.dataloader_wait(s)
     if s.has("fits_too_easily"):  # the doctor's experiment named the leak: the inspector's static sign is the same
-        s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted")]
+        s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted",
+                                                                   "labels_padded_with_pad_id")]
     _consequences(s)
 
 

@@ -2,8 +2,7 @@
 
 In the order the run calls them: ReLU units that never fire (``dead_activations``, at init and after training);
 the overfit-one-batch run (``train``, with a ``GradMonitor`` for exploding norms) and its verdict (``overfit``:
-a rising or oscillating curve is a learning rate too high); given a DataLoader, a second batch after fitting the
-first (``generalisation``: labels that do not follow the inputs); the zero-input baseline; two seeded runs
+a rising or oscillating curve is a learning rate too high); the zero-input baseline; two seeded runs
 (``reproducibility``); and the time spent waiting for data (``dataloader_wait``).
 """
 
@@ -13,12 +12,12 @@ import math
 import time
 from typing import Any
 
-from nbdebug.core.doctor._inputs import logits_of, step_optimizer, to_device
+from nbdebug.core.doctor._inputs import step_optimizer, to_device
 from nbdebug.core.doctor._repro import check_reproducible
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
-__all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said", "generalisation",
+__all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said",
            "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
 
 _RELU = ("ReLU", "ReLU6")
@@ -327,67 +326,6 @@ def _frozen_part_learns(s: Session, msg: str) -> bool:
           "not memorise a batch, so this is no fault", severity="info", fixes=(),
           evidence={"learned_share": round(share, 4), "trainable_weights": weights})
     return True
-
-
-def _accuracy(s: Session, out: Any, targets: Any) -> tuple[float, float] | None:
-    """(accuracy, majority-class rate) of a classifier's output on ``targets``; None when not a classifier."""
-    import torch
-
-    y = logits_of(out)
-    if y is None or not isinstance(targets, torch.Tensor):
-        return None
-    if s.task == "classification":
-        if s.class_dim != 1 and y.dim() >= 3:
-            pred = y.argmax(dim=-1)
-        else:
-            pred = y.argmax(dim=1)
-        valid = targets != s.ignore_index()
-    elif s.task == "binary":
-        pred = (y.reshape(targets.shape) > (0.5 if s.loss.loss_name in ("BCELoss", "binary_cross_entropy") else 0))
-        pred = pred.to(targets.dtype)
-        valid = torch.ones_like(targets, dtype=torch.bool)
-    else:
-        return None
-    if pred.shape != targets.shape or not bool(valid.any()):
-        return None
-    t = targets[valid]
-    acc = float((pred[valid] == t).float().mean())
-    majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
-    return acc, majority
-
-
-def generalisation(s: Session, work: Any) -> None:
-    """After fitting batch 1, is another batch predicted better than by always guessing its commonest class?
-    Labels shuffled apart from the inputs can still be memorised, but never generalise."""
-    import torch
-
-    if s.task not in ("classification", "binary") or not s.losses or s.unstable:
-        return
-    if min(s.losses[-max(1, len(s.losses) // 10):]) > s.fit_target():
-        return  # batch 1 is not fitted: nothing to generalise from
-    it = iter(s.options.dataloader)
-    try:
-        next(it)
-        other = to_device(next(it), s.device)
-    except StopIteration:
-        return
-    try:
-        with torch.no_grad():
-            inputs, targets = s.loss.split(other)
-            out = s.loss.forward(work, inputs)
-    except Exception as e:  # a second batch of another shape: no verdict
-        s.check("second batch", f"could not run: {e!r}")
-        return
-    got = _accuracy(s, out, targets)
-    if got is None:
-        return
-    acc, majority = got
-    s.check("second batch after fitting the first", f"accuracy {acc:.0%} (commonest class: {majority:.0%})")
-    if acc <= majority + threshold("generalise_margin"):
-        s.add("labels_unrelated", f"after fitting one batch, the model predicts another batch with "
-              f"{acc:.0%} accuracy, no better than always guessing its commonest class ({majority:.0%}): it "
-              "memorised the first batch's labels, which do not follow from the inputs", ("targets",),
-              evidence={"accuracy": acc, "majority": majority})
 
 
 def zero_input_baseline(s: Session) -> None:

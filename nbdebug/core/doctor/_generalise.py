@@ -1,0 +1,118 @@
+"""Labels against inputs, given a DataLoader: after fitting the first batch, are samples the model did not train
+on predicted better than their labels shuffled among them would be (a permutation test)?  Labels shuffled apart
+from their inputs can still be memorised, but never generalise.  The check is always listed: it ran, or why not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbdebug.core.doctor._inputs import logits_of, to_device
+from nbdebug.core.doctor._session import Session
+from nbdebug.core.knowledge import threshold
+
+__all__ = ["generalisation", "CHECK"]
+
+CHECK = "labels against inputs (a second batch after fitting the first)"
+_ROWS = 64  # unseen samples wanted for a verdict
+_BATCHES = 8  # most batches read to find them
+_PERMUTATIONS = 200
+
+
+def generalisation(s: Session, work: Any) -> None:
+    """Predict samples of the DataLoader that are not in the fitted batch, and compare the accuracy with the
+    commonest class's rate and with the accuracy of the same predictions against the labels shuffled."""
+    import torch
+
+    if s.task not in ("classification", "binary"):
+        s.check(CHECK, f"skipped: the task is {s.task or 'not a classification'}, no class labels to compare")
+        return
+    if not s.losses or s.unstable:
+        s.check(CHECK, "skipped: " + ("the overfit run is unstable" if s.unstable else "no overfit run"))
+        return
+    if min(s.losses[-max(1, len(s.losses) // 10):]) > s.fit_target():
+        s.check(CHECK, "skipped: the first batch is not fitted, so there is nothing to generalise from")
+        return
+    try:
+        inputs, targets, rows = _unseen(s)
+    except Exception as e:  # noqa: BLE001 - a DataLoader the doctor cannot read again: no verdict, said so
+        s.check(CHECK, f"skipped: could not read more batches ({type(e).__name__}: {e})")
+        return
+    if inputs is None:
+        s.check(CHECK, "skipped: the DataLoader holds no sample outside the fitted batch")
+        return
+    try:
+        with torch.no_grad():
+            out = s.loss.forward(work, inputs)
+    except Exception as e:  # noqa: BLE001 - a second batch of another shape: no verdict
+        s.check(CHECK, f"skipped: the model could not run on another batch ({type(e).__name__}: {e})")
+        return
+    got = _predictions(s, out, targets)
+    if got is None:
+        s.check(CHECK, "skipped: the output does not give one class per label")
+        return
+    pred, t = got
+    acc = float((pred == t).float().mean())
+    majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
+    g = torch.Generator().manual_seed(0)
+    perm = [float((pred == t[torch.randperm(t.numel(), generator=g)]).float().mean()) for _ in range(_PERMUTATIONS)]
+    p = (1 + sum(a >= acc for a in perm)) / (1 + _PERMUTATIONS)
+    s.check(CHECK, f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
+            f"shuffled among them: {sum(perm) / len(perm):.0%}, p = {p:.2g})")
+    if acc <= majority + threshold("generalise_margin"):
+        s.add("labels_unrelated", f"after fitting one batch, the model predicts {t.numel()} {rows} with {acc:.0%} "
+              f"accuracy, no better than always guessing their commonest class ({majority:.0%}) or than their "
+              f"labels shuffled among them ({sum(perm) / len(perm):.0%}, p = {p:.2g}): it memorised the first "
+              "batch's labels, which do not follow from the inputs", ("targets",),
+              evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel())})
+
+
+def _unseen(s: Session) -> tuple[Any, Any, str]:
+    """(inputs, targets, what they are) of up to ``_ROWS`` samples from the DataLoader's batches that are not in
+    the fitted batch (a shuffling DataLoader draws some of them again); for inputs that are not one tensor, the
+    second batch as it comes.  (None, None, "") when there is none."""
+    import torch
+
+    it = iter(s.options.dataloader)
+    seen_x = s.loss.inputs
+    if not isinstance(seen_x, torch.Tensor):
+        next(it, None)  # the fitted batch
+        other = next(it, None)
+        if other is None:
+            return None, None, ""
+        x, t = s.loss.split(to_device(other, s.device))
+        return x, t, "samples of a second batch"
+    seen = {r.numpy().tobytes() for r in seen_x.detach().cpu().reshape(seen_x.shape[0], -1)}
+    xs, ts, n = [], [], 0
+    for i, b in enumerate(it):
+        if i >= _BATCHES or n >= _ROWS:
+            break
+        x, t = s.loss.split(to_device(b, s.device))
+        if not isinstance(x, torch.Tensor) or not isinstance(t, torch.Tensor) or x.shape[1:] != seen_x.shape[1:]:
+            continue
+        keep = [j for j, r in enumerate(x.detach().cpu().reshape(x.shape[0], -1)) if r.numpy().tobytes() not in seen]
+        xs.append(x[keep])
+        ts.append(t[keep])
+        n += len(keep)
+    if not n:
+        return None, None, ""
+    return torch.cat(xs)[:_ROWS], torch.cat(ts)[:_ROWS], "samples it did not train on"
+
+
+def _predictions(s: Session, out: Any, targets: Any) -> tuple[Any, Any] | None:
+    """(predicted classes, labels) at the labelled positions of a classifier's output; None when not a classifier."""
+    import torch
+
+    y = logits_of(out)
+    if y is None or not isinstance(targets, torch.Tensor):
+        return None
+    if s.task == "classification":
+        pred = y.argmax(dim=-1) if s.class_dim != 1 and y.dim() >= 3 else y.argmax(dim=1)
+        valid = targets != s.ignore_index()
+    else:
+        pred = (y.reshape(targets.shape) > (0.5 if s.loss.loss_name in ("BCELoss", "binary_cross_entropy") else 0))
+        pred = pred.to(targets.dtype)
+        valid = torch.ones_like(targets, dtype=torch.bool)
+    if pred.shape != targets.shape or not bool(valid.any()):
+        return None
+    return pred[valid], targets[valid]
