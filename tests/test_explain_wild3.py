@@ -131,3 +131,11 @@ def test_an_error_below_the_users_import_line_is_that_package_failing_to_import(
                "/usr/local/lib/python3.10/dist-packages/mylib/ops.py in run(a)\n"
                "RuntimeError: Failed to register operator foo::bar.\n")
     assert explain(context).kind != "import_failed"
+
+
+def test_a_bare_notice_that_a_package_is_missing_is_its_install():
+    assert explain(_wild("z005")).kind == "package_missing"  # Detectron v2 is not installed
+    # a log line that goes on, CUDA's own notice, or a notice followed by the error are not
+    assert explain("Apex not installed, using native amp").kind == "unknown"
+    assert explain("CUDA is not installed").kind != "package_missing"
+    assert explain("xformers is not installed\nKeyError: 'labels'").kind == "missing_key"

@@ -107,7 +107,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "package was built for other system libraries (CUDA, the C++ runtime) than this machine has."),
         keywords=("redistributable", "cannot open shared object", "dll load failed", "library not loaded", "winerror 126",
                   "image not found", "error loading", "incompatible architecture", "or one of its dependencies",
-                  "could not load this library", "requires module: torchaudio"),
+                  "could not load this library", "requires module: torchaudio", "glibc", "cxxabi_"),
         patterns=(
             r"Microsoft Visual C\+\+ Redistributable is not installed",
             # a macOS build for the other CPU (an x86_64 Python under Rosetta, or the reverse)
@@ -123,6 +123,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Could not load this library: [^\n]{1,300}\.(?:so|pyd|dll|dylib)\b",
             # torchaudio's functions when its compiled extension did not load (its warning says so at import)
             r"requires module: torchaudio\._torchaudio\b",
+            # a binary built against a newer C/C++ runtime than the system's (an old libstdc++ in a conda env)
+            r"version [`'](?:GLIBCXX|GLIBC|CXXABI)_[\d.]{1,12}' not found",
         ),
         priority=78,
         facts=((r"(?P<library>(?<![\w.+-])[\w.+-]{1,100}\.so(?:\.[0-9]+)*): cannot open shared object file",
@@ -258,6 +260,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"the package [\w-]+ seems to be not installed",
             r"requires the following packages that were not found in your environment",
             r"(?:: command not found|：未找到命令)",
+            # a project's notice that an optional package is missing, when it is all the text says (its last line)
+            r"(?m)^(?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn|apex)\b)[A-Z][\w.-]{1,30}"
+            r"(?: v?[\w.]{1,10})? (?:is )?not installed[.!]?[ \t]*\Z",
             # zsh (macOS's shell) names the command after the message
             r"\bcommand not found: [\w.-]{1,60}",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
