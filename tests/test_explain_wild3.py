@@ -68,6 +68,9 @@ def test_ipythons_formatter_failing_is_not_the_users_object(item):
 @pytest.mark.parametrize(("text", "kind"), [
     ("No Module name 'ultralytics'", "package_missing"),  # retyped
     ("zsh: command not found: yolo", "package_missing"),
+    # cudaErrorUnknown at CUDA's initialisation, numbered 999 since CUDA 10.1 (30 before): the driver's state
+    ("RuntimeError: cuda runtime error (999) : unknown error at /opt/conda/conda-bld/pytorch_1595629403081/work/aten/"
+     "src/THC/THCGeneral.cpp:47", "cuda_unavailable"),
 ])
 def test_retyped_and_shell_wordings_of_a_missing_package(text, kind):
     assert explain(text).kind == kind

@@ -398,7 +398,7 @@ ENTRIES: tuple[Entry, ...] = (
             "until a GPU is visible to this process."
         ),
         keywords=("not able to use gpu", "mixed precision requires a gpu", "your machine only has", "accelerator is not available", "no supported gpu backend",
-                  "cuda runtime error (30)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
+                  "cuda runtime error (30)", "cuda runtime error (999)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
                   "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
         patterns=(
             r"(?<!but )torch\.cuda\.is_available\(\) (?:returns?|is|==) False",
@@ -414,8 +414,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"CUDA unknown error - this may be due to an incorrectly set up environment",
             r"no CUDA-capable device is detected",
             r"cudaErrorNoDevice\b",
-            # CUDA's initialisation failing with cudaErrorUnknown (30), the old runtime's wording
-            r"cuda runtime error \(30\) : unknown error at [^\n]{0,200}THCGeneral",
+            # CUDA's initialisation failing with cudaErrorUnknown (30; 999 from CUDA 10.1), the old runtime's wording
+            r"cuda runtime error \((?:30|999)\) : unknown error at [^\n]{0,200}THCGeneral",
             # Lightning's wordings of a machine where torch sees no GPU
             r"You requested GPUs?: \[[\d, ]*\]\s+But your machine only has: \[\]",
             r"(?:CUDA|GPU)Accelerator can ?not run on your system since the accelerator is not available",
