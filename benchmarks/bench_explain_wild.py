@@ -13,7 +13,7 @@ Items the label calls not actionable (a kernel-died notice, a wrapper that only 
 before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
 The first held-out half and the second and third held-out samples (``heldout2``, ``heldout3``) were each run once for
 their figure and then opened for development (their misses are listed like the tune half's); the fourth
-(``heldout4``, ``FROZEN``) is run only to report its figures: its texts and labels are never printed here.
+(``heldout5``, ``FROZEN``) is run only to report its figures: its texts and labels are never printed here.
 """
 
 from __future__ import annotations
