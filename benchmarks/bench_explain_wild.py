@@ -1,7 +1,7 @@
 """Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
 
-Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|heldout3|both|heldout4]`` (default: tune;
-both: the four opened for development).  For each item the text goes
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|heldout3|heldout4|both|heldout5]`` (default:
+tune; both: the five opened for development).  For each item the text goes
 through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
 
 - right: the diagnosis's category belongs to the label's family (``FAMILIES`` below: the families each category's
@@ -11,8 +11,8 @@ through ``explain`` as a user would paste it.  An actionable item (``actionable:
 
 Items the label calls not actionable (a kernel-died notice, a wrapper that only says a child failed, a traceback cut
 before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
-The first held-out half and the second and third held-out samples (``heldout2``, ``heldout3``) were each run once for
-their figure and then opened for development (their misses are listed like the tune half's); the fourth
+The first held-out half and the later held-out samples (``heldout2`` to ``heldout4``) were each run once for their
+figure and then opened for development (their misses are listed like the tune half's); the newest
 (``heldout5``, ``FROZEN``) is run only to report its figures: its texts and labels are never printed here.
 """
 
@@ -174,7 +174,7 @@ def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else "tune"
     halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4") if which == "both" else (which,)
     for half in halves:
-        # heldout2, heldout3, heldout4: the later held-out samples (HELDOUT2.md ...), in the files their collectors
+        # heldout2 ... heldout5: the later held-out samples (HELDOUT2.md ...), in the files their collectors
         # wrote; the newest one (FROZEN) is never shown
         paths = sorted(WILD.glob(f"{half}*.jsonl")) if half[-1].isdigit() else [WILD / f"{half}.jsonl"]
         counts = score(paths, show=half != FROZEN)
