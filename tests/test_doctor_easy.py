@@ -115,6 +115,7 @@ def test_a_loss_over_padding_is_found_and_masking_it_is_the_first_fix():
     assert f.kind == "fits_too_easily" and "padding" in f.message, r
     assert "-100" in f.fixes[0].title and f.fixes[0].code == "labels[attention_mask == 0] = -100"
     assert f.evidence["padding_positions"] == int((padded_batch(False)["attention_mask"] == 0).sum())
+    assert f.evidence["tried"] == "the padding masked out of the labels" and "Tried on a copy" in f.message
     r = doctor(TinyCausalLM(), padded_batch(True), **QUICK)
     assert "fits_too_easily" not in r.kinds
     # without a mask: a run of one id closing several rows

@@ -13,7 +13,8 @@ from nbdebug.core.doctor._inputs import tensor_leaves
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import entry, threshold
 
-__all__ = ["below_minimum", "reconstructed_input", "targets_in_inputs", "memorised_at_once", "shuffled_targets"]
+__all__ = ["below_minimum", "reconstructed_input", "targets_in_inputs", "memorised_at_once", "shuffled_targets",
+           "padding_masked"]
 
 # losses that are >= 0 by definition (given what each expects)
 _NON_NEGATIVE = {"CrossEntropyLoss", "cross_entropy", "NLLLoss", "nll_loss", "BCELoss", "binary_cross_entropy",
@@ -117,40 +118,83 @@ def targets_in_inputs(s: Session) -> None:
     s.check("targets inside the inputs", "no")
 
 
-def _loss_over_padding(s: Session, t: Any) -> bool:
-    """Token labels that count the padding: labels other than the ignore index where the attention mask is 0, or
-    (without a mask) a run of one id at the end of several rows, the same id in each (pad = EOS, labels =
-    input_ids.clone()).  Padding is trivially predictable, so the loss falls for nothing.  True when found."""
+def _padding_in_labels(s: Session, t: Any) -> tuple[Any, Any, str] | None:
+    """(padding positions the loss counts, positions it counts, where the padding was seen) of token labels:
+    labels other than the ignore index where the attention mask is 0, or (without a mask) in a run of one id at
+    the end of several rows, the same id in each (pad = EOS, labels = input_ids.clone()).  None when not found."""
     import torch
 
     if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.dim() != 2 or t.numel() < 8:
-        return False
-    ignore = s.ignore_index()
+        return None
+    trained = t != s.ignore_index()
     inputs = s.loss.model_inputs()
     mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
-    trained = t != ignore
     if isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(t.shape):
-        on_pad = trained & (mask == 0)
-        how = "where the attention mask is 0"
-    else:
-        last = t[:, -1]
-        pad = int(torch.mode(last).values)
-        run = (t == pad).flip(1).int().cumprod(1).flip(1).bool()  # the run of ``pad`` ending each row
-        run[:, 1:] &= run[:, :-1].clone()  # its first one may be the row's own end (pad = EOS)
-        on_pad = run & trained
-        how = f"in a run of id {pad} that ends {int(on_pad.any(1).sum())} of the {t.shape[0]} rows"
-        if int(on_pad.any(1).sum()) < 2:
-            return False
+        return trained & (mask == 0), trained, "where the attention mask is 0"
+    pad = int(torch.mode(t[:, -1]).values)
+    run = (t == pad).flip(1).int().cumprod(1).flip(1).bool()  # the run of ``pad`` ending each row
+    run[:, 1:] &= run[:, :-1].clone()  # its first one may be the row's own end (pad = EOS)
+    on_pad = run & trained
+    rows = int(on_pad.any(1).sum())
+    return (on_pad, trained, f"in a run of id {pad} that ends {rows} of the {t.shape[0]} rows") if rows >= 2 else None
+
+
+def _loss_over_padding(s: Session, t: Any) -> bool:
+    """Token labels that count the padding (``_padding_in_labels``): padding is trivially predictable, so the loss
+    falls for nothing.  True when found."""
+    found = _padding_in_labels(s, t)
+    if found is None:
+        return False
+    on_pad, trained, how = found
     n, total = int(on_pad.sum()), int(trained.sum())
     if not n or n / max(1, total) < threshold("padding_in_loss_share"):
         return False
     e = entry("fits_too_easily")
     s.add("fits_too_easily", f"{n} of the {total} label positions the loss counts are padding ({n / total:.0%}), "
           f"{how}: the loss is taken over padding, which is trivially predictable, so it falls for nothing; set "
-          f"the labels there to the ignore index {ignore}", ["targets"],
+          f"the labels there to the ignore index {s.ignore_index()}", ["targets"],
           evidence={"padding_positions": n, "trained_positions": total}, fixes=(e.fixes[3], e.fixes[1]))
     s.check("targets inside the inputs", f"the loss counts {n} padding positions ({n / total:.0%})")
     return True
+
+
+def padding_masked(s: Session) -> None:
+    """The experiment behind a loss over padding: train a fresh copy with the padding's labels set to the ignore
+    index, and put both curves in the finding (the loss over the real tokens only, against the user's)."""
+    import copy
+
+    at = next((i for i, f in enumerate(s.findings) if f.kind == "fits_too_easily"
+               and "padding_positions" in f.evidence), None)
+    if at is None or not s.losses or s.initial_loss is None:
+        return
+    from nbdebug.core.doctor._train_checks import train
+    from nbdebug.core.knowledge import finding
+
+    t = s.loss.targets
+    found = _padding_in_labels(s, t)
+    if found is None:
+        return
+    masked = t.masked_fill(found[0], s.ignore_index())
+    adapter = copy.copy(s.loss)
+    adapter.targets = masked
+    inputs = s.loss.inputs
+    if isinstance(inputs, dict) and inputs.get("labels") is t:
+        inputs = {**inputs, "labels": masked}
+    work, opt = s.fresh()
+    curve = train(s, work, opt, inputs, steps=len(s.losses), phase="padding masked", adapter=adapter,
+                  deadline=s.deadline(0.6), min_steps=len(s.losses))
+    if not curve:
+        return
+    n = len(curve)
+    mine = s.losses[n - 1]
+    said = (f"with the padding's labels set to {s.ignore_index()} the loss over the real tokens went "
+            f"{curve[0]:.4g} -> {curve[-1]:.4g} in {n} steps; as you have it, {s.initial_loss:.4g} -> {mine:.4g}")
+    s.check("experiment: the padding masked out of the labels", said)
+    f = s.findings[at]
+    s.findings[at] = finding(f.kind, f"{f.message}. Tried on a copy: {said}", f.where, severity=f.severity,
+                             fixes=f.fixes, evidence={**f.evidence, "tried": "the padding masked out of the labels",
+                                                      "before": f"{s.initial_loss:.4g} -> {mine:.4g} in {n} steps",
+                                                      "after": f"{curve[0]:.4g} -> {curve[-1]:.4g} in {n} steps"})
 
 
 def memorised_at_once(s: Session) -> None:

@@ -214,6 +214,7 @@ def _run(s: Session) -> None:
         training.overfit(s)
         _memorised_at_once(s)
         easy.shuffled_targets(s, work)
+        easy.padding_masked(s)
     probe2 = training.DeadProbe(work)
     try:
         with torch.no_grad():
