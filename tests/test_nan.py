@@ -911,3 +911,36 @@ def test_an_intentional_minus_inf_mask_is_not_an_error():
             opt.step()
             opt.zero_grad()
     assert s.result.error is None and s.step_index == 3
+
+
+def test_no_grad_calls_between_optimizer_steps_keep_one_batch_at_most():
+    """An evaluation loop between two optimizer steps: each no-grad call is checked at the next call and dropped,
+    so at most one batch is held (the accumulation case stays bounded by the cap)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 4))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    refs = []
+    with nan_sentinel(m, optimizer=opt) as s:
+        m(torch.randn(2, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        out = m(torch.randn(2, 16))  # a training call whose backward is still to come
+        with torch.no_grad():
+            for _ in range(10):
+                xb = torch.randn(8, 16)
+                refs.append(weakref.ref(xb))
+                m(xb)
+                del xb
+        assert sum(r() is not None for r in refs) <= 1
+        out.sum().backward()
+        opt.step()
+    assert s.result.error is None and s.result.steps == 2
+    # a non-finite evaluation output is still found, at the next call
+    with pytest.raises(NonFiniteError) as ei:
+        with nan_sentinel(m, optimizer=opt):
+            m(torch.randn(2, 16)).sum().backward()
+            opt.step()
+            with torch.no_grad():
+                m(torch.full((2, 16), float("nan")))
+                m(torch.randn(2, 16))
+    assert ei.value.phase == "forward"

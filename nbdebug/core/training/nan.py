@@ -12,7 +12,12 @@ op, to name the first op that produced the value and its source line, and its ba
 ``torch.autograd.detect_anomaly``.
 
 A forward that depends on state changed since the step's calls (a global flag, a counter) may not make the value
-again when replayed: the error then names the call's module and says so.  A non-finite value that reaches neither
+again when replayed: the error then names the call's module and says so.
+
+Memory: a call made with grad disabled (an evaluation loop between two optimizer steps) is checked at the next
+call and its inputs dropped, so one such batch is held at most.  With gradient accumulation each micro-batch's
+inputs are held by reference until the optimizer's step (they are needed to replay it), 32 calls at most: past
+that the pending values are checked early and the calls dropped (their output gradients are still checked).  A non-finite value that reaches neither
 an output of the model nor a parameter's gradient (masked away) changes nothing that is trained, and is not
 reported.
 """
@@ -160,9 +165,31 @@ class NanSentinel(Recorder):
         # (kind, call index or parameter position, output position, tensor or weakref); kind: output/output_grad
         self._flags: list[Any] = []
         self._where: list[tuple[str, int, int, Any]] = []
-        self._calls: list[Call] = []
+        self._calls: list[Call | None] = []
         self._backward_calls: set[int] = set()
         self._depth = 0
+        self._live = 0  # calls still kept (a call checked early is dropped: its slot holds None)
+        self._last_no_grad = False
+
+    def _check_early(self, *, no_grad_only: bool) -> None:
+        """Check what is pending before the step ends, then drop the calls checked (all of them, or only those made
+        with grad disabled) and the forward values; the hooks waiting for a backward stay, and so do the calls
+        whose backward has run or may still run when ``no_grad_only``."""
+        if self._flags:
+            flags = self._flags
+            self.syncs += 1
+            first = first_nonfinite(flags, self._tensor)
+            if first is not None:
+                try:
+                    self._raise(first, flags, self.step_index)
+                finally:
+                    self._reset()
+        for k, call in enumerate(self._calls):
+            if call is not None and (not no_grad_only or not call.grad_enabled):
+                self._calls[k] = None
+                self._live -= 1
+        self._flags, self._where = [], []
+        self._last_no_grad = False
 
     # -- the recorder ----------------------------------------------------------------------------------------
     @property
@@ -242,14 +269,20 @@ class NanSentinel(Recorder):
                 self._depth += 1
                 return
             # (the model's own call is never nested: a depth left over is from a forward that was interrupted)
-            if self._flags:
-                if not self._saw_optimizer:  # with one, gradient accumulation keeps flags until its step
-                    # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
-                    self.check(advance=True)
-                elif len(self._calls) >= _MAX_CALLS:
-                    self.check()
+            if self._flags and not self._saw_optimizer:
+                # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
+                self.check(advance=True)
+            elif self._last_no_grad:
+                # a call made with grad disabled (evaluation) has no backward to wait for: checked now and not
+                # kept, so that an evaluation loop between two optimizer steps holds one batch at most
+                self._check_early(no_grad_only=True)
+            elif self._live >= _MAX_CALLS:
+                self._check_early(no_grad_only=False)
             self._depth = 1
-            self._calls.append(Call(module, idx, args, kwargs))
+            call = Call(module, idx, args, kwargs)
+            self._calls.append(call)
+            self._live += 1
+            self._last_no_grad = not call.grad_enabled
 
         return pre
 
@@ -343,7 +376,7 @@ class NanSentinel(Recorder):
                 if not finite[i]:
                     bad_grad.setdefault(c, i)
                 grads.setdefault(c, {})[j] = self._tensor(i) if self.replay else None
-        n, k = len(self._calls), -1
+        n, k = self._live, -1
         self._replaying = True
         try:
             with _kept_state(self.model):
@@ -365,10 +398,11 @@ class NanSentinel(Recorder):
         """The step's calls run again in order: the first non-finite value and its call (else the last call run)."""
         k = -1
         for k, call in enumerate(self._calls):
-            backward = k in self._backward_calls and k not in bad_grad and k not in bad_out
-            found = self._locate.run(call, backward=backward, grad_outputs=grads.get(k))
-            if found is not None:
-                return found, k
+            if call is not None:  # a call checked early is not kept (its forward was finite)
+                backward = k in self._backward_calls and k not in bad_grad and k not in bad_out
+                found = self._locate.run(call, backward=backward, grad_outputs=grads.get(k))
+                if found is not None:
+                    return found, k
             if k in bad_out:  # its output was non-finite and is finite now
                 break
             if k in bad_grad:  # the call's forward is finite and the gradient the loss sent back is not
@@ -383,8 +417,9 @@ class NanSentinel(Recorder):
         kind, k, _, _ = self._where[first]
         t = self._tensor(first)
         stats = _stats(t, flags[first], () if t is None else t.shape, "" if t is None else t.dtype)
-        if kind == "output":
-            return Located("forward", self._calls[k].index, stats)
+        call = self._calls[k] if kind == "output" else None
+        if call is not None:
+            return Located("forward", call.index, stats)
         if kind == "output_grad":
             return Located("output", -1, stats)
         return Located("parameter", self._param_owner[k], stats)
@@ -398,7 +433,8 @@ class NanSentinel(Recorder):
         if kind in ("data", "forward", "between"):
             phase = "forward"
             if kind == "data":
-                top = self._calls[k].index if k >= 0 else 0
+                kept = self._calls[k] if k >= 0 else None
+                top = kept.index if kept is not None else 0
                 module = "(input)"
                 what = ("the model's input (the batch itself)" if top == 0
                         else f"the input of module {self.names[top]!r} (as the training code called it)")
@@ -427,8 +463,8 @@ class NanSentinel(Recorder):
                 "parameter": f"gradient of a parameter of module {module!r}",
             }[kind]
         replay = None
-        if self.replay and self._calls:
-            calls = self._calls[k:k + 1] if k >= 0 else self._calls
+        calls = [c for c in (self._calls[k:k + 1] if k >= 0 else self._calls) if c is not None]
+        if self.replay and calls:
             out_grads = [self._tensor(i) for _, _, i in sorted(
                 (w[1], w[2], i) for i, w in enumerate(self._where[:len(flags)])
                 if w[0] == "output_grad" and (k < 0 or w[1] == k))]
