@@ -944,3 +944,36 @@ def test_no_grad_calls_between_optimizer_steps_keep_one_batch_at_most():
                 m(torch.full((2, 16), float("nan")))
                 m(torch.randn(2, 16))
     assert ei.value.phase == "forward"
+
+
+def test_replay_restores_every_buffer():
+    """A forward that advances a counter, an EMA and spectral_norm's vector: replaying the step leaves all three as
+    the step left them."""
+
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("calls", torch.zeros(()))
+            self.register_buffer("ema", torch.zeros(4), persistent=False)
+            self.sn = nn.utils.parametrizations.spectral_norm(nn.Linear(4, 4))
+
+        def forward(self, x):
+            self.calls += 1
+            h = self.lin(x)
+            self.ema.mul_(0.5).add_(h.detach().mean(0))
+            return self.sn(h).log()  # log of negatives: NaN
+
+    torch.manual_seed(0)
+    m = Counter()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError):
+        with nan_sentinel(m, optimizer=opt, replay=True):
+            out = m(torch.randn(2, 4))
+            before = [b.clone() for b in m.buffers()]
+            out.nan_to_num().sum().backward()
+            opt.step()
+    after = list(m.buffers())
+    assert len(before) == len(after) >= 3
+    for b0, b1 in zip(before, after):
+        assert torch.equal(b0, b1)

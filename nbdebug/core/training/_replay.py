@@ -5,7 +5,7 @@ mode) and checks a few aggregates.  When one is non-finite, ``Localiser`` runs t
 before the optimizer has applied anything, with hooks on every module: the first non-finite value in execution
 order names the module, forward or backward.  ``replay_step`` (``replay=True``) then runs the call again under a
 ``TorchFunctionMode`` that records the first op whose output is non-finite while its inputs are finite, and its
-backward under ``torch.autograd.detect_anomaly``.  RNG state and running statistics are restored after each replay.
+backward under ``torch.autograd.detect_anomaly``.  RNG state and every buffer are restored after each replay.
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ def _as_recorded(call: Call) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _kept_state(model: Any) -> Iterator[None]:
-    """Restore the RNG state and the running statistics (BatchNorm) that replaying forward calls changes."""
+    """Restore the RNG state and every buffer (running statistics, counters, EMA, spectral norm's vectors,
+    non-persistent ones too) that replaying forward calls changes."""
     import torch
 
-    buffers = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=False).items()
-               if "running" in k or "num_batches" in k}
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
     try:
@@ -108,9 +108,8 @@ def _kept_state(model: Any) -> Iterator[None]:
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng)
         with torch.no_grad():
-            for k, v in model.state_dict(keep_vars=True).items():
-                if k in buffers:
-                    v.copy_(buffers[k])
+            for b, saved in buffers:
+                b.copy_(saved)
 
 
 _WIDE: set[Any] = set()  # float32/float64: summed in their own dtype; half types are summed in float32
