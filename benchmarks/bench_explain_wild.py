@@ -66,13 +66,17 @@ FAMILIES: dict[str, frozenset[str]] = {
     "checkpoint_corrupt": frozenset({"checkpoint_file"}),
     "checkpoint_not_found": frozenset({"checkpoint_file"}),
     "checkpoint_write_failed": frozenset({"checkpoint_file"}),
-    "checkpoint_module_missing": frozenset({"checkpoint_file"}),
+    # its first step: a module of an installed package means the file was written by another version of that package
+    # (install that version or rebuild the file), a project module means run from the project that saved it
+    "checkpoint_module_missing": frozenset({"checkpoint_file", "environment_version"}),
     "optimizer_setup": frozenset({"user_code_python", "library_api_misuse"}),
     "scheduler_order": frozenset({"library_api_misuse"}),
     "numpy_abi": frozenset({"environment_version"}),
     "native_library_missing": frozenset({"environment_version", "install_build", "cuda_unavailable_or_driver"}),
     "undefined_symbol": frozenset({"environment_version"}),
-    "api_missing": frozenset({"environment_version"}),
+    # its first step looks the name up in the library's docs first (a name no release has: use the documented API),
+    # then compares the release that added or removed it with the installed one
+    "api_missing": frozenset({"environment_version", "library_api_misuse"}),
     "package_missing": frozenset({"environment_version", "install_build"}),
     "no_matching_wheel": frozenset({"install_build"}),
     "pip_conflict": frozenset({"install_build", "environment_version"}),

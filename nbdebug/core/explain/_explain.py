@@ -38,7 +38,7 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
-from nbdebug.core.explain._family import contradicted, fallback, final_class, signal_kind
+from nbdebug.core.explain._family import child_error, contradicted, fallback, final_class, signal_kind
 from nbdebug.core.explain._live import attach
 from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
 from nbdebug.core.explain._structure import from_exception, read
@@ -54,6 +54,8 @@ _MAX_CHARS = 1_000_000
 # literal-prefix search (a 15 kB log took 50 ms instead of 2 ms).  Patterns that need it use (?i:...).
 _FLAGS = re.MULTILINE
 # Categories where the module that raised (from the traceback) is worth naming.
+# wrappers that report a child's failure after the child printed its own traceback
+_LAUNCHERS = frozenset({"child_failed", "kernel_died"})
 _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
                            "target_out_of_bounds", "index_out_of_range", "inplace_autograd"})
 
@@ -481,6 +483,11 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # an error in the user's own code behind a wrapper: the wrapper's first step leads there (num_workers=0)
         if family is not None and (chosen is None or family[0] != "user_code_error"):
             chosen, placed = (_by_slug(family[0]), None), family[1]
+    if chosen is not None and chosen[0].entry.slug in _LAUNCHERS and not placed and (
+            child := child_error(raw[-_MAX_CHARS:])) is not None:
+        # the worker's own traceback printed before the launcher's report: its error, placed or unknown, not the report
+        family = fallback(child, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
+        chosen, placed = ((_by_slug(family[0]), None), family[1]) if family is not None else (None, {})
     if chosen is None:
         unknown = _unknown(text, exc_type)
         return attach(unknown, error, roots) if isinstance(error, BaseException) else unknown

@@ -22,7 +22,7 @@ from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted", "final_class"]
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error"]
 
 T = TypeVar("T")
 
@@ -38,6 +38,9 @@ _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
 # frames of a loader reading a checkpoint or a pretrained model's files
 # (a data loader's frame -- pil_loader, default_loader -- reads one sample, not a model's file)
 _LOADING = re.compile(r"(?i:load(?!er)|from_pretrained|state_dict|checkpoint|restore)")
+# a library's own notice that a model's files were not found or not all loaded
+_MODEL_FILES = re.compile(r"(?i:no [\w-]{1,40} model found|model not found|weights? of [^\n]{0,200}were not "
+                          r"(?:initialized|used)|some weights [^\n]{0,100}were not)")
 _DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
                                 r"torch\.distributed|world_size|_prepare_deepspeed)")
 # site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
@@ -111,9 +114,12 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if _TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message):
         return None  # the library reports the data's sizes, a device or a file: another family's evidence
-    if s.short_type in ("KeyError", "IndexError", "AttributeError") and any(
-            _LOADING.search(f.func) for f in s.frames[-4:]):
-        return None  # a lookup that failed while a loader read a file: the file's contents, as likely as the call
+    if s.short_type in ("KeyError", "IndexError", "AttributeError") and (
+            any(_LOADING.search(f.func) for f in s.frames[-4:]) or _CHECKPOINT_WORDS.search(raw)
+            or _MODEL_FILES.search(raw)):
+        # a lookup that failed while a loader read a file, or in a text saying the model's files were not found or
+        # not loaded: the files' contents, as likely as the call
+        return None
     user = s.innermost_user
     package = frame.owner
     where = _where(frame)
@@ -296,6 +302,44 @@ _AUTO_MAPPING = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_
                            r"\s*\n(?:[^\n]*\n)?\s*KeyError: ")
 
 
+# a traceback's header, also behind a launcher's rank prefix ("[rank0]: Traceback ...")
+_TRACEBACK_HEADER = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\]:?[ \t]*)?Traceback \(most recent call last\):", re.MULTILINE)
+# the wrappers' own classes: a launcher's traceback ending in its report is no child's error
+_WRAPPER_CLASS = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError")
+
+
+def child_error(raw: str) -> Structure | None:
+    """The first complete traceback of a text holding several: a worker's own error, printed before its launcher's.
+
+    torchrun, ``fabric run`` or a notebook's kernel print the child's traceback (frames, then its exception line) and
+    then their own report (``failed (exitcode: 1)``, a launcher's traceback ending in ChildFailedError).  The child's
+    exception line is the root error, as the first part of a chained traceback is: a launcher's answer yields to it.
+    """
+    from nbdebug.core.explain._structure import read
+
+    starts = [m.start() for m in _TRACEBACK_HEADER.finditer(raw)]
+    for a, b in zip(starts, starts[1:]):
+        s = read(raw[a:b])
+        if s.exc_type and s.frames and not s.cut and not _WRAPPER_CLASS.search(s.exc_type):
+            return s
+    return None
+
+
+def _library_lookup(raw: str) -> bool:
+    """Whether a bare KeyError / IndexError was raised in a library's own code, below the user's last frame.
+
+    ``KeyError: 0`` raised inside transformers' pipeline indexes the library's own dict (a bug of that release, or a
+    call it does not expect): not a dict of the user's.  A user's (or the standard library's: ``os.environ``) frame
+    last keeps the user's reading.
+    """
+    from nbdebug.core.explain._structure import read
+
+    s = read(raw[-20_000:])
+    frame = s.innermost
+    return (frame is not None and not s.cut and s.short_type in ("KeyError", "IndexError")
+            and frame.owner not in ("user", "stdlib"))
+
+
 def _failing_line(raw: str) -> str:
     """The source line of the traceback's innermost frame (empty without frames)."""
     from nbdebug.core.explain._structure import read
@@ -339,6 +383,12 @@ def _other_package_missing(raw: str) -> bool:
     return not (package.startswith(module) or module.startswith(package))
 
 
+# a missing module named like a project's own folder (models.yolo, utils.general, src.data): the project's code off
+# sys.path (or a pickle written inside that project), never a package to pip install
+_PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:models?|utils?|src|lib|modules|networks?|nets|tools|common|"
+                             r"core)(?:\.[\w.]{1,200})?'?(?![\w.])")
+
+
 def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
     """Whether the text's structure contradicts a category matched on ``line``.
 
@@ -349,9 +399,11 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
       module as easily as a version that lacks it;
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
+    - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
-    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know;
+    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
+      KeyError raised in a library's own frame (the user's last): the library's dict, not the user's;
     - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
       package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling);
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
@@ -363,9 +415,11 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "no_matching_wheel" and _other_package_missing(raw):
         return True
+    if slug == "package_missing" and _PROJECT_MODULE.search(line):
+        return True
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
-    if slug == "missing_key" and _AUTO_MAPPING.search(raw[-20_000:]):
+    if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
         return True
     if slug == "checkpoint_module_missing" and _IMPORT_LINE.match(_failing_line(raw)):
         return True

@@ -48,7 +48,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"Expected \d+-dimensional input for \d+-dimensional weight",
             # a library checking a tensor's number of dimensions ("Expected 2D Tensor, got 1D.", torchaudio.save)
             r"[Ee]xpected (?:a )?\d-?D [Tt]ensor(?: as input)?,? (?:but )?got (?:a )?\d-?D\b",
-            r"too many indices for tensor of dimension \d+",
+            r"too many indices for (?:tensor of dimension \d+|array\b)",  # numpy's too: fewer dimensions than indexed
             r"input must have \d+ dimensions, got \d+",
             r"number of dims don't match in permute",
             r"Expected target size [\[(][\d, ]*[\])], got (?:torch\.Size\()?\[[\d, ]*\]",

@@ -228,6 +228,7 @@ ENTRIES: tuple[Entry, ...] = (
             "The installed release is newer and removed it (torch._six in 2.0, torchvision.transforms.functional_tensor "
             "in 0.17, numpy.float in NumPy 1.24).",
             "torchvision newer than torch: torchvision calls a torch function that this torch lacks.",
+            "No release of the library has the name: the code, a guide or a generated snippet invented it.",
         ),
         fixes=(
             Fix("Install the release the code was written for (its requirements file), with matching companions",
@@ -235,8 +236,10 @@ ENTRIES: tuple[Entry, ...] = (
                 "# or the release the code pins (its requirements file) with that release's torchvision"),
             _SEE_VERSIONS,
         ),
-        first_step="Compare the installed version with the release that added (or removed) the name; the live panel "
-        "shows both. Install the release the code needs, with its matching torchvision/torchaudio.",
+        first_step="Look the name up in the library's documentation and changelog: if no release has it, the code "
+        "(or the guide it follows) names an API that does not exist, so use the documented one. If a release added or "
+        "removed it, compare that release with the installed version (the live panel shows it) and install the release "
+        "the code needs, with its matching torchvision/torchaudio.",
         sources=(RELEASES, _VISION_COMPAT, "https://numpy.org/doc/stable/release/1.24.0-notes.html"),
     ),
     Entry(

@@ -227,14 +227,18 @@ ENTRIES: tuple[Entry, ...] = (
             "torch.save(model) pickled the model object, which refers to its class by module path; the module (the "
             "project's code, or an old library layout) is not importable in this environment.",
             "The project's code was moved or renamed since the checkpoint was saved.",
+            "The module belongs to an installed library, and the release that wrote the file had it: the file was "
+            "written by another version of that library (a dataset cache, a pickled model).",
         ),
         fixes=(
             Fix("Run from the project that saved it (its modules on sys.path)", "import sys; sys.path.insert(0, '/path/to/project')"),
             Fix("Save and load a state_dict next time", "torch.save(model.state_dict(), path)\n"
                 "model = Net(); model.load_state_dict(torch.load(path, weights_only=True))"),
         ),
-        first_step="Make the named module importable (run from the project that saved the checkpoint, or add it to "
-        "sys.path), then save a state_dict so the file no longer needs it.",
+        first_step="Find whose module it is. A module inside an installed package (its dotted name starts with the package's) means "
+        "the file was written by another version of that package: install the version that wrote it, or rebuild the "
+        "file with the installed one. The project's own module: run from the project that saved the checkpoint (or "
+        "add it to sys.path). Then save a state_dict so the file no longer needs it.",
         sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",
                  "https://docs.python.org/3/library/pickle.html#what-can-be-pickled-and-unpickled"),
     ),
