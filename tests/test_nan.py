@@ -977,3 +977,21 @@ def test_replay_restores_every_buffer():
     assert len(before) == len(after) >= 3
     for b0, b1 in zip(before, after):
         assert torch.equal(b0, b1)
+
+
+def test_parameters_on_two_devices_are_checked_together():
+    """A model split over devices (here the CPU and the meta device, which holds no values and is not checked):
+    the flags are brought to one device before they are stacked."""
+    m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, device="meta"))
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    s = nan_sentinel(m).start()
+    try:
+        s.step()
+        assert s.result.error is None and s.syncs == 1
+        m[0].weight.grad[0, 0] = float("nan")
+        with pytest.raises(NonFiniteError) as ei:
+            s.step()
+        assert ei.value.phase == "backward" and ei.value.module == "0"
+    finally:
+        s.detach()

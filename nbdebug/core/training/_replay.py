@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from nbdebug.core._result import Result
 
-__all__ = ["Call", "Localiser", "Located", "ReplayResult", "replay_step", "first_nonfinite"]
+__all__ = ["Call", "Localiser", "Located", "ReplayResult", "replay_step", "first_nonfinite", "stacked"]
 
 
 def _tensors(obj: Any, depth: int = 0) -> Iterator[Any]:
@@ -125,6 +125,17 @@ def finite_probe(t: Any) -> Any:
     return t.sum() if t.dtype in _WIDE else t.sum(dtype=torch.float32)
 
 
+def stacked(flags: list[Any]) -> Any:
+    """The flags in one tensor, on the first one's device (a model split over devices has flags on each); mixed
+    dtypes in float64 (float32 on MPS, which has no float64)."""
+    import torch
+
+    dev = flags[0].device
+    dtypes = {v.dtype for v in flags}
+    dtype = next(iter(dtypes)) if len(dtypes) == 1 else torch.float32 if dev.type == "mps" else torch.float64
+    return torch.stack([v.detach().to(device=dev, dtype=dtype) for v in flags])
+
+
 def first_nonfinite(flags: list[Any], tensor_of: Any) -> int | None:
     """Index of the first flag that is non-finite and whose tensor really holds a NaN/Inf (a sum or a norm can
     overflow although every element is finite): one host sync when all are finite."""
@@ -132,8 +143,7 @@ def first_nonfinite(flags: list[Any], tensor_of: Any) -> int | None:
 
     if not flags:
         return None
-    mixed = len({v.dtype for v in flags}) > 1
-    bad = ~torch.isfinite(torch.stack([v.to(torch.float64) for v in flags]) if mixed else torch.stack(flags))
+    bad = ~torch.isfinite(stacked(flags))
     if not bool(bad.any()):
         return None
     for i in bad.nonzero()[:, 0].tolist():
@@ -150,7 +160,7 @@ def param_grad_flags(grads: list[Any]) -> tuple[list[Any], list[int], list[Any]]
 
     by_dev: dict[Any, list[tuple[int, Any]]] = {}
     for i, g in enumerate(grads):
-        if g is not None:
+        if g is not None and g.device.type != "meta":  # a meta tensor holds no values to check
             by_dev.setdefault(g.device, []).append((i, g))
     norms: list[Any] = []
     where: list[int] = []

@@ -43,6 +43,7 @@ from nbdebug.core.training._replay import (
     first_nonfinite,
     param_grad_flags,
     replay_step,
+    stacked,
 )
 from nbdebug.errors import InvalidArgumentError, NonFiniteError, exception_message
 
@@ -364,7 +365,7 @@ class NanSentinel(Recorder):
         """
         import torch
 
-        finite = torch.isfinite(torch.stack([f.detach().to(torch.float64) for f in flags])).tolist()
+        finite = torch.isfinite(stacked(flags)).tolist()
         bad_out: dict[int, int] = {}  # call -> its first non-finite output
         bad_grad: dict[int, int] = {}  # call -> its first non-finite output gradient (the loss made it)
         # call -> position of each output a gradient reached -> that gradient (kept with replay=True, else None)
