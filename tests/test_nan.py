@@ -995,3 +995,34 @@ def test_parameters_on_two_devices_are_checked_together():
         assert ei.value.phase == "backward" and ei.value.module == "0"
     finally:
         s.detach()
+
+
+def test_call_reads_autocast_without_the_torch_2_4_functions(monkeypatch):
+    """torch < 2.4 has no ``get_autocast_dtype`` and its ``is_autocast_enabled`` takes no device type: the call's
+    autocast state is read through the per-device functions."""
+    import warnings
+
+    from nbdebug.core.training._replay import Call
+
+    old_enabled = torch.is_autocast_enabled
+
+    def enabled(*args):
+        if args:
+            raise TypeError("is_autocast_enabled() takes 0 positional arguments but 1 was given")
+        return old_enabled("cuda")
+
+    def as_torch_2_1(mp):
+        mp.delattr(torch, "get_autocast_dtype")
+        mp.setattr(torch, "is_autocast_enabled", enabled)
+
+    m = nn.Linear(2, 2)
+    with monkeypatch.context() as mp:
+        as_torch_2_1(mp)
+        assert Call(m, 0, (torch.ones(1, 2),), {}).autocast == ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with monkeypatch.context() as mp:
+                as_torch_2_1(mp)
+                call = Call(m, 0, (torch.ones(1, 2),), {})
+    assert call.autocast == (("cpu", torch.bfloat16),)

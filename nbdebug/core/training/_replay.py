@@ -74,7 +74,25 @@ class Call:
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
         self.grad_enabled = torch.is_grad_enabled()
-        self.autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d))
+        self.autocast = _autocast_state()
+
+
+def _autocast_state() -> tuple[tuple[str, Any], ...]:
+    """The autocast regions now on: (device type, dtype) for CUDA and the CPU.  torch < 2.4 has only the
+    per-device functions."""
+    import torch
+
+    if hasattr(torch, "get_autocast_dtype"):
+        try:
+            return tuple((d, torch.get_autocast_dtype(d)) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d))
+        except TypeError:  # is_autocast_enabled() taking no device type
+            pass
+    out = []
+    if torch.is_autocast_enabled():
+        out.append(("cuda", torch.get_autocast_gpu_dtype()))
+    if torch.is_autocast_cpu_enabled():
+        out.append(("cpu", torch.get_autocast_cpu_dtype()))
+    return tuple(out)
 
 
 @contextlib.contextmanager
