@@ -404,3 +404,36 @@ def test_first_steps_cover_a_name_no_release_has_and_a_pickle_from_another_versi
 ModuleNotFoundError: No module named 'somegraph.data.storage'
 ''')
     assert pickle.kind == "checkpoint_module_missing" and "version that wrote it" in pickle.first_step
+
+
+def test_a_module_missing_in_a_traceback_that_reads_no_file_is_no_checkpoint() -> None:
+    loading = '''Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    model = torch.load("m.pt")
+  File "/usr/lib/python3.10/site-packages/torch/serialization.py", line 851, in _load
+    result = unpickler.load()
+ModuleNotFoundError: No module named 'mynet'
+'''
+    assert explain(loading).kind == "checkpoint_module_missing"
+    # the same module missing where no frame loads anything, in a run whose command line names a .pt file
+    plain = '''$ python run.py --weights best.pt
+Traceback (most recent call last):
+  File "run.py", line 3, in <module>
+    build()
+  File "run.py", line 1, in build
+    mynet.make()
+ModuleNotFoundError: No module named 'mynet'
+'''
+    assert explain(plain).kind != "checkpoint_module_missing"
+
+
+def test_a_keyerror_on_a_launchers_environment_variable_is_a_script_run_without_the_launcher() -> None:
+    text = '''Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    local_rank = int(os.environ["LOCAL_RANK"])
+  File "/usr/lib/python3.10/os.py", line 680, in __getitem__
+    raise KeyError(key) from None
+KeyError: 'LOCAL_RANK'
+'''
+    assert explain(text).kind == "process_group_missing"
+    assert explain("KeyError: 'rank'").kind == "missing_key"  # a dict's own key, not the launcher's variable

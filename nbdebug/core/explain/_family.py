@@ -340,6 +340,19 @@ def _library_lookup(raw: str) -> bool:
             and frame.owner not in ("user", "stdlib"))
 
 
+_UNPICKLING = re.compile(r"(?i:pickl|serializ|load|find_class|restore)")
+
+
+def _not_unpickling(raw: str) -> bool:
+    """Whether a whole traceback shows no frame reading a file: a ``.pt`` named elsewhere is no pickle being read."""
+    from nbdebug.core.explain._structure import read
+
+    s = read(raw[-20_000:])
+    return bool(s.frames) and not s.cut and not any(
+        _UNPICKLING.search(f.path.replace("\\", "/").rsplit("/", 1)[-1]) or _UNPICKLING.search(f.func)
+        or _UNPICKLING.search(f.source) for f in s.frames)
+
+
 def _failing_line(raw: str) -> str:
     """The source line of the traceback's innermost frame (empty without frames)."""
     from nbdebug.core.explain._structure import read
@@ -405,7 +418,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
       KeyError raised in a library's own frame (the user's last): the library's dict, not the user's;
     - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
-      package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling);
+      package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling), nor
+      when a whole traceback shows no frame that loads or unpickles;
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
       error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
     """
@@ -421,7 +435,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
         return True
-    if slug == "checkpoint_module_missing" and _IMPORT_LINE.match(_failing_line(raw)):
+    if slug == "checkpoint_module_missing" and (_IMPORT_LINE.match(_failing_line(raw)) or _not_unpickling(raw)):
         return True
     if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
         return True

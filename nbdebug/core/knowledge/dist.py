@@ -638,13 +638,17 @@ ENTRIES += (
         summary=("The code called a torch.distributed operation (or a layer that uses one: SyncBatchNorm, a "
                  "DistributedSampler without num_replicas, DDP) in a process where init_process_group never ran."),
         keywords=("process group has not been initialized", "process group is not initialized", "master_addr expected",
-                  "master_port expected"),
+                  "master_port expected", "keyerror: 'rank'", "keyerror: 'local_rank'", "keyerror: 'world_size'",
+                  "keyerror: 'master_", "keyerror: 'local_world_size'"),
         patterns=(r"(?i:default process group (?:has not been|is not) initialized)",
+                  # os.environ read for a variable only a launcher sets: the script run without torchrun
+                  r"(?m)^KeyError: ['\"](?:LOCAL_RANK|RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)['\"]"
+                  r"[ \t]*$",
                   # env:// rendezvous in a process no launcher started: torchrun sets MASTER_ADDR / MASTER_PORT
                   r"environment variable MASTER_(?:ADDR|PORT) expected, but not set"),
         priority=60,
         causes=("A training script written for torchrun / a launcher started with plain python (one process, no "
-                "process group).",
+                "process group; os.environ has no RANK / LOCAL_RANK / WORLD_SIZE).",
                 "SyncBatchNorm or a distributed sampler left in a model or config that now runs on one GPU or the CPU.",
                 "A config whose launcher is set to none while the model still uses distributed layers (mmcv/mmseg's "
                 "--launcher)."),
