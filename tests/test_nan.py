@@ -1026,3 +1026,35 @@ def test_call_reads_autocast_without_the_torch_2_4_functions(monkeypatch):
                 as_torch_2_1(mp)
                 call = Call(m, 0, (torch.ones(1, 2),), {})
     assert call.autocast == (("cpu", torch.bfloat16),)
+
+
+def test_checkpointed_child_run_again_in_backward_is_not_a_new_call():
+    """Gradient checkpointing runs a child's forward again during backward: that run is not recorded as a call."""
+    from torch.utils.checkpoint import checkpoint
+
+    class CK(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.b(checkpoint(self.a, x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    m = CK()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    seen = []
+    with nan_sentinel(m) as s:
+        orig = s.step
+
+        def step():
+            seen.append([c.index for c in s._calls if c is not None])
+            orig()
+
+        s.step = step
+        for _ in range(3):
+            m(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert seen == [[0], [0], [0]] and s.step_index == 3

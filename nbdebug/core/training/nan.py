@@ -104,6 +104,14 @@ LOSS = "(loss: code after the model's output)"
 _MAX_CALLS = 32  # recorded calls held at once: past this (long evaluation loops between optimizer steps) check early
 
 
+def _in_backward() -> bool:
+    """Autograd's engine is running a backward on this thread (a checkpointed module's forward run again)."""
+    import torch
+
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
+
+
 class NanSentinel(Recorder):
     """Checks every training step for NaN/Inf at one host sync, and names where it was made (see ``nan_sentinel``).
 
@@ -264,7 +272,7 @@ class NanSentinel(Recorder):
     # -- the hot path: a few Python calls and two device-side sums per call ---------------------------------
     def _make_pre(self, idx: int) -> Any:
         def pre(module: Any, args: Any, kwargs: Any) -> None:
-            if self._replaying:
+            if self._replaying or _in_backward():  # gradient checkpointing runs the forward again in backward
                 return
             if self._depth and idx:  # a child called inside a recorded call
                 self._depth += 1
@@ -289,7 +297,7 @@ class NanSentinel(Recorder):
 
     def _make_post(self) -> Any:
         def post(module: Any, args: Any, output: Any) -> None:
-            if self._replaying or not self._depth:
+            if self._replaying or not self._depth or _in_backward():
                 return
             self._depth -= 1
             if self._depth or output is None:  # a nested call, or the forward raised
