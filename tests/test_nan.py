@@ -1058,3 +1058,19 @@ def test_checkpointed_child_run_again_in_backward_is_not_a_new_call():
             opt.step()
             opt.zero_grad()
     assert seen == [[0], [0], [0]] and s.step_index == 3
+
+
+def test_past_the_call_cap_the_output_gradients_are_still_checked():
+    """Gradient accumulation over more calls than are kept: the early check drops the calls, not the hooks waiting
+    for the backward, so a NaN the loss sends back is still named as the loss's."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as ei:
+        with nan_sentinel(m, optimizer=opt):
+            outs = [m(torch.randn(2, 4)) for _ in range(nan_mod._MAX_CALLS + 3)]
+            loss = sum(o.sum() for o in outs) + torch.sqrt(outs[0] - outs[0]).sum()  # sqrt'(0): the loss's NaN
+            loss.backward()
+            opt.step()
+    assert ei.value.module == LOSS and ei.value.phase == "backward"
+    assert "gradient of the model's output" in str(ei.value)

@@ -101,7 +101,7 @@ class NanReport(HasFindings, Result):
 
 
 LOSS = "(loss: code after the model's output)"
-_MAX_CALLS = 32  # recorded calls held at once: past this (long evaluation loops between optimizer steps) check early
+_MAX_CALLS = 32  # calls kept at once: past this (long accumulation) check early and drop the calls, not the gradient hooks
 
 
 def _in_backward() -> bool:
