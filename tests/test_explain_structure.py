@@ -437,3 +437,17 @@ KeyError: 'LOCAL_RANK'
 '''
     assert explain(text).kind == "process_group_missing"
     assert explain("KeyError: 'rank'").kind == "missing_key"  # a dict's own key, not the launcher's variable
+
+
+@pytest.mark.parametrize("text", [
+    "ImportError: cannot import name 'build_model' from 'models' (/home/u/proj/models/__init__.py)",
+    "ImportError: cannot import name 'build_model' from 'helpers' (unknown location)",
+])
+def test_a_name_missing_from_the_projects_own_module_is_no_library_release(text: str) -> None:
+    assert explain(text).kind != "api_missing"
+
+
+@pytest.mark.parametrize("path", ["/usr/lib/python3.10/site-packages/transformers/__init__.py",
+                                  "/home/u/transformers/src/transformers/__init__.py"])
+def test_a_name_missing_from_a_librarys_module_is_still_its_release(path: str) -> None:
+    assert explain(f"ImportError: cannot import name 'Trainer' from 'transformers' ({path})").kind == "api_missing"

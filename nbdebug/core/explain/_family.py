@@ -402,6 +402,26 @@ _PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:models?|utils?|src|
                              r"core)(?:\.[\w.]{1,200})?'?(?![\w.])")
 
 
+# a name missing from a module whose file Python names: the project's own module (not under site-packages), or a
+# folder without __init__.py ("unknown location"), lacks it -- the project's code, not a library's release
+_IMPORT_FROM = re.compile(r"cannot import name '?\w{1,200}'? from '(?P<module>[\w.]{1,200})' \((?P<path>[^()\n]{1,500})\)")
+# libraries whose source checkouts (editable installs) live outside site-packages: their releases still differ
+_KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "transformers",
+                              "diffusers", "accelerate", "peft", "timm", "datasets", "huggingface_hub", "ultralytics",
+                              "mmcv", "mmdet", "mmengine", "pytorch_lightning", "lightning", "torchmetrics",
+                              "deepspeed", "xformers", "triton", "detectron2", "allennlp", "fairseq", "sklearn"})
+
+
+def _project_module(line: str) -> bool:
+    from nbdebug.core.explain._structure import owner_of
+
+    m = _IMPORT_FROM.search(line)
+    if m is None or m.group("module").split(".")[0] in _KNOWN_LIBRARIES:
+        return False
+    path = m.group("path").strip()
+    return path == "unknown location" or owner_of(path) == "user"
+
+
 def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
     """Whether the text's structure contradicts a category matched on ``line``.
 
@@ -412,7 +432,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
       module as easily as a version that lacks it;
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
-    - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package;
+    - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package; a
+      name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
@@ -430,6 +451,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug == "no_matching_wheel" and _other_package_missing(raw):
         return True
     if slug == "package_missing" and _PROJECT_MODULE.search(line):
+        return True
+    if slug == "api_missing" and _project_module(line):
         return True
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
