@@ -1074,3 +1074,50 @@ def test_past_the_call_cap_the_output_gradients_are_still_checked():
             opt.step()
     assert ei.value.module == LOSS and ei.value.phase == "backward"
     assert "gradient of the model's output" in str(ei.value)
+
+
+def test_freed_tensor_keeps_its_shape_in_the_message():
+    """The step's output is freed before the check and running it again fails: the message still gives the
+    shape and dtype the output had, not ``()``."""
+
+    class FailsAgain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 3)
+            self.n = 0
+
+        def forward(self, x):
+            self.n += 1
+            if self.n > 1:
+                raise ValueError("replay fails")
+            return self.lin(x).log()
+
+    torch.manual_seed(0)
+    m = FailsAgain()
+    with torch.no_grad():
+        m.lin.bias.fill_(-5.0)
+        m.lin.weight.zero_()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as ei:
+        with nan_sentinel(m, optimizer=opt):
+            m(torch.ones(4, 2)).nan_to_num().sum().backward()
+            opt.step()
+    assert "shape (4, 3)" in str(ei.value) and ei.value.stats["dtype"] == "float32"
+    assert "raised ValueError" in str(ei.value)
+
+
+def test_nan_gradient_from_a_regulariser_says_it_did_not_come_through_the_output():
+    """A penalty on a parameter itself makes its gradient NaN; the output's gradient is finite: the note says so."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    with torch.no_grad():
+        m[0].weight[0, 0] = -1.0
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as ei:
+        with nan_sentinel(m, optimizer=opt):
+            loss = m(torch.randn(2, 4)).pow(2).mean() + m[0].weight.clamp(min=-1).sqrt().nansum() * 1e-3
+            loss.backward()
+            opt.step()
+    e = ei.value
+    assert e.phase == "backward" and e.module == "0"
+    assert "another path" in str(e) and "state that changed" not in str(e)

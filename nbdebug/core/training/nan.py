@@ -173,7 +173,7 @@ class NanSentinel(Recorder):
         # one entry per checked value, in the order they were produced: flag (device scalar) and what it is of:
         # (kind, call index or parameter position, output position, tensor or weakref); kind: output/output_grad
         self._flags: list[Any] = []
-        self._where: list[tuple[str, int, int, Any]] = []
+        self._where: list[tuple[str, int, int, Any, Any, Any]] = []  # ..., shape, dtype (kept past the tensor)
         self._calls: list[Call | None] = []
         self._backward_calls: set[int] = set()
         self._depth = 0
@@ -306,7 +306,7 @@ class NanSentinel(Recorder):
             for j, t in enumerate(_flat(output)):
                 if t.is_floating_point():
                     self._flags.append(finite_probe(t))
-                    self._where.append(("output", k, j, weakref.ref(t)))
+                    self._where.append(("output", k, j, weakref.ref(t), t.shape, t.dtype))
                     if self.check_backward and t.requires_grad:
                         self._tensor_handles.append(t.register_hook(self._make_grad_hook(k, j)))
 
@@ -319,7 +319,8 @@ class NanSentinel(Recorder):
             self._backward_calls.add(k)
             self._flags.append(finite_probe(grad))
             # with replay the op replay runs the backward with the gradients the loss really sent
-            self._where.append(("output_grad", k, j, grad if self.replay else weakref.ref(grad)))
+            self._where.append(("output_grad", k, j, grad if self.replay else weakref.ref(grad), grad.shape,
+                                grad.dtype))
 
         return hook
 
@@ -351,7 +352,7 @@ class NanSentinel(Recorder):
         if self.check_backward and (gradients or self._backward_calls):
             norms, where, values = param_grad_flags([p.grad for p in self._params])
             flags = flags + norms
-            self._where.extend(("parameter", i, 0, g) for i, g in zip(where, values))
+            self._where.extend(("parameter", i, 0, g, g.shape, g.dtype) for i, g in zip(where, values))
         try:
             if not flags:
                 return
@@ -366,6 +367,11 @@ class NanSentinel(Recorder):
         t = self._where[i][3]
         return t() if isinstance(t, weakref.ref) else t
 
+    def _stats_of(self, i: int, flags: list[Any]) -> dict[str, Any]:
+        """The statistics of checked value ``i``: exact while its tensor lives, else its shape and what the flag saw."""
+        w = self._where[i]
+        return _stats(self._tensor(i), flags[i], w[4], w[5])
+
     def _localise(self, flags: list[Any]) -> tuple[Located | None, int, str | None]:
         """Run the step's calls again, in order, with hooks on every module, up to the first non-finite value.
 
@@ -378,7 +384,7 @@ class NanSentinel(Recorder):
         bad_grad: dict[int, int] = {}  # call -> its first non-finite output gradient (the loss made it)
         # call -> position of each output a gradient reached -> that gradient (kept with replay=True, else None)
         grads: dict[int, dict[int, Any]] = {}
-        for i, (kind, c, j, _) in enumerate(self._where[:len(flags)]):
+        for i, (kind, c, j, *_) in enumerate(self._where[:len(flags)]):
             if kind == "output" and not finite[i]:
                 bad_out.setdefault(c, i)
             elif kind == "output_grad":
@@ -395,6 +401,11 @@ class NanSentinel(Recorder):
         except Exception as e:  # the user's code failing when run again must not hide the non-finite value
             note = f"running the step again to find the module raised {type(e).__name__}: {e}"
         else:
+            if not bad_out and not bad_grad and all(
+                    w[0] == "parameter" for w, ok in zip(self._where, finite) if not ok):
+                return None, -1, ("the gradients that reached the model's outputs were finite: the value reached "
+                                  "this parameter's gradient by another path (a regulariser or penalty computed "
+                                  "from the parameter itself, or code using it outside the model's forward)")
             which = f" (call {k + 1} of {n} in this step)" if n > 1 and k in bad_out else ""
             note = ("running the step's forward again did not make the value again" + which + ": the model's code "
                     "may depend on state that changed since (a flag, a counter), so the module inside it is not named")
@@ -416,16 +427,14 @@ class NanSentinel(Recorder):
                 break
             if k in bad_grad:  # the call's forward is finite and the gradient the loss sent back is not
                 i = bad_grad[k]
-                t = self._tensor(i)
-                stats = _stats(t, flags[i], () if t is None else t.shape, "" if t is None else t.dtype)
+                stats = self._stats_of(i, flags)
                 return Located("output", -1, stats), k
         return None, k
 
     def _fallback(self, first: int, flags: list[Any]) -> Located:
         """What the step's own checks saw, when running it again did not show more."""
-        kind, k, _, _ = self._where[first]
-        t = self._tensor(first)
-        stats = _stats(t, flags[first], () if t is None else t.shape, "" if t is None else t.dtype)
+        kind, k = self._where[first][:2]
+        stats = self._stats_of(first, flags)
         call = self._calls[k] if kind == "output" else None
         if call is not None:
             return Located("forward", call.index, stats)
