@@ -451,3 +451,17 @@ def test_a_name_missing_from_the_projects_own_module_is_no_library_release(text:
                                   "/home/u/transformers/src/transformers/__init__.py"])
 def test_a_name_missing_from_a_librarys_module_is_still_its_release(path: str) -> None:
     assert explain(f"ImportError: cannot import name 'Trainer' from 'transformers' ({path})").kind == "api_missing"
+
+
+def test_a_nan_loss_logged_before_an_unrelated_exception_gives_way_to_the_exception() -> None:
+    log = "epoch 1 step 10 loss: nan\nepoch 1 step 20 loss: nan\n"
+    tb = '''Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    out = model(x)
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)
+'''
+    assert explain(log).kind == "nan_loss"
+    assert explain(log + tb).kind == "shape_mismatch"
+    # an exception about the NaN itself keeps the NaN answer
+    assert explain(log + tb.replace("mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)",
+                                    "loss is nan, stopping training")).kind == "nan_loss"

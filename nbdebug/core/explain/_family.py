@@ -422,6 +422,23 @@ def _project_module(line: str) -> bool:
     return path == "unknown location" or owner_of(path) == "user"
 
 
+_NAN_WORDS = re.compile(r"(?i:\bnan\b|\binf\b|infinity|non-finite|not finite)")
+
+
+def _later_exception(line: str, raw: str) -> bool:
+    """Whether a log line is followed by a whole traceback ending in an exception whose message is not about it.
+
+    ``loss: nan`` logged before ``RuntimeError: mat1 and mat2 shapes cannot be multiplied``: the exception stopped the
+    run and is the error to answer; a NaN in the log before it is background (a message naming NaN keeps it).
+    """
+    from nbdebug.core.explain._structure import read
+
+    s = read(raw[-20_000:])
+    if not s.exc_type or s.cut or not s.frames or s.exc_type.endswith("Warning") or _NAN_WORDS.search(s.message):
+        return False
+    return line not in s.message and line[:80] not in raw[s.frames[0].start:]
+
+
 def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
     """Whether the text's structure contradicts a category matched on ``line``.
 
@@ -434,6 +451,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
     - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package; a
       name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
+    - a NaN loss logged before a whole traceback whose exception is not about NaN: the exception is the error;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
@@ -453,6 +471,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug == "package_missing" and _PROJECT_MODULE.search(line):
         return True
     if slug == "api_missing" and _project_module(line):
+        return True
+    if slug == "nan_loss" and line and _later_exception(line, raw[-20_000:]):
         return True
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
