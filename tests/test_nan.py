@@ -1121,3 +1121,25 @@ def test_nan_gradient_from_a_regulariser_says_it_did_not_come_through_the_output
     e = ei.value
     assert e.phase == "backward" and e.module == "0"
     assert "another path" in str(e) and "state that changed" not in str(e)
+
+
+def test_input_modified_in_place_is_not_blamed_on_the_data():
+    """A forward that takes the log of its input in place: running the call again sees the NaN in the input, and
+    the message says the input was modified in place since the call."""
+
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x.log_())
+
+    torch.manual_seed(0)
+    m = InPlace()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as ei:
+        with nan_sentinel(m, optimizer=opt):
+            m(torch.tensor([[1.0, 2.0, -3.0, 4.0]])).sum().backward()
+            opt.step()
+    assert "modified in place since the call" in str(ei.value)

@@ -65,7 +65,7 @@ def _detached(obj: Any, depth: int = 0) -> Any:
 class Call:
     """One top-level forward call of a step, as the sentinel recorded it: enough to run it again."""
 
-    __slots__ = ("module", "index", "args", "kwargs", "rng", "cuda_rng", "grad_enabled", "autocast")
+    __slots__ = ("module", "index", "args", "kwargs", "rng", "cuda_rng", "grad_enabled", "autocast", "versions")
 
     def __init__(self, module: Any, index: int, args: Any, kwargs: Any) -> None:
         import torch
@@ -75,6 +75,12 @@ class Call:
         self.cuda_rng = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
         self.grad_enabled = torch.is_grad_enabled()
         self.autocast = _autocast_state()
+        # each tensor input's version counter: one that moved was modified in place after the call began
+        self.versions = tuple(t._version for t in _tensors((args, kwargs)))
+
+    def modified(self) -> bool:
+        """An input tensor was modified in place since the call began (by the forward itself or later code)."""
+        return tuple(t._version for t in _tensors((self.args, self.kwargs))) != self.versions
 
 
 def _autocast_state() -> tuple[tuple[str, Any], ...]:

@@ -181,9 +181,11 @@ class NanSentinel(Recorder):
         self._last_no_grad = False
 
     def _check_early(self, *, no_grad_only: bool) -> None:
-        """Check what is pending before the step ends, then drop the calls checked (all of them, or only those made
-        with grad disabled) and the forward values; the hooks waiting for a backward stay, and so do the calls
-        whose backward has run or may still run when ``no_grad_only``."""
+        """Check what is pending before the step ends, then drop the calls checked and the forward values.
+
+        All calls are dropped, or with ``no_grad_only`` those made with grad disabled; the hooks waiting for a
+        backward stay.
+        """
         if self._flags:
             flags = self._flags
             self.syncs += 1
@@ -456,6 +458,11 @@ class NanSentinel(Recorder):
                 module = "(input)"
                 what = ("the model's input (the batch itself)" if top == 0
                         else f"the input of module {self.names[top]!r} (as the training code called it)")
+                if kept is not None and kept.modified():  # not the data's fault: what the call saw is gone
+                    module = self.names[top]
+                    what = (f"the input of module {module!r} as it is now: the input was modified in place since the "
+                            "call (by the forward itself, e.g. x.log_(), or by code after it), so the call's own "
+                            "input is not known and running it again is not the step")
             elif kind == "between":
                 # every module that ran before produced finite outputs: the parent's own code made this value
                 parent = self._locate.parent[idx] if idx > 0 else 0
