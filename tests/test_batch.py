@@ -280,3 +280,17 @@ def test_iris_has_no_warning_and_planted_repeats_do():
     planted_rows = pd.concat([iris, iris.sample(15, random_state=0)], ignore_index=True)  # 15 of 165: 9 %
     dup = nbdebug.inspect_batch(planted_rows, label="target").finding("duplicate_rows")
     assert dup is not None and dup.severity is Severity.WARNING, dup
+
+
+def test_labels_that_are_not_one_per_row_are_said_and_never_crash():
+    # several regression targets a row (sklearn's linnerud has 3), a segmentation mask per image, and token targets
+    # flattened beside a (T, B) batch: torch's reshape/squeeze raised a bare ValueError on each
+    import torch
+
+    for batch, per_row in (((torch.randn(20, 10), torch.randn(20, 3)), 3),
+                           ((torch.randn(8, 3, 16, 16), torch.randint(0, 3, (8, 16, 16))), 256),
+                           ((torch.randint(0, 50, (35, 20)), torch.randint(0, 50, (700,))), 20)):
+        report = nbdebug.inspect_batch(batch)
+        assert f"{per_row} per row" in str(report) and "label checks read one label per row" in str(report)
+    with pytest.raises(InvalidArgumentError, match=r"labels of shape \(7,\) for a batch of 20 rows"):
+        nbdebug.inspect_batch((torch.randn(20, 10), torch.randn(7)))

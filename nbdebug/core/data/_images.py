@@ -72,6 +72,8 @@ def image_checks(ib: ImageBatch, *, mean: Sequence[float] | None = None, std: Se
                                                                             np.flatnonzero(blank)[:8]),
                                    evidence={"images": int(blank.sum())}))
     found += label_checks(ib.labels, row_keys(ib.x), what="image", skip=blank)
+    if ib.labels_note:
+        stats.append(("labels", ib.labels_note))
     return found, stats, channels
 
 

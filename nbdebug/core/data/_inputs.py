@@ -59,6 +59,7 @@ class ImageBatch:
     x: np.ndarray  # (N, C, H, W) float64
     dtype: str
     labels: np.ndarray | None = None
+    labels_note: str = ""  # why labels given with the batch are not checked (several per row)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class TableBatch:
     labels: np.ndarray | None = None
     label_name: str = ""
     columns: dict[str, str] = field(default_factory=dict)  # non-numeric columns left out of x
+    labels_note: str = ""  # why labels given with the batch are not checked (several per row)
 
 
 def describe(value: Any) -> str:
@@ -157,8 +159,8 @@ def _image(x: np.ndarray, labels: Any) -> ImageBatch:
         raise InvalidArgumentError(f"images of shape {x.shape}; expected (N, C, H, W), (N, H, W, C) or (N, H, W)")
     if x.shape[1] not in (1, 3, 4) and x.shape[-1] in (1, 3, 4):  # channels last (numpy, PIL, TF)
         x = np.moveaxis(x, -1, 1)
-    y = None if labels is None else to_array(labels).reshape(len(x), -1).squeeze(-1)
-    return ImageBatch(x=x.astype(np.float64), dtype=dtype, labels=y)
+    y, note = _row_labels(labels, len(x))
+    return ImageBatch(x=x.astype(np.float64), dtype=dtype, labels=y, labels_note=note)
 
 
 def _table_from_frame(df: Any, label: str | None) -> TableBatch:
@@ -178,8 +180,23 @@ def _table(x: np.ndarray, labels: Any) -> TableBatch:
         x = x[:, None]
     if x.ndim != 2:
         raise InvalidArgumentError(f"a feature table of shape {x.shape}; expected (rows, features)")
-    y = None if labels is None else to_array(labels).reshape(len(x), -1).squeeze(-1)
-    return TableBatch(x=x.astype(np.float64), names=tuple(f"x{i}" for i in range(x.shape[1])), labels=y)
+    y, note = _row_labels(labels, len(x))
+    return TableBatch(x=x.astype(np.float64), names=tuple(f"x{i}" for i in range(x.shape[1])), labels=y,
+                      labels_note=note)
+
+
+def _row_labels(labels: Any, rows: int) -> tuple[np.ndarray | None, str]:
+    """One label per row, or None with the reason (several targets a row, a mask per image, token targets)."""
+    if labels is None:
+        return None, ""
+    y = to_array(labels)
+    if y.size == rows:
+        return y.reshape(rows), ""
+    if rows and y.size % rows == 0:
+        return None, (f"{tuple(y.shape)}: {y.size // rows} per row (several targets, a mask or token targets); "
+                      "the label checks read one label per row, so they are left out")
+    raise InvalidArgumentError(f"labels of shape {tuple(y.shape)} for a batch of {rows} rows; expected one label "
+                               "(or one row of labels) per row")
 
 
 def _from_array(x: np.ndarray, labels: Any, modality: Modality) -> TextBatch | ImageBatch | TableBatch:

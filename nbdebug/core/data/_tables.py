@@ -70,6 +70,8 @@ def table_checks(tb: TableBatch) -> tuple[list[Finding], list[tuple[str, Any]], 
     found += label_checks(tb.labels, row_keys(x), skip=None if f else np.ones(n, bool))
     if tb.labels is not None and n:
         stats.append(("label", f"{len(np.unique(tb.labels.astype(str)))} distinct value(s)"))
+    if tb.labels_note:
+        stats.append(("labels", tb.labels_note))
     return found, stats, cols
 
 
