@@ -465,3 +465,14 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)
     # an exception about the NaN itself keeps the NaN answer
     assert explain(log + tb.replace("mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)",
                                     "loss is nan, stopping training")).kind == "nan_loss"
+
+
+def test_a_pjrt_device_setting_before_an_error_no_xla_frame_raised_is_not_an_xla_error() -> None:
+    tb = '''$ PJRT_DEVICE=TPU python train.py
+Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    x = batch["image"]
+KeyError: 'image'
+'''
+    assert explain(tb).kind == "missing_key"
+    assert explain("WARNING:root:Defaulting to PJRT_DEVICE=CPU").kind == "xla_error"  # torch_xla's own notice

@@ -451,7 +451,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
     - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package; a
       name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
-    - a NaN loss logged before a whole traceback whose exception is not about NaN: the exception is the error;
+    - a NaN loss logged before a whole traceback whose exception is not about NaN: the exception is the error; the
+      same for a ``PJRT_DEVICE`` setting before a traceback with no torch_xla in it;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
@@ -474,6 +475,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "nan_loss" and line and _later_exception(line, raw[-20_000:]):
         return True
+    if slug == "xla_error" and "PJRT_DEVICE" in line and "torch_xla" not in raw and _later_exception(line, raw[-20_000:]):
+        return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
