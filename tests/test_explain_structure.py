@@ -476,3 +476,22 @@ KeyError: 'image'
 '''
     assert explain(tb).kind == "missing_key"
     assert explain("WARNING:root:Defaulting to PJRT_DEVICE=CPU").kind == "xla_error"  # torch_xla's own notice
+
+
+@pytest.mark.parametrize("exc", ["PIL.UnidentifiedImageError: cannot identify image file '/data/x.jpg'",
+                                 "PIL.UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x7f>"])
+def test_a_decoder_failing_on_a_file_is_no_call_the_library_rejected(exc: str) -> None:
+    text = f'''Traceback (most recent call last):
+  File "train.py", line 9, in <module>
+    img = load(p)
+  File "/usr/lib/python3.10/site-packages/PIL/Image.py", line 3280, in open
+    raise UnidentifiedImageError(msg)
+{exc}
+'''
+    assert explain(text).kind != "library_raised"
+
+
+def test_a_library_message_naming_a_file_is_no_call_the_library_rejected() -> None:
+    text = _LIB_KEYERROR.replace("KeyError: 0", "ValueError: could not parse '/data/train/labels.csv'")
+    assert explain(text).kind == "unknown"
+    assert explain(_LIB_KEYERROR.replace("KeyError: 0", "ValueError: unknown mode 'Q'")).kind == "library_raised"

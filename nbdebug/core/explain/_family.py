@@ -38,6 +38,15 @@ _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
 # frames of a loader reading a checkpoint or a pretrained model's files
 # (a data loader's frame -- pil_loader, default_loader -- reads one sample, not a model's file)
 _LOADING = re.compile(r"(?i:load(?!er)|from_pretrained|state_dict|checkpoint|restore)")
+# libraries that decode data files (images, audio, video, arrays): their errors are about a file's contents
+_DECODERS = frozenset({"PIL", "cv2", "imageio", "soundfile", "librosa", "audioread", "decord", "av", "h5py", "tifffile",
+                       "skimage"})
+_DECODE_WORDS = re.compile(r"(?i:cannot identify|decod|corrupt|truncat|(?:unsupported|unknown) (?:file )?format|"
+                           r"invalid (?:header|data|file)|not a valid)")
+# a file named in a message (a path, or a quoted name with a data file's extension): the file's contents are in question
+_FILE_NAMED = re.compile(r"(?:^|[\s'\"(])(?:[A-Za-z]:\\|~?/|\./)[^\s'\"]{1,300}\.\w{1,6}\b"
+                         r"|'[^'\s]{1,200}\.(?:jpe?g|png|bmp|tiff?|webp|gif|wav|flac|mp3|json|jsonl|csv|tsv|txt|ya?ml|"
+                         r"parquet|arrow|h5|hdf5|npy|npz|pkl|zip|tar|gz)'")
 # a library's own notice that a model's files were not found or not all loaded
 _MODEL_FILES = re.compile(r"(?i:no [\w-]{1,40} model found|model not found|weights? of [^\n]{0,200}were not "
                           r"(?:initialized|used)|some weights [^\n]{0,100}were not)")
@@ -108,11 +117,14 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     own_class = s.exc_type.startswith(f"{frame.owner}.") or s.exc_type.startswith(f"{frame.owner.split('_')[0]}.")
     if s.short_type not in _LIBRARY_TYPES and not own_class:
         return None
+    if frame.owner in _DECODERS and (own_class or _DECODE_WORDS.search(s.message)):
+        return None  # a decoder failing on a file's bytes: the data's question as much as the call's
     if frame.owner == "torch" and not (_TORCH_API.search(frame.path) and frame.source.startswith("raise ")):
         return None  # torch's own checks outside its module/optimizer API have families of their own
     if s.owners & _OWN_FAMILY or _DISTRIBUTED_WORDS.search(raw):
         return None
-    if _TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message):
+    if (_TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message)
+            or _FILE_NAMED.search(s.message)):
         return None  # the library reports the data's sizes, a device or a file: another family's evidence
     if s.short_type in ("KeyError", "IndexError", "AttributeError") and (
             any(_LOADING.search(f.func) for f in s.frames[-4:]) or _CHECKPOINT_WORDS.search(raw)
