@@ -495,3 +495,10 @@ def test_a_library_message_naming_a_file_is_no_call_the_library_rejected() -> No
     text = _LIB_KEYERROR.replace("KeyError: 0", "ValueError: could not parse '/data/train/labels.csv'")
     assert explain(text).kind == "unknown"
     assert explain(_LIB_KEYERROR.replace("KeyError: 0", "ValueError: unknown mode 'Q'")).kind == "library_raised"
+
+
+@pytest.mark.parametrize("text", ["AttributeError: module 'config' has no attribute 'lr'",
+                                  "AttributeError: module 'utils.misc' has no attribute 'accuracy'"])
+def test_an_attribute_missing_from_the_projects_own_module_is_no_library_release(text: str) -> None:
+    assert explain(text).kind != "api_missing"
+    assert explain("AttributeError: module 'numpy' has no attribute 'int'").kind == "api_missing"

@@ -410,8 +410,11 @@ def _other_package_missing(raw: str) -> bool:
 
 # a missing module named like a project's own folder (models.yolo, utils.general, src.data): the project's code off
 # sys.path (or a pickle written inside that project), never a package to pip install
-_PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:models?|utils?|src|lib|modules|networks?|nets|tools|common|"
-                             r"core)(?:\.[\w.]{1,200})?'?(?![\w.])")
+_PROJECT_NAMES = r"models?|utils?|src|lib|modules|networks?|nets|tools|common|core"
+_PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:" + _PROJECT_NAMES + r")(?:\.[\w.]{1,200})?'?(?![\w.])")
+# an attribute missing from such a module, or from the project's settings module: the project's code, not a release
+_PROJECT_ATTRIBUTE = re.compile(r"module '(?:" + _PROJECT_NAMES + r"|configs?|cfg|settings|options|args)"
+                                r"(?:\.[\w.]{1,200})?' has no attribute")
 
 
 # a name missing from a module whose file Python names: the project's own module (not under site-packages), or a
@@ -483,7 +486,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "package_missing" and _PROJECT_MODULE.search(line):
         return True
-    if slug == "api_missing" and _project_module(line):
+    if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
         return True
     if slug == "nan_loss" and line and _later_exception(line, raw[-20_000:]):
         return True
