@@ -531,3 +531,51 @@ def test_overfit_run_stops_early_once_the_batch_is_fitted():
     r = doctor(mlp(), (x, y), nn.CrossEntropyLoss(), steps=2000, baseline=False, reproducibility=False)
     assert len(r.losses) < 2000 and r.losses[-1] < 0.1 * r.initial_loss
     assert not any(f.kind == "cannot_overfit" for f in r.findings)
+
+
+class AllDetached(nn.Module):
+    """Every output detached (kept for plotting and returned for the loss too): the loss has no grad_fn."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        return self.net(x).detach()
+
+
+def test_loss_without_grad_fn_is_a_no_gradient_finding_not_torchs_error():
+    x, y = _cls_batch()
+    r = doctor(AllDetached(), (x, y), nn.CrossEntropyLoss(), steps=20, baseline=False, reproducibility=False)
+    top = r.findings[0]
+    assert top.kind == "no_gradient"
+    assert "grad_fn" in top.message and "detach" in top.fixes[0].title
+    assert set(top.where) == {n for n, _ in AllDetached().named_parameters()}
+
+
+@pytest.mark.parametrize("own_loss", [False, True])
+def test_negative_labels_first_fix_is_the_ignore_index_not_out_features(own_loss):
+    """-1 marking ignored positions (an old convention) is below the range: the first fix is -100 / ignore_index,
+    whether the doctor sees the targets (loss_fn) or only the loss's refusal (a model's own loss)."""
+    x, y = _cls_batch()
+    y = y.clone()
+    y[::3] = -1
+
+    class OwnLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x, labels):
+            return F.cross_entropy(self.net(x), labels)
+
+    if own_loss:
+        r = doctor(OwnLoss(), {"x": x, "labels": y}, steps=20, baseline=False, reproducibility=False)
+    else:
+        r = doctor(mlp(), (x, y), nn.CrossEntropyLoss(), steps=20, baseline=False, reproducibility=False)
+    top = r.findings[0]
+    assert top.kind == "label_out_of_range"
+    assert "-100" in top.fixes[0].title and "out_features" not in top.fixes[0].title
+    above = doctor(mlp(), (x, y.clamp_min(0) + 3), nn.CrossEntropyLoss(), steps=20, baseline=False,
+                   reproducibility=False)
+    assert "out_features" in above.findings[0].fixes[0].title

@@ -10,9 +10,10 @@ the output depends on the input.  Each adds its findings and its outcome to the 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-from nbdebug.core.doctor._inputs import tensor_leaves
+from nbdebug.core.doctor._inputs import logits_of, tensor_leaves
 from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import entry, threshold
@@ -180,7 +181,7 @@ def labels(s: Session, y: Any) -> bool:
                 bad = int(((tv < 0) | (tv >= classes)).sum())
                 s.add("label_out_of_range", f"{bad} target(s) outside 0..{classes - 1} (the output has "
                       f"{classes} classes; targets span {lo}..{hi}); on CUDA this is the "
-                      "'device-side assert triggered' error", ("targets",))
+                      "'device-side assert triggered' error", ("targets",), fixes=_label_fixes(lo < 0))
                 s.check("labels", "out of range")
                 return False
         s.check("labels", f"in 0..{classes - 1}")
@@ -295,6 +296,26 @@ def initial_loss(s: Session) -> None:
     s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
 
 
+def no_grad_fn(s: Session, work: Any, out: Any, loss: Any) -> bool:
+    """The first step's loss has no autograd history (no grad_fn): every output detached, or computed under
+    ``no_grad`` / from ``.data`` / ``.item()``.  One ``no_gradient`` finding naming every trainable parameter (True),
+    never torch's "element 0 of tensors does not require grad" from the doctor's own backward."""
+    import torch
+
+    if not torch.is_tensor(loss) or loss.requires_grad:
+        return False
+    trainable = [n for n, p in work.named_parameters() if p.requires_grad]
+    y = logits_of(out) if out is not None else None
+    where = ("the model's output is already cut from the graph (its forward detaches it)"
+             if torch.is_tensor(y) and not y.requires_grad else
+             "the model's output has a graph, so the loss code cuts it")
+    s.add("no_gradient", f"the loss has no grad_fn, so none of the {len(trainable)} trainable parameter(s) gets a "
+          f"gradient and nothing can learn: {where}", trainable or ["(loss)"],
+          evidence={"loss_requires_grad": False})
+    s.check("every parameter gets a gradient", "no: the loss has no grad_fn")
+    return True
+
+
 def gradients(s: Session, work: Any) -> None:
     import torch
 
@@ -375,10 +396,25 @@ def step_error(s: Session, e: BaseException) -> bool:
     d = explain(e)
     if d.kind not in ("target_out_of_bounds", "device_side_assert"):
         return False
+    below = re.search(r"Target -\d+ is out of bounds", str(e)) is not None or _any_negative(
+        s.loss_in.target if s.loss_in is not None else None, s.loss.targets)
     s.add("label_out_of_range", f"the first training step failed: {str(e).splitlines()[0][:200]}: a target lies "
-          "outside the output's classes", ("targets",))
+          "outside the output's classes" + (" (below 0)" if below else ""), ("targets",), fixes=_label_fixes(below))
     s.check("labels", "out of range (the loss refused them)")
     return True
+
+
+def _label_fixes(below: bool) -> Any:
+    """The first fix follows the evidence: a target below 0 marks ignored positions with a value the loss does not
+    ignore (-1 for -100); one above the range needs as many outputs as classes (the entry's own order)."""
+    return fixes_for("label_negative") if below else None
+
+
+def _any_negative(*targets: Any) -> bool:
+    import torch
+
+    return any(isinstance(t, torch.Tensor) and not t.is_floating_point() and bool(((t < 0) & (t != -100)).any())
+               for t in targets)
 
 
 def loss_site(s: Session, work: Any) -> tuple[str | None, str | None]:

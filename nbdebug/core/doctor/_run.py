@@ -186,6 +186,8 @@ def _run(s: Session) -> None:
                 raise NonFiniteError("loss", module="(loss)", step=0, phase="forward", op=op, source=source,
                                      stats={"loss": float(loss.detach().float().mean())})
             opt.zero_grad(set_to_none=True)
+            if init.no_grad_fn(s, work, out, loss):
+                return
             loss.backward()
             sentinel.check()
     except NonFiniteError as e:

@@ -41,6 +41,18 @@ _RAISE_LR = Fix("raise the learning rate (Adam: 1e-3 to 3e-3; SGD: 0.01 to 0.1 f
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
+        slug="label_negative",
+        title="Targets below 0: ignored positions marked with a value the loss does not ignore",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("set the ignored positions to -100 (CrossEntropyLoss's ignore_index), or pass ignore_index=-1",
+                "labels[labels < 0] = -100  # or nn.CrossEntropyLoss(ignore_index=-1)"),
+            Fix("remap labels to 0..C-1", "labels = labels - labels.min()  # or a label encoder"),
+        ),
+        sources=(CROSS_ENTROPY,),
+        contexts=(),
+    ),
+    Entry(
         slug="label_out_of_range",
         title="Targets outside the output's class range",
         severity=Severity.ERROR,
