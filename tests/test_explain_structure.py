@@ -373,6 +373,7 @@ Traceback (most recent call last):
 '''
     assert explain(launcher).kind == "child_failed"  # the launcher's report alone: read the child's error above
     assert explain(child + launcher).kind == "unknown"  # the child's error is there: no launcher answer
+    assert explain(child + launcher.split("\n")[0]).kind == "unknown"  # also with the launcher's report line alone
     # a child's error the structure places is answered as that error
     placed = child.replace("FileNotFoundError: [Errno 2] No such file or directory: 'configs/default.yaml'",
                            "NameError: name 'cfg_dir' is not defined")

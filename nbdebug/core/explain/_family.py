@@ -330,7 +330,7 @@ def child_error(raw: str) -> Structure | None:
     from nbdebug.core.explain._structure import read
 
     starts = [m.start() for m in _TRACEBACK_HEADER.finditer(raw)]
-    for a, b in zip(starts, starts[1:]):
+    for a, b in zip(starts, starts[1:] + [len(raw)]):
         s = read(raw[a:b])
         if s.exc_type and s.frames and not s.cut and not _WRAPPER_CLASS.search(s.exc_type):
             return s
