@@ -503,3 +503,18 @@ def test_a_library_message_naming_a_file_is_no_call_the_library_rejected() -> No
 def test_an_attribute_missing_from_the_projects_own_module_is_no_library_release(text: str) -> None:
     assert explain(text).kind != "api_missing"
     assert explain("AttributeError: module 'numpy' has no attribute 'int'").kind == "api_missing"
+
+
+def test_a_keyerror_the_standard_library_raised_for_a_library_is_the_librarys() -> None:
+    text = '''Traceback (most recent call last):
+  File "train.py", line 3, in <module>
+    run()
+  File "/usr/lib/python3.10/site-packages/somelib/env.py", line 12, in run
+    token = os.environ["SOMELIB_TOKEN"]
+  File "/usr/lib/python3.10/os.py", line 680, in __getitem__
+    raise KeyError(key) from None
+KeyError: 'SOMELIB_TOKEN'
+'''
+    assert explain(text).kind != "missing_key"
+    user = text.replace("/usr/lib/python3.10/site-packages/somelib/env.py", "helpers.py")
+    assert explain(user).kind == "missing_key"

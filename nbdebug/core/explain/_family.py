@@ -341,15 +341,16 @@ def _library_lookup(raw: str) -> bool:
     """Whether a bare KeyError / IndexError was raised in a library's own code, below the user's last frame.
 
     ``KeyError: 0`` raised inside transformers' pipeline indexes the library's own dict (a bug of that release, or a
-    call it does not expect): not a dict of the user's.  A user's (or the standard library's: ``os.environ``) frame
-    last keeps the user's reading.
+    call it does not expect): not a dict of the user's.  The standard library's frames (``os.environ``) count for
+    whoever called them; a user's frame last keeps the user's reading, and a loader's frame (``torch.load`` reading a
+    legacy archive) the file's.
     """
     from nbdebug.core.explain._structure import read
 
     s = read(raw[-20_000:])
-    frame = s.innermost
+    frame = next((f for f in reversed(s.frames) if f.owner != "stdlib"), None)
     return (frame is not None and not s.cut and s.short_type in ("KeyError", "IndexError")
-            and frame.owner not in ("user", "stdlib"))
+            and frame.owner != "user" and not any(_LOADING.search(f.func) for f in s.frames[-4:]))
 
 
 _UNPICKLING = re.compile(r"(?i:pickl|serializ|load|find_class|restore)")
