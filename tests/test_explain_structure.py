@@ -32,6 +32,10 @@ def _wild(item_id: str) -> str:
     (r"C:\Python38\Lib\site-packages\torch\nn\modules\module.py", "torch"),
     ("/usr/local/lib/python2.7/dist-packages/torchvision/ops/boxes.py", "torchvision"),
     ("/home/u/pytorch/torch/nn/functional.py", "torch"),  # a source checkout
+    ("/home/u/transformers_fork/src/transformers/benchmark/utils.py", "transformers"),  # a library's checkout
+    ("/Users/u/hack/allennlp/allennlp/common/params.py", "allennlp"),
+    ("/home/u/proj/src/datasets/loader.py", "user"),  # a project's own src/ folder
+    ("/home/u/proj/src/mymodel/train.py", "user"),
     ("/usr/lib/python3.10/runpy.py", "stdlib"),
     ("<frozen importlib._bootstrap>", "stdlib"),
     ("/hdd/deep-high-resolution-net.pytorch/tools/train.py", "user"),

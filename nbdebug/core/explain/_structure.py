@@ -36,6 +36,13 @@ _CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the 
 _PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>[\w.-]{1,100})")
 # code typed into IPython or a console (a notebook cell's file is an ordinary path, under ipykernel_<pid>/)
 _INTERACTIVE = re.compile(r"<ipython-input-|<stdin>|Cell In\[")
+# a known library's package inside its source checkout: ".../src/transformers/..." or ".../allennlp/allennlp/..."
+# (not "datasets": a project's own src/datasets/ folder is as common as Hugging Face's checkout)
+_CHECKOUT_NAMES = (r"transformers|diffusers|accelerate|peft|timm|huggingface_hub|ultralytics|mmcv|mmdet|"
+                   r"mmengine|pytorch_lightning|lightning|torchmetrics|deepspeed|xformers|triton|detectron2|allennlp|"
+                   r"fairseq|torchvision|torchaudio|torchtext|trl|sentence_transformers|vllm")
+_CHECKOUT = re.compile(r"[/\\]src[/\\](?P<pkg>" + _CHECKOUT_NAMES + r")[/\\]"
+                       r"|[/\\](?P<twin>" + _CHECKOUT_NAMES + r")[/\\](?P=twin)[/\\]")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-packages)|^<")
 # torch from a source checkout or a conda build tree (not under site-packages)
 _TORCH_TREE = re.compile(r"[/\\]torch[/\\](?:nn|utils|autograd|optim|cuda|distributed|_dynamo|_inductor|jit|"
@@ -106,6 +113,9 @@ def owner_of(path: str) -> str:
         return pkg.split("-", 1)[0]  # "torch-2.1.0.dist-info" never holds frames; an egg dir "foo-1.0-py3.8.egg"
     if _TORCH_TREE.search(path):
         return "torch"
+    m = _CHECKOUT.search(path)
+    if m:  # a library's source checkout (an editable install): its own code, not the user's
+        return m.group("pkg") or m.group("twin")
     if _STDLIB.search(path):
         return "stdlib"
     return "user"
