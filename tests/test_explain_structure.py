@@ -391,7 +391,8 @@ def test_numpys_too_many_indices_is_a_shape_error() -> None:
 
 
 @pytest.mark.parametrize("text", ["no module named 'models.yolo'", "ModuleNotFoundError: No module named 'utils'",
-                                  "ModuleNotFoundError: No module named 'src.data.loader'"])
+                                  "ModuleNotFoundError: No module named 'src.data.loader'",
+                                  "ModuleNotFoundError: No module named 'dataset'"])
 def test_a_missing_module_named_like_a_project_folder_is_not_a_package_to_install(text: str) -> None:
     assert explain(text).kind != "package_missing"
 

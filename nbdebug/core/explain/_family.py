@@ -411,10 +411,10 @@ def _other_package_missing(raw: str) -> bool:
 
 # a missing module named like a project's own folder (models.yolo, utils.general, src.data): the project's code off
 # sys.path (or a pickle written inside that project), never a package to pip install
-_PROJECT_NAMES = r"models?|utils?|src|lib|modules|networks?|nets|tools|common|core"
+_PROJECT_NAMES = r"models?|utils?|src|lib|modules|networks?|nets|tools|common|core|dataset|data|configs?|train"
 _PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:" + _PROJECT_NAMES + r")(?:\.[\w.]{1,200})?'?(?![\w.])")
 # an attribute missing from such a module, or from the project's settings module: the project's code, not a release
-_PROJECT_ATTRIBUTE = re.compile(r"module '(?:" + _PROJECT_NAMES + r"|configs?|cfg|settings|options|args)"
+_PROJECT_ATTRIBUTE = re.compile(r"module '(?:" + _PROJECT_NAMES + r"|cfg|settings|options|args)"
                                 r"(?:\.[\w.]{1,200})?' has no attribute")
 
 
