@@ -175,8 +175,9 @@ ENTRIES: tuple[Entry, ...] = (
                 "pip install --no-build-isolation --no-cache-dir --force-reinstall <extension>"),
             _SEE_VERSIONS,
         ),
-        first_step="Find the package whose .so is named in the message and reinstall (or rebuild) it for the installed "
-        "torch; the live panel lists the installed versions and any pair that does not fit.",
+        first_step="Find the package whose .so (or .dll) is named in the message and reinstall (or rebuild) it for the "
+        "installed torch; torch's own library (under torch/lib) means reinstall torch itself in a clean environment. "
+        "The live panel lists the installed versions and any pair that does not fit.",
         sources=(_VISION_COMPAT, "https://pytorch.org/tutorials/advanced/cpp_custom_ops.html",
                  "https://github.com/pytorch/pytorch/issues/123097"),
     ),
