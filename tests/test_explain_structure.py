@@ -523,3 +523,21 @@ KeyError: 'SOMELIB_TOKEN'
     assert explain(text).kind != "missing_key"
     user = text.replace("/usr/lib/python3.10/site-packages/somelib/env.py", "helpers.py")
     assert explain(user).kind == "missing_key"
+
+
+def test_a_live_keyerror_raised_in_a_librarys_file_is_the_librarys(tmp_path: Path) -> None:
+    import importlib.util
+
+    lib = tmp_path / "site-packages" / "somelib"
+    lib.mkdir(parents=True)
+    (lib / "pipe.py").write_text("def run(scores):\n    return [scores[i] for i in range(2)]\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("somelib_pipe", lib / "pipe.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(KeyError) as info:
+        module.run({})
+    assert explain(info.value).kind != "missing_key"
+    with pytest.raises(KeyError) as info:
+        {}[0]  # the user's own dict
+    assert explain(info.value).kind == "missing_key"

@@ -28,6 +28,7 @@ from typing import Any
 
 from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core._findings import Severity
+from nbdebug.core.explain import _family
 from nbdebug.core.explain._analyze import ANALYSERS
 from nbdebug.core.explain._context import (
     ddp_unused_context,
@@ -467,6 +468,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
         found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
     found = _plausible(found, raw[-_MAX_CHARS:], text)
+    if isinstance(error, BaseException):  # the frames a live exception's text lacks
+        found = [(c, m) for c, m in found if not _family.frames_deny(c.entry.slug, error)]
     if not found:
         # no message (or only ones the structure contradicts): a paste cut off before its error line, log lines that
         # are only frames, or a frame that says more than the message (a KeyError inside transformers' Auto mapping)

@@ -22,7 +22,7 @@ from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error"]
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny"]
 
 T = TypeVar("T")
 
@@ -347,7 +347,10 @@ def _library_lookup(raw: str) -> bool:
     """
     from nbdebug.core.explain._structure import read
 
-    s = read(raw[-20_000:])
+    return _raised_by_library(read(raw[-20_000:]))
+
+
+def _raised_by_library(s: Structure) -> bool:
     frame = next((f for f in reversed(s.frames) if f.owner != "stdlib"), None)
     return (frame is not None and not s.cut and s.short_type in ("KeyError", "IndexError")
             and frame.owner != "user" and not any(_LOADING.search(f.func) for f in s.frames[-4:]))
@@ -364,6 +367,15 @@ def _not_unpickling(raw: str) -> bool:
     return bool(s.frames) and not s.cut and not any(
         _UNPICKLING.search(f.path.replace("\\", "/").rsplit("/", 1)[-1]) or _UNPICKLING.search(f.func)
         or _UNPICKLING.search(f.source) for f in s.frames)
+
+
+def frames_deny(slug: str, error: BaseException) -> bool:
+    """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
+    if slug != "missing_key":
+        return False
+    from nbdebug.core.explain._structure import from_exception
+
+    return _raised_by_library(from_exception(error))
 
 
 def _failing_line(raw: str) -> str:
