@@ -541,3 +541,14 @@ def test_a_live_keyerror_raised_in_a_librarys_file_is_the_librarys(tmp_path: Pat
     with pytest.raises(KeyError) as info:
         {}[0]  # the user's own dict
     assert explain(info.value).kind == "missing_key"
+
+
+def test_a_kernel_died_notice_yields_to_the_traceback_printed_before_it() -> None:
+    notice = "The kernel appears to have died. It will restart automatically."
+    tb = '''Traceback (most recent call last):
+  File "train.py", line 20, in <module>
+    total = count + 1
+NameError: name 'count' is not defined
+'''
+    assert explain(notice).kind == "kernel_died"
+    assert explain(tb + notice).kind == "user_code_error"
