@@ -180,6 +180,11 @@ def _expected_severity_and_first_fix(kind):
     if kind == "exploding_gradients":  # a lower learning rate tried on a copy: the measured one comes first
         return e.severity, Fix("lower the learning rate (lr=0.05 instead of 10000, measured on a copy)",
                                "for g in opt.param_groups: g['lr'] = 0.05")
+    if kind == "nonfinite_gradient":  # the doctor replays the step under anomaly mode itself: sqrt of 0, guarded
+        from nbdebug.core.knowledge.training import GRADIENT_GUARDS, GUARD_FIX
+
+        why, code = GRADIENT_GUARDS["sqrt"]
+        return e.severity, Fix(GUARD_FIX.format(op="torch.sqrt", why=why), code)
     return e.severity, e.fixes[0]
 
 
@@ -579,3 +584,34 @@ def test_negative_labels_first_fix_is_the_ignore_index_not_out_features(own_loss
     above = doctor(mlp(), (x, y.clamp_min(0) + 3), nn.CrossEntropyLoss(), steps=20, baseline=False,
                    reproducibility=False)
     assert "out_features" in above.findings[0].fixes[0].title
+
+
+class PairEmbed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 8))
+
+    def forward(self, a, b):
+        return self.net(a), self.net(b)
+
+
+def sqrt_contrastive(out, same, margin=2.0):
+    f1, f2 = out
+    d = torch.sqrt(((f1 - f2) ** 2).sum(1))  # sqrt of 0 for a pair of one sample twice
+    return (same * d**2 + (1 - same) * F.relu(margin - d) ** 2).mean()
+
+
+def test_nan_gradient_of_sqrt_of_zero_names_the_op_and_line_itself():
+    """The loss is finite and every gradient NaN (sqrt's gradient at 0 is infinite): the doctor replays the step
+    under anomaly mode on its copy and names sqrt and the loss's line, first fix: guard sqrt's input."""
+    x, _ = _cls_batch()
+    partner = x.roll(1, 0)
+    partner[::4] = x[::4]  # a quarter of the pairs hold the same sample twice
+    same = torch.zeros(len(x))
+    same[::4] = 1.0
+    r = doctor(PairEmbed(), ((x, partner), same), sqrt_contrastive, steps=20, baseline=False, reproducibility=False)
+    top = r.findings[0]
+    assert top.kind == "nonfinite_gradient", r
+    assert "sqrt" in top.evidence["op"] and "torch.sqrt" in top.evidence["line"], top.evidence
+    assert "sqrt" in top.fixes[0].title and "detect_anomaly" not in top.fixes[0].title

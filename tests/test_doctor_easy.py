@@ -162,3 +162,38 @@ def test_warnings_of_the_doctors_own_runs_are_not_shown_as_the_users():
     said = dict(r.checks)["warnings raised during the doctor's runs on the copy"]
     assert "broadcasting" in said and "not shown" in said
     assert loud(r)[0].kind == "loss_broadcast"
+
+
+def held_out_case(case_id):
+    """A case of the third held-out set (tests/data/doctor_cases3), built by its own cases.py."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "doctor_cases3" / "cases.py"
+    spec = importlib.util.spec_from_file_location("doctor_cases3_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build(case_id)
+
+
+def test_a_denoiser_is_an_image_to_image_task_not_a_loss_on_two_views():
+    """fast_neural_style's TransformerNet as a denoiser: the input is the target plus noise (correlation about 0.7,
+    no element-wise map of it), so the input holds the target by design: no too-easy finding."""
+    case = held_out_case("fns-denoiser-healthy")
+    r = doctor(case["model"], case["batch"], case["loss_fn"], optimizer=case["optimizer"], **QUICK)
+    assert loud(r) == [], r
+    assert dict(r.checks)["task"].startswith("reconstruction"), r.checks
+
+def test_two_views_of_one_tensor_are_named_only_when_the_loss_gets_them():
+    """A loss between two halves of the model's own output (shared storage) ignores the targets: the finding says
+    so with the "two views" fix first."""
+    x, y = digits()
+
+    def halves(out, target):
+        return F.mse_loss(out[:, :5], out[:, 5:].detach())
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    r = doctor(m, (x, y.float()), halves, **QUICK)
+    f = r.finding("fits_too_easily")
+    assert "two views" in f.fixes[0].title, f

@@ -42,8 +42,9 @@ def below_minimum(s: Session) -> bool:
 
 def reconstructed_input(s: Session) -> int | None:
     """Which input tensor the loss's target is, or is made from element by element (a view, a rescaling, any
-    monotonic map): the task is to reconstruct the input (an autoencoder, a denoiser, a VAE), so the input holds
-    the target by design.  None when the loss's target is no input's."""
+    monotonic map), or is close to (the same shape and correlated: the input is the target made noisy or degraded):
+    the task is to reconstruct the input (an autoencoder, a denoiser, a VAE, an image-to-image model), so the input
+    holds the target by design.  None when the loss's target is no input's."""
     import torch
 
     call = s.loss_in
@@ -57,7 +58,31 @@ def reconstructed_input(s: Session) -> int | None:
         xf = x.detach().reshape(-1).float()
         if torch.equal(xf, tf) or abs(_rank_correlation(xf, tf)) >= 0.999:
             return i
+        if tuple(x.shape) == tuple(t.shape) and t.dim() >= 2 and _correlation(xf, tf) >= threshold(
+                "reconstruction_correlation"):
+            return i
     return None
+
+
+def _correlation(a: Any, b: Any) -> float:
+    """Pearson's correlation of two flat tensors (0 when either is constant)."""
+    a, b = a - a.mean(), b - b.mean()
+    den = float(a.norm() * b.norm())
+    return float((a * b).sum()) / den if den > 0 else 0.0
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """The loss's two tensors are views of one tensor (shared storage) or hold the same values."""
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    try:
+        if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+            return True
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a functional or sparse tensor)
+        pass
+    return a.shape == b.shape and bool(torch.equal(a.detach(), b.detach()))
 
 
 def _rank_correlation(a: Any, b: Any) -> float:
@@ -269,8 +294,14 @@ def shuffled_targets(s: Session, work: Any) -> None:
     floor = s.label_floor()
     ref = min(abs(init), floor) if floor is not None else abs(init)  # an inflated start is no yardstick
     if math.isfinite(shuffled) and shuffled <= max(threshold("shuffled_fit_rel") * ref, 2 * abs(own) + 1e-6):
+        fixes = entry("fits_too_easily").fixes
+        call = s.loss_in
+        if call is not None and _same_tensor(call.input, call.target):
+            why, first = "it is computed on two views of one tensor, not on the model's prediction of each target", 2
+        else:
+            why, first = "it is not computed on the model's prediction of each target (only padding, or an input " \
+                         "that holds the target)", 0
         s.add("fits_too_easily", f"after fitting the batch the loss is {own:.4g}, and {shuffled:.4g} with the targets "
-              "shuffled against the inputs: it does not depend on which target goes with which input, so it is "
-              "not computed on the model's prediction of each target (the wrong tensor, or only padding)",
+              f"shuffled against the inputs: it does not depend on which target goes with which input, so {why}",
               ["loss"], evidence={"loss": own, "shuffled": shuffled},
-              fixes=(entry("fits_too_easily").fixes[2], *entry("fits_too_easily").fixes[:2]))
+              fixes=(fixes[first], *(f for i, f in enumerate(fixes) if i != first)))

@@ -192,6 +192,8 @@ def _run(s: Session) -> None:
             sentinel.check()
     except NonFiniteError as e:
         kind = "nonfinite_forward" if e.phase == "forward" else "nonfinite_gradient"
+        if kind == "nonfinite_gradient" and not e.op:
+            e.op, e.source = init.gradient_site(s, work)
         init.nonfinite(s, kind, f"non-finite values in the {e.phase} pass of the first step", e)
         s.check("first step", f"non-finite {e.phase}")
         return

@@ -15,7 +15,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
 
-__all__ = ["ENTRIES", "THRESHOLDS"]
+__all__ = ["ENTRIES", "GRADIENT_GUARDS", "GUARD_FIX", "THRESHOLDS"]
 
 KARPATHY = "http://karpathy.github.io/2019/04/25/recipe/"
 PASCANU = "https://arxiv.org/abs/1211.5063"  # Pascanu et al., On the difficulty of training RNNs (2013)
@@ -38,6 +38,24 @@ OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.regi
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
 _RAISE_LR = Fix("raise the learning rate (Adam: 1e-3 to 3e-3; SGD: 0.01 to 0.1 for this tiny problem)",
                 "for g in opt.param_groups: g['lr'] = 1e-3")
+
+# the first fix of a NaN gradient whose op the doctor named (its backward returned NaN): why that op's gradient is
+# infinite, and the safe form; "{op}" is the op as the user wrote it
+GUARD_FIX = "guard {op}'s input ({why})"
+GRADIENT_GUARDS: dict[str, tuple[str, str]] = {
+    "sqrt": ("sqrt of 0 has an infinite gradient: add an epsilon inside it, or use a safe norm such as "
+             "F.pairwise_distance, which adds one", "torch.sqrt(x + 1e-12)"),
+    "norm": ("the norm of a zero vector has a NaN gradient: add an epsilon, or use a safe norm",
+             "torch.sqrt((v ** 2).sum(-1) + 1e-12)"),
+    "log": ("log of 0 has an infinite gradient: clamp the input away from 0", "torch.log(x.clamp_min(1e-12))"),
+    "div": ("a division by 0 has an infinite gradient: add an epsilon to the divisor", "a / (b + 1e-12)"),
+    "pow": ("a fractional power of 0 has an infinite gradient: add an epsilon to the base", "(x + 1e-12) ** p"),
+    "acos": ("acos at +-1 has an infinite gradient: clamp the input inside (-1, 1)",
+             "torch.acos(x.clamp(-1 + 1e-6, 1 - 1e-6))"),
+    "asin": ("asin at +-1 has an infinite gradient: clamp the input inside (-1, 1)",
+             "torch.asin(x.clamp(-1 + 1e-6, 1 - 1e-6))"),
+}
+
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -161,6 +179,18 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("replay the step under detect_anomaly to name the op", "nbdebug.nan_sentinel(model, replay=True)"),
             Fix("guard sqrt/pow/division at 0 (their gradients are infinite there)",
                 "torch.sqrt(x + 1e-12)"),
+            Fix("clip gradients", _CLIP_CODE),
+        ),
+        sources=(ANOMALY, CLIP),
+        contexts=(),
+    ),
+    Entry(
+        slug="nonfinite_gradient_op",
+        title="NaN or Inf in the gradients, made by a named op",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("guard the op's input where its gradient is infinite (add an epsilon / use a safe form)",
+                "torch.sqrt(x + 1e-12)  # or x.clamp_min(1e-12).log(), F.pairwise_distance(a, b)"),
             Fix("clip gradients", _CLIP_CODE),
         ),
         sources=(ANOMALY, CLIP),
@@ -538,6 +568,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "share of the initial loss an experiment must gain over the user's setup (at the same step) to count "
               "as restoring learning", KARPATHY),
     Threshold("too_easy_steps", 3.0, "steps within which fitting a batch counts as too easy", KARPATHY),
+    Threshold("reconstruction_correlation", 0.5,
+              "correlation of a loss's target with an input of the same shape above which the target is that input "
+              "made noisy or degraded (a denoiser, an image-to-image model): the input holds the target by design",
+              _NBDEBUG),
     Threshold("shuffled_fit_rel", 0.5,
               "loss with targets shuffled against inputs, as a share of the initial loss, below which the loss "
               "does not depend on which target goes with which input", KARPATHY),
