@@ -96,9 +96,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     # family-level answers placed by the traceback's structure (issue 23): the first step each gives
     # the line of the user's own file that raised, with a step per exception class about the value it names
     "user_code_error": frozenset({"user_code_python"}),
-    # the library's frame that raised: compare the call with the installed release's docs, or pin the code's release
-    "library_raised": frozenset({"library_api_misuse", "environment_version"}),
-    # a package failing inside its own import: its version against torch's, reinstall the matching release
+    # the library's frame that raised: its first step is the argument, value or prerequisite the library's message names,
+    # changed at the user's call with the library's documentation (API misuse); a release mismatch is only a second,
+    # conditional step, so an environment_version label is not what it answers first
+    "library_raised": frozenset({"library_api_misuse"}),
+    # a package failing inside its own import: its installed version (against torch's for a torch companion), reinstall
     "import_failed": frozenset({"environment_version"}),
     # SIGBUS of a launcher's worker: /dev/shm first, then the native-crash step (faulthandler)
     "bus_error": frozenset({"host_memory", "native_crash"}),

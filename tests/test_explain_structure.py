@@ -552,3 +552,44 @@ NameError: name 'count' is not defined
 '''
     assert explain(notice).kind == "kernel_died"
     assert explain(tb + notice).kind == "user_code_error"
+
+
+def test_library_raised_first_step_is_the_rejected_argument_at_the_users_call() -> None:
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError) as info:
+        torch.optim.Adam(params, lr=-1)  # an everyday argument mistake, not a release to pin
+    d = explain(info.value)
+    assert d.kind == "library_raised" and d.evidence["package"] == "torch"
+    assert d.first_step.startswith("Read torch's message at ") and "argument or value it rejected" in d.first_step
+    assert "test_explain_structure.py" in d.first_step.split("Change that in", 1)[1]  # the user's call, named
+    assert "the torch documentation" in d.first_step and "'s documentation" not in d.first_step
+    assert "pin" not in d.first_step.lower() and "Only if the code was written for another release" in d.first_step
+    assert any("md.version('torch')" in f.code for f in d.fixes) and not any("<package>" in f.code for f in d.fixes)
+
+
+def test_library_raised_names_what_a_librarys_own_class_needs_and_its_distribution() -> None:
+    text = '''Traceback (most recent call last):
+  File "fit.py", line 7, in <module>
+    X = scaler.transform(X)
+  File "/v/lib/python3.10/site-packages/sklearn/utils/validation.py", line 1390, in check_is_fitted
+    raise NotFittedError(msg % {"name": type(estimator).__name__})
+sklearn.exceptions.NotFittedError: This StandardScaler instance is not fitted yet. Call 'fit' first.
+'''
+    d = explain(text)
+    assert d.kind == "library_raised" and "call fit" in d.first_step and "fit.py, line 7" in d.first_step
+    assert "pip show scikit-learn" in d.first_step and any("md.version('scikit-learn')" in f.code for f in d.fixes)
+    assert "pin" not in d.first_step.lower()
+
+
+@pytest.mark.parametrize(("package", "dist"), [("PIL", "Pillow"), ("cv2", "opencv-python"), ("yaml", "PyYAML"),
+                                               ("sklearn", "scikit-learn")])
+def test_import_failed_names_the_distribution_and_no_torch_for_other_packages(package: str, dist: str) -> None:
+    text = (f'Traceback (most recent call last):\n  File "train.py", line 1, in <module>\n    import {package}\n'
+            f'  File "/v/lib/python3.10/site-packages/{package}/__init__.py", line 6, in <module>\n'
+            "    from ._core import x\n"
+            "TypeError: an integer is required\n")
+    d = explain(text)
+    assert d.kind == "import_failed" and d.evidence["package"] == package
+    assert f"pip install --force-reinstall {dist}".lower() in d.first_step.lower() and "torch" not in d.first_step
+    vision = text.replace(package, "torchvision")
+    assert "torch" in explain(vision).first_step.replace("torchvision", "")

@@ -451,6 +451,11 @@ def _optimizer(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+def _library(facts: dict[str, Any], text: str) -> Analysis:
+    dist = facts.get("distribution") or facts.get("package") or "<package>"
+    return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
+
+
 ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "cuda_oom": _oom,
     "device_side_assert": _assert,
@@ -466,4 +471,5 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "loss_broadcast": _loss_broadcast,
     "ddp_grad_strides": _grad_strides,
     "optimizer_setup": _optimizer,
+    "library_raised": _library,
 }

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from functools import lru_cache
+from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny"]
-
-T = TypeVar("T")
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny", "distribution_of"]
 
 # Evidence of a family that the generic answers do not address: with it, say unknown.
 _TENSOR_WORDS = re.compile(r"(?i:tensor|shape|\bsize|dimension|\bdims?\b|dtype|device|cuda|gpu|cudnn|nccl|"
@@ -135,11 +134,44 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     user = s.innermost_user
     package = frame.owner
     where = _where(frame)
-    facts: dict[str, Any] = {"exc_type": s.short_type, "package": package, "where": where,
-                             "first_step_detail": LIBRARY_STEP.format(package=package, where=where)}
+    call = f"the call at {_where(user)}" if user is not None else f"the code's call into {package}"
+    dist = distribution_of(package)
+    facts: dict[str, Any] = {"exc_type": s.short_type, "package": package, "where": where, "distribution": dist,
+                             "first_step_detail": LIBRARY_STEP.format(package=package, where=where, call=call,
+                                                                      dist=dist)}
     if user is not None:
         facts["user_where"] = _where(user)
     return "library_raised", facts
+
+
+@lru_cache(maxsize=1)
+def _installed_distributions() -> dict[str, list[str]]:
+    import importlib.metadata as md
+
+    try:
+        return dict(md.packages_distributions())
+    except Exception:  # noqa: BLE001 - a broken install's metadata must not break the answer
+        return {}
+
+
+def distribution_of(package: str) -> str:
+    """The name pip knows an import by: this session's installed metadata first, then the common renames (PIL ->
+    Pillow, sklearn -> scikit-learn), else the import name itself."""
+    from nbdebug.core.knowledge.env import DISTRIBUTIONS
+
+    installed = _installed_distributions().get(package)
+    if installed:
+        return installed[0]
+    return DISTRIBUTIONS.get(package, package)
+
+
+def _import_step(package: str) -> str:
+    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_COMPANION, IMPORT_STEP_TORCH, TORCH_COMPANIONS
+
+    if package == "torch":
+        return IMPORT_STEP_TORCH
+    template = IMPORT_STEP_COMPANION if package in TORCH_COMPANIONS else IMPORT_STEP
+    return template.format(package=package, dist=distribution_of(package))
 
 
 _PACKAGE_PATH = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>\w{1,100})")
@@ -158,8 +190,6 @@ def _while_importing(s: Structure) -> bool:
 
 
 def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
-    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_TORCH
-
     frame = s.innermost
     if s.short_type not in ("ImportError", "ModuleNotFoundError"):
         # any error raised while a library is being imported: its versions and its dependencies' do not fit
@@ -178,7 +208,7 @@ def _import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         package = m.group("pkg")
     else:
         return None  # the user's own import: a missing package or a project module, not a broken install
-    step = IMPORT_STEP_TORCH if package == "torch" else IMPORT_STEP.format(package=package)
+    step = _import_step(package)
     facts: dict[str, Any] = {"package": package, "first_step_detail": step}
     if frame is not None:
         facts["where"] = _where(frame)
@@ -204,14 +234,11 @@ def _user_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         m = _IMPORT_OF.match(arrow.group(1)) if arrow is not None else None
     if m is None or _IMPORT_TIME_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
         return None
-    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_TORCH
-
     package = m.group("from") or m.group("mod")
     below = s.frames[s.frames.index(user) + 1:]
     if below and below[0].owner == package:
         return None  # the package's own frames are shown: whether it ran its module's code says it (_while_importing)
-    step = IMPORT_STEP_TORCH if package == "torch" else IMPORT_STEP.format(package=package)
-    return "import_failed", {"package": package, "where": _where(user), "first_step_detail": step}
+    return "import_failed", {"package": package, "where": _where(user), "first_step_detail": _import_step(package)}
 
 
 # torch's old argument parser (<= 0.4): the types given against the one signature, position by position

@@ -389,10 +389,32 @@ IMPORT_STEP_TORCH = ("Print where torch is installed and which versions pip sees
                      "inside its own import is a broken or mixed install (two copies, files of two releases, a build "
                      "for another Python or CUDA); uninstall torch until pip finds none, install it once with the "
                      "command from pytorch.org, and restart.")
-# The first step of ``import_failed``, filled with the package whose import failed.
-IMPORT_STEP = ("Print the installed versions of {package} and torch (pip list | grep -i -E 'torch|{package}') and "
-               "check them against the pairs {package}'s release notes name; reinstall the {package} release built "
-               "for the installed torch and Python (pip install --force-reinstall {package}==<that release>).")
+# The first step of ``import_failed`` for a torch companion (built against one torch release), filled with the
+# import name and the distribution name pip knows it by.
+IMPORT_STEP_COMPANION = ("Print the installed versions of {dist} and torch (pip list | grep -i -E 'torch|{dist}') and "
+                         "check them against the pairs {dist}'s release notes name; reinstall the {dist} release built "
+                         "for the installed torch and Python (pip install --force-reinstall {dist}==<that release>).")
+# The first step of ``import_failed`` for any other package.
+IMPORT_STEP = ("Print the installed version of {dist} and of the packages it names in the message (pip show {dist}): "
+               "importing {package} failed inside its own code, so the install is broken or does not fit the Python "
+               "or the other packages installed; reinstall it (pip install --force-reinstall {dist}) and restart the "
+               "kernel.")
+
+# Packages built against one torch release: their import fails when the installed torch is another.
+TORCH_COMPANIONS = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata", "torch_xla", "xformers", "triton",
+                              "torch_scatter", "torch_sparse", "torch_geometric", "torch_cluster", "torchrec",
+                              "flash_attn", "apex", "bitsandbytes", "deepspeed", "detectron2", "mmcv", "pytorch3d",
+                              "torch_tensorrt", "fbgemm_gpu", "functorch", "torchao", "vllm", "kornia"})
+# Import names whose distribution (what pip installs) is named otherwise.
+DISTRIBUTIONS: dict[str, str] = {
+    "PIL": "Pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "yaml": "PyYAML", "skimage": "scikit-image",
+    "bs4": "beautifulsoup4", "attr": "attrs", "google": "protobuf", "dateutil": "python-dateutil",
+    "dotenv": "python-dotenv", "Crypto": "pycryptodome", "serial": "pyserial", "fitz": "PyMuPDF", "magic": "python-magic",
+    "pytorch_lightning": "pytorch-lightning", "huggingface_hub": "huggingface-hub", "flash_attn": "flash-attn",
+    "torch_xla": "torch-xla", "lightning_fabric": "lightning-fabric", "sentence_transformers": "sentence-transformers",
+    "torch_geometric": "torch-geometric", "torch_scatter": "torch-scatter", "torch_sparse": "torch-sparse",
+    "mpl_toolkits": "matplotlib", "jwt": "PyJWT", "docx": "python-docx", "git": "GitPython", "OpenSSL": "pyOpenSSL",
+}
 
 ENTRIES += (
     Entry(
@@ -403,10 +425,10 @@ ENTRIES += (
         causes=("A package built for another torch (torchvision, torchaudio, an extension) than the installed one.",
                 "A package built for another Python or NumPy, or a broken install (two copies, a half-finished "
                 "upgrade)."),
-        fixes=(Fix("Reinstall it for the installed torch", "pip install --force-reinstall <package>==<release for your "
-                   "torch>"),),
-        first_step="Print the installed versions of the package that failed and of torch, and reinstall the release "
-        "of that package built for the installed torch and Python.",
+        fixes=(Fix("Reinstall it (a torch companion: the release for your torch)", "pip install --force-reinstall "
+                   "<package>"),),
+        first_step="Print the installed version of the package that failed (and of torch, for a package built "
+        "against torch), and reinstall the release of that package that fits the installed Python and packages.",
         sources=(RELEASES, _VISION_COMPAT),
         extra={"family": "environment_version"},
     ),

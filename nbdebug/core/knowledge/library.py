@@ -108,27 +108,32 @@ ENTRIES: tuple[Entry, ...] = (
     ),
 )
 
-# The first step of ``library_raised``, filled with the package and the frame that raised.
-LIBRARY_STEP = ("Read what {package} rejects at {where}, compare what the code passes there with {package}'s "
-                "documentation for the installed release (pip show {package}), and pin the release the code was "
-                "written for if the call matches the documentation of another one.")
-
+# The first step of ``library_raised``, filled with the package, the frame that raised, the user's call into it and
+# the package's distribution name (what pip knows it as).  The library's message names what it rejected (an argument,
+# a value) or what it needs first (a login, a fit, a key): that is the fix far more often than its release.
+LIBRARY_STEP = ("Read {package}'s message at {where}: it names the argument or value it rejected, or what it needs "
+                "first (log in, call fit, add the key). Change that in {call} with the {package} documentation for "
+                "that call. Only if the code was written for another release of {package}, compare with the installed "
+                "one (pip show {dist}).")
 ENTRIES += (
     Entry(
         slug="library_raised",
         title="A library rejected what the code passed to it",
         summary=("{exc_type} was raised inside {package}[[ ({where})]], called from the code[[ at {user_where}]]: "
                  "{package} checked the arguments or state it was given and refused them."),
-        causes=("Arguments or a configuration that this release of the library does not accept (the code was "
-                "written for another release, or against its documentation).",
-                "A value of another kind than the library expects (None, a tuple, a str) reaching it."),
+        causes=("An argument or value the library does not accept for that call (a negative rate, a count that "
+                "does not divide, a key or column it does not have), or a step it needs first (log in, fit, a "
+                "setting): its message names which.",
+                "A value of another kind than the library expects (None, a tuple, a str) reaching it.",
+                "Code written for another release of the library than the installed one."),
         fixes=(Fix("See the installed release", "import importlib.metadata as md\nprint(md.version('<package>'))"),),
-        first_step=("Read what the library rejects at the last frame of the traceback, compare what the code passes "
-                    "there with the library's documentation for the installed release (pip show <package>), and pin "
-                    "the release the code was written for if the call matches the documentation of another one."),
+        first_step=("Read the library's message at the last frame of the traceback: it names the argument or value it "
+                    "rejected, or what it needs first; change that in the code's call, with the library's "
+                    "documentation for that call. Only if the code was written for another release, compare with "
+                    "the installed one."),
         sources=("https://packaging.python.org/en/latest/tutorials/installing-packages/",
                  "https://docs.python.org/3/library/importlib.metadata.html"),
-        extra={"family": "library_api_misuse,environment_version"},
+        extra={"family": "library_api_misuse"},
     ),
     Entry(
         slug="lightning_fork_after_cuda",
