@@ -593,3 +593,54 @@ def test_import_failed_names_the_distribution_and_no_torch_for_other_packages(pa
     assert f"pip install --force-reinstall {dist}".lower() in d.first_step.lower() and "torch" not in d.first_step
     vision = text.replace(package, "torchvision")
     assert "torch" in explain(vision).first_step.replace("torchvision", "")
+
+
+_BATCH_ENCODING = '''Traceback (most recent call last):
+  File "train.py", line 12, in <module>
+    labels = enc['labels']
+  File "/v/lib/python3.10/site-packages/transformers/tokenization_utils_base.py", line 248, in __getitem__
+    return self.data[item]
+KeyError: 'labels'
+'''
+
+_PANDAS = '''Traceback (most recent call last):
+  File "/v/lib/python3.10/site-packages/pandas/core/indexes/base.py", line 3653, in get_loc
+    return self._engine.get_loc(casted_key)
+  File "pandas/_libs/hashtable_class_helper.pxi", line 7089, in pandas._libs.hashtable.PyObjectHashTable.get_item
+KeyError: 'labels'
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "prep.py", line 5, in <module>
+    y = df['labels']
+  File "/v/lib/python3.10/site-packages/pandas/core/frame.py", line 3761, in __getitem__
+    indexer = self.columns.get_loc(key)
+  File "/v/lib/python3.10/site-packages/pandas/core/indexes/base.py", line 3655, in get_loc
+    raise KeyError(key) from err
+KeyError: 'labels'
+'''
+
+
+@pytest.mark.parametrize("text", [_BATCH_ENCODING, _BATCH_ENCODING.replace(
+    "tokenization_utils_base.py\", line 248, in __getitem__\n    return self.data[item]",
+    "utils/generic.py\", line 431, in __getitem__\n    return inner_dict[k]").replace("enc['labels']", "out['loss']"),
+    _PANDAS])
+def test_a_key_missing_in_a_librarys_lookup_is_the_users_key(text: str) -> None:
+    assert explain(text).kind == "missing_key"
+
+
+def test_a_live_key_missing_in_a_librarys_lookup_is_the_users_key(tmp_path: Path) -> None:
+    import importlib.util
+
+    lib = tmp_path / "site-packages" / "somelib"
+    lib.mkdir(parents=True)
+    (lib / "enc.py").write_text("class Enc:\n    def __init__(self):\n        self.data = {'input_ids': [1]}\n\n"
+                                "    def __getitem__(self, item):\n        return self.data[item]\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("somelib_enc", lib / "enc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(KeyError) as info:
+        module.Enc()["labels"]
+    assert explain(info.value).kind == "missing_key"

@@ -377,10 +377,26 @@ def _library_lookup(raw: str) -> bool:
     return _raised_by_library(read(raw[-20_000:]))
 
 
+# a library's lookup methods: a key missing there is the key the user's line asked for (``enc['labels']``,
+# ``out['loss']``, ``df['labels']``), whatever the library's code below raised
+_LOOKUPS = frozenset({"__getitem__", "__getattr__", "get"})
+
+
+def _user_lookup(s: Structure) -> bool:
+    """Whether the frame right below the user's last one is a library's ``__getitem__`` / ``__getattr__`` / ``get``
+    (read in the root cause's frames, and in the outer part of a chained one: pandas re-raises from its index)."""
+    for frames in (s.frames, s.outer):
+        last_user = max((i for i, f in enumerate(frames) if f.is_user), default=-1)
+        if 0 <= last_user < len(frames) - 1 and frames[last_user + 1].func.rsplit(".", 1)[-1] in _LOOKUPS:
+            return True
+    return False
+
+
 def _raised_by_library(s: Structure) -> bool:
     frame = next((f for f in reversed(s.frames) if f.owner != "stdlib"), None)
     return (frame is not None and not s.cut and s.short_type in ("KeyError", "IndexError")
-            and frame.owner != "user" and not any(_LOADING.search(f.func) for f in s.frames[-4:]))
+            and frame.owner != "user" and not any(_LOADING.search(f.func) for f in s.frames[-4:])
+            and not _user_lookup(s))
 
 
 _UNPICKLING = re.compile(r"(?i:pickl|serializ|load|find_class|restore)")
