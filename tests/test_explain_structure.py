@@ -644,3 +644,11 @@ def test_a_live_key_missing_in_a_librarys_lookup_is_the_users_key(tmp_path: Path
     with pytest.raises(KeyError) as info:
         module.Enc()["labels"]
     assert explain(info.value).kind == "missing_key"
+
+
+def test_user_code_error_steps_promise_nothing_of_a_live_panel() -> None:
+    from nbdebug.core.knowledge.usercode import USER_ERROR_STEPS
+
+    # user_code_error answers pasted text only (a live error of the user's code stays quiet): no panel to point at
+    assert not [k for k, step in USER_ERROR_STEPS.items() if "live panel" in step]
+    assert "keys()" in USER_ERROR_STEPS["KeyError"] and "dir(" in USER_ERROR_STEPS["AttributeError"]

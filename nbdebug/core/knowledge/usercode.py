@@ -135,10 +135,11 @@ USER_ERROR_STEPS: dict[str, str] = {
     "UnboundLocalError": "At {where}, a local variable is read before this path assigned it: the branch or try block "
                          "that should set it did not run (often an except that swallowed the real error); let that "
                          "earlier error raise, or assign the variable on every path.",
-    "KeyError": "Print the dict's keys at {where} (the live panel lists them) and use the key it really holds, or "
-                "make the code that builds the dict emit the key this line reads.",
-    "AttributeError": "Print type() of the object used at {where} (the live panel shows its fields): it is of another "
-                      "kind than the code expects, so fix the code that produced it or read the attribute it has.",
+    "KeyError": "Print the dict's keys just before {where} (print(list(d.keys()))) and use the key it really holds, "
+                "or make the code that builds the dict emit the key this line reads.",
+    "AttributeError": "Print type() of the object used at {where} and its fields (print(type(obj), dir(obj))) just "
+                      "before that line: it is of another kind than the code expects, so fix the code that produced "
+                      "it or read the attribute it has.",
     "TypeError": "Look at the call at {where}: print the types of the values it passes and the signature of what it "
                  "calls (inspect.signature), and pass what that function takes.",
     "IndexError": "At {where}, print len() of the sequence being indexed and the index used: the code assumes more "
