@@ -27,6 +27,18 @@ def _wild(item_id: str) -> str:
     raise KeyError(item_id)
 
 
+def _site_module(tmp_path: Path, package: str, filename: str, source: str):
+    """A real module loaded from a file under a ``site-packages/<package>/`` folder (a library's frame), and its spec."""
+    import importlib.util
+
+    lib = tmp_path / "site-packages" / package
+    lib.mkdir(parents=True)
+    (lib / filename).write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"{package}_{filename[:-3]}", lib / filename)
+    assert spec is not None and spec.loader is not None
+    return spec, importlib.util.module_from_spec(spec)
+
+
 @pytest.mark.parametrize(("path", "owner"), [
     ("/x/venv/lib/python3.8/site-packages/transformers/trainer.py", "transformers"),
     (r"C:\Python38\Lib\site-packages\torch\nn\modules\module.py", "torch"),
@@ -526,14 +538,8 @@ KeyError: 'SOMELIB_TOKEN'
 
 
 def test_a_live_keyerror_raised_in_a_librarys_file_is_the_librarys(tmp_path: Path) -> None:
-    import importlib.util
-
-    lib = tmp_path / "site-packages" / "somelib"
-    lib.mkdir(parents=True)
-    (lib / "pipe.py").write_text("def run(scores):\n    return [scores[i] for i in range(2)]\n", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("somelib_pipe", lib / "pipe.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    spec, module = _site_module(tmp_path, "somelib", "pipe.py",
+                                "def run(scores):\n    return [scores[i] for i in range(2)]\n")
     spec.loader.exec_module(module)
     with pytest.raises(KeyError) as info:
         module.run({})
@@ -631,15 +637,9 @@ def test_a_key_missing_in_a_librarys_lookup_is_the_users_key(text: str) -> None:
 
 
 def test_a_live_key_missing_in_a_librarys_lookup_is_the_users_key(tmp_path: Path) -> None:
-    import importlib.util
-
-    lib = tmp_path / "site-packages" / "somelib"
-    lib.mkdir(parents=True)
-    (lib / "enc.py").write_text("class Enc:\n    def __init__(self):\n        self.data = {'input_ids': [1]}\n\n"
-                                "    def __getitem__(self, item):\n        return self.data[item]\n", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("somelib_enc", lib / "enc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    spec, module = _site_module(tmp_path, "somelib", "enc.py",
+                                "class Enc:\n    def __init__(self):\n        self.data = {'input_ids': [1]}\n\n"
+                                "    def __getitem__(self, item):\n        return self.data[item]\n")
     spec.loader.exec_module(module)
     with pytest.raises(KeyError) as info:
         module.Enc()["labels"]
@@ -652,3 +652,23 @@ def test_user_code_error_steps_promise_nothing_of_a_live_panel() -> None:
     # user_code_error answers pasted text only (a live error of the user's code stays quiet): no panel to point at
     assert not [k for k, step in USER_ERROR_STEPS.items() if "live panel" in step]
     assert "keys()" in USER_ERROR_STEPS["KeyError"] and "dir(" in USER_ERROR_STEPS["AttributeError"]
+
+
+@pytest.mark.parametrize("path", [r"C:\Users\u\anaconda3\lib\encodings\cp1252.py",
+                                  r"C:\Users\u\miniconda3\envs\dl\lib\json\decoder.py",
+                                  r"C:\Python38\lib\runpy.py"])
+def test_windows_standard_library_paths_are_the_standard_librarys(path: str) -> None:
+    assert owner_of(path) == "stdlib"
+    assert owner_of(r"C:\Users\u\anaconda3\lib\site-packages\torch\nn\functional.py") == "torch"
+    assert owner_of(r"C:\Users\u\proj\lib\utils.py") == "user"  # a project's own lib folder
+
+
+def test_a_live_warning_raised_as_an_error_while_a_library_imports_is_no_broken_install(tmp_path: Path) -> None:
+    import warnings
+
+    spec, module = _site_module(tmp_path, "somelib", "__init__.py",
+                                "import warnings\nwarnings.warn('old API', UserWarning)\n")
+    with warnings.catch_warnings(), pytest.raises(UserWarning) as info:
+        warnings.simplefilter("error")
+        spec.loader.exec_module(module)
+    assert explain(info.value).kind != "import_failed"

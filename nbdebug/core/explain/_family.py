@@ -166,7 +166,12 @@ def distribution_of(package: str) -> str:
 
 
 def _import_step(package: str) -> str:
-    from nbdebug.core.knowledge.env import IMPORT_STEP, IMPORT_STEP_COMPANION, IMPORT_STEP_TORCH, TORCH_COMPANIONS
+    from nbdebug.core.knowledge.env import (
+        IMPORT_STEP,
+        IMPORT_STEP_COMPANION,
+        IMPORT_STEP_TORCH,
+        TORCH_COMPANIONS,
+    )
 
     if package == "torch":
         return IMPORT_STEP_TORCH
@@ -280,7 +285,9 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
     if not s.exc_type or s.cut:
         return None  # no final exception (or a text cut in its frames): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
-        return None  # a warning is no error; a script that also runs TensorFlow / Keras mixes two frameworks' names
+        # a live warning raised as an error (a warnings filter set to "error"; a pasted text's warning lines never end
+        # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names
+        return None
     for rule in (_tensor_types, _import, _library) if live else (_tensor_types, _import, _user_code, _library):
         placed = rule(s, raw)
         if placed is not None:
@@ -505,7 +512,7 @@ def _later_exception(line: str, raw: str) -> bool:
     from nbdebug.core.explain._structure import read
 
     s = read(raw[-20_000:])
-    if not s.exc_type or s.cut or not s.frames or s.exc_type.endswith("Warning") or _NAN_WORDS.search(s.message):
+    if not s.exc_type or s.cut or not s.frames or _NAN_WORDS.search(s.message):  # (read() skips warnings' lines)
         return False
     return line not in s.message and line[:80] not in raw[s.frames[0].start:]
 

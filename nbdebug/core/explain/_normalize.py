@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize", "strip_decorations", "parse_shape", "last_exception_line"]
+__all__ = ["normalize", "strip_decorations", "parse_shape", "last_exception_line", "EXC_LINE"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes that launchers and loggers put in front of every line; several may be stacked.
@@ -66,16 +66,16 @@ def parse_shape(value: str) -> tuple[int, ...]:
     return tuple(int(v) for v in re.findall(r"-?[0-9]{1,18}", value.replace("torch.Size", "")))
 
 
-_EXC_LINE = re.compile(
-    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning|Interrupt|Exit))"
-    r"(?::\s*(?P<msg>.*))?$"
-)
+# an exception's (or a warning's) line, ``SomeError: message``; multiline, so that it finds such lines in a whole text
+EXC_LINE = re.compile(
+    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning|Interrupt|Exit))"
+    r"(?::[ \t]*(?P<msg>[^\n]*))?$", re.MULTILINE)
 
 
 def last_exception_line(text: str) -> tuple[str, str]:
     """The last ``SomeError: message`` line of a traceback text as ``(type, message)``; ``("", "")`` if none."""
     for line in reversed(text.split("\n")):
-        m = _EXC_LINE.match(line.strip())
+        m = EXC_LINE.match(line.strip())
         if m:
             return m.group("type"), (m.group("msg") or "").strip()
     return "", ""

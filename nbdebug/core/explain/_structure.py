@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from types import TracebackType
 
-from nbdebug.core.explain._normalize import normalize, strip_decorations
+from nbdebug.core.explain._normalize import EXC_LINE, normalize, strip_decorations
 
 __all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
 
@@ -43,15 +43,13 @@ _CHECKOUT_NAMES = (r"transformers|diffusers|accelerate|peft|timm|huggingface_hub
                    r"fairseq|torchvision|torchaudio|torchtext|trl|sentence_transformers|vllm")
 _CHECKOUT = re.compile(r"[/\\]src[/\\](?P<pkg>" + _CHECKOUT_NAMES + r")[/\\]"
                        r"|[/\\](?P<twin>" + _CHECKOUT_NAMES + r")[/\\](?P=twin)[/\\]")
-_STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-packages)|^<")
+# (Windows: "C:\Python38\Lib\", and conda's lower-case "...\anaconda3\lib\encodings\cp1252.py")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-packages)|^<"
+                     r"|(?i:\\(?:ana|mini)conda\d?|\\mini(?:forge|mamba)\d?|\\mambaforge|\\python\d{0,4}"
+                     r"|\\envs\\[^\\\n]{1,100})\\lib\\(?!site-packages)")
 # torch from a source checkout or a conda build tree (not under site-packages)
 _TORCH_TREE = re.compile(r"[/\\]torch[/\\](?:nn|utils|autograd|optim|cuda|distributed|_dynamo|_inductor|jit|"
                          r"serialization\.py|_tensor\.py|tensor\.py|functional\.py|__init__\.py)")
-_EXC_LINE = re.compile(
-    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Interrupt|Exit))"
-    r"(?::[ \t]*(?P<msg>[^\n]*))?$", re.MULTILINE)
-
-
 @dataclass(frozen=True)
 class Frame:
     """One frame: its file, line and function, the source line shown under it, and who owns the file."""
@@ -131,10 +129,15 @@ def _frames(part: str) -> list[Frame]:
         source = ""
         if nl != -1:
             following = part[nl + 1:part.find("\n", nl + 1) if part.find("\n", nl + 1) != -1 else len(part)]
-            if following.strip() and not _FRAME.match(following) and not _EXC_LINE.match(following.strip()):
+            if following.strip() and not _FRAME.match(following) and not EXC_LINE.match(following.strip()):
                 source = _GUTTER.sub("", following.strip())[:300]
         frames.append(Frame(path, line, func, source, owner_of(path), m.start()))
     return frames
+
+
+def _warning(m: re.Match[str]) -> bool:
+    """Whether an exception line's class is a warning's: printed on the way, it never ends a traceback."""
+    return m.group("type").endswith("Warning")
 
 
 def read(raw: str, flat_text: str | None = None) -> Structure:
@@ -147,7 +150,7 @@ def read(raw: str, flat_text: str | None = None) -> Structure:
     chosen = None
     for part in parts:
         flat = flat_text if flat_text is not None and len(parts) == 1 else normalize(part)
-        exc = list(_EXC_LINE.finditer(flat))
+        exc = [m for m in EXC_LINE.finditer(flat) if not _warning(m)]
         if exc:
             chosen = (part, exc[-1])
             break
@@ -158,7 +161,8 @@ def read(raw: str, flat_text: str | None = None) -> Structure:
     outer = tuple(_frames(parts[-1])) if part is not parts[-1] else ()
     # the text is cut when frames follow the exception line (a wrapper's text can print the class first)
     tail = part[frames[-1].start:] if frames else ""
-    cut = bool(frames) and not any(_EXC_LINE.match(ln.strip()) for ln in normalize(tail).split("\n"))
+    cut = bool(frames) and not any((m := EXC_LINE.match(ln.strip())) and not _warning(m)
+                                   for ln in normalize(tail).split("\n"))
     # a message may go on over the next lines (Lightning's MisconfigurationException starts on the line after)
     message = ((last.group("msg") or "") + flat[last.end():last.end() + 400]).strip()
     return Structure(tuple(frames), last.group("type"), message, len(parts) > 1, cut, outer)
