@@ -566,9 +566,9 @@ def test_library_raised_first_step_is_the_rejected_argument_at_the_users_call() 
         torch.optim.Adam(params, lr=-1)  # an everyday argument mistake, not a release to pin
     d = explain(info.value)
     assert d.kind == "library_raised" and d.evidence["package"] == "torch"
-    assert d.first_step.startswith("Read torch's message at ") and "argument or value it rejected" in d.first_step
+    assert d.first_step.startswith("Read the message torch raised at ") and "value it rejected" in d.first_step
     assert "test_explain_structure.py" in d.first_step.split("Change that in", 1)[1]  # the user's call, named
-    assert "the torch documentation" in d.first_step and "'s documentation" not in d.first_step
+    assert "the torch documentation" in d.first_step and "'s " not in d.first_step
     assert "pin" not in d.first_step.lower() and "Only if the code was written for another release" in d.first_step
     assert any("md.version('torch')" in f.code for f in d.fixes) and not any("<package>" in f.code for f in d.fixes)
 

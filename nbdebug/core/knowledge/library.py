@@ -111,9 +111,9 @@ ENTRIES: tuple[Entry, ...] = (
 # The first step of ``library_raised``, filled with the package, the frame that raised, the user's call into it and
 # the package's distribution name (what pip knows it as).  The library's message names what it rejected (an argument,
 # a value) or what it needs first (a login, a fit, a key): that is the fix far more often than its release.
-LIBRARY_STEP = ("Read {package}'s message at {where}: it names the argument or value it rejected, or what it needs "
-                "first (log in, call fit, add the key). Change that in {call} with the {package} documentation for "
-                "that call. Only if the code was written for another release of {package}, compare with the installed "
+LIBRARY_STEP = ("Read the message {package} raised at {where}: it names the argument or value it rejected, or what "
+                "it needs first (log in, call fit, add the key). Change that in {call}, with the {package} "
+                "documentation for that call. Only if the code was written for another release of {package}, compare with the installed "
                 "one (pip show {dist}).")
 ENTRIES += (
     Entry(
