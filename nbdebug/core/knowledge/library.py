@@ -85,7 +85,7 @@ ENTRIES: tuple[Entry, ...] = (
                   r"jamba|dbrx|persimmon|gptj|gpt_neox|mpt)'[ \t]*$"),
         # releases before the ValueError: a bare KeyError of the model type from the Auto classes' mapping
         frames=(r"^[ \t]*File \"[^\"\n]*transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, "
-                r"in __getitem__\s*\n(?:[^\n]*\n)?\s*KeyError: ",),
+                r"in __getitem__[ \t]*\n(?:[^\n]*\n)?[ \t]*KeyError: ",),
         priority=66,
         extra={"family": "environment_version"},
         facts=((r"has model type `(?P<model_type>[\w-]{1,80})`", {"model_type": "str"}),),
