@@ -1143,3 +1143,35 @@ def test_input_modified_in_place_is_not_blamed_on_the_data():
             m(torch.tensor([[1.0, 2.0, -3.0, 4.0]])).sum().backward()
             opt.step()
     assert "modified in place since the call" in str(ei.value)
+
+
+def _scaled_loop(model, loss_of, steps, init_scale):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for _ in range(steps):
+        scaler.scale(loss_of(model(x), y)).backward()
+        scaler.step(opt)  # skips opt.step() when the unscaled gradients hold Inf/NaN
+        scaler.update()
+        opt.zero_grad()
+    return scaler
+
+
+def test_a_step_gradscaler_skips_for_overflow_is_not_an_error():
+    # the scaled loss overflows float32 on the first steps; GradScaler skips them and halves its scale: nothing
+    # reached the parameters, so the sentinel must not report the Inf of a skipped step at the next forward
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with nbdebug.nan_sentinel(model) as rec:
+        scaler = _scaled_loop(model, lambda out, y: ((out - y) ** 2).sum(), 6, 2.0 ** 127)
+    assert scaler.get_scale() < 2.0 ** 127  # steps were skipped, then training went on
+    assert rec.result.error is None and rec.result.steps >= 1
+
+
+def test_a_nan_that_gradscaler_skips_on_every_step_is_still_reported():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    with torch.no_grad():
+        model[0].bias[0] = float("nan")  # every output is NaN: GradScaler skips every step and never recovers
+    with pytest.raises(nbdebug.NonFiniteError, match="forward"), nbdebug.nan_sentinel(model):
+        _scaled_loop(model, lambda out, y: ((out - y) ** 2).sum(), 40, 2.0 ** 16)

@@ -102,6 +102,9 @@ class NanReport(HasFindings, Result):
 
 LOSS = "(loss: code after the model's output)"
 _MAX_CALLS = 32  # calls kept at once: past this (long accumulation) check early and drop the calls, not the gradient hooks
+# backward passes in a row zeroed without an optimizer step that are dropped unchecked (a GradScaler halving its scale
+# from 65536 after overflows skips about 16; one that skips every step hides a NaN the model makes)
+_MAX_SKIPPED = 24
 
 
 def _in_backward() -> bool:
@@ -154,6 +157,7 @@ class NanSentinel(Recorder):
         self._entries = [0] + [ids[id(c)] for c in self.model.children() if id(c) in ids and ids[id(c)]]
         self.step_index = 0
         self.syncs = 0
+        self.discarded = 0  # backward passes in a row whose gradients were zeroed without an optimizer step
         # without the optimizer hook the caller marks each step (``step()``) before the optimizer applies it
         self.step_hook = bool(step_hook)
         self._saw_optimizer = optimizer is not None or not self.step_hook
@@ -280,7 +284,13 @@ class NanSentinel(Recorder):
                 self._depth += 1
                 return
             # (the model's own call is never nested: a depth left over is from a forward that was interrupted)
-            if self._flags and not self._saw_optimizer:
+            if self._backward_calls and self.step_hook and self._discarded() and self.discarded < _MAX_SKIPPED:
+                # a backward whose gradients were zeroed without an optimizer step (GradScaler skipping a step whose
+                # scaled gradients overflowed): nothing of it reached the parameters, so it is dropped, not reported;
+                # past _MAX_SKIPPED in a row (a scaler that skips every step: the NaN is the model's) it is checked
+                self._reset()
+                self.discarded += 1
+            elif self._flags and not self._saw_optimizer:
                 # no optimizer seen (evaluation loops, hand-written updates): each forward is a step
                 self.check(advance=True)
             elif self._last_no_grad:
@@ -296,6 +306,10 @@ class NanSentinel(Recorder):
             self._last_no_grad = not call.grad_enabled
 
         return pre
+
+    def _discarded(self) -> bool:
+        """After a backward and before any optimizer step: every gradient is gone (``zero_grad()``, set to None)."""
+        return all(p.grad is None for p in self._params)
 
     def _make_post(self) -> Any:
         def post(module: Any, args: Any, output: Any) -> None:
@@ -332,6 +346,7 @@ class NanSentinel(Recorder):
             if not any(id(p) in ids for g in optimizer.param_groups for p in g["params"]):
                 return
         self._saw_optimizer = True
+        self.discarded = 0
         self.step()
 
     # -- checking ------------------------------------------------------------------------------------------
