@@ -197,3 +197,41 @@ def test_two_views_of_one_tensor_are_named_only_when_the_loss_gets_them():
     r = doctor(m, (x, y.float()), halves, **QUICK)
     f = r.finding("fits_too_easily")
     assert "two views" in f.fixes[0].title, f
+
+
+def test_another_threads_warnings_are_shown_while_the_doctor_runs():
+    # the filters and the printer of warnings are the process's: the doctor keeps only its own thread's
+    import threading
+
+    stop = threading.Event()
+
+    def noisy():
+        while not stop.is_set():
+            warnings.warn("from another thread", UserWarning, stacklevel=1)
+            stop.wait(0.005)
+
+    x, y = digits()
+    torch.manual_seed(0)
+    reg = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other = threading.Thread(target=noisy)
+        other.start()
+        try:
+            r = doctor(reg, (x, y.float()), nn.MSELoss(), torch.optim.Adam(reg.parameters(), lr=1e-3), **QUICK)
+        finally:
+            stop.set()
+            other.join()
+    assert any("another thread" in str(w.message) for w in caught)
+    said = dict(r.checks)["warnings raised during the doctor's runs on the copy"]
+    assert "another thread" not in said and "broadcasting" in said
+
+
+def test_label_smoothing_is_not_a_batch_that_cannot_be_fitted():
+    # with label_smoothing=0.1 over 10 classes no model goes under 0.50: that floor is not a stalled run
+    x, y = digits()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    r = doctor(net, (x, y), nn.CrossEntropyLoss(label_smoothing=0.1), torch.optim.Adam(net.parameters(), lr=1e-3),
+               **QUICK)
+    assert not loud(r), [(f.kind, f.message) for f in loud(r)]

@@ -58,6 +58,7 @@ class LossCall:
     target: Any  # the target tensor (None when the loss has none)
     ignore_index: int
     result: Any = None
+    label_smoothing: float = 0.0
 
     @property
     def class_dim(self) -> int:
@@ -123,9 +124,11 @@ class LossProbe:
             return None, None
         target = bound.arguments.get("target")
         ignore = bound.arguments.get("ignore_index", -100)
+        smoothing = bound.arguments.get("label_smoothing", 0.0)
         call = LossCall(name=name, input=bound.arguments["input"],
                         target=target if isinstance(target, torch.Tensor) else None,
-                        ignore_index=int(ignore) if isinstance(ignore, int) else -100)
+                        ignore_index=int(ignore) if isinstance(ignore, int) else -100,
+                        label_smoothing=float(smoothing) if isinstance(smoothing, (int, float)) else 0.0)
         self.calls.append(call)
         return call, bound
 

@@ -112,14 +112,33 @@ def doctor(
     batch, options, lightning = checked(model, batch, loss_fn, optimizer, options)
     with RngGuard(), torch.random.fork_rng(devices=[]):
         s = Session(model, batch, loss_fn, optimizer, options, lightning)
+        caught: list[Any] = []
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")  # the doctor's runs on the copy: counted, never shown as the user's
+            with warnings.catch_warnings():
+                # the doctor's runs on the copy, in this thread: listed, never shown as the user's; another thread's
+                # warnings (the filters and the printer are the process's) are shown as they would have been
+                warnings.showwarning = _own_warnings(caught, warnings.showwarning)
                 _run(s)
         finally:
             s.progress.close()
         _warnings_check(s, caught)
         return _report(s)
+
+
+def _own_warnings(caught: list[Any], show: Any) -> Any:
+    """A ``warnings.showwarning`` that keeps this thread's warnings in ``caught`` and shows other threads'."""
+    import threading
+
+    me = threading.get_ident()
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                    line: Any = None) -> None:
+        if threading.get_ident() == me:
+            caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def _warnings_check(s: Session, caught: list[Any]) -> None:

@@ -195,7 +195,22 @@ class Session:
             ref = min(abs(start), floor) if floor is not None else abs(start)
         else:
             ref = abs(start)
-        return max(threshold("overfit_abs"), threshold("overfit_rel") * ref)
+        return self.loss_minimum() + max(threshold("overfit_abs"), threshold("overfit_rel") * ref)
+
+    def loss_minimum(self) -> float:
+        """The least the loss can be on a batch it has memorised: 0, or with ``label_smoothing`` the entropy of the
+        smoothed targets (0.50 for 10 classes at 0.1), which no model can go under."""
+        import math
+
+        call = self.loss_in
+        eps = call.label_smoothing if call is not None and call.name == "cross_entropy" else 0.0
+        if not 0.0 < eps <= 1.0 or call is None or call.input.dim() < 1:
+            return 0.0
+        classes = int(call.input.shape[call.class_dim])
+        if classes < 2:
+            return 0.0
+        top, rest = 1.0 - eps + eps / classes, eps / classes
+        return -(top * math.log(top)) - (classes - 1) * rest * math.log(rest)
 
     def learned_share(self) -> float:
         """How far the overfit run took the loss (the lowest of its last tenth) below where it started, or below what
