@@ -54,8 +54,8 @@ def score(case_id: str, label: dict) -> dict:
             "seconds": round(secs, 1), "misleading": misleading, "untouched": untouched}
 
 
-def main(which: str = "tune") -> list[dict]:
-    labels = json.loads((HERE / "labels.json").read_text())
+def main(which: str = "tune", folder: Path = HERE) -> list[dict]:
+    labels = json.loads((folder / "labels.json").read_text())
     rows = [score(k, v) for k, v in labels.items() if which == "all" or v["split"] == which]
     for row in rows:
         print(f"{row['verdict']:8} {row['case']:32} {row['seconds']:6.1f}s  misleading={row['misleading']}  "
@@ -64,6 +64,18 @@ def main(which: str = "tune") -> list[dict]:
     print(f"{which}: {n['right']} right, {n['wrong']} wrong, {n['unknown']} unknown of {len(rows)}; "
           f"misleading claims in {sum(r['misleading'] for r in rows)}")
     return rows
+
+
+def run_folder(folder: Path, which: str) -> list[dict]:
+    """Score another set's ``cases.py`` and ``labels.json`` (the later held-out sets) by this same rule."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cases", folder / "cases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["cases"] = module  # score() does `import cases`
+    return main(which, folder)
 
 
 if __name__ == "__main__":
