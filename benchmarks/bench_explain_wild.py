@@ -1,6 +1,6 @@
 """Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
 
-Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|heldout3|heldout4|both|heldout5]`` (default:
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|heldout3|heldout4|both|heldout5|heldout6]`` (default:
 tune; both: the five opened for development).  For each item the text goes
 through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
 
@@ -12,8 +12,9 @@ through ``explain`` as a user would paste it.  An actionable item (``actionable:
 Items the label calls not actionable (a kernel-died notice, a wrapper that only says a child failed, a traceback cut
 before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
 The first held-out half and the later held-out samples (``heldout2`` to ``heldout4``) were each run once for their
-figure and then opened for development (their misses are listed like the tune half's); the newest
-(``heldout5``, ``FROZEN``) is run only to report its figures: its texts and labels are never printed here.
+figure and then opened for development (their misses are listed like the tune half's); the two newest
+(``heldout5`` and ``heldout6``, ``FROZEN``) are run only to report their figures: their texts and labels are never
+printed here.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WILD = REPO / "tests" / "data" / "errors_wild"
-FROZEN = "heldout5"  # the held-out sample nobody changing the explainer has seen: its items are never printed
+FROZEN = frozenset({"heldout5", "heldout6"})  # samples nobody changing the explainer has seen: items never printed
 
 _USER = frozenset({"user_code_python", "environment_version", "library_api_misuse"})
 # category -> the label families whose first step it gives (a category whose causes span several lists them all)
@@ -180,10 +181,10 @@ def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else "tune"
     halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4") if which == "both" else (which,)
     for half in halves:
-        # heldout2 ... heldout5: the later held-out samples (HELDOUT2.md ...), in the files their collectors
-        # wrote; the newest one (FROZEN) is never shown
+        # heldout2 ... heldout6: the later held-out samples (HELDOUT2.md ...), in the files their collectors
+        # wrote; the unopened ones (FROZEN) are never shown
         paths = sorted(WILD.glob(f"{half}*.jsonl")) if half[-1].isdigit() else [WILD / f"{half}.jsonl"]
-        counts = score(paths, show=half != FROZEN)
+        counts = score(paths, show=half not in FROZEN)
         n = sum(v for k, v in counts.items() if k.startswith("actionable:"))
         right, wrong, unknown = (counts[f"actionable:{v}"] for v in ("right", "wrong", "unknown"))
         other_wrong = counts["not actionable:wrong"]
