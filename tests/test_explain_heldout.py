@@ -23,7 +23,8 @@ from nbdebug.core.explain import explain
 from nbdebug.core.knowledge import entries
 
 # the family-level categories that the traceback's structure places (no message names them) count as categories
-SLUGS = tuple(e.slug for e in entries("explain")) + ("user_code_error", "library_raised", "import_failed", "bus_error")
+SLUGS = tuple(e.slug for e in entries("explain")) + ("user_code_error", "library_raised", "import_failed", "bus_error",
+                                                             "checkpoint_load_failed", "libraries_disagree")
 
 DATA = Path(__file__).parent / "data"
 HELDOUT = DATA / "errors_heldout"
@@ -56,8 +57,9 @@ def test_heldout_is_big_and_spread():
     # issue 23's families are held out in the wild sample (tests/data/errors_wild, scored by
     # benchmarks/bench_explain_wild.py), gathered by a rule that does not pick by type
     issue_23 = {e.slug for e in entries("explain") if e.domain in ("env", "crash", "usercode", "library")} | {
-        "checkpoint_corrupt", "checkpoint_module_missing", "torchscript_error", "xla_not_imported",
+        "checkpoint_corrupt", "checkpoint_module_missing", "checkpoint_load_failed", "torchscript_error", "xla_not_imported",
         "wrapped_model_attribute", "xla_input_on_cpu", "process_group_missing", "store_unreachable", "user_code_error", "library_raised", "import_failed", "bus_error",
+        "libraries_disagree",
         # the post-mortem's gloo size mismatch, read by the explainer too since 08_distributed's abort was taken for
         # a native crash: its texts are real aborts raised on this CPU, and no held-out text exists for it yet
         "gloo_size_mismatch"}

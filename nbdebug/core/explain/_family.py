@@ -288,7 +288,10 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         # a live warning raised as an error (a warnings filter set to "error"; a pasted text's warning lines never end
         # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names
         return None
-    for rule in (_tensor_types, _import, _library) if live else (_tensor_types, _import, _user_code, _library):
+    from nbdebug.core.explain._raised_in import checkpoint_load, two_libraries
+
+    rules = (_tensor_types, _import, checkpoint_load, two_libraries)
+    for rule in rules + ((_library,) if live else (_user_code, _library)):
         placed = rule(s, raw)
         if placed is not None:
             return placed
@@ -335,6 +338,7 @@ _OPTIMIZER_STATE = re.compile(r"\bexp_avg(?:_sq)?\b|\bmomentum_buffer\b|\bsquare
 _OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|keras)[/\\]|^import (?:tensorflow|keras)\b",
                               re.MULTILINE)
 _SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
+_INDUCTOR = re.compile(r"torchinductor|[/\\]_inductor[/\\]|CppCompileError|InductorError")
 
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
@@ -538,6 +542,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
       package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling), nor
       when a whole traceback shows no frame that loads or unpickles;
+    - a compiler's error in torch.compile's generated code (inductor): the compile family, not an extension's build;
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
       error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
     """
@@ -563,6 +568,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
         return True
+    if slug == "extension_build_failed" and _INDUCTOR.search(raw):
+        return True  # the compiler failing on torch.compile's generated C++: the compile family, not an install
     if line and _WARNING_LINE.search(line):
         exc_type, exc_message = last_exception_line(text)
         if exc_type and not exc_type.endswith("Warning") and (not exc_message or exc_message[:80] not in line):

@@ -36,6 +36,8 @@ _CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the 
 _PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<pkg>[\w.-]{1,100})")
 # code typed into IPython or a console (a notebook cell's file is an ordinary path, under ipykernel_<pid>/)
 _INTERACTIVE = re.compile(r"<ipython-input-|<stdin>|Cell In\[")
+# a package inside an egg being built or installed ("build/bdist.linux-x86_64/egg/torchvision/..."): the package's code
+_EGG = re.compile(r"(?:^|[/\\])(?:egg|[\w.-]{1,100}\.egg)[/\\](?P<pkg>[A-Za-z_]\w{0,100})[/\\]")
 # a known library's package inside its source checkout: ".../src/transformers/..." or ".../allennlp/allennlp/..."
 # (not "datasets": a project's own src/datasets/ folder is as common as Hugging Face's checkout)
 _CHECKOUT_NAMES = (r"transformers|diffusers|accelerate|peft|timm|huggingface_hub|ultralytics|mmcv|mmdet|"
@@ -111,6 +113,9 @@ def owner_of(path: str) -> str:
         return pkg.split("-", 1)[0]  # "torch-2.1.0.dist-info" never holds frames; an egg dir "foo-1.0-py3.8.egg"
     if _TORCH_TREE.search(path):
         return "torch"
+    m = _EGG.search(path)
+    if m:
+        return m.group("pkg")
     m = _CHECKOUT.search(path)
     if m:  # a library's source checkout (an editable install): its own code, not the user's
         return m.group("pkg") or m.group("twin")

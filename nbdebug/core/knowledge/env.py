@@ -15,7 +15,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES"]
+__all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES", "LIBRARIES_STEP"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -247,7 +247,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令",
+        keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", ": not found", ":not found",
                   "not installed", "nomodulename"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
@@ -269,6 +269,11 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?: v?[\w.]{1,10})? (?:is )?not installed[.!]?[ \t]*\Z",
             # zsh (macOS's shell) names the command after the message
             r"\bcommand not found: [\w.-]{1,60}",
+            # dash (/bin/sh), PowerShell and cmd.exe saying the same: the package that provides the command is not in
+            # the active environment (or the environment is not activated)
+            r"\bsh: ?\d{1,6}: ?[\w.-]{1,60}: ?not found",
+            r"The term '[^'\n]{1,200}' is not recognized as (?:the )?name of a cmdlet",
+            r"'[^'\n]{1,200}' is not recognized as an internal or external command",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
         ),
@@ -340,7 +345,8 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
                   "subprocess-exited-with-error", "legacy-install-failure", "command '", "rust compiler", "installable wheels",
                   "error building extension", "cuda_home does not exist", "command errored out",
-                  "failed with error code", "running setup.py install"),
+                  "failed with error code", "running setup.py install", "error:", "错误", "エラー", "error c",
+                  "not declared in this scope", "is undefined"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -367,6 +373,14 @@ ENTRIES: tuple[Entry, ...] = (
             # pip 22's wording of a setup.py install that failed to build
             r"(?m)^error: legacy-install-failure",
             r"error: can't find Rust compiler",
+            # a C++ / CUDA compiler's own diagnostic (gcc, clang, nvcc, MSVC; also in the compiler's language): the
+            # build of an extension, whichever tool ran it (not torch.compile's generated code: the compile family)
+            r"[\w/\\-]\.(?:cc|cpp|cxx|cu|cuh|hpp|h|c)(?::\d{1,7}){1,2}: ?(?:fatal )?(?:error|错误|エラー)"
+            r" ?[:：]",
+            r"\.cu\(\d{1,7}\): error: ",
+            r"\.(?:cpp|cu|cc|h|cuh)\(\d{1,7}\): (?:fatal )?error C\d{4}",
+            r"[\'‘`]\w{1,100}[\'’] was not declared in this scope",
+            r"identifier \"\w{1,100}\" is undefined",
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"
@@ -650,5 +664,80 @@ ENTRIES += (
         "log names (~/.cache/torch_extensions/...), or point TORCH_EXTENSIONS_DIR to a fresh folder, and rerun.",
         sources=("https://discuss.pytorch.org/t/freezing-at-using-home-user-cache-torch-extensions-as-pytorch-"
                  "extensions-root/132759",),
+    ),
+)
+
+# a package named with a version specifier ("mmcv>=2.0.0rc4", "`accelerate>=0.20.1`"): not a parameter's bound
+# ("lr >= 0.0"), nor CUDA's or the driver's own version (``version_mismatch``)
+_NOT_A_PACKAGE = r"(?!(?i:lr|eps|dim|size|value|alpha|beta|gamma|momentum|weight_decay|index|rate|threshold|cuda|cudnn|nvidia|driver|gpu|sm|compute|capability|version|memory|batch|length|count|number|ratio|epoch|steps?|seed)\b)"
+_PACKAGE_SPEC = _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:>=|==|~=|<=|>|<) ?v?\d{1,4}\.\d{1,4}"
+
+ENTRIES += (
+    Entry(
+        slug="version_required",
+        title="The code requires another version of a package than the installed one",
+        summary=("The message states a version requirement[[ ({requirement})]] that the installed packages do not "
+                 "meet: the code, or a library it calls, was written for another release."),
+        keywords=("require", "need", "incompatible", "compatible", "not supported", "please install", "please upgrade", "please update", "please use", "upgrade",
+                  "too old", "unsupported", "or higher", "or newer", "or later", "not met"),
+        patterns=(
+            # the requirement after the words that state it ("requires `accelerate>=0.20.1`", "please install
+            # mmcv>=2.0.0rc4", "is incompatible with transformers<4.30")
+            r"(?i:\brequire[sd]?\b|\bneeds?\b|please (?:install|upgrade|update|use)|\bupgrade\b|incompatible|"
+            r"not compatible|only supports?|not supported)[^\n]{0,100}?(?<![\w.-])[`'\"(]?(?P<requirement>"
+            + _PACKAGE_SPEC + r")",
+            # the installed one named with its version, then the complaint ("MMCV==1.6.0 is used but incompatible")
+            r"(?<![\w.-])[`'\"(]?" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:==|>=|<=|~=) ?v?\d{1,4}\.\d{1,4}[\w.+-]{0,20}"
+            r"[`'\")]? (?i:is (?:used but |installed but )?(?:incompatible|not compatible|not supported|unsupported|required|"
+            r"needed|too old))",
+            # "needs bitsandbytes version 0.39.0 or higher", "requires tokenizers 0.13 or newer"
+            r"(?i:\bneeds?|\brequire[sd]?)\b (?:at least )?" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60} (?:version )?v?\d{1,4}"
+            r"\.\d{1,4}[\w.+-]{0,20}\+? (?i:or (?:higher|newer|later|above|greater))",
+            # lightning_utilities' RequirementCache, as Lightning raises it ("Requirement 'torch>=2.1' not met")
+            r"Requirement '" + _PACKAGE_SPEC + r"[^'\n]{0,40}' not met",
+            # "torch version 1.8.1 is not supported", "numpy version 1.19 is too old"
+            r"(?<![\w.-])" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60} (?:version|release) v?\d{1,4}\.\d{1,4}[\w.+-]{0,20} (?:is|was) "
+            r"(?:too old|not supported|unsupported|incompatible|not compatible)",
+        ),
+        priority=46,  # before a plain "please install" (package_missing): the version is the question
+        facts=((r"(?P<requirement>(?<![\w.-])" + _PACKAGE_SPEC + r"[\w.+-]{0,20})", {"requirement": "str"}),),
+        extra={"family": "environment_version"},
+        causes=("The installed release of the package is older (or newer) than the code or a library it calls "
+                "supports.",
+                "The package was upgraded after it was imported: the kernel still runs the old copy until it restarts.",
+                "Two requirements files (the project's and a library's) pin versions that do not fit together."),
+        fixes=(Fix("Install the version the message asks for, then restart the kernel",
+                   "%pip install '<package>>=<version>'   # then Kernel > Restart"),
+               Fix("See what is installed", "import importlib.metadata as md\nprint(md.version('<package>'))")),
+        first_step="Compare the installed version of the package the message names (pip show <package>) with the "
+        "requirement it states, install a version that meets it (or the versions of the calling library that fit the "
+        "installed one), and restart the kernel so the new version is the one imported.",
+        sources=("https://packaging.python.org/en/latest/specifications/version-specifiers/",
+                 "https://pip.pypa.io/en/stable/cli/pip_install/"),
+    ),
+)
+
+# The first step of ``libraries_disagree``, filled with the two packages (import names and pip's names).
+LIBRARIES_STEP = ("Print the installed versions of {caller_dist} and {dist} (pip show {caller_dist} {dist}): {caller} "
+                  "calls {package} with a name or argument the installed {package} does not have, so the two releases "
+                  "do not fit. Install the {dist} release that {caller_dist}'s requirements name (or the {caller_dist} "
+                  "release made for the installed {dist}) and restart the kernel.")
+
+ENTRIES += (
+    Entry(
+        slug="libraries_disagree",
+        title="Two installed libraries do not fit together",
+        summary=("{exc_type} was raised inside {package}[[ ({where})]] while {caller} called it[[ ({caller_where})]]: "
+                 "one library asked the other for something its installed release does not have."),
+        causes=("One of the two libraries was upgraded (or pinned) without the other: the caller was written for "
+                "another release of the library it calls.",
+                "An old copy of the called library shadows the new one (a system package, another site-packages)."),
+        fixes=(Fix("See both versions and where each is installed",
+                   "import importlib.metadata as md\nfor d in ('<caller>', '<called>'): print(d, md.version(d))"),),
+        first_step="Print the installed versions of both libraries in the traceback's last frames and install the "
+        "release of the called one that the caller requires; then restart the kernel.",
+        sources=("https://pip.pypa.io/en/stable/cli/pip_show/",
+                 "https://packaging.python.org/en/latest/specifications/version-specifiers/"),
+        extra={"family": "environment_version"},
     ),
 )

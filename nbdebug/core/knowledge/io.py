@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "LOAD_STEP"]
 
 # installed libraries whose modules a pickle may name: a class or submodule missing there is the library's release
 # (``api_missing``), not the project's code that saved the checkpoint
@@ -241,5 +241,31 @@ ENTRIES: tuple[Entry, ...] = (
         "add it to sys.path). Then save a state_dict so the file no longer needs it.",
         sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",
                  "https://docs.python.org/3/library/pickle.html#what-can-be-pickled-and-unpickled"),
+    ),
+)
+
+# The first step of ``checkpoint_load_failed``, filled with the loader's frame and the user's call into it.
+LOAD_STEP = ("Check what {call} asked {loader} to read: that the path (or model name) exists from where the code runs, "
+             "that the folder holds every file the loader needs (config.json, the weights, the tokenizer's files) and "
+             "that each file is complete (its size against the published one); download or save it again if not. "
+             "A complete file that still fails was written by another release of the library that saved it.")
+
+ENTRIES += (
+    Entry(
+        slug="checkpoint_load_failed",
+        title="Loading a checkpoint or a pretrained model's files failed",
+        summary=("{exc_type} was raised while {loader} read a model's files[[ ({where})]][[, called at {user_where}]]: "
+                 "the file or folder is missing, incomplete or not what the loader expects."),
+        causes=("The path or model name does not exist where the code runs (a relative path, another working "
+                "directory, a typo, a gated or private model without access).",
+                "The folder lacks a file the loader needs, or a file is incomplete (an interrupted download or save).",
+                "The file was written by another release of the library (or another library) than the one reading it."),
+        fixes=(Fix("Look at the files the loader was given", "import os\nprint(os.path.abspath(path), os.path.exists(path))"
+                   "\nprint(os.listdir(path) if os.path.isdir(path) else os.path.getsize(path))"),),
+        first_step="Check the path or model name the loader was given: that it exists from where the code runs, holds "
+        "every file the loader needs, and that each file is complete; download or save it again if not.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.load.html",
+                 "https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel.from_pretrained"),
+        extra={"family": "checkpoint_file"},
     ),
 )

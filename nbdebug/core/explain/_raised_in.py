@@ -1,0 +1,112 @@
+"""Family answers from where an unmatched error was raised: a loader reading a model's files, one library calling
+another.
+
+``_family.fallback`` runs these rules when no category's message matched.  Each reads the traceback's frames, not
+its words: an ``OSError`` raised inside ``from_pretrained`` or ``torch.load`` is about the files being read, whatever
+its wording; an ``AttributeError`` raised in torchvision's call into PIL is two releases that do not fit, whatever the
+name.  Like every family answer, each gives way to ``unknown`` on another family's evidence in the message (sizes,
+devices, memory, the network, distributed training).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nbdebug.core.explain._structure import Frame, Structure
+
+__all__ = ["checkpoint_load", "two_libraries"]
+
+# library functions that read a model's files (torch's own serialization module counts whatever the function)
+_LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
+                           "load_pretrained", "_load_pretrained_model", "cached_file", "cached_files",
+                           "hf_hub_download", "get_checkpoint_shard_files", "load_sharded_checkpoint", "safe_open",
+                           "load_file", "load_state_dict_from_url", "load_from_checkpoint", "_load_from_checkpoint",
+                           "get_config_dict", "_get_config_dict", "load_model", "_load_model"})
+_TORCH_LOADERS = re.compile(r"[/\\]torch[/\\](?:serialization\.py|hub\.py|jit[/\\]_serialization\.py)")
+# a user's line that calls a loader
+_LOADER_CALL = re.compile(r"\btorch\.(?:jit\.)?load\(|\.from_pretrained\(|\bload_from_checkpoint\(|\bsafetensors\b|"
+                          r"\bload_file\(|\bsafe_open\(|\bload_checkpoint\(|\bload_state_dict_from_url\(")
+# what a failed read raises (a TypeError is a call's signature: a config written for another release, or the user's
+# keyword; MemoryError the host's memory; an ImportError a module a pickle needs: checkpoint_module_missing)
+_LOAD_TYPES = frozenset({"OSError", "EnvironmentError", "FileNotFoundError", "IsADirectoryError", "NotADirectoryError",
+                         "PermissionError", "ValueError", "RuntimeError", "KeyError", "EOFError", "UnpicklingError",
+                         "AttributeError", "IndexError", "BadZipFile", "JSONDecodeError", "SafetensorError",
+                         "HeaderTooLarge", "UnicodeDecodeError", "EntryNotFoundError",
+                         "RepositoryNotFoundError", "LocalEntryNotFoundError"})
+# another family's words: sizes and devices (state_dict and CUDA categories), memory, the network, distributed runs
+# a pickle naming a class the loading code lacks (a module, or the saving script's __main__): the file is fine, the
+# code that loads it must define or import that class (checkpoint_module_missing's question, not the file's)
+_PICKLED_CLASS = re.compile(r"Can't get attribute '")
+_OTHER_FAMILY = re.compile(r"(?i:size mismatch|\bshape\b|cuda|\bgpu\b|\bdevice\b|out of memory|\bmemory\b|"
+                           r"connection|timed? ?out|\bproxy\b|\bssl\b|max retries|offline|nccl|distributed|deepspeed|"
+                           r"\bfsdp\b|\brank\b|missing key|unexpected key|error\(s\) in loading state_dict)")
+
+
+def _loader(frame: Frame) -> bool:
+    if frame.is_user or frame.owner == "stdlib":
+        return False
+    if frame.owner == "torch":
+        return bool(_TORCH_LOADERS.search(frame.path))
+    return frame.owner == "safetensors" or frame.func.rsplit(".", 1)[-1] in _LOADER_FUNCS
+
+
+def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error raised below a loader of a model's files (torch.load, safetensors, from_pretrained): the files.
+
+    The loader is a library's frame among the last ones, or the user's last line calling one with the error raised
+    below it.
+    """
+    from nbdebug.core.explain._family import _where as where
+    from nbdebug.core.knowledge.io import LOAD_STEP
+
+    if (s.short_type not in _LOAD_TYPES or _OTHER_FAMILY.search(s.message) or _PICKLED_CLASS.search(s.message)
+            or not s.frames):
+        return None
+    user_index = max((i for i, f in enumerate(s.frames) if f.is_user), default=-1)
+    below = s.frames[user_index + 1:]
+    loader = next((f for f in below if _loader(f)), None)
+    user = s.frames[user_index] if user_index >= 0 else None
+    if loader is None and not (user is not None and below and _LOADER_CALL.search(user.source)):
+        return None
+    if any(_OTHER_FAMILY.search(f.path + " " + f.func) for f in below):
+        return None  # a loader inside a distributed wrapper (deepspeed's engine, FSDP's state dict)
+    name = loader.func if loader is not None else _LOADER_CALL.search(user.source or "").group(0).strip("(. ")  # type: ignore[union-attr]
+    call = f"the call at {where(user)}" if user is not None else "the code"
+    facts: dict[str, Any] = {"exc_type": s.short_type, "loader": name, "first_step_detail": LOAD_STEP.format(
+        call=call, loader=name)}
+    if loader is not None:
+        facts["where"] = where(loader)
+    if user is not None:
+        facts["user_where"] = where(user)
+    return "checkpoint_load_failed", facts
+
+
+# what a library's call into another raises when the other's release lacks a name
+_MISSING_NAME = frozenset({"AttributeError"})
+_NOT_A_RELEASE = re.compile(r"(?i:'NoneType' object|tensor|shape|\bsize\b|device|cuda|dtype)")
+
+
+def two_libraries(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A name missing in one library's frame, called from another library's frame: two releases that do not fit.
+
+    Not torch as the called library (its ``Module.__getattr__`` raises for the user's own modules), nor a ``None``
+    or a tensor's attribute (a value, not a release).
+    """
+    from nbdebug.core.explain._family import _where as where
+    from nbdebug.core.explain._family import distribution_of
+    from nbdebug.core.knowledge.env import LIBRARIES_STEP
+
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if s.short_type not in _MISSING_NAME or len(frames) < 2 or _NOT_A_RELEASE.search(s.message):
+        return None
+    called = frames[-1]
+    caller = next((f for f in reversed(frames) if f.owner != called.owner), None)
+    if caller is None or caller.is_user or called.is_user or called.owner in ("torch", "user"):
+        return None
+    package, other = called.owner, caller.owner
+    facts: dict[str, Any] = {"exc_type": s.short_type, "package": package, "caller": other, "where": where(called),
+                             "caller_where": where(caller), "first_step_detail": LIBRARIES_STEP.format(
+                                 package=package, caller=other, dist=distribution_of(package),
+                                 caller_dist=distribution_of(other))}
+    return "libraries_disagree", facts

@@ -1,0 +1,148 @@
+"""Trigger real errors of the categories placed by a traceback's structure and write each to ``<slug>__<short>.txt``.
+
+Run from the repository root: ``python tests/data/errors/make_structure_corpus.py``.  Like make_cpu_corpus.py, every
+file is the ``traceback.format_exc()`` of a real raise (torch, safetensors, transformers and lightning_utilities as
+installed; the first line records the versions).  Two libraries that do not fit together cannot be installed side by
+side on purpose, so those cases write two small packages into a temporary ``site-packages`` folder (a caller written
+for a newer release of the package it calls) and run them in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASES: dict[str, Callable[[], None]] = {}
+
+
+def case(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    def deco(fn: Callable[[], None]) -> Callable[[], None]:
+        CASES[name] = fn
+        return fn
+
+    return deco
+
+
+_TMP = tempfile.mkdtemp()
+
+
+@case("checkpoint_load_failed__torch_load_directory")
+def _():
+    import torch
+
+    torch.load(_TMP)  # a folder given where a checkpoint file was meant
+
+
+@case("checkpoint_load_failed__safetensors_missing_file")
+def _():
+    from safetensors.torch import load_file
+
+    load_file(os.path.join(_TMP, "model.safetensors"))
+
+
+@case("checkpoint_load_failed__config_without_model_type")
+def _():
+    from transformers import AutoConfig
+
+    Path(_TMP, "config.json").write_text('{"hidden_size": 8}')
+    AutoConfig.from_pretrained(_TMP)
+
+
+@case("version_required__transformers_require_version")
+def _():
+    from transformers.utils.versions import require_version
+
+    require_version("numpy<1.0")
+
+
+@case("version_required__lightning_requirement")
+def _():
+    from lightning_utilities.core.imports import RequirementCache
+
+    # what Lightning raises when an optional requirement is not met
+    raise ModuleNotFoundError(str(RequirementCache("torch>=99.0")))
+
+
+# the two packages: "picture" is an old release, "gallery" calls it as a newer release of picture allows
+_PACKAGES = {
+    # a lazy module, as transformers' _LazyModule: a name it does not have is looked up by __getattr__
+    "picture/__init__.py": (
+        "from .image import open  # noqa: F401\n\n"
+        "def __getattr__(name):\n    raise AttributeError(f'module {__name__} has no attribute {name}')\n"),
+    "picture/image.py": (
+        "class Image:\n"
+        "    def __init__(self, path):\n        self.path = path\n"
+        "    def __getattr__(self, name):\n        raise AttributeError(name)\n\n"
+        "def open(path):\n    return Image(path)\n"),
+    "gallery/__init__.py": "",
+    "gallery/folder.py": (
+        "import picture\n\n"
+        "def loader(path):\n    img = picture.open(path)\n    return img.reduce(2)  # added in picture 2\n\n"
+        "def resample_filter():\n    return picture.Resampling.BILINEAR  # added in picture 2\n"),
+}
+_SCRIPTS = {
+    "libraries_disagree__missing_method": "from gallery.folder import loader\nloader('cat.png')\n",
+    "libraries_disagree__lazy_module": "from gallery.folder import resample_filter\nresample_filter()\n",
+}
+
+
+def run_in_process(fn: Callable[[], None]) -> str | None:
+    try:
+        fn()
+    except BaseException:
+        return traceback.format_exc()
+    return None
+
+
+def run_script(source: str) -> str | None:
+    with tempfile.TemporaryDirectory() as d:
+        site = Path(d) / "lib" / "python3" / "site-packages"
+        for rel, text in _PACKAGES.items():
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).write_text(text)
+        script = Path(d) / "train.py"
+        script.write_text(source)
+        env = {**os.environ, "PYTHONPATH": str(site)}
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=d, env=env)
+    if proc.returncode == 0:
+        return None
+    return proc.stderr.replace(d, "/home/user/project")
+
+
+def _anonymise(text: str) -> str:
+    """Keep the texts real but free of this machine's paths."""
+    text = text.replace(_TMP, "/home/user/checkpoints")
+    text = text.replace(str(HERE.parents[2]), "/home/user/nbdebug")
+    text = text.replace(sys.prefix, "/home/user/.venv")
+    return text.replace(str(Path.home()), "/home/user")
+
+
+def main() -> int:
+    import importlib.metadata as md
+
+    versions = ", ".join(f"{d} {md.version(d)}" for d in ("torch", "safetensors", "transformers", "lightning-utilities"))
+    header = (f"# source: generated on CPU by tests/data/errors/make_structure_corpus.py ({versions}, "
+              f"python {sys.version.split()[0]})\n")
+    written, missed = 0, []
+    texts = {name: run_in_process(fn) for name, fn in CASES.items()}
+    texts |= {name: run_script(source) for name, source in _SCRIPTS.items()}
+    for name, text in texts.items():
+        if text is None:
+            missed.append(name)
+            continue
+        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
+        written += 1
+    print(f"wrote {written} files to {HERE}")
+    if missed:
+        print("did not raise:", ", ".join(missed))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

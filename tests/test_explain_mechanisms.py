@@ -1,0 +1,156 @@
+"""Family answers that reach texts no list names: version requirements, shells, compilers, loaders, two libraries.
+
+Every text here is written by hand for its structure (no text of the wild sample): a requirement stated with a version
+specifier, a shell that cannot find a command, a compiler's diagnostic line, an error raised below a loader of a
+model's files, a name missing in one library's frame called from another library's.  Each rule also has the texts it
+must leave alone: a parameter's bound is no version, torch.compile's generated C++ is no extension build, a
+signature's TypeError inside ``from_pretrained`` is no broken file, torch's ``Module.__getattr__`` is the user's model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdebug.core.explain import explain
+from nbdebug.core.explain._structure import owner_of
+
+_SITE = "/opt/env/lib/python3.10/site-packages"
+
+
+def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
+    """A Python traceback: (path, line, function, source) per frame, then the exception line."""
+    body = "".join(f'  File "{p}", line {n}, in {f}\n    {src}\n' for p, n, f, src in frames)
+    return f"Traceback (most recent call last):\n{body}{error}\n"
+
+
+@pytest.mark.parametrize("text", [
+    "ImportError: The video pipeline requires `moviepy>=1.0.3`; found moviepy 0.2.3",
+    "RuntimeError: spacy==2.3.5 is used but incompatible. Please install spacy>=3.0.0.",
+    "ValueError: Quantization needs optimum version 1.12.0 or higher",
+    "AssertionError: scipy version 1.4.1 is not supported by this release",
+    "ModuleNotFoundError: Requirement 'torchmetrics>=1.2.0' not met. HINT: Try running `pip install -U 'torchmetrics>=1.2.0'`",
+])
+def test_a_stated_version_requirement_is_an_environment_answer(text):
+    d = explain(text)
+    assert d.kind == "version_required"
+    assert "restart the kernel" in d.first_step
+
+
+def test_the_requirement_is_a_fact():
+    d = explain("ImportError: This exporter requires onnx>=1.14.1 (installed: 1.12.0)")
+    assert d.evidence["requirement"] == "onnx>=1.14.1"
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: Invalid momentum value, requires momentum >= 0.0 and got -0.5",
+    "RuntimeError: requires lr >= 0.1 for the warm-up schedule",
+    "RuntimeError: This kernel requires CUDA>=11.8 with compute capability >= 8.0",
+])
+def test_a_parameter_bound_or_the_cuda_version_is_no_package_requirement(text):
+    assert explain(text).kind != "version_required"
+
+
+@pytest.mark.parametrize("text", [
+    "PS C:\\work> torchrun --nproc_per_node 2 train.py\ntorchrun : The term 'torchrun' is not recognized as the name of "
+    "a cmdlet, function, script file, or operable program.",
+    "'wandb' is not recognized as an internal or external command,\noperable program or batch file.",
+    "/bin/sh: 1: tensorboard: not found",
+])
+def test_a_shell_that_cannot_find_a_command_is_a_missing_package(text):
+    assert explain(text).kind == "package_missing"
+
+
+@pytest.mark.parametrize("text", [
+    "csrc/roi_align_kernel.cpp:57:9: error: 'AT_DISPATCH_FLOATING_TYPES_AND_HALF' was not declared in this scope",
+    "/usr/include/c10/util/Half.h:12:3: 错误：‘constexpr’ 需要一个常量表达式",
+    "src/fused.cu(118): error: identifier \"THCudaCheck\" is undefined",
+    "ops\\nms.cpp(40): error C2065: 'THFloatTensor': undeclared identifier",
+])
+def test_a_compilers_diagnostic_is_an_extension_build(text):
+    assert explain(text).kind == "extension_build_failed"
+
+
+def test_torch_compile_generated_cpp_is_the_compile_family():
+    text = ("torch._inductor.exc.CppCompileError: C++ compile error\n"
+            "/tmp/torchinductor_ana/q4/cq4x.cpp:21:14: error: 'vec' was not declared in this scope")
+    assert explain(text).kind != "extension_build_failed"
+
+
+def test_an_os_error_below_from_pretrained_is_the_model_files():
+    text = _tb(("infer.py", 8, "<module>", "model = AutoModelForSeq2SeqLM.from_pretrained(args.ckpt_dir)"),
+               (f"{_SITE}/transformers/modeling_utils.py", 3120, "from_pretrained", "raise EnvironmentError("),
+               error="OSError: Error: no weights file in ./runs/exp3 (looked for model.safetensors, pytorch_model.bin)")
+    d = explain(text)
+    assert d.kind == "checkpoint_load_failed"
+    assert d.evidence["loader"] == "from_pretrained" and d.evidence["user_where"] == "infer.py, line 8, in <module>"
+    assert "infer.py, line 8" in d.first_step
+
+
+def test_an_unlisted_message_inside_torch_load_is_the_checkpoint_file():
+    text = _tb(("eval.py", 30, "main", "sd = torch.load(path, map_location='cpu')"),
+               (f"{_SITE}/torch/serialization.py", 1040, "load", "return _legacy_load(opened_file, map_location)"),
+               (f"{_SITE}/torch/serialization.py", 1260, "_legacy_load", "magic_number = pickle_module.load(f)"),
+               error="_pickle.UnpicklingError: A brand new reader complaint nobody listed")
+    assert explain(text).kind == "checkpoint_load_failed"
+
+
+def test_the_users_line_calling_a_loader_places_an_error_raised_below_it():
+    text = _tb(("load.py", 4, "<module>", "weights = torch.load(fs.open('s3://bucket/ckpt.pt'))"),
+               (f"{_SITE}/s3fs/core.py", 77, "_fetch_range", "raise OSError(msg)"),
+               error="OSError: the object was replaced while it was being read")
+    assert explain(text).kind == "checkpoint_load_failed"
+
+
+@pytest.mark.parametrize("text", [
+    # a keyword the model's __init__ does not take: a signature, the call's or the release's
+    _tb(("run.py", 3, "<module>", "m = AutoModel.from_pretrained(name, use_flash=True)"),
+        (f"{_SITE}/transformers/modeling_utils.py", 3500, "from_pretrained", "model = cls(config, **kwargs)"),
+        error="TypeError: __init__() got an unexpected keyword argument 'use_flash'"),
+    # the class a pickle names is missing in the loading script: define or import it, the file is fine
+    _tb(("predict.py", 12, "<module>", "net = torch.load('net.pt')"),
+        (f"{_SITE}/torch/serialization.py", 1028, "load", "return _load(opened_zipfile, map_location)"),
+        error="AttributeError: Can't get attribute 'TinyNet' on <module '__main__' from 'predict.py'>"),
+    # a device named in the message: the device families
+    _tb(("predict.py", 12, "<module>", "sd = torch.load('net.pt')"),
+        (f"{_SITE}/torch/serialization.py", 1028, "load", "return _load(opened_zipfile, map_location)"),
+        error="RuntimeError: Attempting to restore a tensor on device 3 that is not visible"),
+    # a loader inside a distributed engine
+    _tb(("train.py", 50, "<module>", "engine.load_checkpoint(out)"),
+        (f"{_SITE}/deepspeed/runtime/engine.py", 2700, "load_checkpoint", "raise ValueError(msg)"),
+        error="ValueError: the saved world size does not match"),
+])
+def test_the_loader_rule_gives_way(text):
+    assert explain(text).kind != "checkpoint_load_failed"
+
+
+def test_a_name_missing_in_one_library_called_from_another_is_two_releases():
+    text = _tb(("app.py", 9, "<module>", "emb = encoder.encode(texts)"),
+               (f"{_SITE}/sentencekit/encoder.py", 120, "encode", "mask = batch.attention_mask_2d"),
+               (f"{_SITE}/tokenkit/batch.py", 40, "__getattr__", "raise AttributeError(item)"),
+               error="AttributeError: attention_mask_2d")
+    d = explain(text)
+    assert d.kind == "libraries_disagree"
+    assert (d.evidence["package"], d.evidence["caller"]) == ("tokenkit", "sentencekit")
+    assert "pip show sentencekit tokenkit" in d.first_step
+
+
+@pytest.mark.parametrize("text", [
+    # torch's Module.__getattr__: an attribute of the user's own model
+    _tb(("train.py", 20, "<module>", "trainer.train()"),
+        (f"{_SITE}/transformers/trainer.py", 2000, "train", "self.model.gradient_checkpointing_enable()"),
+        (f"{_SITE}/torch/nn/modules/module.py", 1900, "__getattr__", "raise AttributeError("),
+        error="AttributeError: 'MyNet' object has no attribute 'gradient_checkpointing_enable'"),
+    # a None where an object was expected: a value, not a release
+    _tb(("app.py", 9, "<module>", "emb = encoder.encode(texts)"),
+        (f"{_SITE}/sentencekit/encoder.py", 120, "encode", "mask = self.tok(texts).mask"),
+        (f"{_SITE}/tokenkit/batch.py", 40, "wrap", "return value.mask"),
+        error="AttributeError: 'NoneType' object has no attribute 'mask'"),
+])
+def test_the_two_libraries_rule_gives_way(text):
+    assert explain(text).kind != "libraries_disagree"
+
+
+def test_an_egg_being_built_is_its_package():
+    assert owner_of("build/bdist.linux-x86_64/egg/torchvision/datasets/folder.py") == "torchvision"
+    assert owner_of("/home/u/envs/py/lib/python3.6/site-packages/detkit-0.3-py3.6-linux.egg/detkit/ops.py") == "detkit"
+    assert owner_of("/home/u/project/eggs/train.py") == "user"
