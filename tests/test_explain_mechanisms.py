@@ -154,3 +154,25 @@ def test_an_egg_being_built_is_its_package():
     assert owner_of("build/bdist.linux-x86_64/egg/torchvision/datasets/folder.py") == "torchvision"
     assert owner_of("/home/u/envs/py/lib/python3.6/site-packages/detkit-0.3-py3.6-linux.egg/detkit/ops.py") == "detkit"
     assert owner_of("/home/u/project/eggs/train.py") == "user"
+
+
+def test_a_librarys_own_lookup_failing_is_not_a_call_it_rejected():
+    own = _tb(("qa.py", 6, "<module>", "answer = reader(question=q, context=c)"),
+              (f"{_SITE}/readerkit/pipeline.py", 410, "__call__", "best = [scores[s] for s in starts]"),
+              error="KeyError: 0")
+    assert explain(own).kind == "unknown"
+    # a key the call asked for, looked up by the library's pop / get: the call's key
+    asked = _tb(("cfg.py", 6, "<module>", "trainer = Trainer.from_params(params)"),
+                (f"{_SITE}/confkit/params.py", 250, "pop", "value = self.params.pop(key)"),
+                error="KeyError: 'scheduler'")
+    assert explain(asked).kind == "library_raised"
+
+
+def test_a_library_unpacking_its_own_result_is_not_the_users_object():
+    text = _tb(("bench.py", 25, "main", "runner.run()"),
+               (f"{_SITE}/benchkit/runner.py", 665, "run", "mem, summary = self.measure(name, batch)"),
+               error="ValueError: too many values to unpack (expected 2)")
+    assert explain(text).kind == "unknown"
+    users = _tb(("bench.py", 25, "main", "mem, summary = runner.run()"),
+                error="ValueError: too many values to unpack (expected 2)")
+    assert explain(users).kind != "unknown"

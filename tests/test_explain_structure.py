@@ -361,8 +361,10 @@ KeyError: 0
 
 
 def test_a_bare_keyerror_raised_in_a_library_is_the_librarys_not_the_users_dict() -> None:
+    # the library's own lookup on a line that is no ``raise``: nothing it rejected, so no library_raised either (a
+    # release's bug as often as the call): unknown, with the live evidence
     d = explain(_LIB_KEYERROR)
-    assert d.kind == "library_raised" and d.evidence["package"] == "somelib"
+    assert d.kind == "unknown"
     # the same KeyError with the user's frame last stays the user's dict
     user = _LIB_KEYERROR.replace("/usr/lib/python3.10/site-packages/somelib/pipelines.py", "helpers.py")
     assert explain(user).kind == "missing_key"

@@ -21,6 +21,7 @@ from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
+from nbdebug.core.explain._raised_in import unpacks_its_own
 from nbdebug.core.explain._structure import Frame, Structure
 
 __all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny", "distribution_of"]
@@ -125,6 +126,11 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if (_TENSOR_WORDS.search(s.message) or _CHECKPOINT_WORDS.search(s.message) or _QUANTITIES.search(s.message)
             or _FILE_NAMED.search(s.message)):
         return None  # the library reports the data's sizes, a device or a file: another family's evidence
+    if (s.short_type in ("KeyError", "IndexError") and frame.source and not frame.source.startswith("raise")
+            and frame.func not in _LOOKUPS | {"pop"}):
+        return None  # the library's own lookup failing ("KeyError: 0"), not a key asked for: nothing it rejected
+    if "values to unpack" in s.message and unpacks_its_own(raw):
+        return None  # the library unpacking its own method's result: its code, not the call
     if s.short_type in ("KeyError", "IndexError", "AttributeError") and (
             any(_LOADING.search(f.func) for f in s.frames[-4:]) or _CHECKPOINT_WORDS.search(raw)
             or _MODEL_FILES.search(raw)):
@@ -535,6 +541,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
     - a NaN loss logged before a whole traceback whose exception is not about NaN: the exception is the error; the
       same for a ``PJRT_DEVICE`` setting before a traceback with no torch_xla in it;
+    - an unpacking error in a library's line that unpacks its own method's result: the library's code, not the user's
+      object;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
@@ -561,6 +569,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug == "xla_error" and "PJRT_DEVICE" in line and "torch_xla" not in raw and _later_exception(line, raw[-20_000:]):
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
+        return True
+    if slug == "wrong_object_attribute" and "values to unpack" in line and unpacks_its_own(raw):
         return True
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
         return True

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nbdebug.core.explain._structure import Frame, Structure
+from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["checkpoint_load", "two_libraries"]
+__all__ = ["checkpoint_load", "two_libraries", "unpacks_its_own"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -110,3 +110,14 @@ def two_libraries(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
                                  package=package, caller=other, dist=distribution_of(package),
                                  caller_dist=distribution_of(other))}
     return "libraries_disagree", facts
+
+
+# a line unpacking what the same object's own method returned ("a, b = self.measure(...)")
+_UNPACK_OWN = re.compile(r"^[\w\s,()\[\]]{1,200}= ?self\.\w+\(")
+
+
+def unpacks_its_own(raw: str) -> bool:
+    """Whether an unpacking error was raised in a library's line unpacking its own method's result: the library's
+    code (a bug of its release, or a failure it logged and turned into another value), not the user's object."""
+    frame = read(raw[-20_000:]).innermost
+    return frame is not None and frame.owner not in ("user", "stdlib") and bool(_UNPACK_OWN.match(frame.source))
