@@ -408,6 +408,11 @@ def _attach(s: Session) -> None:
         idx += 1
     f = s.findings[idx]
     tried = [e for e in s.experiments]
+    if s.unstable and (best is None or best.cause != "lr_too_high"):
+        f = s.findings[idx] = _lr_claim_withdrawn(s, f, tried)
+        if f.severity == "info":
+            s.not_causes.update(e.cause for e in tried)
+            return
     if best is None:
         if not tried:
             return
@@ -448,6 +453,49 @@ def _attach(s: Session) -> None:
                                severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
     s.explained = True
+    _cause_above_symptoms(s, idx, best)
+
+
+# what a learning rate's fix also mends: the finding that names the measured cause comes before these
+_LR_SYMPTOMS = ("exploding_gradients", "dead_activations")
+
+
+def _cause_above_symptoms(s: Session, idx: int, best: Experiment) -> None:
+    """The finding that names the cause an experiment measured (the batch is learned with another lr) ranks above
+    the findings that are its symptoms (the gradient norm that grew, the ReLUs the updates silenced): they keep
+    the same measured fix, and say that they follow from it."""
+    symptoms = [i for i, f in enumerate(s.findings) if f.kind in _LR_SYMPTOMS and i != idx
+                and f.evidence.get("tried") == best.change]
+    if not symptoms:
+        return
+    how = entry("consequence_of_another")
+    title = entry(best.cause).title.lower()
+    for i in symptoms:
+        f = s.findings[i]
+        s.findings[i] = _replace(f, message=how.summary.format(message=f.message, cause_title=title),
+                                 severity="warning" if f.severity == "error" else f.severity)
+    first = min(symptoms)
+    if first < idx:
+        s.findings.insert(first, s.findings.pop(idx))
+
+
+def _lr_claim_withdrawn(s: Session, f: Finding, tried: list[Experiment]) -> Finding:
+    """An unstable curve was read as a learning rate that is too high; a lower lr tried on a copy did not learn
+    the batch better (or none was tried): the claim goes, the observation stays, and the lr's fixes go with it."""
+    lower = [e for e in tried if e.cause == "lr_too_high"]
+    why = ("a lower learning rate tried on a copy did not learn the batch better ("
+           + "; ".join(f"{e.change}: {e.start:.4g} -> {e.after:.4g}" for e in lower) + "), so the learning rate "
+           "is not shown to be why") if lower else "no lower learning rate could be tried, so that is not shown"
+    s.not_causes.add("lr_too_high")
+    share = s.learned_share()
+    if lower and share >= threshold("noisy_learns_rel"):
+        # a noisy curve that learned most of the batch: the noise is the model's own (noise layers, sampling)
+        return _replace(f, message=f"{overfit_said(s)}: {s.unstable}, yet it learns ({learned_said(s, share)}) and "
+                        f"{why}: the training loss is noisy by the model's own design (noise layers, sampling), "
+                        "which is no fault", severity="info", fixes=(),
+                        evidence={**dict(f.evidence), "learned_share": round(share, 4)})
+    return _replace(f, message=f"{overfit_said(s)}: {s.unstable}; {why}",
+                    severity="warning" if f.severity == "error" else f.severity, fixes=entry("cannot_overfit").fixes)
 
 
 def _usual_lr_that_moves(s: Session) -> bool:

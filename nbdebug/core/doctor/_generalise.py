@@ -9,6 +9,7 @@ from typing import Any
 
 from nbdebug.core.doctor._inputs import logits_of, to_device
 from nbdebug.core.doctor._session import Session
+from nbdebug.core.doctor._train_checks import learned_said
 from nbdebug.core.knowledge import threshold
 
 __all__ = ["generalisation", "CHECK"]
@@ -30,8 +31,12 @@ def generalisation(s: Session, work: Any) -> None:
     if not s.losses or s.unstable:
         s.check(CHECK, "skipped: " + ("the overfit run is unstable" if s.unstable else "no overfit run"))
         return
-    if min(s.losses[-max(1, len(s.losses) // 10):]) > s.fit_target():
-        s.check(CHECK, "skipped: the first batch is not fitted, so there is nothing to generalise from")
+    share = s.learned_share()
+    if s.final_loss() > s.fit_target() and share < threshold("generalise_learned_rel"):
+        # what counts is how much of the batch was learned, not whether it was memorised by the doctor's mark: a
+        # model that took the loss well down on one batch predicts others above chance when labels follow inputs
+        s.check(CHECK, f"skipped: the first batch is barely learned (the loss went down by {max(share, 0):.0%} of "
+                "its start), so there is nothing to generalise from")
         return
     try:
         inputs, targets, rows = _unseen(s)
@@ -60,10 +65,10 @@ def generalisation(s: Session, work: Any) -> None:
     s.check(CHECK, f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
             f"shuffled among them: {sum(perm) / len(perm):.0%}, p = {p:.2g})")
     if acc <= majority + threshold("generalise_margin"):
-        s.add("labels_unrelated", f"after fitting one batch, the model predicts {t.numel()} {rows} with {acc:.0%} "
-              f"accuracy, no better than always guessing their commonest class ({majority:.0%}) or than their "
-              f"labels shuffled among them ({sum(perm) / len(perm):.0%}, p = {p:.2g}): it memorised the first "
-              "batch's labels, which do not follow from the inputs", ("targets",),
+        s.add("labels_unrelated", f"after training on one batch ({learned_said(s, share)}), the model predicts "
+              f"{t.numel()} {rows} with {acc:.0%} accuracy, no better than always guessing their commonest class "
+              f"({majority:.0%}) or than their labels shuffled among them ({sum(perm) / len(perm):.0%}, p = {p:.2g}): "
+              "it learned the first batch's labels, which do not follow from the inputs", ("targets",),
               evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel())})
 
 

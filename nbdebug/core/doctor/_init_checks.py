@@ -363,8 +363,15 @@ def initial_loss(s: Session) -> None:
     if expected is None:
         s.check("loss at init", "no expected value for this loss")
         return
-    if loss < expected * (1 - threshold("init_loss_rel")) and loss >= 0 and not s.has(
-            "probabilities_to_loss", "activation_on_logits", "fits_too_easily"):
+    low = loss < expected * (1 - threshold("init_loss_rel")) and loss >= 0 and not s.has(
+        "probabilities_to_loss", "activation_on_logits", "fits_too_easily")
+    fresh = _reinitialised_loss(s) if low else None
+    if low and fresh is not None and fresh >= expected * (1 - threshold("init_loss_rel")):
+        # what the model knows is in its weights: it is trained already (a pretrained model), nothing leaks
+        s.check("loss at init", f"{loss:.4g}, far under {label}; with the weights re-initialised on a copy "
+                f"{fresh:.4g}: the model is trained already, and the targets do not reach it another way")
+        return
+    if low:
         s.add("fits_too_easily", f"the loss at init is {loss:.4g}, far under {label}, before any training: an "
               "untrained model cannot know the targets, so they reach it another way (inside the inputs) or the "
               "loss is computed on the wrong tensor", ["inputs"], evidence={"initial": loss, "chance": expected})
@@ -380,6 +387,27 @@ def initial_loss(s: Session) -> None:
                   "outputs are confidently wrong (bad initialisation or output scale)",
                   (s.last_module(),))
     s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
+
+
+def _reinitialised_loss(s: Session) -> float | None:
+    """The loss on the batch of a copy whose modules are re-initialised (``reset_parameters``): a loss at init far
+    under chance that returns to chance is the weights' knowledge (a trained model), one that stays low reaches the
+    targets another way (the inputs, the wrong tensor).  None when it cannot be measured."""
+    import torch
+
+    try:
+        work, _ = s.fresh()
+        reset = [m for m in work.modules() if callable(getattr(m, "reset_parameters", None))]
+        if not reset:
+            return None
+        with torch.no_grad():
+            for m in reset:
+                m.reset_parameters()
+            _, loss = s.loss.loss(work, s.loss.inputs)
+        value = float(loss.detach().float())
+    except Exception:  # noqa: BLE001 - no experiment, the observation stands
+        return None
+    return value if math.isfinite(value) else None
 
 
 def no_grad_fn(s: Session, work: Any, out: Any, loss: Any) -> bool:

@@ -233,6 +233,7 @@ def _run(s: Session) -> None:
     if "overfit one batch" in s.skipped:
         _no_time_to_train(s)
         return
+    training.loss_without_dropout(s, work)
     if not easy.below_minimum(s):
         training.overfit(s)
         _memorised_at_once(s)
@@ -329,6 +330,13 @@ _SAID_BY_THE_DOCTOR = {
 }
 
 
+# what the batch inspector finds that does no harm to training: a remark in the doctor's report, not a warning
+_NO_HARM_TO_TRAINING = {
+    "constant_columns": "they carry no information, and a model trains with them (image pixels at the border are "
+                        "often constant)",
+}
+
+
 def _data_checks(s: Session) -> None:
     """The batch inspector's findings on the user's batch (the silent data bugs: padding in the labels, target
     leakage, NaN columns, ...), before anything trains; never an error of the doctor's."""
@@ -340,5 +348,8 @@ def _data_checks(s: Session) -> None:
         s.check("the batch inspector", f"skipped: it could not read the batch ({type(e).__name__}: {e})")
         return
     kept = [f for f in found if not s.has(_SAID_BY_THE_DOCTOR.get(f.kind, ""))]
+    kept = [finding(f.kind, f"{f.message}; {_NO_HARM_TO_TRAINING[f.kind]}", f.where, severity="info", fixes=f.fixes,
+                    evidence=f.evidence) if f.kind in _NO_HARM_TO_TRAINING and f.severity != "info" else f
+            for f in kept]
     s.findings.extend(kept)
     s.check("the batch inspector", ", ".join(f.kind.replace("_", " ") for f in kept) if kept else "nothing found")

@@ -82,6 +82,7 @@ class Session:
         self.unstable = ""  # why the overfit run is unstable ("" when it is not)
         self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
         self.params_still: float | None = None  # the overfit run stopped early: its parameters did not move (rel.)
+        self.dropout_off_loss: float | None = None  # the trained copy's loss on the batch with its dropout off
         # what the setup checks and the experiments learn
         self.coverage_missing: list[str] = []  # trainable parameters the user's optimizer does not hold
         self.left_in_eval = False  # the user left the model in eval mode
@@ -221,12 +222,21 @@ class Session:
         if not self.losses:
             return 0.0
         init = self.initial_loss if self.initial_loss is not None else self.losses[0]
-        final = min(self.losses[-max(1, len(self.losses) // 10):])
+        final = self.final_loss()
         if not (math.isfinite(init) and math.isfinite(final)) or init == 0:
             return 0.0
         floor = self.label_floor()
         start = init if floor is None else min(init, floor)
         return (start - final) / abs(init)
+
+    def final_loss(self) -> float:
+        """Where the overfit run took the loss: the lowest of its last tenth, or the trained copy's loss with its
+        dropout off when that is lower (dropout's noise keeps a memorised batch's training loss up)."""
+        import math
+
+        final = min(self.losses[-max(1, len(self.losses) // 10):]) if self.losses else math.nan
+        off = self.dropout_off_loss
+        return off if off is not None and math.isfinite(final) and off < final else final
 
     def lr_note(self) -> str:
         """`` (lr=0.003)`` when the learning rate is known, else ''."""

@@ -18,6 +18,7 @@ from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
 __all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said",
+           "loss_without_dropout",
            "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
 
 _RELU = ("ReLU", "ReLU6")
@@ -232,20 +233,49 @@ def _monitor_findings(s: Session, mon: Any, losses: list[float]) -> None:
     s.check("max gradient norm", f"{float(g.max()) if len(g) else float('nan'):.3g}")
 
 
+def loss_without_dropout(s: Session, work: Any) -> None:
+    """The trained copy's loss on the batch with every dropout module's ``p`` set to 0 for one forward pass
+    (``s.dropout_off_loss``), when the copy trains with dropout on: dropout's noise keeps a memorised batch's
+    training loss up, so the fit is judged without it.  ``p`` rather than eval mode: attention code reads the
+    module's ``p``, and BatchNorm keeps its batch statistics."""
+    import torch
+
+    drops = [m for m in work.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)
+             and m.training and float(m.p) > 0]
+    if not drops or not s.losses:
+        return
+    kept = [m.p for m in drops]
+    try:
+        for m in drops:
+            m.p = 0.0
+        with torch.no_grad():
+            _, loss = s.loss.loss(work, s.loss.inputs)
+        s.dropout_off_loss = float(loss.detach().float())
+    except Exception as e:  # noqa: BLE001 - no verdict without dropout: the training curve alone is judged
+        s.check("loss with dropout off", f"could not run: {type(e).__name__}: {e}")
+    finally:
+        for m, p in zip(drops, kept):
+            m.p = p
+
+
 def overfit(s: Session) -> None:
-    """Did the loss on one repeated batch approach zero?  If not, why: unstable, out of time, not moving, or
-    stalled."""
+    """Did the loss on one repeated batch approach zero (with dropout off, when the model has dropout)?  If not,
+    why: unstable, out of time, not moving, or stalled."""
     if not s.losses or any(not math.isfinite(v) for v in s.losses):
         return
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     n = len(s.losses)
     final = min(s.losses[-max(1, n // 10):])
     target = s.fit_target()
-    s.check("overfit one batch", f"loss {init:.4g} -> {final:.4g} in {n} steps (target < {target:.3g})")
-    if final <= target:
+    off = s.dropout_off_loss
+    s.check("overfit one batch", f"loss {init:.4g} -> {final:.4g} in {n} steps (target < {target:.3g})"
+            + ("" if off is None else f"; {off:.4g} with dropout off"))
+    if final <= target or (off is not None and off <= target):
         return
     lr = f"lr={s.lr_used:g}" if s.lr_used is not None else "the learning rate"
     msg = overfit_said(s)
+    if _dropout_keeps_it_up(s, msg):
+        return
     s.unstable = _instability(s.losses, init)
     if s.unstable and s.cut_by_budget and n < MIN_STEPS:
         # a short run that the time budget cut: healthy SGD with momentum often rises before it falls
@@ -283,9 +313,9 @@ def overfit(s: Session) -> None:
     if final > threshold("overfit_fail_rel") * abs(init):
         s.add("cannot_overfit", msg + "; a correctly wired model drives it near zero")
     elif final < 0.8 * earlier:
-        s.add("cannot_overfit", msg + f"; it is still falling ({earlier:.4g} at step {int(0.6 * n)}): "
-              f"give it more steps or a higher learning rate than {lr}", severity="info",
-              fixes=fixes_for("lr_too_low"))
+        # more steps take it further; whether a higher lr would is not measured here, so it is not advised
+        s.add("cannot_overfit", msg + f"; it is still falling ({earlier:.4g} at step {int(0.6 * n)}) with {lr}: "
+              "more steps take it further", severity="info", fixes=fixes_for("overfit_out_of_time"))
     else:
         s.add("cannot_overfit", msg + "; it has stalled", severity="warning")
 
@@ -301,7 +331,7 @@ def learned_said(s: Session, share: float) -> str:
     """``the loss went 0.697 -> 0.387, well under the 0.59 that the label frequencies alone give``."""
     floor = s.label_floor()
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
-    final = min(s.losses[-max(1, len(s.losses) // 10):])
+    final = s.final_loss()
     if floor is not None and floor < init:
         where = "well under" if share > 0 else "not yet under"
         return f"the loss went {init:.4g} -> {final:.4g}, {where} the {floor:.4g} that the label frequencies alone give"
@@ -325,6 +355,20 @@ def _frozen_part_learns(s: Session, msg: str) -> bool:
           f"as you declared) learns here: {learned_said(s, share)}; a small trainable part on frozen features need "
           "not memorise a batch, so this is no fault", severity="info", fixes=(),
           evidence={"learned_share": round(share, 4), "trainable_weights": weights})
+    return True
+
+
+def _dropout_keeps_it_up(s: Session, msg: str) -> bool:
+    """With dropout on, a batch whose loss with dropout off went well down (``noisy_learns_rel`` of its start, or
+    of what the label frequencies give) is learned: the training curve's noise, and the batch not memorised under
+    dropout's noise, are no fault (a rising or oscillating curve is dropout's too).  True when that note was added."""
+    off = s.dropout_off_loss
+    share = s.learned_share()
+    if off is None or not math.isfinite(off) or share < threshold("noisy_learns_rel"):
+        return False
+    s.add("cannot_overfit", f"{msg} with dropout on; with dropout off the trained copy's loss on it is {off:.4g} "
+          f"({learned_said(s, share)}): it learns, and dropout's noise keeps the training loss up, so this is no "
+          "fault", severity="info", fixes=(), evidence={"dropout_off": off, "learned_share": round(share, 4)})
     return True
 
 
@@ -449,7 +493,9 @@ def dataloader_wait(s: Session) -> None:
         return
     frac = wait / max(wait + comp, 1e-12)
     s.check("dataloader wait", f"{frac:.0%} of step time over {n} batches")
-    if frac > threshold("data_wait_fraction"):
+    # waiting of a fraction of a millisecond (an in-memory dataset collated in the main process) costs nothing
+    # whatever its share of a tiny model's step
+    if frac > threshold("data_wait_fraction") and wait / n >= threshold("data_wait_abs"):
         s.add("dataloader_bottleneck", f"{frac:.0%} of each step is spent waiting for the DataLoader "
               f"({wait / n * 1e3:.1f} ms waiting vs {comp / n * 1e3:.1f} ms computing per batch; "
               f"num_workers={getattr(loader, 'num_workers', '?')})", ("dataloader",))

@@ -493,8 +493,8 @@ ENTRIES: tuple[Entry, ...] = (
         title="The overfit run stopped at the time budget before its verdict was clear",
         severity=Severity.INFO,
         fixes=(
+            # no "raise the learning rate" here: a run cut short says nothing against the lr (no experiment ran)
             Fix("give the doctor more time", "nbdebug.doctor(model, batch, loss_fn, time_budget=None)"),
-            _RAISE_LR,
         ),
         sources=(KARPATHY,),
         contexts=(),
@@ -541,6 +541,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("generalise_margin", 0.1,
               "accuracy on a second batch above the commonest-class rate needed to show that labels follow inputs",
               KARPATHY),
+    Threshold("generalise_learned_rel", 0.3,
+              "share of its initial loss (or of the label frequencies' loss) the overfit run must shed before a "
+              "second batch is compared: a model that learned that much of one batch predicts others above chance "
+              "when labels follow inputs", KARPATHY),
     Threshold("padding_in_loss_share", 0.1,
               "share of the label positions a loss counts that are padding, above which the loss is over padding",
               _NBDEBUG),
@@ -560,6 +564,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "share of its initial loss a run on one batch must shed to count as learning: then a batch not fitted "
               "in time is a note (a higher lr fits it faster; a head on frozen features need not memorise it), "
               "not a fault", KARPATHY),
+    Threshold("noisy_learns_rel", 0.5,
+              "share of its initial loss (or of the label frequencies' loss) a noisy run must shed (with dropout, "
+              "measured with dropout off) to count as learning the batch: then a training loss kept up by the "
+              "model's own noise (dropout, noise layers, sampling), where a lower lr does not do better, is no "
+              "fault", KARPATHY),
     Threshold("init_loss_rel", 0.5, "relative distance of the initial loss from -log(1/C) that is 'far'", KARPATHY),
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
     Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
@@ -579,6 +588,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "correlation of the global gradient norm with the step above which the norm grows linearly", _NBDEBUG),
     Threshold("accumulate_growth", 10.0, "growth of the global gradient norm (last / first) that counts as "
               "accumulation when it is linear in the step", _NBDEBUG),
+    Threshold("data_wait_abs", 0.005,
+              "seconds of waiting per batch below which the DataLoader is no bottleneck, whatever its share of a tiny "
+              "model's step (an in-memory dataset indexed and collated in the main process)", DATA),
     Threshold("data_wait_fraction", 0.5, "share of step time spent waiting for the DataLoader that is a bottleneck",
               DATA),
 )

@@ -1,0 +1,148 @@
+"""A doctor's claim is backed by what it measured on a copy (issue 24, fifth wave): a healthy model whose training
+loss is noisy by design (dropout, a noise layer) is not called unstable; "the learning rate is too high" stands only
+when a lower one learns the batch better; labels shuffled apart from their inputs are tested once the batch is
+learned, not only memorised; the measured cause ranks above its symptoms; and what does not harm training (constant
+pixel columns, a sub-millisecond DataLoader wait) is no warning."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from nbdebug.core._findings import sort_findings
+from nbdebug.core.doctor import doctor
+
+QUICK = dict(reproducibility=False, progress=False)
+
+
+def digits(n=128):
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data[:n], dtype=torch.float32) / 16.0
+    return (x - 0.3) / 0.4, torch.tensor(d.target[:n])
+
+
+def loud(r):
+    return [f for f in sort_findings(r.findings) if f.severity != "info"]
+
+
+def said(r):
+    return " ".join(f.message + " " + " ".join(x.title + " " + x.code for x in f.fixes) for f in r.findings)
+
+
+class GaussianNoise(nn.Module):
+    """Noise added to the input while training (a regulariser people use): the training loss is noisy by design."""
+
+    def __init__(self, std: float) -> None:
+        super().__init__()
+        self.std = std
+
+    def forward(self, x):
+        return x + self.std * torch.randn_like(x) if self.training else x
+
+
+def test_healthy_mlp_with_dropout_05_and_adam_is_not_called_unstable():
+    x, y = digits(128)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 10))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert not loud(r), r
+    assert "too high" not in said(r)
+    overfit = dict(r.checks)["overfit one batch"]
+    assert "with dropout off" in overfit, overfit
+    assert m[2].p == 0.5 and m.training  # the caller's dropout is untouched
+
+
+def test_a_noisy_curve_is_not_blamed_on_the_lr_when_a_lower_lr_does_not_learn_better():
+    x, y = digits(128)
+    torch.manual_seed(0)
+    m = nn.Sequential(GaussianNoise(1.0), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert not loud(r), r
+    assert "the mark of a learning rate that is too high" not in said(r)
+    lower = [e for e in r.experiments if e.cause == "lr_too_high"]
+    assert lower and not any(e.restores for e in lower)  # the experiment ran, and it is what withdrew the claim
+
+
+def test_labels_shuffled_apart_from_their_inputs_are_caught_when_the_batch_is_learned_not_memorised():
+    x, y = digits(1024)
+    shuffled = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(1))]
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    loader = DataLoader(TensorDataset(x, shuffled), batch_size=128, shuffle=True)
+    r = doctor(m, loader, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert loud(r)[0].kind == "labels_unrelated", r
+    assert "shuffle inputs and labels together" in loud(r)[0].fix
+
+
+def test_the_same_loader_with_labels_that_follow_the_inputs_gets_no_warning():
+    x, y = digits(1024)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    loader = DataLoader(TensorDataset(x, y), batch_size=256, shuffle=True)
+    r = doctor(m, loader, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert not loud(r), r  # constant border pixels and a sub-millisecond wait for data are no warnings
+    assert r.finding("constant_columns").severity == "info"
+    assert dict(r.checks)["labels against inputs (a second batch after fitting the first)"].startswith("accuracy")
+
+
+def test_the_measured_cause_ranks_above_the_exploding_gradients_it_causes():
+    x, y = digits(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+                      nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, 10))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3.0), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "cannot_overfit" and top.fixes[0].title.startswith("lower the learning rate (lr="), r
+    symptoms = [f for f in r.findings if f.kind in ("exploding_gradients", "dead_activations")]
+    assert symptoms, r
+    for f in symptoms:
+        assert f.severity == "warning" and "follows from the finding above" in f.message
+        assert f.fixes[0].title.startswith("lower the learning rate (lr=")
+
+
+class Backbone(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU())
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+def test_a_trained_model_whose_loss_starts_under_chance_is_no_leak():
+    # a model trained on other samples of the task, its backbone then frozen on purpose and its head fine-tuned
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    xs = (torch.tensor(d.data[512:1024], dtype=torch.float32) / 16.0 - 0.3) / 0.4
+    ys = torch.tensor(d.target[512:1024])
+    m = Backbone()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    for _ in range(100):
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(xs), ys).backward()
+        opt.step()
+    m.backbone.requires_grad_(False)
+    r = doctor(m, digits(64), nn.CrossEntropyLoss(), torch.optim.Adam(m.head.parameters(), lr=1e-3),
+               frozen="backbone", **QUICK)
+    assert not loud(r), r
+    assert "the model is trained already" in dict(r.checks)["loss at init"]
+
+
+def test_a_loss_that_starts_under_chance_without_the_weights_knowing_is_still_named():
+    x, y = digits(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def loss_fn(out, t):  # the loss is computed on the targets themselves, not on the prediction
+        return nn.functional.cross_entropy(5 * nn.functional.one_hot(t, 10).float() + 0 * out, t)
+
+    r = doctor(m, (x, y), loss_fn, torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert r.finding("fits_too_easily").severity != "info", r  # re-initialised, the loss stays under chance
+    assert "trained already" not in dict(r.checks)["loss at init"]
