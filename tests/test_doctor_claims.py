@@ -146,3 +146,13 @@ def test_a_loss_that_starts_under_chance_without_the_weights_knowing_is_still_na
     r = doctor(m, (x, y), loss_fn, torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
     assert r.finding("fits_too_easily").severity != "info", r  # re-initialised, the loss stays under chance
     assert "trained already" not in dict(r.checks)["loss at init"]
+
+
+def test_a_run_still_falling_is_not_told_to_raise_an_lr_that_no_experiment_tried():
+    x, y = digits(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.05), steps=60, **QUICK)
+    f = r.finding("cannot_overfit")
+    assert f.severity == "info" and "still falling" in f.message, r
+    assert "higher learning rate" not in said(r) and "raise the learning rate" not in said(r)
