@@ -176,3 +176,78 @@ def test_a_library_unpacking_its_own_result_is_not_the_users_object():
     users = _tb(("bench.py", 25, "main", "mem, summary = runner.run()"),
                 error="ValueError: too many values to unpack (expected 2)")
     assert explain(users).kind != "unknown"
+
+
+def test_cudas_lazy_initialisation_in_the_frames_is_the_gpu_being_unusable():
+    frames = (("fit.py", 14, "<module>", "net = net.to('cuda')"),
+              (f"{_SITE}/torch/nn/modules/module.py", 1340, "to", "return self._apply(convert)"),
+              (f"{_SITE}/torch/cuda/__init__.py", 319, "_lazy_init", "torch._C._cuda_init()"))
+    assert explain(_tb(*frames, error="RuntimeError: an initialisation failure nobody has listed")).kind == (
+        "cuda_unavailable")
+    cut = _tb(*frames, error="").rstrip("\n")  # a paste that stops in those frames
+    assert explain(cut).kind == "cuda_unavailable"
+    assert explain("RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination"
+                   ).kind == "cuda_unavailable"
+
+
+def test_a_release_named_as_the_one_that_removed_a_name_is_the_environment():
+    assert explain("AttributeError: `np.int_` was removed in the NumPy 2.0 release. Use `np.int64`.").kind == "api_missing"
+    assert explain("ImportError: cannot use load_dataset_builder: it has been removed in datasets 3.0").kind == (
+        "api_missing")
+
+
+@pytest.mark.parametrize("text", [
+    "CMake Error at third_party/CMakeLists.txt:88 (find_package):\n  Could not find a package configuration file",
+    "/usr/bin/ld: cannot find -lcublasLt\ncollect2: error: ld returned 1 exit status",
+    "nvcc fatal   : Value 'sm_100' is not defined for option 'gpu-architecture'",
+])
+def test_build_tools_failing_are_an_extension_build(text):
+    assert explain(text).kind == "extension_build_failed"
+
+
+_COLLATE = f"{_SITE}/torch/utils/data/_utils/collate.py"
+
+
+def test_an_error_in_the_collate_step_is_the_batchs_samples():
+    text = _tb(("train.py", 40, "<module>", "for xb, yb in loader:"),
+               (f"{_SITE}/torch/utils/data/_utils/fetch.py", 55, "fetch", "return self.collate_fn(data)"),
+               (_COLLATE, 212, "collate", "raise TypeError(default_collate_err_msg_format.format(elem_type))"),
+               error="TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+                     "found <class 'NoneType'>")
+    d = explain(text)
+    assert d.kind == "collate_failed" and d.evidence["exc_type"] == "TypeError"
+    assert "ds[i]" in d.first_step
+
+
+def test_samples_of_different_sizes_in_the_collate_step_are_not_the_structure_rule():
+    text = _tb(("train.py", 40, "<module>", "for xb, yb in loader:"),
+               (_COLLATE, 274, "collate_tensor_fn", "out = elem.new(storage).resize_(len(batch), *list(elem.size()))"),
+               error="RuntimeError: Trying to resize storage that is not resizable")
+    assert explain(text).kind != "collate_failed"
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: num_samples should be a positive integer value, but got num_samples=0",
+    "FileNotFoundError: Found no valid file for the classes cat, dog. Supported extensions are: .jpg, .png",
+    "Loading images from ./data/train ...\nFound 0 images belonging to 3 classes.",
+])
+def test_a_dataset_that_found_nothing_is_the_data_path(text):
+    assert explain(text).kind == "dataset_empty"
+
+
+def test_an_unlisted_error_inside_torch_distributed_is_the_distributed_family():
+    text = _tb(("ddp.py", 31, "main", "dist.all_gather_into_tensor(out, local)"),
+               (f"{_SITE}/torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+               (f"{_SITE}/torch/distributed/distributed_c10d.py", 3800, "all_gather_into_tensor",
+                "work = group._allgather_base(output_tensor, input_tensor, opts)"),
+               error="RuntimeError: a backend refusal nobody has listed")
+    d = explain(text)
+    assert d.kind == "distributed_call_failed" and d.evidence["user_where"] == "ddp.py, line 31, in main"
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in d.first_step
+
+
+def test_a_launchers_report_raised_in_torch_distributed_is_not_the_call_rule():
+    text = _tb(("/usr/bin/torchrun", 8, "<module>", "sys.exit(main())"),
+               (f"{_SITE}/torch/distributed/launcher/api.py", 260, "launch_agent", "raise ChildFailedError("),
+               error="torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED")
+    assert explain(text).kind != "distributed_call_failed"

@@ -1,5 +1,5 @@
 """Family answers from where an unmatched error was raised: a loader reading a model's files, one library calling
-another.
+another, the DataLoader's collate step, torch.distributed.
 
 ``_family.fallback`` runs these rules when no category's message matched.  Each reads the traceback's frames, not
 its words: an ``OSError`` raised inside ``from_pretrained`` or ``torch.load`` is about the files being read, whatever
@@ -15,7 +15,7 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["checkpoint_load", "two_libraries", "unpacks_its_own"]
+__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -121,3 +121,38 @@ def unpacks_its_own(raw: str) -> bool:
     code (a bug of its release, or a failure it logged and turned into another value), not the user's object."""
     frame = read(raw[-20_000:]).innermost
     return frame is not None and frame.owner not in ("user", "stdlib") and bool(_UNPACK_OWN.match(frame.source))
+
+
+_SIZES = re.compile(r"(?i:resize|equal size|\bsizes?\b)")
+_COLLATE = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]collate\.py$")
+
+
+def collate(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error raised in the DataLoader's collate step (default_collate): the samples of a batch."""
+    from nbdebug.core.explain._family import _where as where
+
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if not frames or not _COLLATE.search(frames[-1].path) or _OTHER_FAMILY.search(s.message) or _SIZES.search(
+            s.message):
+        return None  # samples of different sizes: collate_mismatch's question (or the DataLoader's report of it)
+    return "collate_failed", {"exc_type": s.short_type, "where": where(frames[-1])}
+
+
+_DISTRIBUTED = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
+# a launcher's or spawn's report of a child that failed: the child's own error answers (child_failed)
+_REPORTS = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException|SignalException")
+
+
+def distributed_call(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error raised inside torch.distributed's own frames that no message names: the distributed family."""
+    from nbdebug.core.explain._family import _where as where
+
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if not frames or frames[-1].owner != "torch" or not _DISTRIBUTED.search(frames[-1].path) or _REPORTS.search(
+            s.exc_type):
+        return None
+    facts: dict[str, Any] = {"exc_type": s.short_type, "where": where(frames[-1])}
+    user = s.innermost_user
+    if user is not None:
+        facts["user_where"] = where(user)
+    return "distributed_call_failed", facts

@@ -399,7 +399,8 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         keywords=("not able to use gpu", "mixed precision requires a gpu", "your machine only has", "accelerator is not available", "no supported gpu backend",
                   "cuda runtime error (30)", "cuda runtime error (999)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
-                  "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice"),
+                  "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice",
+                  "unsupported display driver"),
         patterns=(
             r"(?<!but )torch\.cuda\.is_available\(\) (?:returns?|is|==) False",
             r"Unexpected error from cudaGetDeviceCount\(\)",
@@ -413,6 +414,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"CUDA initialization: CUDA unknown error",
             r"CUDA unknown error - this may be due to an incorrectly set up environment",
             r"no CUDA-capable device is detected",
+            # the display driver and CUDA's own driver library of two installs (cudaErrorSystemDriverMismatch, 803)
+            r"system has unsupported display driver / cuda driver combination",
             r"cudaErrorNoDevice\b",
             # CUDA's initialisation failing with cudaErrorUnknown (30; 999 from CUDA 10.1), the old runtime's wording
             r"cuda runtime error \((?:30|999)\) : unknown error at [^\n]{0,200}THCGeneral",
@@ -424,6 +427,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Torch is not able to use GPU",
             r"(?:fp16|bf16) mixed precision requires a GPU",
         ),
+        # CUDA's lazy initialisation raising, whatever its message (or none: a paste cut in those frames)
+        frames=(r"[/\\]torch[/\\]cuda[/\\]__init__\.py\", line \d+, in (?:_lazy_init|_check_driver)\b",),
         priority=88,
         facts=(
             (r"(?P<reason>Torch not compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver on your "

@@ -363,3 +363,54 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://pytorch.org/docs/stable/notes/broadcasting.html"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="collate_failed",
+        title="The DataLoader could not combine the samples of a batch",
+        summary=("{exc_type} was raised in the DataLoader's collate step[[ ({where})]]: the samples of one batch are "
+                 "not all of the same structure, or of a type the default collate cannot stack."),
+        causes=("A sample of a type default_collate does not stack (a PIL image, a string list, None, a custom object): "
+                "the transform does not end in a tensor, or __getitem__ returns it as is.",
+                "Samples of different structure: a dict key some samples lack, tuples of different lengths, None for "
+                "some items."),
+        fixes=(Fix("Look at a few samples' structure", "for i in range(4):\n    s = ds[i]\n    print(type(s), "
+                   "getattr(s, 'keys', lambda: None)(), [type(v) for v in (s.values() if isinstance(s, dict) else s)])"),
+               Fix("Convert images to tensors in the transform", "transform = T.Compose([T.Resize((224, 224)), T.ToTensor()])"),
+               Fix("Combine the samples yourself", "loader = DataLoader(ds, batch_size=8, collate_fn=lambda b: tuple(zip(*b)))")),
+        first_step="Print type() (and the keys) of a few samples, ds[i] for i in range(4): every sample must have the "
+        "same structure of tensors, numbers, numpy arrays, dicts or lists; convert the odd one in __getitem__ or the "
+        "transform, or pass a collate_fn that combines them.",
+        sources=("https://pytorch.org/docs/stable/data.html#dataloader-collate-fn",),
+        extra={"family": "dataloader"},
+    ),
+    Entry(
+        slug="dataset_empty",
+        title="The dataset is empty: the path or the filter found no samples",
+        summary="The DataLoader (or the dataset) found no samples[[: {detail}]]; the data path or its filter finds nothing.",
+        keywords=("num_samples=0", "found 0 files", "found no valid file", "couldn't find any class folder",
+                  "found 0 images", "found 0 samples", "0 image files", "0 files"),
+        patterns=(
+            # RandomSampler on a dataset of length 0 (shuffle=True)
+            r"num_samples should be a positive integer value, but got num_samples=0",
+            r"(?i:\bfound 0 (?:files|images|samples)\b)",
+            r"Found no valid file for the classes",
+            r"Couldn't find any class folder in",
+            r"(?i:\btotal 0 (?:image )?files\b)",
+        ),
+        priority=55,
+        facts=((r"(?P<detail>num_samples=0|(?i:found 0 (?:files|images|samples)[^\n]{0,120})|Couldn't find any class "
+                r"folder in [^\n]{1,200})", {"detail": "str"}),),
+        extra={"family": "dataloader"},
+        causes=("The data path is relative to another working directory, or points to a folder of another layout "
+                "(ImageFolder wants one subfolder per class).",
+                "A file-extension filter or a split file that matches nothing.",
+                "The dataset was not downloaded or extracted."),
+        fixes=(Fix("Check the path and what it holds", "import os\nprint(os.path.abspath(root), os.listdir(root)[:10])\n"
+                   "print(len(ds))"),),
+        first_step="Print len(dataset) and the absolute path it reads (os.path.abspath(root), os.listdir(root)): fix "
+        "the path or the folder layout until the dataset has samples.",
+        sources=("https://pytorch.org/docs/stable/data.html#torch.utils.data.RandomSampler",
+                 "https://pytorch.org/vision/stable/generated/torchvision.datasets.ImageFolder.html"),
+    ),
+)

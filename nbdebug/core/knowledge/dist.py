@@ -691,3 +691,22 @@ ENTRIES += (
                  "https://pytorch.org/docs/stable/distributed.html#environment-variable-initialization"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="distributed_call_failed",
+        title="A torch.distributed call failed",
+        summary=("{exc_type} was raised inside torch.distributed[[ ({where})]][[, in the call at {user_where}]]: the "
+                 "process group, the launcher's settings or another rank made the collective or setup call fail."),
+        causes=("The ranks do not agree: another rank failed first, or called a different collective, or with "
+                "tensors of other sizes.",
+                "The launcher's settings (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) or the network between the nodes.",
+                "A backend that does not support the call or the tensors' device (gloo with CUDA tensors, NCCL on CPU)."),
+        fixes=(Fix("Rerun with the distributed debug logs", "TORCH_DISTRIBUTED_DEBUG=DETAIL TORCH_CPP_LOG_LEVEL=INFO "
+                   "NCCL_DEBUG=INFO torchrun ... 2>&1 | tee run.log"),),
+        first_step="Find the first rank that failed (its error comes before the others' in the logs) and rerun with "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO: the detail names the call and the rank that disagreed.",
+        sources=("https://pytorch.org/docs/stable/distributed.html#debugging-torch-distributed-applications",),
+        extra={"family": "distributed"},
+    ),
+)

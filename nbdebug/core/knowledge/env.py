@@ -186,10 +186,13 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("normal functioning of this module", "is installed but", "has no attribute", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision", "no module named '",
+        keywords=("normal functioning of this module", "is installed but", "has no attribute", "removed in", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision", "no module named '",
                   "can't get attribute"),
         patterns=(
             r"module '[\w.]{1,200}' has no attribute '\w+'",
+            # a library naming the release that removed what the code uses ("`np.float_` was removed in the NumPy 2.0
+            # release")
+            r"(?:was|were|has been|have been) removed in (?:the )?(?:[\w-]{1,40} )?v?\d{1,4}(?:\.\d{1,4}){0,2}\b",
             r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
             r"\bVersionConflict\b",
             r"[\w.-]{1,40}(?:>=|==|<=|~=|>|<)[\w.]{1,20} is required for a normal functioning of this module, but found",
@@ -346,7 +349,7 @@ ENTRIES: tuple[Entry, ...] = (
                   "subprocess-exited-with-error", "legacy-install-failure", "command '", "rust compiler", "installable wheels",
                   "error building extension", "cuda_home does not exist", "command errored out",
                   "failed with error code", "running setup.py install", "error:", "错误", "エラー", "error c",
-                  "not declared in this scope", "is undefined"),
+                  "not declared in this scope", "is undefined", "cmake error", "exit status"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -381,6 +384,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"\.(?:cpp|cu|cc|h|cuh)\(\d{1,7}\): (?:fatal )?error C\d{4}",
             r"[\'‘`]\w{1,100}[\'’] was not declared in this scope",
             r"identifier \"\w{1,100}\" is undefined",
+            # CMake configuring the build, the linker, and nvcc refusing an option (a GPU architecture it does not know)
+            r"CMake Error at [^\n]{1,300}:\d{1,7} ",
+            r"\bld returned \d{1,3} exit status",
+            r"nvcc fatal\s{0,8}: ",
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"

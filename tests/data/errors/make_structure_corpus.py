@@ -1,4 +1,4 @@
-"""Trigger real errors of the categories placed by a traceback's structure and write each to ``<slug>__<short>.txt``.
+"""Trigger real errors of issue 23's structure categories (and their neighbours) and write each to ``<slug>__<short>.txt``.
 
 Run from the repository root: ``python tests/data/errors/make_structure_corpus.py``.  Like make_cpu_corpus.py, every
 file is the ``traceback.format_exc()`` of a real raise (torch, safetensors, transformers and lightning_utilities as
@@ -69,6 +69,47 @@ def _():
     raise ModuleNotFoundError(str(RequirementCache("torch>=99.0")))
 
 
+@case("collate_failed__pil_images")
+def _():
+    from PIL import Image
+    from torch.utils.data import DataLoader
+
+    images = [Image.new("RGB", (8, 8)) for _ in range(4)]  # a dataset without ToTensor in its transform
+    next(iter(DataLoader(images, batch_size=2)))
+
+
+@case("collate_failed__sample_without_a_key")
+def _():
+    import torch
+    from torch.utils.data import DataLoader
+
+    samples = [{"x": torch.ones(2), "labels": 1}, {"x": torch.ones(2)}]  # the second sample has no label
+    next(iter(DataLoader(samples, batch_size=2)))
+
+
+@case("dataset_empty__shuffled_loader")
+def _():
+    from torch.utils.data import DataLoader
+
+    DataLoader([], batch_size=4, shuffle=True)  # a dataset that found no files
+
+
+@case("dataset_empty__folder_dataset")
+def _():
+    import glob
+
+    from torch.utils.data import DataLoader, Dataset
+
+    class Folder(Dataset):
+        def __init__(self, root):
+            self.files = sorted(glob.glob(os.path.join(root, "*.png")))
+
+        def __len__(self):
+            return len(self.files)
+
+    DataLoader(Folder(os.path.join(_TMP, "train")), batch_size=4, shuffle=True)
+
+
 # the two packages: "picture" is an old release, "gallery" calls it as a newer release of picture allows
 _PACKAGES = {
     # a lazy module, as transformers' _LazyModule: a name it does not have is looked up by __getattr__
@@ -89,6 +130,15 @@ _PACKAGES = {
 _SCRIPTS = {
     "libraries_disagree__missing_method": "from gallery.folder import loader\nloader('cat.png')\n",
     "libraries_disagree__lazy_module": "from gallery.folder import resample_filter\nresample_filter()\n",
+    # a process group of one rank (gloo on the CPU), asked for what only a larger group has
+    "distributed_call_failed__broadcast_root": (
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1, store=dist.HashStore())\n"
+        "dist.broadcast(torch.ones(2), src=3)\n"),
+    "distributed_call_failed__new_group": (
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1, store=dist.HashStore())\n"
+        "dist.new_group(ranks=[0, 1])\n"),
 }
 
 
