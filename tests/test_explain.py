@@ -53,8 +53,9 @@ def test_corpus_is_big_enough():
     assert not thin, f"categories with fewer than 4 real texts: {thin}"
     # issue 23 placed two: the user's own NameError (by its frame) and a distributed call without a process group
     # (issue 23's loader rule placed two former unknowns, a missing checkpoint and a tokenizer folder without its files,
-    # and the build rule a CMake error building torch from source)
-    assert counts["unknown"] >= 20
+    # the build rule a CMake error building torch from source, and checkpoint_module_missing two pickles of a class the
+    # saving script defined in __main__)
+    assert counts["unknown"] >= 18
     assert counts["cuda_oom"] >= 8
 
 

@@ -251,3 +251,13 @@ def test_a_launchers_report_raised_in_torch_distributed_is_not_the_call_rule():
                (f"{_SITE}/torch/distributed/launcher/api.py", 260, "launch_agent", "raise ChildFailedError("),
                error="torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED")
     assert explain(text).kind != "distributed_call_failed"
+
+
+def test_a_pickled_class_of_the_saving_script_is_the_checkpoints_module():
+    text = _tb(("eval.py", 3, "<module>", "net = torch.load('m.pt', weights_only=False)"),
+               (f"{_SITE}/torch/serialization.py", 1028, "load", "return _load(opened_zipfile, map_location)"),
+               (f"{_SITE}/torch/serialization.py", 1400, "find_class", "return super().find_class(mod_name, name)"),
+               error="AttributeError: Can't get attribute 'UNetSmall' on <module '__main__' from 'eval.py'>")
+    d = explain(text)
+    assert d.kind == "checkpoint_module_missing" and d.evidence["main_class"] == "UNetSmall"
+    assert "'UNetSmall' of the script that saved it" in d.summary and "__main__" in d.first_step

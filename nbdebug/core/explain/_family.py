@@ -21,7 +21,7 @@ from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import unpacks_its_own
+from nbdebug.core.explain._raised_in import spawned_child, unpacks_its_own
 from nbdebug.core.explain._structure import Frame, Structure
 
 __all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny", "distribution_of"]
@@ -549,7 +549,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       KeyError raised in a library's own frame (the user's last): the library's dict, not the user's;
     - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
       package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling), nor
-      when a whole traceback shows no frame that loads or unpickles;
+      when a whole traceback shows no frame that loads or unpickles, nor a '__main__' class a spawned worker rebuilds;
     - a compiler's error in torch.compile's generated code (inductor): the compile family, not an extension's build;
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
       error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
@@ -576,6 +576,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "checkpoint_module_missing" and (_IMPORT_LINE.match(_failing_line(raw)) or _not_unpickling(raw)):
         return True
+    if slug == "checkpoint_module_missing" and "'__main__'" in line and spawned_child(raw):
+        return True  # a spawned worker rebuilding the parent's objects: multiprocessing_pickle's question
     if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
         return True
     if slug == "extension_build_failed" and _INDUCTOR.search(raw):

@@ -15,7 +15,7 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own"]
+__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -156,3 +156,12 @@ def distributed_call(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | Non
     if user is not None:
         facts["user_where"] = where(user)
     return "distributed_call_failed", facts
+
+
+# a child process started by multiprocessing's spawn, unpickling what its parent sent (a Dataset, a function)
+_SPAWN = re.compile(r"multiprocessing[/\\](?:spawn|popen_spawn_\w+)\.py|ForkingPickler")
+
+
+def spawned_child(raw: str) -> bool:
+    """Whether the text shows multiprocessing's spawn machinery (a DataLoader worker, mp.spawn on Windows / macOS)."""
+    return _SPAWN.search(raw[-20_000:]) is not None

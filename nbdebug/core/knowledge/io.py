@@ -214,18 +214,24 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="checkpoint_module_missing",
         title="The checkpoint needs a Python module that cannot be imported here",
-        summary=("The checkpoint is a pickle of whole Python objects[[, and it needs the module '{module}']]; that "
-                 "module is not importable here, so the objects cannot be rebuilt."),
+        summary=("The checkpoint is a pickle of whole Python objects[[, and it needs the module '{module}']][[, and it "
+                 "needs the class '{main_class}' of the script that saved it]]; that code is not importable here, so "
+                 "the objects cannot be rebuilt."),
         keywords=("no module named", "can't get attribute"),
         patterns=(r"No module named '?(?!(?:" + _LIBRARIES + r")\.)(?P<module>[\w.]+)'?",
                   # not torch's or an installed library's module (that is the library's release: api_missing)
-                  r"Can't get attribute '\w+' on <module '(?!__main__|torch\b|(?:" + _LIBRARIES + r")\b)[\w.]+'"),
+                  r"Can't get attribute '\w+' on <module '(?!__main__|torch\b|(?:" + _LIBRARIES + r")\b)[\w.]+'",
+                  # a class of the script that saved the file ('__main__'): the loading script lacks it
+                  r"Can't get attribute '(?P<main_class>\w+)' on <module '__main__'"),
         extra={"requires": r"serialization\.py|_pickle|pickle\.py|torch\.load\b|pickle\.load\b|unpickl|find_class|\.pth?\b|\.ckpt\b"},
         priority=62,
-        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),
+        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),
+               (r"Can't get attribute '(?P<main_class>\w+)' on <module '__main__'", {"main_class": "str"})),
         causes=(
             "torch.save(model) pickled the model object, which refers to its class by module path; the module (the "
             "project's code, or an old library layout) is not importable in this environment.",
+            "The class was defined in the script (or notebook) that saved the file, so the file names it as "
+            "'__main__.<class>': the script that loads it does not define that class.",
             "The project's code was moved or renamed since the checkpoint was saved.",
             "The module belongs to an installed library, and the release that wrote the file had it: the file was "
             "written by another version of that library (a dataset cache, a pickled model).",
@@ -238,7 +244,8 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Find whose module it is. A module inside an installed package (its dotted name starts with the package's) means "
         "the file was written by another version of that package: install the version that wrote it, or rebuild the "
         "file with the installed one. The project's own module: run from the project that saved the checkpoint (or "
-        "add it to sys.path). Then save a state_dict so the file no longer needs it.",
+        "add it to sys.path). '__main__' is the script that saved it: define (or import) that class in the script "
+        "that loads the file, before torch.load. Then save a state_dict so the file no longer needs it.",
         sources=("https://pytorch.org/tutorials/beginner/saving_loading_models.html",
                  "https://docs.python.org/3/library/pickle.html#what-can-be-pickled-and-unpickled"),
     ),
