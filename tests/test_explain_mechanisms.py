@@ -261,3 +261,25 @@ def test_a_pickled_class_of_the_saving_script_is_the_checkpoints_module():
     d = explain(text)
     assert d.kind == "checkpoint_module_missing" and d.evidence["main_class"] == "UNetSmall"
     assert "'UNetSmall' of the script that saved it" in d.summary and "__main__" in d.first_step
+
+
+def test_a_syntax_error_in_a_librarys_file_is_its_import_not_the_users_code():
+    text = (f'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    from fancylib import run\n'
+            f'  File "{_SITE}/fancylib/core.py", line 12\n    match cmd:\n          ^\nSyntaxError: invalid syntax\n')
+    d = explain(text)
+    assert d.kind == "import_failed" and d.evidence["package"] == "fancylib"
+    # the user's own file with a syntax error stays the user's code
+    own = 'Traceback (most recent call last):\n  File "train.py", line 12\n    match cmd:\n          ^\nSyntaxError: invalid syntax\n'
+    assert explain(own).kind == "user_code_error"
+
+
+def test_a_librarys_top_level_code_failing_is_its_import_not_a_value_of_the_users():
+    text = _tb(("train.py", 3, "<module>", "from fancylib import run"),
+               (f"{_SITE}/fancylib/core.py", 12, "<module>", "def run(items: list[int]) -> dict[str, int]:"),
+               error="TypeError: 'type' object is not subscriptable")
+    assert explain(text).kind == "import_failed"
+
+
+def test_the_python_named_as_unsupported_is_a_version_requirement():
+    assert explain("RuntimeError: Python 3.13 is not supported by this release of fastkernels").kind == (
+        "version_required")

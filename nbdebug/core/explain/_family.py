@@ -21,7 +21,7 @@ from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import spawned_child, unpacks_its_own
+from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
 from nbdebug.core.explain._structure import Frame, Structure
 
 __all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny", "distribution_of"]
@@ -570,6 +570,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
+    if slug in _VALUE_SLUGS and library_importing(raw):
+        return True  # a library's module failing in its own top-level code: its import (import_failed), no value
     if slug == "wrong_object_attribute" and "values to unpack" in line and unpacks_its_own(raw):
         return True
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):

@@ -15,7 +15,7 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child"]
+__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -165,3 +165,11 @@ _SPAWN = re.compile(r"multiprocessing[/\\](?:spawn|popen_spawn_\w+)\.py|ForkingP
 def spawned_child(raw: str) -> bool:
     """Whether the text shows multiprocessing's spawn machinery (a DataLoader worker, mp.spawn on Windows / macOS)."""
     return _SPAWN.search(raw[-20_000:]) is not None
+
+
+def library_importing(raw: str) -> bool:
+    """Whether the innermost frame is a library's module running its top-level code (``list[int]`` in a signature
+    under an older Python, a name its dependency lacks): an import that fails, whatever value the message names."""
+    s = read(raw[-20_000:])
+    frame = s.innermost
+    return frame is not None and not s.cut and frame.func == "<module>" and frame.owner not in ("user", "stdlib")

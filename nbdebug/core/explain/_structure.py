@@ -25,7 +25,10 @@ _FRAME = re.compile(
     r"|^[ \t]*(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>) in (?P<func3>[\w<>]{1,200})(?:\(|[ \t]*$)"
     r"|^[ \t]*(?P<path4>(?:/|~|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})"
     # IPython 8's frame of a notebook cell
-    r"|^[ \t]*(?P<path5>Cell In ?\[\d{1,7}\]), line (?P<line5>\d{1,7})",
+    r"|^[ \t]*(?P<path5>Cell In ?\[\d{1,7}\]), line (?P<line5>\d{1,7})"
+    # a SyntaxError's location (the file Python was compiling: no function), the last "frame" of its traceback
+    r'|^[ \t]*File "(?P<path6>[^"\n]{1,500}\.py)", line (?P<line6>\d{1,7})[ \t]*$',
+
     re.MULTILINE,
 )
 # IPython's gutter before a source line: "----> 2 " or "      1 "
@@ -127,9 +130,12 @@ def owner_of(path: str) -> str:
 def _frames(part: str) -> list[Frame]:
     frames = []
     for m in _FRAME.finditer(part):
-        path = m.group("path") or m.group("path2") or m.group("path3") or m.group("path4") or m.group("path5") or ""
-        line = int(m.group("line") or m.group("line2") or m.group("line4") or m.group("line5") or 0)
-        func = (m.group("func") or m.group("func2") or m.group("func3") or m.group("func4") or "<cell>").strip()
+        path = (m.group("path") or m.group("path2") or m.group("path3") or m.group("path4") or m.group("path5")
+                or m.group("path6") or "")
+        line = int(m.group("line") or m.group("line2") or m.group("line4") or m.group("line5") or m.group("line6") or 0)
+        # a SyntaxError's location is compiled as a module: its code was being imported (or run)
+        func = (m.group("func") or m.group("func2") or m.group("func3") or m.group("func4")
+                or ("<module>" if m.group("path6") else "<cell>")).strip()
         nl = part.find("\n", m.end())
         source = ""
         if nl != -1:

@@ -702,6 +702,9 @@ ENTRIES += (
             r"\.\d{1,4}[\w.+-]{0,20}\+? (?i:or (?:higher|newer|later|above|greater))",
             # lightning_utilities' RequirementCache, as Lightning raises it ("Requirement 'torch>=2.1' not met")
             r"Requirement '" + _PACKAGE_SPEC + r"[^'\n]{0,40}' not met",
+            # the Python running the code named as one a package does not support ("Python 3.12 is not supported by
+            # this version of onnxruntime")
+            r"\bPython v?3\.\d{1,2}(?:\.\d{1,3})? (?:is|was) (?:not supported|unsupported|not compatible|too old)",
             # "torch version 1.8.1 is not supported", "numpy version 1.19 is too old"
             r"(?<![\w.-])" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60} (?:version|release) v?\d{1,4}\.\d{1,4}[\w.+-]{0,20} (?:is|was) "
             r"(?:too old|not supported|unsupported|incompatible|not compatible)",
