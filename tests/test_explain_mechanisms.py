@@ -283,3 +283,32 @@ def test_a_librarys_top_level_code_failing_is_its_import_not_a_value_of_the_user
 def test_the_python_named_as_unsupported_is_a_version_requirement():
     assert explain("RuntimeError: Python 3.13 is not supported by this release of fastkernels").kind == (
         "version_required")
+
+
+@pytest.mark.parametrize("text", [
+    "allennlp.common.checks.ConfigurationError: srl_bert is not a registered name for Model. You probably need to use "
+    "the --include-package flag to load your custom code.",
+    "tango.common.exceptions.RegistrationError: 'fancy_step' is not a registered name for 'Step'.",
+    "KeyError: 'SwinUNetPlus is not in the models registry'",
+    "RuntimeError: Unknown model (vit_giant_patch99_224)",
+])
+def test_a_name_no_registry_holds_is_a_release_or_a_companion_package(text):
+    d = explain(text)
+    assert d.kind == "registry_name_missing"
+    assert "registers" in d.first_step
+
+
+def test_a_pickled_class_missing_from_an_installed_package_is_its_release():
+    text = ("AttributeError: Can't get attribute 'GraphBatchV2' on <module 'graphkit.data.batch' from "
+            "'/opt/conda/lib/python3.10/site-packages/graphkit/data/batch.py'>")
+    assert explain(text).kind == "api_missing"
+
+
+def test_a_program_saying_its_checkpoint_is_missing_is_the_checkpoint_file():
+    d = explain("FileNotFoundError: pretrained weights file ./weights/sam_vit_b.pth does not exist, download it first")
+    assert d.kind == "checkpoint_load_failed" and "[[" not in d.summary and "?" not in d.summary
+    # the same notice logged before an unrelated error: the error is the question
+    text = ("No checkpoint found at runs/last.ckpt, training from scratch\n"
+            + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"),
+                  error="ZeroDivisionError: division by zero"))
+    assert explain(text).kind != "checkpoint_load_failed"

@@ -202,6 +202,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"cannot import name '?\w+'?",
             # a pickle written by a newer torch (torch._utils._rebuild_tensor_v2 and the like)
             r"Can't get attribute '\w+' on <module 'torch(?:\.\w+)*'",
+            # any installed package's module (its file under site-packages): a pickle written by another release of it
+            r"Can't get attribute '\w+' on <module '[\w.]{1,200}' from '[^'\n]{0,300}[/\\](?:site|dist)-packages[/\\]",
             # a class a pickle names that the installed library's module lacks (a model saved by a newer release)
             r"Can't get attribute '\w+' on <module '(?:ultralytics|transformers|diffusers|timm|peft|accelerate|mmcv|"
             r"mmdet|mmengine|torchmetrics|pytorch_lightning|lightning)(?:\.\w+)*'",

@@ -261,8 +261,15 @@ ENTRIES += (
     Entry(
         slug="checkpoint_load_failed",
         title="Loading a checkpoint or a pretrained model's files failed",
-        summary=("{exc_type} was raised while {loader} read a model's files[[ ({where})]][[, called at {user_where}]]: "
-                 "the file or folder is missing, incomplete or not what the loader expects."),
+        summary=("Loading a model's files failed[[: {exc_type} was raised in {loader}]][[ ({where})]][[, called at "
+                 "{user_where}]]: the file or folder is missing, incomplete or not what the loader expects."),
+        keywords=("checkpoint", "weights", "model file"),
+        patterns=(
+            # a program's own notice that the checkpoint is not where it looks
+            r"(?i:checkpoint|pretrained weights?|weights? file|model file)[^\n]{0,60}?(?:does ?n[o']t exist|not "
+            r"exist(?:ed|s)?\b|(?:was |were )?not found|is missing)",
+        ),
+        priority=30,
         causes=("The path or model name does not exist where the code runs (a relative path, another working "
                 "directory, a typo, a gated or private model without access).",
                 "The folder lacks a file the loader needs, or a file is incomplete (an interrupted download or save).",

@@ -262,3 +262,40 @@ ENTRIES += (
         sources=("https://huggingface.co/docs/bitsandbytes/main/en/installation",),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="registry_name_missing",
+        title="A name the configuration asks for is not registered in the installed library",
+        summary=("The configuration names[[ '{name}']], which the library's registry does not hold: a typo, or a "
+                 "name that another release (or a companion package that was not imported) registers."),
+        keywords=("registered name", "acceptable choices", "registry", "unknown model"),
+        patterns=(
+            # allennlp / tango: a type name looked up in the Registrable
+            r"'?(?P<name>[\w.-]{1,100})'? is not a registered name for '?\w+",
+            r"[\"']?(?P<name>[\w.-]{1,100}) not in acceptable choices for [\w.]+",
+            # mmcv / mmengine / detectron2's registries
+            r"[\"']?(?P<name>[\w.-]{1,100}) is not in the [\w ]{1,60}registry",
+            r"No object named '(?P<name>[\w.-]{1,100})' found in '\w+' registry",
+            # timm's create_model
+            r"Unknown model \((?P<name>[\w./-]{1,100})\)",
+        ),
+        priority=45,
+        facts=((r"(?P<name>[\w.-]{1,100})'? (?:is not a registered name|not in acceptable choices|is not in the [\w ]{1,60}"
+                r"registry)", {"name": "str"}),),
+        extra={"family": "environment_version,library_api_misuse"},
+        causes=("The name is misspelt, or belongs to another library's registry.",
+                "Another release registers it: the configuration (or the archived model) was written for a newer or "
+                "older release of the library.",
+                "A companion package registers it on import (allennlp-models, a project's custom modules, mmdet's "
+                "custom_imports), and the code did not import it."),
+        fixes=(Fix("List the names the installed release registers", "from timm import list_models; "
+                   "print(list_models('*vit*'))  # allennlp: Model.list_available(); mmengine: MODELS.module_dict"),),
+        first_step="Compare the name with the names the installed release registers (the message or its registry "
+        "lists them): a misspelt name, fix the configuration; a right name, install the release of the library (or "
+        "the companion package, imported before use) that registers it.",
+        sources=("https://docs.allennlp.org/main/api/common/registrable/",
+                 "https://mmengine.readthedocs.io/en/latest/advanced_tutorials/registry.html",
+                 "https://huggingface.co/docs/timm/reference/models"),
+    ),
+)

@@ -122,6 +122,20 @@ _PACKAGES = {
         "    def __getattr__(self, name):\n        raise AttributeError(name)\n\n"
         "def open(path):\n    return Image(path)\n"),
     "gallery/__init__.py": "",
+    # a registry of named classes, as allennlp's Registrable and mmengine's Registry keep them
+    "confreg/__init__.py": "",
+    "confreg/registrable.py": (
+        "class ConfigurationError(Exception):\n    pass\n\n"
+        "class Registrable:\n    _registry = {}\n\n"
+        "    @classmethod\n    def by_name(cls, name):\n"
+        "        if name not in cls._registry:\n"
+        "            raise ConfigurationError(f'{name} is not a registered name for {cls.__name__}')\n"
+        "        return cls._registry[name]\n\n"
+        "class Registry:\n    def __init__(self, name):\n        self.name, self.modules = name, {}\n\n"
+        "    def build(self, cfg):\n        kind = cfg['type']\n"
+        "        if kind not in self.modules:\n"
+        "            raise KeyError(f'{kind} is not in the {self.name} registry')\n"
+        "        return self.modules[kind](**cfg)\n"),
     "gallery/folder.py": (
         "import picture\n\n"
         "def loader(path):\n    img = picture.open(path)\n    return img.reduce(2)  # added in picture 2\n\n"
@@ -130,6 +144,12 @@ _PACKAGES = {
 _SCRIPTS = {
     "libraries_disagree__missing_method": "from gallery.folder import loader\nloader('cat.png')\n",
     "libraries_disagree__lazy_module": "from gallery.folder import resample_filter\nresample_filter()\n",
+    "registry_name_missing__registrable": (
+        "from confreg.registrable import Registrable\n\nclass Model(Registrable):\n    pass\n\n"
+        "Model.by_name('constituency_parser')  # registered by a release the archive was made with\n"),
+    "registry_name_missing__registry_build": (
+        "from confreg.registrable import Registry\n\nMODELS = Registry('model')\n"
+        "MODELS.build({'type': 'CascadeRCNNPlus'})  # registered by a companion package not imported\n"),
     # a process group of one rank (gloo on the CPU), asked for what only a larger group has
     "distributed_call_failed__broadcast_root": (
         "import torch, torch.distributed as dist\n"
