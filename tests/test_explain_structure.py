@@ -370,9 +370,11 @@ def test_a_bare_keyerror_raised_in_a_library_is_the_librarys_not_the_users_dict(
     assert explain(user).kind == "missing_key"
 
 
-def test_a_librarys_keyerror_in_a_text_saying_the_model_was_not_found_is_not_placed() -> None:
+def test_a_librarys_keyerror_in_a_text_saying_the_model_was_not_found_is_the_model_files() -> None:
+    # not a call the library rejected: the library said the model's files were not found, then failed on what is missing
     text = "No somelib model found with name /data/m. Creating a new one with mean pooling.\n" + _LIB_KEYERROR
-    assert explain(text).kind == "unknown"
+    d = explain(text)
+    assert d.kind == "checkpoint_load_failed" and d.evidence["loader"] == "somelib"
 
 
 def test_a_launchers_report_yields_to_the_childs_own_traceback_printed_before_it() -> None:

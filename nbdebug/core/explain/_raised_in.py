@@ -55,8 +55,9 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     """An error raised below a loader of a model's files (torch.load, safetensors, from_pretrained): the files.
 
     The loader is a library's frame among the last ones, or the user's last line calling one with the error raised
-    below it.
+    below it, or the library that raised after its own notice that the model's files were not found or not loaded.
     """
+    from nbdebug.core.explain._family import _MODEL_FILES
     from nbdebug.core.explain._family import _where as where
     from nbdebug.core.knowledge.io import LOAD_STEP
 
@@ -66,12 +67,16 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     user_index = max((i for i, f in enumerate(s.frames) if f.is_user), default=-1)
     below = s.frames[user_index + 1:]
     loader = next((f for f in below if _loader(f)), None)
+    noticed = ""
     user = s.frames[user_index] if user_index >= 0 else None
+    if loader is None and below and below[-1].owner not in ("stdlib", "torch") and _MODEL_FILES.search(raw):
+        loader = below[-1]  # the library said the model's files were not found (or not all loaded), then failed
+        noticed = loader.owner
     if loader is None and not (user is not None and below and _LOADER_CALL.search(user.source)):
         return None
     if any(_OTHER_FAMILY.search(f.path + " " + f.func) for f in below):
         return None  # a loader inside a distributed wrapper (deepspeed's engine, FSDP's state dict)
-    name = loader.func if loader is not None else _LOADER_CALL.search(user.source or "").group(0).strip("(. ")  # type: ignore[union-attr]
+    name = noticed or loader.func if loader is not None else _LOADER_CALL.search(user.source or "").group(0).strip("(. ")  # type: ignore[union-attr]
     call = f"the call at {where(user)}" if user is not None else "the code"
     facts: dict[str, Any] = {"exc_type": s.short_type, "loader": name, "first_step_detail": LOAD_STEP.format(
         call=call, loader=name)}
