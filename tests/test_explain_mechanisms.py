@@ -312,3 +312,22 @@ def test_a_program_saying_its_checkpoint_is_missing_is_the_checkpoint_file():
             + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"),
                   error="ZeroDivisionError: division by zero"))
     assert explain(text).kind != "checkpoint_load_failed"
+
+
+@pytest.mark.parametrize("text", [
+    "x86_64-linux-gnu-gcc: error: unrecognized command-line option '-std=c++20'",
+    "cl : Command line error D8021 : invalid numeric argument '/Wno-deprecated'",
+    "LINK : fatal error LNK1181: cannot open input file 'cusparse.lib'",
+    "RuntimeError: Ninja is required to load C++ extensions",
+])
+def test_compiler_drivers_and_linkers_are_an_extension_build(text):
+    assert explain(text).kind == "extension_build_failed"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("WARNING: Retrying ...\nCould not fetch URL https://pypi.org/simple/torchvision/: connection refused", "install_failed"),
+    ("Collecting package metadata (repodata.json): done\nSolving environment: failed", "conda_not_found"),
+    ("RuntimeError: fastops version 0.9.2 is newer than and incompatible with fastcore version 0.7.0.", "version_required"),
+])
+def test_installers_and_version_pairs(text, kind):
+    assert explain(text).kind == kind

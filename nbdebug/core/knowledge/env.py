@@ -351,7 +351,8 @@ ENTRIES: tuple[Entry, ...] = (
                   "subprocess-exited-with-error", "legacy-install-failure", "command '", "rust compiler", "installable wheels",
                   "error building extension", "cuda_home does not exist", "command errored out",
                   "failed with error code", "running setup.py install", "error:", "错误", "エラー", "error c",
-                  "not declared in this scope", "is undefined", "cmake error", "exit status"),
+                  "not declared in this scope", "is undefined", "cmake error", "exit status", "command line error", "lnk",
+                  "ninja is required"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -390,6 +391,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"CMake Error at [^\n]{1,300}:\d{1,7} ",
             r"\bld returned \d{1,3} exit status",
             r"nvcc fatal\s{0,8}: ",
+            r"(?m)^(?:[\w.-]{0,40}-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(?:-\d{1,2})?: (?:fatal )?error: ",
+            r"Command line error D\d{4}",
+            r"fatal error LNK\d{4}",
+            r"Ninja is required to load C\+\+ extensions",
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"
@@ -511,7 +516,7 @@ ENTRIES += (
         summary=("pip found the packages but could not install them[[: {reason}]]: the disk, a file in use, the "
                  "folder's permissions, the network or the download itself stopped it."),
         keywords=("timeouterror", "protocolerror", "could not install packages due to", "do not match the hashes", "externally-managed-environment",
-                  "files.pythonhosted.org", "download.pytorch.org", "invalid requirement"),
+                  "files.pythonhosted.org", "download.pytorch.org", "invalid requirement", "could not fetch url"),
         patterns=(
             r"Could not install packages due to an (?:OSError|EnvironmentError)",
             r"THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE",
@@ -519,6 +524,8 @@ ENTRIES += (
             r"(?:ReadTimeoutError|ConnectTimeoutError|ProtocolError)[^\n]{0,120}(?:files\.pythonhosted\.org|pypi\.org|"
             r"download\.pytorch\.org)",
             r"ERROR: Invalid requirement: ",
+            # pip unable to reach its index (a proxy, TLS interception, no network)
+            r"Could not fetch URL https?://[^\s:]{1,300}: ",
         ),
         priority=66,
         extra={"family": "install_build"},
@@ -544,11 +551,12 @@ ENTRIES += (
         summary=("conda could not solve the environment: the channels it searched have no build of the packages for "
                  "this platform and Python, or the pinned versions do not fit together."),
         keywords=("packagesnotfounderror", "packagenotfounderror", "unsatisfiableerror", "resolvepackagenotfound",
-                  "not available from current channels"),
+                  "not available from current channels", "solving environment: failed"),
         patterns=(r"Packages?NotFoundError: (?:The following packages are not available from current channels|Package "
                   r"missing in current)",
                   r"UnsatisfiableError: The following specifications were found",
-                  r"(?m)^ResolvePackageNotFound:"),
+                  r"(?m)^ResolvePackageNotFound:",
+                  r"Solving environment: failed\b"),
         priority=66,
         extra={"family": "install_build"},
         causes=("The channel holding the package is not named (-c pytorch -c nvidia, or conda-forge).",
@@ -702,6 +710,9 @@ ENTRIES += (
             # "needs bitsandbytes version 0.39.0 or higher", "requires tokenizers 0.13 or newer"
             r"(?i:\bneeds?|\brequire[sd]?)\b (?:at least )?" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60} (?:version )?v?\d{1,4}"
             r"\.\d{1,4}[\w.+-]{0,20}\+? (?i:or (?:higher|newer|later|above|greater))",
+            # "jaxlib version 0.4.1 is newer than and incompatible with jax version 0.3.25"
+            r"(?<![\w.-])(?P<requirement>[A-Za-z][\w.-]{1,60} (?:version )?v?\d{1,4}\.\d{1,4}[\w.+-]{0,20}) is (?:newer|older) "
+            r"than and incompatible with",
             # lightning_utilities' RequirementCache, as Lightning raises it ("Requirement 'torch>=2.1' not met")
             r"Requirement '" + _PACKAGE_SPEC + r"[^'\n]{0,40}' not met",
             # the Python running the code named as one a package does not support ("Python 3.12 is not supported by
