@@ -55,15 +55,14 @@ def test_healthy_mlp_with_dropout_05_and_adam_is_not_called_unstable():
     assert m[2].p == 0.5 and m.training  # the caller's dropout is untouched
 
 
-def test_a_noisy_curve_is_not_blamed_on_the_lr_when_a_lower_lr_does_not_learn_better():
+def test_a_curve_noisy_by_a_noise_layer_is_not_blamed_on_the_lr():
     x, y = digits(128)
     torch.manual_seed(0)
     m = nn.Sequential(GaussianNoise(1.0), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
     r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
     assert not loud(r), r
-    assert "the mark of a learning rate that is too high" not in said(r)
-    lower = [e for e in r.experiments if e.cause == "lr_too_high"]
-    assert lower and not any(e.restores for e in lower)  # the experiment ran, and it is what withdrew the claim
+    assert "too high" not in said(r)
+    assert "two forward passes of the trained copy on it give different losses" in r.finding("cannot_overfit").message
 
 
 def test_labels_shuffled_apart_from_their_inputs_are_caught_when_the_batch_is_learned_not_memorised():
@@ -156,3 +155,46 @@ def test_a_run_still_falling_is_not_told_to_raise_an_lr_that_no_experiment_tried
     f = r.finding("cannot_overfit")
     assert f.severity == "info" and "still falling" in f.message, r
     assert "higher learning rate" not in said(r) and "raise the learning rate" not in said(r)
+
+
+class VAE(nn.Module):
+    """A variational autoencoder: its loss is noisy by design (the latent is sampled) and never reaches zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 16))
+        self.dec = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64))
+
+    def forward(self, x):
+        mu, logvar = self.enc(x).chunk(2, -1)
+        return self.dec(mu + torch.randn_like(mu) * (0.5 * logvar).exp()), mu, logvar
+
+
+def vae_loss(out, x):
+    rec, mu, logvar = out
+    kl = -0.5 * torch.mean(torch.sum(1 + logvar - mu ** 2 - logvar.exp(), 1))
+    return nn.functional.mse_loss(rec, x, reduction="sum") / x.shape[0] + kl
+
+
+def test_a_healthy_vae_whose_sampled_loss_cannot_reach_zero_gets_no_warning():
+    x, _ = digits(128)
+    m = VAE()
+    r = doctor(m, (x, x), vae_loss, torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert not loud(r), r
+    assert "different losses" in r.finding("cannot_overfit").message
+
+
+def test_the_mode_left_is_named_before_the_explosion_it_causes():
+    x, y = digits(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                      nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                      nn.Flatten(), nn.Linear(64, 10))
+    m.eval()  # left in eval mode after a validation pass: BatchNorm never normalises this batch
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9), **QUICK)
+    assert loud(r)[0].kind == "eval_mode", r
+    for f in r.findings:
+        if f.kind in ("exploding_gradients", "dead_activations"):
+            assert f.severity == "warning" and f.fixes[0].title.startswith("fix that first"), f

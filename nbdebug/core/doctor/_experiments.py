@@ -400,6 +400,8 @@ def _attach(s: Session) -> None:
                                      evidence={**dict(f.evidence), **e.evidence()},
                                      fixes=(Fix(f"lower the learning rate ({e.change}, measured on a copy)", e.code),
                                             *f.fixes) if e.restores else f.fixes)
+    if best is not None:
+        _symptoms_follow(s, best)
     idx = next((i for i, f in enumerate(s.findings) if f.kind == "cannot_overfit"), None)
     if idx is None:
         return
@@ -477,6 +479,27 @@ def _cause_above_symptoms(s: Session, idx: int, best: Experiment) -> None:
     first = min(symptoms)
     if first < idx:
         s.findings.insert(first, s.findings.pop(idx))
+
+
+def _symptoms_follow(s: Session, best: Experiment) -> None:
+    """When the experiment that restores learning tried the fix of a setup finding (train mode, an optimizer over
+    every parameter, ...), the gradients that exploded and the ReLUs that died on the way are its symptoms: they
+    come after it, at most as warnings, and their first fix is that finding's."""
+    at = next((i for i, f in enumerate(s.findings) if f.kind == best.cause and f.kind != "cannot_overfit"), None)
+    if at is None:
+        return
+    cause = s.findings[at]
+    symptoms = [i for i, f in enumerate(s.findings) if f.kind in _LR_SYMPTOMS]
+    if not symptoms:
+        return
+    how = entry("consequence_of_another")
+    first = Fix(f"fix that first: {cause.fix or cause.title}", best.code)
+    for i in symptoms:
+        f = s.findings[i]
+        s.findings[i] = _replace(f, message=how.summary.format(message=f.message, cause_title=cause.title.lower()),
+                                 severity="warning" if f.severity == "error" else f.severity, fixes=(first, ))
+    if min(symptoms) < at:
+        s.findings.insert(min(symptoms), s.findings.pop(at))
 
 
 def _lr_claim_withdrawn(s: Session, f: Finding, tried: list[Experiment]) -> Finding:

@@ -233,7 +233,7 @@ def _run(s: Session) -> None:
     if "overfit one batch" in s.skipped:
         _no_time_to_train(s)
         return
-    training.loss_without_dropout(s, work)
+    training.loss_without_noise(s, work)
     if not easy.below_minimum(s):
         training.overfit(s)
         _memorised_at_once(s)

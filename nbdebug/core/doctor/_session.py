@@ -83,6 +83,7 @@ class Session:
         self.cut_by_budget = False  # the overfit run stopped at the time budget before its verdict was clear
         self.params_still: float | None = None  # the overfit run stopped early: its parameters did not move (rel.)
         self.dropout_off_loss: float | None = None  # the trained copy's loss on the batch with its dropout off
+        self.stochastic = False  # two forward passes of the trained copy give different losses (dropout, sampling)
         # what the setup checks and the experiments learn
         self.coverage_missing: list[str] = []  # trainable parameters the user's optimizer does not hold
         self.left_in_eval = False  # the user left the model in eval mode

@@ -18,7 +18,7 @@ from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
 __all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said",
-           "loss_without_dropout",
+           "loss_without_noise",
            "zero_input_baseline", "reproducibility", "dataloader_wait", "MIN_STEPS"]
 
 _RELU = ("ReLU", "ReLU6")
@@ -233,26 +233,30 @@ def _monitor_findings(s: Session, mon: Any, losses: list[float]) -> None:
     s.check("max gradient norm", f"{float(g.max()) if len(g) else float('nan'):.3g}")
 
 
-def loss_without_dropout(s: Session, work: Any) -> None:
-    """The trained copy's loss on the batch with every dropout module's ``p`` set to 0 for one forward pass
-    (``s.dropout_off_loss``), when the copy trains with dropout on: dropout's noise keeps a memorised batch's
-    training loss up, so the fit is judged without it.  ``p`` rather than eval mode: attention code reads the
-    module's ``p``, and BatchNorm keeps its batch statistics."""
+def loss_without_noise(s: Session, work: Any) -> None:
+    """What the trained copy's loss on the batch is without the noise of training: with every dropout module's
+    ``p`` set to 0 for one forward pass (``s.dropout_off_loss``; ``p`` rather than eval mode: attention code reads
+    the module's ``p``, and BatchNorm keeps its batch statistics), and whether two forward passes in its training
+    mode differ (``s.stochastic``: dropout, a noise layer, a VAE's sampling).  A noisy training loss keeps a learned
+    batch above the fit mark, so the fit is judged without the noise."""
     import torch
 
+    if not s.losses:
+        return
     drops = [m for m in work.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)
              and m.training and float(m.p) > 0]
-    if not drops or not s.losses:
-        return
     kept = [m.p for m in drops]
     try:
-        for m in drops:
-            m.p = 0.0
         with torch.no_grad():
-            _, loss = s.loss.loss(work, s.loss.inputs)
-        s.dropout_off_loss = float(loss.detach().float())
-    except Exception as e:  # noqa: BLE001 - no verdict without dropout: the training curve alone is judged
-        s.check("loss with dropout off", f"could not run: {type(e).__name__}: {e}")
+            a = float(s.loss.loss(work, s.loss.inputs)[1].detach().float())
+            b = float(s.loss.loss(work, s.loss.inputs)[1].detach().float())
+            s.stochastic = math.isfinite(a) and math.isfinite(b) and abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-12)
+            if drops:
+                for m in drops:
+                    m.p = 0.0
+                s.dropout_off_loss = float(s.loss.loss(work, s.loss.inputs)[1].detach().float())
+    except Exception as e:  # noqa: BLE001 - no verdict without the noise: the training curve alone is judged
+        s.check("loss without the noise of training", f"could not run: {type(e).__name__}: {e}")
     finally:
         for m, p in zip(drops, kept):
             m.p = p
@@ -274,7 +278,7 @@ def overfit(s: Session) -> None:
         return
     lr = f"lr={s.lr_used:g}" if s.lr_used is not None else "the learning rate"
     msg = overfit_said(s)
-    if _dropout_keeps_it_up(s, msg):
+    if _noise_keeps_it_up(s, msg):
         return
     s.unstable = _instability(s.losses, init)
     if s.unstable and s.cut_by_budget and n < MIN_STEPS:
@@ -358,17 +362,24 @@ def _frozen_part_learns(s: Session, msg: str) -> bool:
     return True
 
 
-def _dropout_keeps_it_up(s: Session, msg: str) -> bool:
-    """With dropout on, a batch whose loss with dropout off went well down (``noisy_learns_rel`` of its start, or
-    of what the label frequencies give) is learned: the training curve's noise, and the batch not memorised under
-    dropout's noise, are no fault (a rising or oscillating curve is dropout's too).  True when that note was added."""
+def _noise_keeps_it_up(s: Session, msg: str) -> bool:
+    """A training loss that is noisy by the model's design (dropout, a noise layer, sampling), on a batch whose loss
+    went well down (``noisy_learns_rel`` of its start, or of what the label frequencies give; with dropout, measured
+    with dropout off) is learned: the curve's noise, and the batch not memorised under it, are no fault (a rising or
+    oscillating curve is the noise's too).  True when that note was added."""
     off = s.dropout_off_loss
     share = s.learned_share()
-    if off is None or not math.isfinite(off) or share < threshold("noisy_learns_rel"):
+    if not (off is not None and math.isfinite(off) or s.stochastic) or share < threshold("noisy_learns_rel"):
         return False
-    s.add("cannot_overfit", f"{msg} with dropout on; with dropout off the trained copy's loss on it is {off:.4g} "
-          f"({learned_said(s, share)}): it learns, and dropout's noise keeps the training loss up, so this is no "
-          "fault", severity="info", fixes=(), evidence={"dropout_off": off, "learned_share": round(share, 4)})
+    if off is not None:
+        how = f" with dropout on; with dropout off the trained copy's loss on it is {off:.4g}"
+        why = "dropout's noise keeps the training loss up"
+    else:
+        how = "; two forward passes of the trained copy on it give different losses"
+        why = "the model's own noise (a noise layer, sampling) keeps the training loss up"
+    s.add("cannot_overfit", f"{msg}{how} ({learned_said(s, share)}): it learns, and {why}, so this is no fault",
+          severity="info", fixes=(), evidence={"dropout_off": off, "stochastic": s.stochastic,
+                                               "learned_share": round(share, 4)})
     return True
 
 
