@@ -331,3 +331,9 @@ def test_compiler_drivers_and_linkers_are_an_extension_build(text):
 ])
 def test_installers_and_version_pairs(text, kind):
     assert explain(text).kind == kind
+
+
+def test_a_requirement_in_prose_before_an_unrelated_traceback_is_not_the_answer():
+    text = ("I need transformers==4.41.2 for this repo, and training stops with:\n"
+            + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"), error="ZeroDivisionError: division by zero"))
+    assert explain(text).kind != "version_required"

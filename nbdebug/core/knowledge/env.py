@@ -695,12 +695,12 @@ ENTRIES += (
         title="The code requires another version of a package than the installed one",
         summary=("The message states a version requirement[[ ({requirement})]] that the installed packages do not "
                  "meet: the code, or a library it calls, was written for another release."),
-        keywords=("require", "need", "incompatible", "compatible", "not supported", "please install", "please upgrade", "please update", "please use", "upgrade",
+        keywords=("require", "need", "incompatible", "compatible", "not supported", "please install", "please upgrade", "please update", "please use",
                   "too old", "unsupported", "or higher", "or newer", "or later", "not met"),
         patterns=(
             # the requirement after the words that state it ("requires `accelerate>=0.20.1`", "please install
             # mmcv>=2.0.0rc4", "is incompatible with transformers<4.30")
-            r"(?i:\brequire[sd]?\b|\bneeds?\b|please (?:install|upgrade|update|use)|\bupgrade\b|incompatible|"
+            r"(?i:\brequire[sd]?\b|\bneeds?\b|please (?:install|upgrade|update|use)|incompatible|"
             r"not compatible|only supports?|not supported)[^\n]{0,100}?(?<![\w.-])[`'\"(]?(?P<requirement>"
             + _PACKAGE_SPEC + r")",
             # the installed one named with its version, then the complaint ("MMCV==1.6.0 is used but incompatible")
