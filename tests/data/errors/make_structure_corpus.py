@@ -199,20 +199,14 @@ def main() -> int:
     versions = ", ".join(f"{d} {md.version(d)}" for d in ("torch", "safetensors", "transformers", "lightning-utilities"))
     header = (f"# source: generated on CPU by tests/data/errors/make_structure_corpus.py ({versions}, "
               f"python {sys.version.split()[0]})\n")
-    written, missed = 0, []
     texts = {name: run_in_process(fn) for name, fn in CASES.items()}
     texts |= {name: run_script(source) for name, source in _SCRIPTS.items()}
+    missed = [name for name, text in texts.items() if text is None]
     for name, text in texts.items():
-        if text is None:
-            missed.append(name)
-            continue
-        (HERE / f"{name}.txt").write_text(header + _anonymise(text))
-        written += 1
-    print(f"wrote {written} files to {HERE}")
-    if missed:
-        print("did not raise:", ", ".join(missed))
+        if text is not None:
+            (HERE / f"{name}.txt").write_text(header + _anonymise(text))
+    print(f"wrote {len(texts) - len(missed)} files to {HERE}" + (f"; did not raise: {', '.join(missed)}" if missed else ""))
     return 1 if missed else 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
