@@ -91,7 +91,9 @@ def test_an_unlisted_message_inside_torch_load_is_the_checkpoint_file():
                (f"{_SITE}/torch/serialization.py", 1040, "load", "return _legacy_load(opened_file, map_location)"),
                (f"{_SITE}/torch/serialization.py", 1260, "_legacy_load", "magic_number = pickle_module.load(f)"),
                error="_pickle.UnpicklingError: A brand new reader complaint nobody listed")
-    assert explain(text).kind == "checkpoint_load_failed"
+    d = explain(text)
+    assert d.kind == "checkpoint_load_failed" and d.evidence["loader"] == "torch.load"
+    assert "asked torch.load to read" in d.first_step
 
 
 def test_the_users_line_calling_a_loader_places_an_error_raised_below_it():

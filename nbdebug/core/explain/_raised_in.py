@@ -76,6 +76,8 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
         return None
     if any(_OTHER_FAMILY.search(f.path + " " + f.func) for f in below):
         return None  # a loader inside a distributed wrapper (deepspeed's engine, FSDP's state dict)
+    if loader is not None and loader.owner == "torch":  # torch's reader, named by its public function
+        noticed = "torch.jit.load" if "jit" in loader.path else "torch.hub" if "hub.py" in loader.path else "torch.load"
     name = noticed or loader.func if loader is not None else _LOADER_CALL.search(user.source or "").group(0).strip("(. ")  # type: ignore[union-attr]
     call = f"the call at {where(user)}" if user is not None else "the code"
     facts: dict[str, Any] = {"exc_type": s.short_type, "loader": name, "first_step_detail": LOAD_STEP.format(
