@@ -88,7 +88,7 @@ def test_slugs_are_the_issue_contract():
         "native_crash", "host_oom", "kernel_died", "call_signature", "missing_key", "wrong_object_attribute",
         "replica_error", "torchscript_error", "xla_not_imported", "wrapped_model_attribute", "xla_input_on_cpu",
         "process_group_missing", "torch_unbuilt", "store_unreachable", "version_required",
-        "dataset_empty", "checkpoint_load_failed",
+        "dataset_empty", "checkpoint_load_failed", "relative_import_script",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

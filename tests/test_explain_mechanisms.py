@@ -339,3 +339,10 @@ def test_a_requirement_in_prose_before_an_unrelated_traceback_is_not_the_answer(
     text = ("I need transformers==4.41.2 for this repo, and training stops with:\n"
             + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"), error="ZeroDivisionError: division by zero"))
     assert explain(text).kind != "version_required"
+
+
+def test_a_package_module_run_as_a_script_is_the_users_launch():
+    text = _tb(("/home/me/proj/tools/train.py", 3, "<module>", "from .config import cfg"),
+               error="ImportError: attempted relative import with no known parent package")
+    d = explain(text)
+    assert d.kind == "relative_import_script" and "python -m" in d.first_step

@@ -166,7 +166,7 @@ def test_import_failed_inside_a_package():
     # the user's own import of a project module is no broken install
     own = 'Traceback (most recent call last):\n  File "train.py", line 1, in <module>\n    from models import net\n' \
           "ImportError: attempted relative import with no known parent package\n"
-    assert explain(own).kind == "unknown"
+    assert explain(own).kind == "relative_import_script"  # (issue 23: how the file was run, not an install)
 
 
 def test_any_error_while_a_library_is_being_imported_is_its_versions():

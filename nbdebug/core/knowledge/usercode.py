@@ -178,3 +178,24 @@ ENTRIES += (
         extra={"family": "user_code_python"},
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="relative_import_script",
+        title="A file with relative imports was run as a script, outside its package",
+        summary=("The file uses a relative import (from .x import y), which works only inside a package, and it was "
+                 "run as a script (python path/to/file.py), so it has no parent package."),
+        keywords=("attempted relative import",),
+        patterns=(r"attempted relative import with no known parent package",),
+        priority=60,
+        extra={"family": "user_code_python"},
+        causes=("python path/to/pkg/file.py runs the file as __main__, not as pkg.file, so '.' names no package.",
+                "A notebook or a script that copied a package's module, with its relative imports."),
+        fixes=(Fix("Run it as a module from the folder above the package", "cd /path/above/pkg && python -m pkg.train"),
+               Fix("Or import absolutely", "from pkg.data import load   # instead of: from .data import load")),
+        first_step="Run the file as a module from the folder that holds its package (python -m pkg.file), or change "
+        "its relative imports to absolute ones.",
+        sources=("https://docs.python.org/3/reference/import.html#package-relative-imports",
+                 "https://docs.python.org/3/using/cmdline.html#cmdoption-m"),
+    ),
+)

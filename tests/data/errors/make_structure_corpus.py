@@ -144,6 +144,9 @@ _PACKAGES = {
 _SCRIPTS = {
     "libraries_disagree__missing_method": "from gallery.folder import loader\nloader('cat.png')\n",
     "libraries_disagree__lazy_module": "from gallery.folder import resample_filter\nresample_filter()\n",
+    # a package's module run as a script (its relative imports have no package)
+    "relative_import_script__run_as_script": "from .data import load_split\nload_split('train')\n",
+    "relative_import_script__dot_import": "from . import utils\nutils.seed_all(0)\n",
     "registry_name_missing__registrable": (
         "from confreg.registrable import Registrable\n\nclass Model(Registrable):\n    pass\n\n"
         "Model.by_name('constituency_parser')  # registered by a release the archive was made with\n"),
