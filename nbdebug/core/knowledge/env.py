@@ -687,7 +687,7 @@ ENTRIES += (
 # a package named with a version specifier ("mmcv>=2.0.0rc4", "`accelerate>=0.20.1`"): not a parameter's bound
 # ("lr >= 0.0"), nor CUDA's or the driver's own version (``version_mismatch``)
 _NOT_A_PACKAGE = r"(?!(?i:lr|eps|dim|size|value|alpha|beta|gamma|momentum|weight_decay|index|rate|threshold|cuda|cudnn|nvidia|driver|gpu|sm|compute|capability|version|memory|batch|length|count|number|ratio|epoch|steps?|seed)\b)"
-_PACKAGE_SPEC = _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:>=|==|~=|<=|>|<) ?v?\d{1,4}\.\d{1,4}"
+_PACKAGE_SPEC = _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:>=|==|~=|<=) ?v?\d{1,4}\.\d{1,4}"
 
 ENTRIES += (
     Entry(
@@ -695,8 +695,10 @@ ENTRIES += (
         title="The code requires another version of a package than the installed one",
         summary=("The message states a version requirement[[ ({requirement})]] that the installed packages do not "
                  "meet: the code, or a library it calls, was written for another release."),
-        keywords=("require", "need", "incompatible", "compatible", "not supported", "please install", "please upgrade", "please update", "please use",
-                  "too old", "unsupported", "or higher", "or newer", "or later", "not met"),
+        # an operator of a version specifier, or the words of the patterns without one (most texts have neither, so
+        # the patterns, which scan every position, rarely run)
+        keywords=(">=", "==", "~=", "<=", "or higher", "or newer", "or later", "or above", "or greater",
+                  "too old", "not supported", "unsupported", "incompatible", "not compatible"),
         patterns=(
             # the requirement after the words that state it ("requires `accelerate>=0.20.1`", "please install
             # mmcv>=2.0.0rc4", "is incompatible with transformers<4.30")
@@ -704,7 +706,8 @@ ENTRIES += (
             r"not compatible|only supports?|not supported)[^\n]{0,100}?(?<![\w.-])[`'\"(]?(?P<requirement>"
             + _PACKAGE_SPEC + r")",
             # the installed one named with its version, then the complaint ("MMCV==1.6.0 is used but incompatible")
-            r"(?<![\w.-])[`'\"(]?" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:==|>=|<=|~=) ?v?\d{1,4}\.\d{1,4}[\w.+-]{0,20}"
+            # (no parameter's bound is followed by "is used but incompatible": the name is a package's)
+            r"(?<![\w.-])[`'\"(]?[A-Za-z][\w.-]{1,60}? ?(?:==|>=|<=|~=) ?v?\d{1,4}\.\d{1,4}[\w.+-]{0,20}"
             r"[`'\")]? (?i:is (?:used but |installed but )?(?:incompatible|not compatible|not supported|unsupported|required|"
             r"needed|too old))",
             # "needs bitsandbytes version 0.39.0 or higher", "requires tokenizers 0.13 or newer"
@@ -719,7 +722,8 @@ ENTRIES += (
             # this version of onnxruntime")
             r"\bPython v?3\.\d{1,2}(?:\.\d{1,3})? (?:is|was) (?:not supported|unsupported|not compatible|too old)",
             # "torch version 1.8.1 is not supported", "numpy version 1.19 is too old"
-            r"(?<![\w.-])" + _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60} (?:version|release) v?\d{1,4}\.\d{1,4}[\w.+-]{0,20} (?:is|was) "
+            r"(?<![\w.-])(?!(?i:cuda|cudnn|driver|nvidia)\b)[A-Za-z][\w.-]{1,60} (?:version|release) v?\d{1,4}\.\d{1,4}"
+            r"[\w.+-]{0,20} (?:is|was) "
             r"(?:too old|not supported|unsupported|incompatible|not compatible)",
         ),
         priority=46,  # before a plain "please install" (package_missing): the version is the question

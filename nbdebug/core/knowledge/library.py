@@ -272,10 +272,10 @@ ENTRIES += (
         keywords=("registered name", "acceptable choices", "registry", "unknown model"),
         patterns=(
             # allennlp / tango: a type name looked up in the Registrable
-            r"'?(?P<name>[\w.-]{1,100})'? is not a registered name for '?\w+",
-            r"[\"']?(?P<name>[\w.-]{1,100}) not in acceptable choices for [\w.]+",
+            r"(?<![\w.-])'?(?P<name>[\w.-]{1,100})'? is not a registered name for '?\w+",
+            r"(?<![\w.-])[\"']?(?P<name>[\w.-]{1,100}) not in acceptable choices for [\w.]+",
             # mmcv / mmengine / detectron2's registries
-            r"[\"']?(?P<name>[\w.-]{1,100}) is not in the [\w ]{1,60}registry",
+            r"(?<![\w.-])[\"']?(?P<name>[\w.-]{1,100}) is not in the [\w ]{1,60}registry",
             r"No object named '(?P<name>[\w.-]{1,100})' found in '\w+' registry",
             # timm's create_model
             r"Unknown model \((?P<name>[\w./-]{1,100})\)",
