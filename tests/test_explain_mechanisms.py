@@ -346,3 +346,12 @@ def test_a_package_module_run_as_a_script_is_the_users_launch():
                error="ImportError: attempted relative import with no known parent package")
     d = explain(text)
     assert d.kind == "relative_import_script" and "python -m" in d.first_step
+
+
+def test_a_loader_checking_its_arguments_is_not_the_files():
+    text = _tb(("run.py", 3, "<module>", "m = AutoModelForCausalLM.from_pretrained(name, load_in_4bit=True, "
+                "quantization_config=q)"),
+               (f"{_SITE}/transformers/modeling_utils.py", 2900, "from_pretrained", "raise ValueError("),
+               error="ValueError: You can't pass `load_in_4bit` or `load_in_8bit` as a kwarg when passing "
+                     "`quantization_config` argument at the same time.")
+    assert explain(text).kind != "checkpoint_load_failed"

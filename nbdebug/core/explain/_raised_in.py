@@ -34,10 +34,16 @@ _LOAD_TYPES = frozenset({"OSError", "EnvironmentError", "FileNotFoundError", "Is
                          "AttributeError", "IndexError", "BadZipFile", "JSONDecodeError", "SafetensorError",
                          "HeaderTooLarge", "UnicodeDecodeError", "EntryNotFoundError",
                          "RepositoryNotFoundError", "LocalEntryNotFoundError"})
-# another family's words: sizes and devices (state_dict and CUDA categories), memory, the network, distributed runs
+# a loader's own checks raise these for its arguments as well as for its files: only a message about a file counts
+_CHECK_TYPES = frozenset({"ValueError", "RuntimeError", "KeyError", "IndexError", "AttributeError"})
+_FILE_WORDS = re.compile(r"(?i:\bfiles?\b|folder|director|\bpath\b|not found|no such|n[o']t exist|\.json\b|"
+                         r"config file|weights? file|checkpoint|shard|download|\bload(?:ing|ed)?\b|\bread(?:ing)?\b|"
+                         r"corrupt|header|archive|pickle|safetensors|\.bin\b|\.pth?\b|model_type|unrecognized|"
+                         r"\bEOF\b|\bzip\b)")
 # a pickle naming a class the loading code lacks (a module, or the saving script's __main__): the file is fine, the
 # code that loads it must define or import that class (checkpoint_module_missing's question, not the file's)
 _PICKLED_CLASS = re.compile(r"Can't get attribute '")
+# another family's words: sizes and devices (state_dict and CUDA categories), memory, the network, distributed runs
 _OTHER_FAMILY = re.compile(r"(?i:size mismatch|\bshape\b|cuda|\bgpu\b|\bdevice\b|out of memory|\bmemory\b|"
                            r"connection|timed? ?out|\bproxy\b|\bssl\b|max retries|offline|nccl|distributed|deepspeed|"
                            r"\bfsdp\b|\brank\b|missing key|unexpected key|error\(s\) in loading state_dict)")
@@ -76,6 +82,8 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
         return None
     if any(_OTHER_FAMILY.search(f.path + " " + f.func) for f in below):
         return None  # a loader inside a distributed wrapper (deepspeed's engine, FSDP's state dict)
+    if not noticed and s.short_type in _CHECK_TYPES and not _FILE_WORDS.search(s.message):
+        return None  # a loader checking its arguments ("can't pass load_in_4bit with quantization_config"): the call
     if loader is not None and loader.owner == "torch":  # torch's reader, named by its public function
         noticed = "torch.jit.load" if "jit" in loader.path else "torch.hub" if "hub.py" in loader.path else "torch.load"
     name = noticed or loader.func if loader is not None else _LOADER_CALL.search(user.source or "").group(0).strip("(. ")  # type: ignore[union-attr]
