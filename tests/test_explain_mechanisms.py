@@ -355,3 +355,17 @@ def test_a_loader_checking_its_arguments_is_not_the_files():
                error="ValueError: You can't pass `load_in_4bit` or `load_in_8bit` as a kwarg when passing "
                      "`quantization_config` argument at the same time.")
     assert explain(text).kind != "checkpoint_load_failed"
+
+
+def test_a_live_truncated_checkpoint_is_still_named_by_the_file_check(tmp_path):
+    import torch
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.randn(32, 32)}, path)
+    path.write_bytes(path.read_bytes()[:300])  # cut: the loader's frames place it, the file check names it
+    try:
+        torch.load(str(path), weights_only=True)
+    except Exception as error:  # noqa: BLE001 - whatever this release raises for a cut archive
+        d = explain(error)
+    assert d.kind in ("checkpoint_corrupt", "checkpoint_load_failed")
+    assert "File size" in dict(d.live.facts)

@@ -25,10 +25,12 @@ __all__ = ["Checked", "live_checks", "installed_versions", "version_conflicts", 
            "state_dict_diff"]
 
 ENV_SLUGS = frozenset({"numpy_abi", "native_library_missing", "undefined_symbol", "api_missing", "version_mismatch",
-                       "native_crash", "cuda_unavailable", "package_missing", "extension_build_failed"})
+                       "native_crash", "cuda_unavailable", "package_missing", "extension_build_failed",
+                       "version_required", "libraries_disagree"})
 MEMORY_SLUGS = frozenset({"host_oom", "dataloader_worker"})
-CHECKPOINT_SLUGS = frozenset({"checkpoint_corrupt", "checkpoint_module_missing", "weights_only_unpickling",
-                              "deserialize_cuda", "state_dict_keys", "size_mismatch_state_dict"})
+CHECKPOINT_SLUGS = frozenset({"checkpoint_corrupt", "checkpoint_load_failed", "checkpoint_module_missing",
+                              "weights_only_unpickling", "deserialize_cuda", "state_dict_keys",
+                              "size_mismatch_state_dict"})
 
 
 @dataclass
@@ -538,7 +540,7 @@ def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) 
     from nbdebug.core.explain._evidence import live_evidence
 
     evidence = live_evidence(exc, roots)
-    if not diagnosis.known:
+    if not diagnosis.known or diagnosis.kind == "checkpoint_load_failed":  # the file check says more, when it can
         diagnosis = _from_the_file(diagnosis, exc)
     checked = live_checks(exc, diagnosis.kind, diagnosis.evidence, evidence)
     rows = tuple(evidence.rows()) + tuple(checked.rows)
