@@ -369,3 +369,9 @@ def test_a_live_truncated_checkpoint_is_still_named_by_the_file_check(tmp_path):
         d = explain(error)
     assert d.kind in ("checkpoint_corrupt", "checkpoint_load_failed")
     assert "File size" in dict(d.live.facts)
+
+
+def test_a_sample_count_logged_before_an_unrelated_traceback_is_not_the_answer():
+    text = ("Found 0 images in ./extra (skipped)\n"
+            + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"), error="ZeroDivisionError: division by zero"))
+    assert explain(text).kind != "dataset_empty"

@@ -539,9 +539,9 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - pip finding no release of a package other than the module the traceback misses (a retyped name);
     - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package; a
       name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
-    - a NaN loss (a checkpoint said missing, a version requirement) logged before a whole traceback whose exception is not about it: the
-      exception is the error; the
-      same for a ``PJRT_DEVICE`` setting before a traceback with no torch_xla in it;
+    - a NaN loss (a checkpoint said missing, a version requirement, no samples found) logged before a whole
+      traceback whose exception is not about it: the exception is the error; the same for a ``PJRT_DEVICE`` setting
+      before a traceback with no torch_xla in it;
     - an unpacking error in a library's line that unpacks its own method's result: the library's code, not the user's
       object;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
@@ -565,7 +565,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
         return True
-    if slug in ("nan_loss", "checkpoint_load_failed", "version_required") and line and _later_exception(
+    if slug in ("nan_loss", "checkpoint_load_failed", "version_required", "dataset_empty") and line and _later_exception(
             line, raw[-20_000:]):
         return True
     if slug == "xla_error" and "PJRT_DEVICE" in line and "torch_xla" not in raw and _later_exception(line, raw[-20_000:]):
