@@ -546,6 +546,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       object;
     - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
       API returns in the installed release, the compile family's question;
+    - a value of the wrong kind raised in a library's top-level code while it is imported: its import, not a value;
     - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
       KeyError raised in a library's own frame (the user's last): the library's dict, not the user's;
     - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
