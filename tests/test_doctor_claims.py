@@ -198,3 +198,13 @@ def test_the_mode_left_is_named_before_the_explosion_it_causes():
     for f in r.findings:
         if f.kind in ("exploding_gradients", "dead_activations"):
             assert f.severity == "warning" and f.fixes[0].title.startswith("fix that first"), f
+
+
+def test_the_noise_note_gives_way_when_a_lower_lr_learns_the_batch_noise_and_all():
+    x, y = digits(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1.0), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "cannot_overfit" and top.fixes[0].title.startswith("lower the learning rate (lr=0.001"), r
+    assert "no fault" not in said(r)

@@ -450,8 +450,15 @@ def _attach(s: Session) -> None:
     title = ("lower the learning rate" if best.cause == "lr_too_high" else "raise the learning rate") + \
         f" ({best.change}, measured on a copy)"
     severity = f.severity if best.fitted else "warning"
+    message = f.message
+    if f.severity == "info" and "stochastic" in f.evidence:
+        # the note that the model's noise keeps the loss up is withdrawn: another lr learns the batch better, noise
+        # and all (both curves are measured in the same noisy mode)
+        off = s.dropout_off_loss
+        message = overfit_said(s) + ("" if off is None else f" ({off:.4g} with dropout off)")
+        severity = "error" if best.fitted else "warning"
     others = tuple(x for x in f.fixes if "learning rate" not in x.title)[:1]
-    s.findings[idx] = _replace(f, message=f"{f.message}. Tried on a copy: {best.said()}",
+    s.findings[idx] = _replace(f, message=f"{message}. Tried on a copy: {best.said()}",
                                severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
     s.explained = True
