@@ -494,7 +494,7 @@ def _():
         torch.load(path)
 
 
-@case("unknown__missing_checkpoint_file")
+@case("checkpoint_load_failed__missing_checkpoint_file")
 def _():
     torch.load("/nonexistent/run-12/checkpoint_best.pt")
 
