@@ -39,9 +39,10 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
-from nbdebug.core.explain._family import child_error, contradicted, fallback, final_class, signal_kind
+from nbdebug.core.explain._family import contradicted, fallback, final_class, signal_kind
 from nbdebug.core.explain._live import attach
 from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
+from nbdebug.core.explain._sequence import child_error
 from nbdebug.core.explain._structure import from_exception, read
 from nbdebug.core.knowledge import Entry, entries
 from nbdebug.core.knowledge import entry as knowledge_entry

@@ -22,9 +22,10 @@ from typing import Any
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
+from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "child_error", "frames_deny", "distribution_of"]
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "frames_deny", "distribution_of"]
 
 # Evidence of a family that the generic answers do not address: with it, say unknown.
 _TENSOR_WORDS = re.compile(r"(?i:tensor|shape|\bsize|dimension|\bdims?\b|dtype|device|cuda|gpu|cudnn|nccl|"
@@ -288,8 +289,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         for marker, slug in _REPORTING_FRAMES:
             if marker in frame.source or marker == frame.func:
                 return slug, {}  # the DataLoader's watchdog: it runs only when a worker died
-    if not s.exc_type or s.cut:
-        return None  # no final exception (or a text cut in its frames): nothing to place
+    if not s.exc_type or s.cut or ignored_exception(raw):
+        return None  # no final exception (or a text cut in its frames, or one Python only ignored): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
         # a live warning raised as an error (a warnings filter set to "error"; a pasted text's warning lines never end
         # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names
@@ -356,29 +357,6 @@ _COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b"
 # a KeyError from transformers' Auto classes' mapping: the model type, not a dict of the user's
 _AUTO_MAPPING = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, in __getitem__"
                            r"\s*\n(?:[^\n]*\n)?\s*KeyError: ")
-
-
-# a traceback's header, also behind a launcher's rank prefix ("[rank0]: Traceback ...")
-_TRACEBACK_HEADER = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\]:?[ \t]*)?Traceback \(most recent call last\):", re.MULTILINE)
-# the wrappers' own classes: a launcher's traceback ending in its report is no child's error
-_WRAPPER_CLASS = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError")
-
-
-def child_error(raw: str) -> Structure | None:
-    """The first complete traceback of a text holding several: a worker's own error, printed before its launcher's.
-
-    torchrun, ``fabric run`` or a notebook's kernel print the child's traceback (frames, then its exception line) and
-    then their own report (``failed (exitcode: 1)``, a launcher's traceback ending in ChildFailedError).  The child's
-    exception line is the root error, as the first part of a chained traceback is: a launcher's answer yields to it.
-    """
-    from nbdebug.core.explain._structure import read
-
-    starts = [m.start() for m in _TRACEBACK_HEADER.finditer(raw)]
-    for a, b in zip(starts, starts[1:] + [len(raw)]):
-        s = read(raw[a:b])
-        if s.exc_type and s.frames and not s.cut and not _WRAPPER_CLASS.search(s.exc_type):
-            return s
-    return None
 
 
 def _library_lookup(raw: str) -> bool:
@@ -558,6 +536,10 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
+    if slug in _VALUE_SLUGS | {"missing_key"} and ignored_exception(raw):
+        return True  # raised where Python could only ignore it (at exit, in a __del__): no error of the user's values
+    if slug == "native_crash" and exception_before_crash(line, raw):
+        return True  # a Python exception stopped the program, then its native libraries crashed at shutdown
     if slug == "api_missing" and _OTHER_FRAMEWORK.search(raw):
         return True
     if slug == "no_matching_wheel" and _other_package_missing(raw):

@@ -22,7 +22,8 @@ __all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
 _FRAME = re.compile(
     r'^[ \t]*File ?"(?P<path>[^"\n]{1,500})", ?line ?(?P<line>\d{1,7}),? ?in (?P<func>[^\n]{1,200})'
     r"|^[ \t]*File (?P<path2>[^\n,]{1,500}\.py):(?P<line2>\d{1,7}), in (?P<func2>[\w.<>]{1,200})"
-    r"|^[ \t]*(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>) in (?P<func3>[\w<>]{1,200})(?:\(|[ \t]*$)"
+    # (Colab names a cell's frame "<cell line: 3>")
+    r"|^[ \t]*(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>) in (?P<func3>[\w<>]{1,200}|<cell line: \d{1,7}>)(?:\(|[ \t]*$)"
     r"|^[ \t]*(?P<path4>(?:/|~|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})"
     # IPython 8's frame of a notebook cell
     r"|^[ \t]*(?P<path5>Cell In ?\[\d{1,7}\]), line (?P<line5>\d{1,7})"
@@ -33,6 +34,10 @@ _FRAME = re.compile(
 )
 # IPython's gutter before a source line: "----> 2 " or "      1 "
 _GUTTER = re.compile(r"^(?:-*>)?[ \t]*\d{1,7}[ \t]+")
+# IPython's context lines under a frame ("      1 x = 2"), and the arrow line among them that ran ("----> 2 f(x)"),
+# looked for in the next 12 lines at most (a frame shows 5 around its arrow by default)
+_CONTEXT = re.compile(r"[ \t]{2,}\d{1,7} ")
+_ARROW_LINE = re.compile(r"(?:(?![ \t]*-+>)[ \t]+\d{1,7}(?: [^\n]{0,1000})?\n){0,11}[ \t]*(-+> ?\d{1,7}(?: [^\n]{0,1000})?)")
 # Python's chained-exception separators: the part before is the root cause.
 _CHAIN = re.compile(r"^[ \t]*(?:The above exception was the direct cause of the following exception:"
                     r"|During handling of the above exception, another exception occurred:)[ \t]*$", re.MULTILINE)
@@ -55,6 +60,10 @@ _STDLIB = re.compile(r"[/\\]lib[/\\]python\d[\d.]*[/\\]|[/\\]Lib[/\\](?!site-pac
 # torch from a source checkout or a conda build tree (not under site-packages)
 _TORCH_TREE = re.compile(r"[/\\]torch[/\\](?:nn|utils|autograd|optim|cuda|distributed|_dynamo|_inductor|jit|"
                          r"serialization\.py|_tensor\.py|tensor\.py|functional\.py|__init__\.py)")
+# a Cython source file as a compiled extension names it: relative to the package's source tree ("rasterio/_crs.pyx")
+_CYTHON = re.compile(r"(?P<pkg>[A-Za-z_]\w{0,100})[/\\][^\n]{0,300}\.(?:pyx|pxi|pxd)$")
+
+
 @dataclass(frozen=True)
 class Frame:
     """One frame: its file, line and function, the source line shown under it, and who owns the file."""
@@ -109,6 +118,9 @@ def owner_of(path: str) -> str:
     """Who owns a file of a traceback: ``"user"``, ``"stdlib"``, ``"torch"`` or a site-packages package name."""
     if _INTERACTIVE.match(path):
         return "user"
+    m = _CYTHON.match(path)
+    if m:  # a compiled extension's source, named as it was when the package was built: the package's code
+        return m.group("pkg")
     m = _PACKAGES.search(path)
     if m:
         pkg = m.group("pkg")
@@ -142,6 +154,9 @@ def _frames(part: str) -> list[Frame]:
             following = part[nl + 1:part.find("\n", nl + 1) if part.find("\n", nl + 1) != -1 else len(part)]
             if following.strip() and not _FRAME.match(following) and not EXC_LINE.match(following.strip()):
                 source = _GUTTER.sub("", following.strip())[:300]
+                if _CONTEXT.match(following):  # IPython shows context lines around the one that ran: its arrow's
+                    arrow = _ARROW_LINE.match(part, nl + 1)
+                    source = _GUTTER.sub("", arrow.group(1).strip())[:300] if arrow else source
         frames.append(Frame(path, line, func, source, owner_of(path), m.start()))
     return frames
 

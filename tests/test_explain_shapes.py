@@ -1,0 +1,97 @@
+"""Shapes of error texts that recur across the wild samples, each read by a mechanism and not by a message's words.
+
+Every text here is written by hand (or is a real raise provoked in a child process): the samples' own texts stay out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nbdebug.core.explain import explain
+from nbdebug.core.explain._structure import owner_of, read
+
+_ABORT_AFTER_IMPORT = '''Traceback (most recent call last):
+  File "/home/ana/proj/prepare.py", line 5, in <module>
+    import geodata.tiles
+  File "/opt/conda/lib/python3.10/site-packages/geodata/tiles.py", line 12, in <module>
+    WEB_MERCATOR = Projection.from_code(3857)
+  File "projkit/_core.pyx", line 88, in projkit._core.Projection.from_code
+projkit.errors.ProjError: database schema version 3 is newer than this build supports
+double free or corruption (out)
+Aborted (core dumped)
+'''
+
+
+@pytest.mark.parametrize(("path", "owner"), [("projkit/_core.pyx", "projkit"),
+                                             ("graphlib2/_ffi/_cython/./function.pxi", "graphlib2"),
+                                             ("mymod.pyx", "user"), ("/home/u/proj/fast.pyx", "user")])
+def test_a_cython_frame_belongs_to_the_package_it_was_built_in(path: str, owner: str) -> None:
+    assert owner_of(path) == owner
+
+
+def test_a_native_abort_after_a_python_exception_is_the_exceptions_error() -> None:
+    d = explain(_ABORT_AFTER_IMPORT)
+    assert d.kind == "import_failed"  # the package failing while imported; the abort came at shutdown
+    assert d.evidence["package"] == "projkit"
+    # an exception with no frames before the abort says nothing of its own: not placed, and no crash blamed either
+    assert explain("ValueError: bad header\nfree(): invalid pointer\nAborted (core dumped)").kind == "native_crash"
+
+
+@pytest.mark.parametrize("text", [
+    # the crash first, then whatever Python printed on its way down: still the crash
+    "Segmentation fault (core dumped)\nTraceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
+    "    run()\nRuntimeError: worker exited",
+    # faulthandler's stack is no exception that came first
+    "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
+    "  File \"/home/u/train.py\", line 40 in step\n",
+    # an exception that reports the crash itself
+    'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n    main()\n'
+    "RuntimeError: child process aborted (core dumped)\nAborted (core dumped)",
+])
+def test_a_crash_not_preceded_by_an_exception_of_its_own_stays_a_native_crash(text: str) -> None:
+    assert explain(text).kind == "native_crash"
+
+
+_IGNORED = '''class Stream:
+    def __del__(self):
+        self.close()
+    close = None
+s = Stream()
+del s
+'''
+
+
+def _ignored_text() -> str:
+    """A real 'Exception ignored in' report: Python calling a ``__del__`` that fails."""
+    done = subprocess.run([sys.executable, "-c", _IGNORED], capture_output=True, text=True, timeout=60)
+    assert "Exception ignored in" in done.stderr and done.returncode == 0  # it stopped nothing
+    return done.stderr
+
+
+def test_an_exception_python_only_ignored_is_no_error_of_the_users_values() -> None:
+    text = _ignored_text()
+    assert "'NoneType' object is not callable" in text
+    assert explain(text).kind == "unknown"
+
+
+def test_an_error_after_an_ignored_exception_is_still_answered() -> None:
+    text = _ignored_text() + ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in <module>\n'
+                              "    model(x)\nRuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)\n")
+    assert explain(text).kind == "shape_mismatch"
+
+
+def test_colabs_cell_frame_is_read_as_the_users() -> None:
+    text = '''---------------------------------------------------------------------------
+KeyError                                  Traceback (most recent call last)
+/tmp/ipython-input-1234567.py in <cell line: 0>()
+      1 cfg = {"lr": 0.1}
+----> 2 print(cfg["batch_size"])
+
+KeyError: 'batch_size'
+'''
+    s = read(text)
+    assert [(f.owner, f.func) for f in s.frames] == [("user", "<cell line: 0>")]
+    assert s.innermost is not None and s.innermost.source.startswith("print(cfg")
