@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,29 @@ KeyError: 'batch_size'
     s = read(text)
     assert [(f.owner, f.func) for f in s.frames] == [("user", "<cell line: 0>")]
     assert s.innermost is not None and s.innermost.source.startswith("print(cfg")
+
+
+def test_an_ipython_8_frames_source_is_its_arrow_line() -> None:
+    text = '''ValueError                                Traceback (most recent call last)
+Cell In[4], line 3
+      1 import numpy as np
+      2 x = np.ones(3)
+----> 3 raise ValueError("bad x")
+
+ValueError: bad x
+'''
+    s = read(text)
+    assert s.innermost is not None and s.innermost.source == 'raise ValueError("bad x")'
+
+
+def test_a_folder_named_like_the_package_is_imported_from_no_file(tmp_path: Path) -> None:
+    (tmp_path / "fancylib").mkdir()  # a checkout's folder without __init__.py, in the working directory
+    done = subprocess.run([sys.executable, "-c", "from fancylib import Pipeline"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert "(unknown location)" in done.stderr
+    d = explain(done.stderr)
+    assert d.kind == "namespace_package"
+    assert d.evidence["module"] == "fancylib" and "find_spec" in d.first_step
+    # a name missing from a module Python found in a file is still a release that lacks it
+    assert explain("ImportError: cannot import name 'Pipeline' from 'fancylib' "
+                   "(/usr/lib/python3/site-packages/fancylib/__init__.py)").kind == "api_missing"

@@ -484,6 +484,32 @@ ENTRIES += (
         sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
     ),
     Entry(
+        slug="namespace_package",
+        title="Python imported a folder named like the package, not the installed package",
+        summary=("Python imported[[ '{module}']] from no file ('unknown location'): it found a folder of that name "
+                 "without an __init__.py on the path (a cloned repository, a data folder, a leftover of an "
+                 "uninstall), or the package is not installed here, so none of its names exist[[ ('{name}' among "
+                 "them)]]."),
+        keywords=("(unknown location)",),
+        patterns=(r"cannot import name '?\w{1,200}'? from '[\w.]{1,200}' \(unknown location\)",),
+        priority=70,  # more than a name missing from a release (api_missing): no release was imported at all
+        extra={"family": "environment_version,user_code_python"},
+        facts=((r"cannot import name '?(?P<name>\w{1,200})'? from '(?P<module>[\w.]{1,200})'",
+                {"name": "str", "module": "str"}),),
+        causes=("A folder named like the package in the working directory or on sys.path (the package's cloned "
+                "repository, a project folder), which Python imports as an empty namespace package.",
+                "The package is not installed in this environment (only a folder of its name is on the path), or an "
+                "uninstall left its folder behind without its files."),
+        fixes=(Fix("See where Python finds it", "import importlib.util\n"
+                   "print(importlib.util.find_spec('<package>').submodule_search_locations)  # the folder(s) it uses"),
+               Fix("Install it, or run from another directory", "pip install <package>  # or cd elsewhere / rename "
+                   "the folder")),
+        first_step="Print where Python finds the package (importlib.util.find_spec(name).submodule_search_locations): "
+        "a folder of the project or a cloned repository is to be renamed or left (run from another directory, or "
+        "install that checkout with pip install -e .); with no such folder, install the package in this environment.",
+        sources=("https://docs.python.org/3/reference/import.html#namespace-packages",),
+    ),
+    Entry(
         slug="torch_unbuilt",
         title="torch was imported without its build-generated files (a source checkout, or a broken install)",
         summary=("torch's[[ '{module}']] module is missing: every release has it, because building torch generates it "

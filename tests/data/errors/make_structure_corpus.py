@@ -141,7 +141,15 @@ _PACKAGES = {
         "def loader(path):\n    img = picture.open(path)\n    return img.reduce(2)  # added in picture 2\n\n"
         "def resample_filter():\n    return picture.Resampling.BILINEAR  # added in picture 2\n"),
 }
+# folders of a project without __init__.py, next to the script (a cloned repository's folder named like the package)
+_FOLDERS = {"fastpose/README.md": "# fastpose\n", "segtool/models/README.md": "# models\n",
+            "nerfkit/configs/base.yaml": "lr: 0.01\n"}
+_PACKAGES["speechkit/data/vocab.txt"] = "a\nb\n"  # a package's folder an uninstall left behind (its data, no code)
 _SCRIPTS = {
+    "namespace_package__cloned_repo_folder": "from fastpose import Estimator\nEstimator()\n",
+    "namespace_package__subpackage": "from segtool.models import build_segmentor\n",
+    "namespace_package__inside_function": "def main():\n    from nerfkit import Trainer\n    Trainer()\n\n\nmain()\n",
+    "namespace_package__uninstall_leftover": "from speechkit import Recognizer\n",
     "libraries_disagree__missing_method": "from gallery.folder import loader\nloader('cat.png')\n",
     "libraries_disagree__lazy_module": "from gallery.folder import resample_filter\nresample_filter()\n",
     # a package's module run as a script (its relative imports have no package)
@@ -179,6 +187,9 @@ def run_script(source: str) -> str | None:
         for rel, text in _PACKAGES.items():
             (site / rel).parent.mkdir(parents=True, exist_ok=True)
             (site / rel).write_text(text)
+        for rel, text in _FOLDERS.items():
+            (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(d) / rel).write_text(text)
         script = Path(d) / "train.py"
         script.write_text(source)
         env = {**os.environ, "PYTHONPATH": str(site)}
