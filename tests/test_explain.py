@@ -83,7 +83,7 @@ def test_slugs_are_the_issue_contract():
         # issue 10: warnings that are bugs
         "loss_broadcast", "nonleaf_grad_access", "scheduler_order", "checkpoint_no_grad", "ddp_grad_strides",
         # issue 23: the families users hit that no category fitted
-        "numpy_abi", "module_shadowed", "namespace_package", "install_failed", "git_fetch_failed", "extension_build_lock", "lightning_fork_after_cuda", "conda_not_found", "audio_backend_missing", "protobuf_version", "native_library_missing", "undefined_symbol", "api_missing", "package_missing",
+        "numpy_abi", "module_shadowed", "namespace_package", "cli_usage", "install_failed", "git_fetch_failed", "extension_build_lock", "lightning_fork_after_cuda", "conda_not_found", "audio_backend_missing", "protobuf_version", "native_library_missing", "undefined_symbol", "api_missing", "package_missing",
         "no_matching_wheel", "extension_build_failed", "checkpoint_corrupt", "checkpoint_module_missing",
         "native_crash", "host_oom", "kernel_died", "call_signature", "missing_key", "wrong_object_attribute",
         "replica_error", "torchscript_error", "xla_not_imported", "wrapped_model_attribute", "xla_input_on_cpu",

@@ -122,3 +122,28 @@ def test_a_folder_named_like_the_package_is_imported_from_no_file(tmp_path: Path
     # a name missing from a module Python found in a file is still a release that lacks it
     assert explain("ImportError: cannot import name 'Pipeline' from 'fancylib' "
                    "(/usr/lib/python3/site-packages/fancylib/__init__.py)").kind == "api_missing"
+
+
+def _argparse_error(argv: list[str]) -> str:
+    """A real argparse rejection: a script's parser given a command line written for another release."""
+    source = ("import argparse\np = argparse.ArgumentParser(prog='finetune')\np.add_argument('--epochs', type=int)\n"
+              "p.add_argument('--lora-rank', type=int)\np.parse_args()\n")
+    done = subprocess.run([sys.executable, "-c", source, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    return done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--epochs", "three"], ["--lora_r", "8"]])
+def test_a_command_line_tool_rejecting_its_arguments_is_cli_usage(argv: list[str]) -> None:
+    d = explain(_argparse_error(argv))
+    assert d.kind == "cli_usage"
+    assert d.evidence["prog"] == "finetune" and "--help" in d.first_step
+
+
+def test_a_usage_error_before_a_traceback_gives_way_to_the_traceback() -> None:
+    text = _argparse_error(["--lora_r", "8"]) + (
+        'Traceback (most recent call last):\n  File "/home/u/run.py", line 9, in <module>\n    model(x)\n'
+        "NameError: name 'x' is not defined\n")
+    assert explain(text).kind not in ("cli_usage", "unknown")  # the traceback's own error, placed by its frame
+    # a compiler's own "error: argument" is no command line a Python tool rejected
+    assert explain("clang: error: argument to '-o' is missing (expected 1 value)").kind != "cli_usage"

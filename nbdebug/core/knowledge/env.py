@@ -510,6 +510,39 @@ ENTRIES += (
         sources=("https://docs.python.org/3/reference/import.html#namespace-packages",),
     ),
     Entry(
+        slug="cli_usage",
+        title="A command-line tool rejected its arguments",
+        summary=("The command[[ `{prog}`]] rejected its command line and stopped before doing anything[[ ({what})]]. "
+                 "Either the command line has a typo, or it was copied from documentation for another release of the tool "
+                 "(or another package's command of the same name comes first on PATH)."),
+        # argparse's "prog: error: argument --x: invalid int value", click's "Error: No such command 'run'."
+        keywords=(": error: argument", ": error: unrecognized arguments", ": error: the following arguments",
+                  "error: no such command", "error: no such option", "error: got unexpected extra argument",
+                  "error: invalid value for"),
+        patterns=(r"^[\w.-]{1,100}: error: (?:argument [\w./-]{1,200}: (?:invalid|expected|not allowed|ignored|"
+                  r"conflicting)|unrecognized arguments: |the following arguments are required: )",
+                  r"^Error: (?:No such (?:command|option)|Got unexpected extra arguments?|Invalid value for) "),
+        priority=30,  # below every error a program raised: a usage line is printed before anything runs
+        extra={"family": "environment_version,library_api_misuse"},
+        facts=((r"^(?P<prog>[\w.-]{1,100}): error: ", {"prog": "str"}),
+               (r"^[Uu]sage: (?P<prog>[\w.-]{1,100}) ", {"prog": "str"}),
+               (r"(?:error: |Error: )(?P<what>(?:argument [\w./-]{1,200}|unrecognized arguments: [^\n]{1,200}|No such "
+                r"(?:command|option):? [^\n]{1,200}|Got unexpected extra arguments? [^\n]{1,200}|Invalid value for "
+                r"[^:\n]{1,200}))", {"what": "str"})),
+        causes=("An option, value or command that the installed release of the tool does not have: the command was "
+                "copied from a README or tutorial written for another release.",
+                "Another package installed a command of the same name, which comes first on PATH.",
+                "A typo, or a value of another type than the option takes."),
+        fixes=(Fix("See what the installed tool accepts", "<command> --help\n<command> <subcommand> --help\n"
+                   "which <command>  # whose command it is; pip show <package> for its version"),),
+        first_step="Read the error line under the usage: it names the option, value or command rejected. Run the "
+        "command with --help and compare with the line you copied: what the docs name but --help lacks belongs to "
+        "another release of the tool (or another package's command of that name, see `which`): install the release "
+        "the docs are for, or use what --help lists.",
+        sources=("https://docs.python.org/3/library/argparse.html#exiting-methods",
+                 "https://click.palletsprojects.com/en/stable/exceptions/"),
+    ),
+    Entry(
         slug="torch_unbuilt",
         title="torch was imported without its build-generated files (a source checkout, or a broken install)",
         summary=("torch's[[ '{module}']] module is missing: every release has it, because building torch generates it "

@@ -145,7 +145,20 @@ _PACKAGES = {
 _FOLDERS = {"fastpose/README.md": "# fastpose\n", "segtool/models/README.md": "# models\n",
             "nerfkit/configs/base.yaml": "lr: 0.01\n"}
 _PACKAGES["speechkit/data/vocab.txt"] = "a\nb\n"  # a package's folder an uninstall left behind (its data, no code)
+_ARGPARSE = ("import argparse, sys\n"
+             "parser = argparse.ArgumentParser(prog='train.py')\n"
+             "parser.add_argument('--config', required=True)\n"
+             "parser.add_argument('--max-tokens', type=int, default=1024)\n"
+             "parser.add_argument('--num-devices', type=int, default=1)\n"
+             "sys.argv = ['train.py'] + {argv!r}  # the command line as a README of another release wrote it\n"
+             "parser.parse_args()\n")
 _SCRIPTS = {
+    "cli_usage__argparse_unrecognized": _ARGPARSE.format(argv=["--config", "a.yaml", "--num-gpus", "2"]),
+    "cli_usage__argparse_invalid_value": _ARGPARSE.format(argv=["--config", "a.yaml", "--max-tokens", "4k"]),
+    "cli_usage__argparse_required": _ARGPARSE.format(argv=["--max-tokens", "2048"]),
+    "cli_usage__click_no_such_command": (
+        "import click, sys\n\n@click.group()\ndef cli():\n    pass\n\n@cli.command()\ndef download():\n    pass\n\n"
+        "sys.argv = ['tune', 'run', 'full_finetune']\ncli(prog_name='tune')\n"),
     "namespace_package__cloned_repo_folder": "from fastpose import Estimator\nEstimator()\n",
     "namespace_package__subpackage": "from segtool.models import build_segmentor\n",
     "namespace_package__inside_function": "def main():\n    from nerfkit import Trainer\n    Trainer()\n\n\nmain()\n",
