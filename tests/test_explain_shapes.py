@@ -147,3 +147,28 @@ def test_a_usage_error_before_a_traceback_gives_way_to_the_traceback() -> None:
     assert explain(text).kind not in ("cli_usage", "unknown")  # the traceback's own error, placed by its frame
     # a compiler's own "error: argument" is no command line a Python tool rejected
     assert explain("clang: error: argument to '-o' is missing (expected 1 value)").kind != "cli_usage"
+
+
+def test_an_index_tensor_pair_that_does_not_broadcast_is_a_shape_error() -> None:
+    import torch
+
+    table = torch.zeros(6, 6)
+    with pytest.raises(IndexError) as raised:
+        table[torch.tensor([0, 1]), torch.tensor([0, 1, 2])]  # rows and columns of different lengths
+    assert explain(raised.value).kind == "shape_mismatch"
+    assert explain(f"IndexError: {raised.value}").kind == "shape_mismatch"
+
+
+@pytest.mark.parametrize("message", ["batch1 dim 2 must match batch2 dim 1", "self dim 1 must match batch1 dim 1"])
+def test_the_batched_products_operand_checks_are_shape_errors(message: str) -> None:
+    assert explain(f"RuntimeError: {message}").kind == "shape_mismatch"
+
+
+@pytest.mark.parametrize("notice", ["./train.sh: 行 4: 31337 段错误 (核心已转储) python train.py",
+                                    "已放弃 (核心已转储)",
+                                    "Speicherzugriffsfehler (Speicherabzug geschrieben)",
+                                    "Ошибка сегментирования (стек памяти сброшен на диск)",
+                                    "Violación de segmento (`core' generado)"])
+def test_a_shells_crash_notice_in_the_users_language_is_a_native_crash(notice: str) -> None:
+    text = "[F renderer.cpp:120] context creation failed\n" + notice + "\n"
+    assert explain(text).kind == "native_crash"

@@ -14,7 +14,8 @@ ENTRIES: tuple[Entry, ...] = (
         summary="{shape_detail}",
         keywords=("(unbatched) or", "d tensor got", "matrix and matrix", "shape", "size", "dimension", "channels", "reduction dim", "batch_size", "broadcast", "input_size",
                   "multi-target", "mat1", "matmul", "hidden", "dimensional", "indices", "dims", "per channel",
-                  "should contain", "must be a matrix", "d input (got", "d tensor, got", "d tensor as input"),
+                  "should contain", "must be a matrix", "d input (got", "d tensor, got", "d tensor as input",
+                  "batch1", "batch2"),
         patterns=(
             r"mat1 and mat2 shapes cannot be multiplied",
             r"size mismatch, m1: \[",
@@ -37,7 +38,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"0D or 1D target tensor expected, multi-target not supported",
             r"a and b must have same reduction dim",
             r"Attempting to broadcast a dimension of length \d+",
-            r"mat1 dim 1 must match mat2 dim 0",
+            # torch's matrix products name their operands: mm's mat1/mat2, bmm/baddbmm's batch1/batch2 and self
+            r"\b(?:mat1|batch1|self) dim \d must match (?:mat2|batch[12]) ?dim ?\d",
+            # advanced indexing with index tensors whose shapes do not broadcast (x[rows, cols])
+            r"shape mismatch: indexing tensors could not be broadcast\b",
             r"both arguments to matmul need to be at least 1D",
             r"Expected hidden(?:\[\d\])? size \(",
             r"The shape of the mask \[[\d, ]*\] at index \d+ does not match the shape of the indexed tensor",

@@ -51,7 +51,11 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("return code", "returned", "sigill", "0xc000001d", "double free", "free(): invalid", "corrupted size", "corrupted double-linked", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "illegal hardware instruction", "bus error", "signal 11",
                   "-1073741819", "windows fatal exception", "exit status", "sigbus", "interrupted by signal", "c10::error",
-                  "ucrtbase!abort"),
+                  "ucrtbase!abort",
+                  # the shell's notice in the user's language (glibc's and bash's translations)
+                  "核心已转储", "段错误", "speicherabzug geschrieben", "speicherzugriffsfehler", "violación de segmento",
+                  "ошибка сегментирования", "セグメンテーション違反", "falha de segmentação", "generado",
+                  "imagem do núcleo"),
         patterns=(
             r"(?:exit code|exit status|return code|returned)[: =]{1,3}(?:3221225501|-1073741795)\b",
             r"0xC000001D",
@@ -78,6 +82,11 @@ ENTRIES: tuple[Entry, ...] = (
             r"interrupted by signal \d+: SIG\w+",
             r"terminate called after throwing an instance of 'c10::Error'",
             r"ucrtbase!abort",
+            # "Segmentation fault" / "(core dumped)" as a shell prints them in zh_CN, de, es, ru, ja and pt locales
+            # ("已放弃 (核心已转储)" is zh_CN's "Aborted (core dumped)")
+            r"核心已转储|Speicherabzug geschrieben|`core' generado|imagem do núcleo gravada",
+            r"(?:段错误|Speicherzugriffsfehler|Violación de segmento|Ошибка сегментирования|セグメンテーション違反|"
+            r"Falha de segmentação)(?:です)?(?:[ \t]*\(|[ \t]*$)",
         ),
         priority=72,
         facts=((r"(?P<signal_text>Segmentation fault|SIGSEGV|SIGABRT|0xC0000005|Aborted|Illegal instruction|"
