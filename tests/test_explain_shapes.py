@@ -172,3 +172,14 @@ def test_the_batched_products_operand_checks_are_shape_errors(message: str) -> N
 def test_a_shells_crash_notice_in_the_users_language_is_a_native_crash(notice: str) -> None:
     text = "[F renderer.cpp:120] context creation failed\n" + notice + "\n"
     assert explain(text).kind == "native_crash"
+
+
+def test_a_plain_exception_raised_by_the_users_own_check_is_read_as_its_exception(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("def check(cfg):\n    if 'epochs' not in cfg:\n        raise Exception('config needs epochs')\n\n"
+                      "check({})\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    s = read(done.stderr)
+    assert (s.exc_type, s.message, s.cut) == ("Exception", "config needs epochs", False)
+    d = explain(done.stderr)
+    assert d.kind == "user_code_error" and "train.py, line 3" in d.first_step

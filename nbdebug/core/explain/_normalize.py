@@ -68,7 +68,8 @@ def parse_shape(value: str) -> tuple[int, ...]:
 
 # an exception's (or a warning's) line, ``SomeError: message``; multiline, so that it finds such lines in a whole text
 EXC_LINE = re.compile(
-    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning|Interrupt|Exit))"
+    r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning|Interrupt|Exit)"
+    r"|Exception))"
     r"(?::[ \t]*(?P<msg>[^\n]*))?$", re.MULTILINE)
 
 
