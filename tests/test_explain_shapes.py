@@ -183,3 +183,30 @@ def test_a_plain_exception_raised_by_the_users_own_check_is_read_as_its_exceptio
     assert (s.exc_type, s.message, s.cut) == ("Exception", "config needs epochs", False)
     d = explain(done.stderr)
     assert d.kind == "user_code_error" and "train.py, line 3" in d.first_step
+
+
+_COLAB_CUT = '''---------------------------------------------------------------------------
+{cls}                                Traceback (most recent call last)
+/tmp/ipython-input-2718281828.py in <cell line: 0>()
+      1 import os
+----> 2 from fastadapt import LoraModel
+      3 model = LoraModel.from_base("tiny")
+
+5 frames
+/usr/local/lib/python3.11/dist-packages/{pkg}/patching.py in rewrite_trainer(source, name)
+    410         lines = source.split("\\n")
+--> 412         header = lines[first_def - 1]
+    413         indent = len(header) - len(header.lstrip())
+'''
+
+
+def test_a_cut_colab_traceback_of_a_packages_own_import_is_that_import() -> None:
+    d = explain(_COLAB_CUT.format(cls="IndexError", pkg="fastadapt"))
+    assert d.kind == "import_failed"
+    assert d.evidence["package"] == "fastadapt"
+
+
+@pytest.mark.parametrize(("cls", "pkg"), [("RuntimeError", "fastadapt"),  # a device's or the OS's class: unknown
+                                          ("IndexError", "otherlib")])  # another library's frames: which one failed?
+def test_a_cut_colab_traceback_stays_unknown_without_its_packages_own_frames(cls: str, pkg: str) -> None:
+    assert explain(_COLAB_CUT.format(cls=cls, pkg=pkg)).kind == "unknown"

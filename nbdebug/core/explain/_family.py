@@ -289,8 +289,12 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         for marker, slug in _REPORTING_FRAMES:
             if marker in frame.source or marker == frame.func:
                 return slug, {}  # the DataLoader's watchdog: it runs only when a worker died
-    if not s.exc_type or s.cut or ignored_exception(raw):
-        return None  # no final exception (or a text cut in its frames, or one Python only ignored): nothing to place
+    if s.cut and not live:
+        from nbdebug.core.explain._raised_in import cut_import
+
+        return cut_import(s, raw)  # a notebook's cut paste whose cell imports the package that raised; else unknown
+    if not s.exc_type or ignored_exception(raw):
+        return None  # no final exception (or one Python only ignored): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
         # a live warning raised as an error (a warnings filter set to "error"; a pasted text's warning lines never end
         # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names

@@ -15,7 +15,8 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing"]
+__all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing",
+           "cut_import"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -188,3 +189,36 @@ def library_importing(raw: str) -> bool:
     s = read(raw[-20_000:])
     frame = s.innermost
     return frame is not None and not s.cut and frame.func == "<module>" and frame.owner not in ("user", "stdlib")
+
+
+# the header IPython and Colab print before a traceback ("IndexError      Traceback (most recent call last)"): the only
+# place a cut paste still names its class
+_HEADER_CLASS = re.compile(r"^(?P<cls>[A-Z]\w{0,100}(?:Error|Exception))[ \t]{3,}Traceback \(most recent call last\)",
+                           re.MULTILINE)
+# classes a package's own code raises on its way through an import that does not fit (not a device's or the OS's)
+_IMPORT_TIME_CLASSES = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "IndexError", "KeyError",
+                                  "TypeError", "ValueError", "NameError", "SyntaxError"})
+
+
+def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A notebook traceback cut before its message, whose cell's arrow line imports a package and whose frames below it
+    are that package's own: the package failed inside its import (Colab folds the frames between as "6 frames").
+
+    The class comes from IPython's header; classes that a device, the memory or the OS raise stay unknown.
+    """
+    from nbdebug.core.explain._family import _IMPORT_OF, _import_step
+    from nbdebug.core.explain._family import _where as where
+
+    header = _HEADER_CLASS.search(raw)
+    user = s.innermost_user
+    if header is None or header.group("cls") not in _IMPORT_TIME_CLASSES or user is None or not s.cut:
+        return None
+    m = _IMPORT_OF.match(user.source)
+    below = s.frames[s.frames.index(user) + 1:]
+    if m is None or not below:
+        return None
+    package = m.group("from") or m.group("mod")
+    if any(f.owner not in (package, "stdlib") for f in below):
+        return None  # another library's frames below the import: which one failed is not known without the message
+    return "import_failed", {"package": package, "where": where(user), "exc_type": header.group("cls"),
+                             "first_step_detail": _import_step(package)}
