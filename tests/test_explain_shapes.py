@@ -210,3 +210,9 @@ def test_a_cut_colab_traceback_of_a_packages_own_import_is_that_import() -> None
                                           ("IndexError", "otherlib")])  # another library's frames: which one failed?
 def test_a_cut_colab_traceback_stays_unknown_without_its_packages_own_frames(cls: str, pkg: str) -> None:
     assert explain(_COLAB_CUT.format(cls=cls, pkg=pkg)).kind == "unknown"
+
+
+def test_a_crash_long_after_a_logged_exception_is_still_the_crash() -> None:
+    steps = "".join(f"step {i} loss 0.{i:02d}\n" for i in range(20))  # the run went on after the exception was logged
+    text = _ABORT_AFTER_IMPORT.split("double free")[0] + steps + "Segmentation fault (core dumped)\n"
+    assert explain(text).kind == "native_crash"

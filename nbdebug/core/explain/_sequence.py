@@ -20,6 +20,8 @@ __all__ = ["exception_before_crash", "ignored_exception", "child_error"]
 _HEADER = "Traceback (most recent call last)"
 _IGNORED = "Exception ignored in"
 # a crash or a kill reported on an exception's own line: that exception is the crash's report, not an earlier error
+# how many lines may come between the exception's line and the crash's (its message may go on over a few)
+_SHUTDOWN_LINES = 8
 _CRASH_WORDS = re.compile(r"(?i:segmentation fault|core dumped|\bsig(?:segv|abrt|bus|kill)\b|killed|abort)")
 
 
@@ -34,7 +36,8 @@ def exception_before_crash(line: str, raw: str) -> bool:
         return False
     at = tail.rfind(s.exc_type)
     crash = tail.rfind(line[:200]) if line else -1
-    return at != -1 and crash > at and tail.rfind(_HEADER, 0, at) != -1
+    # right after it, as at shutdown (a crash many lines later came from a run that went on after a logged exception)
+    return at != -1 and crash > at and tail.count("\n", at, crash) <= _SHUTDOWN_LINES and tail.rfind(_HEADER, 0, at) != -1
 
 
 def ignored_exception(raw: str) -> bool:
