@@ -216,3 +216,9 @@ def test_a_crash_long_after_a_logged_exception_is_still_the_crash() -> None:
     steps = "".join(f"step {i} loss 0.{i:02d}\n" for i in range(20))  # the run went on after the exception was logged
     text = _ABORT_AFTER_IMPORT.split("double free")[0] + steps + "Segmentation fault (core dumped)\n"
     assert explain(text).kind == "native_crash"
+
+
+def test_an_error_before_an_ignored_exception_keeps_its_answer() -> None:
+    error = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in <module>\n    out = model.head(x)\n'
+             "AttributeError: 'NoneType' object has no attribute 'head'\n")
+    assert explain(error + _ignored_text()).kind == explain(error).kind == "wrong_object_attribute"

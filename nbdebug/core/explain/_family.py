@@ -540,7 +540,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     """
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
-    if slug in _VALUE_SLUGS | {"missing_key"} and ignored_exception(raw):
+    if slug in _VALUE_SLUGS | {"missing_key"} and ignored_exception(raw, line):
         return True  # raised where Python could only ignore it (at exit, in a __del__): no error of the user's values
     if slug == "native_crash" and exception_before_crash(line, raw):
         return True  # a Python exception stopped the program, then its native libraries crashed at shutdown

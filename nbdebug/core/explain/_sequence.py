@@ -40,12 +40,13 @@ def exception_before_crash(line: str, raw: str) -> bool:
     return at != -1 and crash > at and tail.count("\n", at, crash) <= _SHUTDOWN_LINES and tail.rfind(_HEADER, 0, at) != -1
 
 
-def ignored_exception(raw: str) -> bool:
-    """Whether the text's last exception is one Python printed under ``Exception ignored in:`` (no traceback after)."""
+def ignored_exception(raw: str, line: str = "") -> bool:
+    """Whether the text's last exception is one Python printed under ``Exception ignored in:`` (no traceback after);
+    with ``line``, also whether that line is the ignored exception's (not an earlier error's)."""
     tail = raw[-20_000:]
     at = tail.rfind(_IGNORED)
     # the ignored exception's own traceback follows its notice; a second one is an error that stopped the program
-    return at != -1 and tail.count(_HEADER, at) <= 1
+    return at != -1 and tail.count(_HEADER, at) <= 1 and (not line or tail.find(line[:200], at) != -1)
 
 
 # a traceback's header, also behind a launcher's rank prefix ("[rank0]: Traceback ...")
