@@ -15,6 +15,10 @@ from nbdebug.core.explain import explain
 from nbdebug.core.explain._structure import owner_of
 
 _SITE = "/opt/env/lib/python3.10/site-packages"
+# the warning transformers prints when a checkpoint is loaded under a new head (nearly every fine-tuning run)
+_HEAD_WARNING = ("Some weights of BertForSequenceClassification were not initialized from the model checkpoint at "
+                 "bert-base-uncased and are newly initialized: ['classifier.bias', 'classifier.weight']\nYou should "
+                 "probably TRAIN this model on a down-stream task to be able to use it for predictions and inference.\n")
 
 
 def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
@@ -94,6 +98,7 @@ def test_an_unlisted_message_inside_torch_load_is_the_checkpoint_file():
     d = explain(text)
     assert d.kind == "checkpoint_load_failed" and d.evidence["loader"] == "torch.load"
     assert "asked torch.load to read" in d.first_step
+    assert "was raised while torch.load was reading them (serialization.py, line 1040, in load)" in d.summary
 
 
 def test_the_users_line_calling_a_loader_places_an_error_raised_below_it():
@@ -120,6 +125,42 @@ def test_the_users_line_calling_a_loader_places_an_error_raised_below_it():
     _tb(("train.py", 50, "<module>", "engine.load_checkpoint(out)"),
         (f"{_SITE}/deepspeed/runtime/engine.py", 2700, "load_checkpoint", "raise ValueError(msg)"),
         error="ValueError: the saved world size does not match"),
+    # transformers' new-head warning, then an unrelated library error: the warning is no notice of missing files
+    _HEAD_WARNING + _tb(("train.py", 60, "<module>", "trainer.train()"),
+                        (f"{_SITE}/transformers/trainer.py", 1539, "train", "return inner_training_loop("),
+                        (f"{_SITE}/torch/utils/data/_utils/fetch.py", 54, "fetch", "return self.collate_fn(data)"),
+                        (f"{_SITE}/transformers/data/data_collator.py", 249, "__call__", "batch = pad("),
+                        (f"{_SITE}/transformers/tokenization_utils_base.py", 3300, "pad", "raise ValueError("),
+                        error="ValueError: You should supply an encoding or a list of encodings to this method that "
+                              "includes input_ids, but you provided ['text', 'label']"),
+    _HEAD_WARNING + _tb(("train.py", 30, "<module>", "trainer.fit(model, dm)"),
+                        (f"{_SITE}/lightning/pytorch/loops/fit_loop.py", 300, "setup_data", "raise ValueError("),
+                        error="ValueError: `Dataloader` returned 0 length. Please make sure this returns at least 1 "
+                              "batch."),
+    # a save (safetensors' writer below save_pretrained) is no load
+    _tb(("train.py", 50, "<module>", 'model.save_pretrained("out")'),
+        (f"{_SITE}/transformers/modeling_utils.py", 2500, "save_pretrained", "safe_save_file(shard, path)"),
+        (f"{_SITE}/safetensors/torch.py", 284, "save_file", "serialize_file(_flatten(tensors), filename)"),
+        (f"{_SITE}/safetensors/torch.py", 470, "_flatten", "raise ValueError("),
+        error="ValueError: You are trying to save a non contiguous tensor: `encoder.layer.0.attention.self.query.weight`"
+              " which is not allowed. It either means you are trying to save tensors which are reference of each other "
+              "in which case it's recommended to save only the full tensors, and reslice at load time, or simply call "
+              "`.contiguous()` on your tensor to pack it before saving."),
+    # a package to install, or remote code to trust: the message states the fix, and it is not the file
+    _tb(("train.py", 8, "<module>", "tok = AutoTokenizer.from_pretrained('google/mt5-small')"),
+        (f"{_SITE}/transformers/models/auto/tokenization_auto.py", 700, "from_pretrained",
+         "return tokenizer_class_fast.from_pretrained(name)"),
+        (f"{_SITE}/transformers/tokenization_utils_fast.py", 120, "__init__", "raise ValueError("),
+        error="ValueError: Couldn't instantiate the backend tokenizer from one of: \n(1) a `tokenizers` library "
+              "serialization file, \n(2) a slow tokenizer instance to convert or \n(3) an equivalent slow tokenizer "
+              "class to instantiate and convert. \nYou need to have sentencepiece installed to convert a slow "
+              "tokenizer to a fast one."),
+    _tb(("train.py", 8, "<module>", "model = AutoModel.from_pretrained('THUDM/chatglm-6b')"),
+        (f"{_SITE}/transformers/models/auto/auto_factory.py", 456, "from_pretrained", "config = AutoConfig.load(name)"),
+        (f"{_SITE}/transformers/dynamic_module_utils.py", 535, "resolve_trust_remote_code", "raise ValueError("),
+        error="ValueError: Loading THUDM/chatglm-6b requires you to execute the configuration file in that repo on "
+              "your local machine. Make sure you have read the code there to avoid malicious use, then set the option "
+              "`trust_remote_code=True` to remove this error."),
 ])
 def test_the_loader_rule_gives_way(text):
     assert explain(text).kind != "checkpoint_load_failed"

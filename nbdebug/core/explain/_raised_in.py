@@ -50,8 +50,22 @@ _OTHER_FAMILY = re.compile(r"(?i:size mismatch|\bshape\b|cuda|\bgpu\b|\bdevice\b
                            r"\bfsdp\b|\brank\b|missing key|unexpected key|error\(s\) in loading state_dict)")
 
 
+# a library's own notice that the model's files were not found or not loaded (not transformers' "were not initialized
+# ... newly initialized" warning for a new head, which nearly every fine-tuning run prints)
+_NOT_LOADED = re.compile(r"(?i:no [\w-]{1,40} model found|model not found|weights? of [^\n]{0,200}were not used|"
+                         r"were not loaded|could not find [^\n]{0,60}(?:weights|checkpoint))")
+# a message naming a package to install or remote code to trust: the environment or the call, not the file
+_NOT_THE_FILE = re.compile(r"(?i:\bpip install\b|\binstall(?:ed)?\b|trust_remote_code)")
+# a writer's frame (save_pretrained, safetensors' save_file, serialize_file): a save is no load
+_SAVER = re.compile(r"_?(?:save|serialize)")
+
+
+def _saver(frame: Frame) -> bool:
+    return not frame.is_user and bool(_SAVER.match(frame.func.rsplit(".", 1)[-1]))
+
+
 def _loader(frame: Frame) -> bool:
-    if frame.is_user or frame.owner == "stdlib":
+    if frame.is_user or frame.owner == "stdlib" or _saver(frame):
         return False
     if frame.owner == "torch":
         return bool(_TORCH_LOADERS.search(frame.path))
@@ -64,19 +78,20 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     The loader is a library's frame among the last ones, or the user's last line calling one with the error raised
     below it, or the library that raised after its own notice that the model's files were not found or not loaded.
     """
-    from nbdebug.core.explain._family import _MODEL_FILES
     from nbdebug.core.explain._family import _where as where
     from nbdebug.core.knowledge.io import LOAD_STEP
 
     if (s.short_type not in _LOAD_TYPES or _OTHER_FAMILY.search(s.message) or _PICKLED_CLASS.search(s.message)
-            or not s.frames):
+            or _NOT_THE_FILE.search(s.message) or not s.frames):
         return None
     user_index = max((i for i, f in enumerate(s.frames) if f.is_user), default=-1)
     below = s.frames[user_index + 1:]
+    if any(_saver(f) for f in below):
+        return None  # raised while writing a file (save_pretrained, save_file): the tensors being saved, not a read
     loader = next((f for f in below if _loader(f)), None)
     noticed = ""
     user = s.frames[user_index] if user_index >= 0 else None
-    if loader is None and below and below[-1].owner not in ("stdlib", "torch") and _MODEL_FILES.search(raw):
+    if loader is None and below and below[-1].owner not in ("stdlib", "torch") and _NOT_LOADED.search(raw):
         loader = below[-1]  # the library said the model's files were not found (or not all loaded), then failed
         noticed = loader.owner
     if loader is None and not (user is not None and below and _LOADER_CALL.search(user.source)):

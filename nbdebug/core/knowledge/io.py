@@ -261,8 +261,8 @@ ENTRIES += (
     Entry(
         slug="checkpoint_load_failed",
         title="Loading a checkpoint or a pretrained model's files failed",
-        summary=("Loading a model's files failed[[: {exc_type} was raised in {loader}]][[ ({where})]][[, called at "
-                 "{user_where}]]: the file or folder is missing, incomplete or not what the loader expects."),
+        summary=("Loading a model's files failed[[: {exc_type} was raised while {loader} was reading them]][[ "
+                 "({where})]][[, called at {user_where}]]: the file or folder is missing, incomplete or not what the loader expects."),
         keywords=("checkpoint", "weights", "model file"),
         patterns=(
             # a program's own notice that the checkpoint is not where it looks
