@@ -318,9 +318,12 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
     fitted = math.isfinite(after) and after <= target
     ref = before if math.isfinite(before) else math.inf
     # learning restored: the batch is fitted, or the loss ends well below the user's at the same step (by a share
-    # of where it started and of where the user's ended)
+    # of where it started, and of where the user's ended or a multiple of how far the user's fell: a run that
+    # barely moves is restored by one that learns many times as much)
+    user_gain = (init if base is None else base) - ref if math.isfinite(ref) else 0.0
     restores = math.isfinite(after) and (fitted or (
-        ref - after >= 0.1 * abs(start) and after <= (1 - threshold("restores_rel")) * ref))
+        ref - after >= 0.1 * abs(start) and (after <= (1 - threshold("restores_rel")) * ref
+                                             or start - after >= threshold("restores_gain") * max(user_gain, 0.0))))
     if math.isfinite(before) and before <= s.fit_target() and cause not in _LOSS_REDEFINED:
         restores = False  # the user's own setup fits the batch by then: there is nothing to restore
     ex = Experiment(cause=cause, change=change, steps=k, start=start, before=before, after=after, fitted=fitted,

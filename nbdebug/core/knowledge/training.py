@@ -576,6 +576,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("restores_rel", 0.25,
               "share of the initial loss an experiment must gain over the user's setup (at the same step) to count "
               "as restoring learning", KARPATHY),
+    Threshold("restores_gain", 5.0,
+              "how many times as far as the user's setup an experiment's loss must fall (at the same step, and by a "
+              "tenth of its start) to count as restoring learning to a run that barely moves", KARPATHY),
     Threshold("too_easy_steps", 3.0, "steps within which fitting a batch counts as too easy", KARPATHY),
     Threshold("reconstruction_correlation", 0.5,
               "correlation of a loss's target with an input of the same shape above which the target is that input "
