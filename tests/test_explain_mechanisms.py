@@ -289,6 +289,29 @@ def test_an_unlisted_error_inside_torch_distributed_is_the_distributed_family():
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in d.first_step
 
 
+_DIST = f"{_SITE}/torch/distributed"
+
+
+@pytest.mark.parametrize("text", [
+    _tb(("train.py", 50, "forward", "return self.proj(x)"),
+        (f"{_SITE}/torch/nn/modules/linear.py", 125, "forward", "return F.linear(input, self.weight, self.bias)"),
+        (f"{_DIST}/tensor/_api.py", 340, "__torch_dispatch__", "return DTensor._op_dispatcher.dispatch("),
+        (f"{_DIST}/tensor/_dispatch.py", 819, "_try_replicate_spec_for_scalar_tensor", "raise RuntimeError("),
+        error="RuntimeError: aten.mm.default: got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to "
+              "DTensor before calling distributed operators!"),
+    _tb(("train.py", 50, "<module>", "dcp.load(state_dict, checkpoint_id='ckpt/step100')"),
+        (f"{_DIST}/checkpoint/state_dict_loader.py", 200, "load", "keys = sorted(state_dict.keys())"),
+        (f"{_DIST}/checkpoint/default_planner.py", 495, "create_local_plan", "raise RuntimeError("),
+        error="RuntimeError: Missing key in checkpoint state_dict: model.lm_head.weight."),
+    _tb(("train.py", 40, "save", "dcp.save(state)"),
+        (f"{_DIST}/checkpoint/_storage_utils.py", 30, "_storage_setup", "raise RuntimeError("),
+        error="RuntimeError: `checkpoint_id` must be specificed if storage_writer/storage_reader is None."),
+])
+def test_a_single_process_api_of_torch_distributed_is_not_the_process_groups_call(text):
+    # DTensor, distributed checkpoint: the message names the user's mistake, which one process shows
+    assert explain(text).kind != "distributed_call_failed"
+
+
 def test_a_launchers_report_raised_in_torch_distributed_is_not_the_call_rule():
     text = _tb(("/usr/bin/torchrun", 8, "<module>", "sys.exit(main())"),
                (f"{_SITE}/torch/distributed/launcher/api.py", 260, "launch_agent", "raise ChildFailedError("),

@@ -169,7 +169,11 @@ def collate(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     return "collate_failed", {"exc_type": s.short_type, "where": where(frames[-1])}
 
 
-_DISTRIBUTED = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
+# the process group, its collectives and the launcher; not DTensor, distributed checkpoint, FSDP or pipelining, whose
+# messages name the user's own mistake, which one process shows as well as many
+_DISTRIBUTED = re.compile(r"[/\\]torch[/\\]distributed[/\\](?:(?:__init__|distributed_c10d|c10d_logger|rendezvous|"
+                          r"constants|launch|run|_functional_collectives(?:_impl)?|device_mesh|collective_utils)\.py|"
+                          r"elastic[/\\])")
 # a launcher's or spawn's report of a child that failed: the child's own error answers (child_failed)
 _REPORTS = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedException|SignalException")
 
