@@ -51,6 +51,8 @@ _FILE_NAMED = re.compile(r"(?:^|[\s'\"(])(?:[A-Za-z]:\\|~?/|\./)[^\s'\"]{1,300}\
 # a library's own notice that a model's files were not found or not all loaded
 _MODEL_FILES = re.compile(r"(?i:no [\w-]{1,40} model found|model not found|weights? of [^\n]{0,200}were not "
                           r"(?:initialized|used)|some weights [^\n]{0,100}were not)")
+# a requirement stated together with the hardware it needs (bf16 on an Ampere GPU): the device, not the version
+_HARDWARE = re.compile(r"(?i:\bgpu\b|ampere|compute capability|\bbf16\b)")
 _DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
                                 r"torch\.distributed|world_size|_prepare_deepspeed)")
 # site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
@@ -555,6 +557,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug in ("nan_loss", "checkpoint_load_failed", "version_required", "dataset_empty", "cli_usage") and line and _later_exception(
             line, raw[-20_000:]):
         return True
+    if slug == "version_required" and _HARDWARE.search(line):
+        return True  # "You need torch>=1.10, using Ampere GPU": the device's question, not the package's
     if slug == "xla_error" and "PJRT_DEVICE" in line and "torch_xla" not in raw and _later_exception(line, raw[-20_000:]):
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):

@@ -41,6 +41,7 @@ class Checked:
     notes: list[str] = field(default_factory=list)
     first_step: str = ""
     fixes: list[Fix] = field(default_factory=list)
+    fixes_only: bool = False  # the check's fixes replace the entry's (which would contradict what it found)
 
 
 def installed_versions() -> dict[str, str]:
@@ -469,7 +470,7 @@ def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidenc
                 out.first_step = f"Installed versions do not fit: {conflicts[0]}. Install versions that fit, then retry."
             more = (_api_missing(facts, versions) if slug == "api_missing" else
                     _cpu_only(versions) if slug == "cuda_unavailable" and "not compiled" in str(facts.get("reason", ""))
-                    else Checked())
+                    else _requirement(facts) if slug == "version_required" else Checked())
             _merge(out, more)
         if slug in MEMORY_SLUGS or isinstance(exc, MemoryError):
             out.rows += memory_rows(host_memory())
@@ -498,10 +499,21 @@ def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidenc
     return out
 
 
+def _requirement(facts: Mapping[str, Any]) -> Checked:
+    from nbdebug.core.explain._requirement import requirement_check
+
+    found = requirement_check(facts)
+    if found is None:
+        return Checked()
+    rows, first_step, fixes, only = found
+    return Checked(rows=rows, first_step=first_step, fixes=fixes, fixes_only=only)
+
+
 def _merge(into: Checked, more: Checked) -> None:
     into.rows += more.rows
     into.notes += more.notes
     into.fixes += more.fixes
+    into.fixes_only = into.fixes_only or more.fixes_only
     if more.first_step:
         into.first_step = more.first_step
 
@@ -551,7 +563,9 @@ def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) 
     changes: dict[str, Any] = {"sections": (section, *diagnosis.sections)}
     if checked.first_step:
         changes["first_step"] = checked.first_step
-    if checked.fixes:
+    if checked.fixes_only:
+        changes["fixes"] = tuple(checked.fixes)
+    elif checked.fixes:
         titles = {f.title for f in checked.fixes}
         changes["fixes"] = tuple(checked.fixes) + tuple(f for f in diagnosis.fixes if f.title not in titles)
     if not diagnosis.known:

@@ -751,9 +751,9 @@ _PACKAGE_SPEC = _NOT_A_PACKAGE + r"[A-Za-z][\w.-]{1,60}? ?(?:>=|==|~=|<=) ?v?\d{
 ENTRIES += (
     Entry(
         slug="version_required",
-        title="The code requires another version of a package than the installed one",
-        summary=("The message states a version requirement[[ ({requirement})]] that the installed packages do not "
-                 "meet: the code, or a library it calls, was written for another release."),
+        title="The code states a version requirement for a package",
+        summary=("The message states a version requirement[[ ({requirement})]]: the code, or a library it calls, was "
+                 "written for a release of that package; the installed one may be another."),
         # an operator of a version specifier, or the words of the patterns without one (most texts have neither, so
         # the patterns, which scan every position, rarely run)
         keywords=(">=", "==", "~=", "<=", "or higher", "or newer", "or later", "or above", "or greater",
@@ -793,8 +793,8 @@ ENTRIES += (
                 "The package was upgraded after it was imported: the kernel still runs the old copy until it restarts.",
                 "Two requirements files (the project's and a library's) pin versions that do not fit together."),
         fixes=(Fix("Install the version the message asks for, then restart the kernel",
-                   "%pip install '<package>>=<version>'   # then Kernel > Restart"),
-               Fix("See what is installed", "import importlib.metadata as md\nprint(md.version('<package>'))")),
+                   "%pip install 'PACKAGE>=VERSION'   # the requirement the message states; then Kernel > Restart"),
+               Fix("See what is installed", "import importlib.metadata as md\nprint(md.version('PACKAGE'))")),
         first_step="Compare the installed version of the package the message names (pip show <package>) with the "
         "requirement it states, install a version that meets it (or the versions of the calling library that fit the "
         "installed one), and restart the kernel so the new version is the one imported.",
