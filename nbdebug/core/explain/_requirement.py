@@ -35,8 +35,11 @@ def requirement_check(facts: Mapping[str, Any]) -> tuple[list[tuple[str, str]], 
     """Rows, a first step, fixes and whether those fixes are the only ones that apply, for ``facts["requirement"]``
     checked against this session; None when the requirement is no specifier packaging can read (the entry's own
     advice stays)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.version import InvalidVersion, Version
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # pragma: no cover - packaging ships with pip and every build tool; without it, no check
+        return None
 
     text = str(facts.get("requirement") or "").replace(" ", "")
     for op in (">=", "==", "~=", "<="):
