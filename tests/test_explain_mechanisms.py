@@ -410,6 +410,29 @@ def test_a_package_module_run_as_a_script_is_the_users_launch():
                error="ImportError: attempted relative import with no known parent package")
     d = explain(text)
     assert d.kind == "relative_import_script" and "python -m" in d.first_step
+    assert "run as a script (python path/to/file.py)" in d.summary
+
+
+_CELL_RELATIVE = ("---------------------------------------------------------------------------\n"
+                  "ImportError                               Traceback (most recent call last)\n"
+                  "Cell In[3], line 1\n----> 1 from .utils import load_data\n\n"
+                  "ImportError: attempted relative import with no known parent package")
+
+
+def test_a_relative_import_in_a_notebook_cell_is_told_to_import_absolutely_not_to_run_a_script():
+    d = explain(_CELL_RELATIVE)
+    assert d.kind == "relative_import_script"
+    assert "notebook cell belongs to no package" in d.first_step and "python -m" not in d.first_step
+    assert "notebook cell" in d.summary and "python path/to/file.py" not in d.summary
+    assert "runner" not in d.evidence
+
+
+def test_a_live_relative_import_at_the_prompt_is_the_cell_case():
+    try:
+        exec(compile("from .utils import load_data", "<ipython-input-3-0123abcd>", "exec"), {"__name__": "__main__"})
+    except ImportError as error:
+        d = explain(error)
+    assert d.kind == "relative_import_script" and "sys.path.insert" in d.first_step
 
 
 def test_a_loader_checking_its_arguments_is_not_the_files():

@@ -15,7 +15,7 @@ from typing import Any
 from nbdebug._units import fmt_bytes
 from nbdebug.core.explain._diagnosis import Fix
 
-__all__ = ["ANALYSERS"]
+__all__ = ["ANALYSERS", "relative_import_runner"]
 
 Analysis = tuple[list[str], list[Fix]]
 
@@ -449,6 +449,28 @@ def _optimizer(facts: dict[str, Any], text: str) -> Analysis:
         facts["setup_detail"] = ("The optimizer was given something that is not a parameter: a tensor computed from "
                                  "one (a non-leaf), or another object.")
     return [], []
+
+
+# the innermost frame as IPython 8+ prints a cell, or the interactive prompt (a kernel's own file: is_cell_file)
+_PROMPT = re.compile(r"^(?:Cell In\[\d+\]|<stdin>|<string>)$")
+
+
+def relative_import_runner(structure: Any) -> dict[str, str]:
+    """What ran a failed relative import, from its innermost frame (a pasted traceback's or a live one's): a notebook
+    cell gets its own first step (import absolutely); no frame, nothing (the summary then names neither)."""
+    from nbdebug.core._cells import is_cell_file
+    from nbdebug.core.knowledge.usercode import (
+        RELATIVE_IMPORT_CELL,
+        RELATIVE_IMPORT_CELL_STEP,
+        RELATIVE_IMPORT_SCRIPT,
+    )
+
+    frame = structure.innermost
+    if frame is None:
+        return {}
+    if _PROMPT.match(frame.path) or is_cell_file(frame.path):
+        return {"runner": RELATIVE_IMPORT_CELL, "first_step_detail": RELATIVE_IMPORT_CELL_STEP}
+    return {"runner": RELATIVE_IMPORT_SCRIPT}
 
 
 def _library(facts: dict[str, Any], text: str) -> Analysis:

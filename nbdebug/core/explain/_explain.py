@@ -29,7 +29,7 @@ from typing import Any
 from nbdebug._units import fmt_bytes, parse_bytes
 from nbdebug.core._findings import Severity
 from nbdebug.core.explain import _family
-from nbdebug.core.explain._analyze import ANALYSERS
+from nbdebug.core.explain._analyze import ANALYSERS, relative_import_runner
 from nbdebug.core.explain._context import (
     ddp_unused_context,
     exception_text,
@@ -63,8 +63,7 @@ _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch"
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
 _PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note",
-          "hardware_detail", "first_step_detail", "matmul_kind",
-          "broadcast_detail")
+          "hardware_detail", "first_step_detail", "matmul_kind", "runner", "broadcast_detail")
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),
@@ -504,6 +503,9 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     first_fixes: list[Fix] = []
     if entry.slug == "shape_mismatch":
         facts["matmul_kind"] = _matmul_kind(_last_frame_text(error) if isinstance(error, BaseException) else raw)
+    if entry.slug == "relative_import_script":  # what ran it (a cell, a script): the frames, live or pasted
+        live = isinstance(error, BaseException)
+        facts |= relative_import_runner(from_exception(error) if live else read(raw[-_MAX_CHARS:], text))
     analyse = ANALYSERS.get(entry.slug)
     if analyse is not None:
         more_notes, more_fixes = analyse(facts, text)

@@ -179,20 +179,28 @@ ENTRIES += (
     ),
 )
 
+# How ``relative_import_script`` names what ran the code (``runner``) and the first step for a notebook cell.
+RELATIVE_IMPORT_SCRIPT = "a script (python path/to/file.py)"
+RELATIVE_IMPORT_CELL = "a notebook cell (or an interactive prompt), which belongs to no package"
+RELATIVE_IMPORT_CELL_STEP = ("A notebook cell belongs to no package, so '.' names nothing: import absolutely "
+                             "(from pkg.utils import load_data instead of from .utils import load_data), with the folder "
+                             "that holds pkg on sys.path (sys.path.insert(0, '/path/above/pkg')).")
+
 ENTRIES += (
     Entry(
         slug="relative_import_script",
-        title="A file with relative imports was run as a script, outside its package",
-        summary=("The file uses a relative import (from .x import y), which works only inside a package, and it was "
-                 "run as a script (python path/to/file.py), so it has no parent package."),
+        title="A relative import ran outside its package (a script or a notebook cell)",
+        summary=("The code uses a relative import (from .x import y), which works only inside a package[[, and it "
+                 "was run as {runner}]], so '.' names no parent package."),
         keywords=("attempted relative import",),
         patterns=(r"attempted relative import with no known parent package",),
         priority=60,
         extra={"family": "user_code_python"},
         causes=("python path/to/pkg/file.py runs the file as __main__, not as pkg.file, so '.' names no package.",
-                "A notebook or a script that copied a package's module, with its relative imports."),
-        fixes=(Fix("Run it as a module from the folder above the package", "cd /path/above/pkg && python -m pkg.train"),
-               Fix("Or import absolutely", "from pkg.data import load   # instead of: from .data import load")),
+                "A notebook cell (or a script) that copied a package's module, with its relative imports."),
+        fixes=(Fix("Import absolutely", "from pkg.data import load   # instead of: from .data import load"),
+               Fix("A script: run it as a module from the folder above the package",
+                   "cd /path/above/pkg && python -m pkg.train")),
         first_step="Run the file as a module from the folder that holds its package (python -m pkg.file), or change "
         "its relative imports to absolute ones.",
         sources=("https://docs.python.org/3/reference/import.html#package-relative-imports",
