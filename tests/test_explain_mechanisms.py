@@ -259,7 +259,21 @@ def test_an_error_in_the_collate_step_is_the_batchs_samples():
                      "found <class 'NoneType'>")
     d = explain(text)
     assert d.kind == "collate_failed" and d.evidence["exc_type"] == "TypeError"
-    assert "ds[i]" in d.first_step
+    assert "ds[i]" in d.first_step and "not all of the same structure" in d.summary
+    assert "collate_problem" not in d.evidence
+
+
+def test_samples_that_require_grad_in_the_collate_step_are_their_autograd_history_not_their_structure():
+    # a worker's default_collate stacks with out=... (shared memory), which autograd refuses
+    text = _tb(("train.py", 40, "<module>", "for x, y in loader:"),
+               (f"{_SITE}/torch/utils/data/_utils/fetch.py", 54, "fetch", "return self.collate_fn(data)"),
+               (_COLLATE, 275, "collate_tensor_fn", "return torch.stack(batch, 0, out=out)"),
+               error="RuntimeError: stack(): functions with out=... arguments don't support automatic differentiation, "
+                     "but one of the arguments requires grad.")
+    d = explain(text)
+    assert d.kind == "collate_failed"
+    assert "detach()" in d.first_step and "same structure" not in d.first_step
+    assert "requires grad" in d.summary and "same structure" not in d.summary
 
 
 def test_samples_of_different_sizes_in_the_collate_step_are_not_the_structure_rule():

@@ -63,7 +63,7 @@ _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch"
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
 _PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note",
-          "hardware_detail", "first_step_detail", "matmul_kind", "runner", "broadcast_detail")
+          "hardware_detail", "first_step_detail", "matmul_kind", "runner", "broadcast_detail", "collate_problem")
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "str": lambda v: v.strip(),

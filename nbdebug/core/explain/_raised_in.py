@@ -155,18 +155,23 @@ def unpacks_its_own(raw: str) -> bool:
 
 
 _SIZES = re.compile(r"(?i:resize|equal size|\bsizes?\b)")
+_REQUIRES_GRAD = re.compile(r"(?i:requires grad|automatic differentiation)")
 _COLLATE = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]collate\.py$")
 
 
 def collate(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """An error raised in the DataLoader's collate step (default_collate): the samples of a batch."""
     from nbdebug.core.explain._family import _where as where
+    from nbdebug.core.knowledge.data import COLLATE_GRAD, COLLATE_GRAD_STEP, COLLATE_STRUCTURE
 
     frames = [f for f in s.frames if f.owner != "stdlib"]
     if not frames or not _COLLATE.search(frames[-1].path) or _OTHER_FAMILY.search(s.message) or _SIZES.search(
             s.message):
         return None  # samples of different sizes: collate_mismatch's question (or the DataLoader's report of it)
-    return "collate_failed", {"exc_type": s.short_type, "where": where(frames[-1])}
+    facts = {"exc_type": s.short_type, "where": where(frames[-1]), "collate_problem": COLLATE_STRUCTURE}
+    if _REQUIRES_GRAD.search(s.message):  # the samples' autograd history, not their structure
+        facts |= {"collate_problem": COLLATE_GRAD, "first_step_detail": COLLATE_GRAD_STEP}
+    return "collate_failed", facts
 
 
 # the process group, its collectives and the launcher; not DTensor, distributed checkpoint, FSDP or pipelining, whose

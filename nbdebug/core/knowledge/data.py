@@ -364,16 +364,25 @@ ENTRIES: tuple[Entry, ...] = (
     ),
 )
 
+# What ``collate_failed`` says the samples' problem is: their structure, or (the message says a tensor requires grad)
+# samples that carry autograd history, which a worker's collate cannot stack into shared memory (out=...).
+COLLATE_STRUCTURE = ("the samples of one batch are not all of the same structure, or of a type the default collate "
+                     "cannot stack")
+COLLATE_GRAD = ("a sample is a tensor that requires grad (built from a parameter or a model in __getitem__), and a "
+                "DataLoader worker's collate stacks into shared memory with out=..., which autograd does not allow")
+COLLATE_GRAD_STEP = ("Return detached tensors from __getitem__ (x.detach(), or build the sample under torch.no_grad()): "
+                     "a dataset's samples should carry no autograd history.")
+
 ENTRIES += (
     Entry(
         slug="collate_failed",
         title="The DataLoader could not combine the samples of a batch",
-        summary=("{exc_type} was raised in the DataLoader's collate step[[ ({where})]]: the samples of one batch are "
-                 "not all of the same structure, or of a type the default collate cannot stack."),
+        summary="{exc_type} was raised in the DataLoader's collate step[[ ({where})]][[: {collate_problem}]].",
         causes=("A sample of a type default_collate does not stack (a PIL image, a string list, None, a custom object): "
                 "the transform does not end in a tensor, or __getitem__ returns it as is.",
                 "Samples of different structure: a dict key some samples lack, tuples of different lengths, None for "
-                "some items."),
+                "some items.",
+                "Samples that require grad: a worker's collate stacks them with out=..., which autograd refuses."),
         fixes=(Fix("Look at a few samples' structure", "for i in range(4):\n    s = ds[i]\n    print(type(s), "
                    "getattr(s, 'keys', lambda: None)(), [type(v) for v in (s.values() if isinstance(s, dict) else s)])"),
                Fix("Convert images to tensors in the transform", "transform = T.Compose([T.Resize((224, 224)), T.ToTensor()])"),
