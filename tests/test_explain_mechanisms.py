@@ -404,6 +404,20 @@ def test_compiler_drivers_and_linkers_are_an_extension_build(text):
     assert explain(text).kind == "extension_build_failed"
 
 
+def test_torchs_jit_loader_without_ninja_is_told_to_install_ninja_not_to_read_a_build_log(monkeypatch):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("PATH", "")  # no ninja on PATH: torch's own check raises, as in a fresh environment
+    try:
+        cpp_extension.verify_ninja_availability()
+    except RuntimeError as error:
+        d = explain(error)
+    assert d.kind == "extension_build_failed"
+    assert "pip install ninja" in d.first_step and "build log" not in d.first_step
+    assert "pip had to compile" not in d.summary and "JIT loader" in d.summary
+    assert d.fixes[0].code == "%pip install ninja"
+
+
 @pytest.mark.parametrize(("text", "kind"), [
     ("WARNING: Retrying ...\nCould not fetch URL https://pypi.org/simple/torchvision/: connection refused", "install_failed"),
     ("Collecting package metadata (repodata.json): done\nSolving environment: failed", "conda_not_found"),

@@ -473,6 +473,15 @@ def relative_import_runner(structure: Any) -> dict[str, str]:
     return {"runner": RELATIVE_IMPORT_SCRIPT}
 
 
+def _extension(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.env import NINJA_STEP
+
+    if str(facts.get("reason", "")).startswith("Ninja is required"):  # torch's JIT loader, before any compiling
+        facts["first_step_detail"] = NINJA_STEP
+        return [], [Fix("Install ninja", "%pip install ninja")]
+    return [], []
+
+
 def _library(facts: dict[str, Any], text: str) -> Analysis:
     dist = facts.get("distribution") or facts.get("package") or "<package>"
     return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
@@ -494,4 +503,5 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "ddp_grad_strides": _grad_strides,
     "optimizer_setup": _optimizer,
     "library_raised": _library,
+    "extension_build_failed": _extension,
 }

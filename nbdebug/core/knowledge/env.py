@@ -345,8 +345,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="extension_build_failed",
         title="Building a compiled extension failed",
-        summary=("pip had to compile a package from source and the build failed[[: {reason}]]; usually a missing "
-                 "compiler or CUDA toolkit, or a source tree that does not fit the installed torch."),
+        summary=("Compiling a C++/CUDA extension failed (pip's build from source, or torch's JIT loader)[[: {reason}]]; "
+                 "usually a missing compiler, build tool or CUDA toolkit, or a source tree that does not fit the "
+                 "installed torch."),
         keywords=("could not build wheels", "metadata-generation-failed", "build wheel did not run", "ninja", "fatal error:", "error compiling objects", "failed with exit", "cuda_home", "failed building wheel", "building wheel", "visual c++", "nvcc", "unsupported gnu version",
                   "subprocess-exited-with-error", "legacy-install-failure", "command '", "rust compiler", "installable wheels",
                   "error building extension", "cuda_home does not exist", "command errored out",
@@ -398,6 +399,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"
+                r"|Ninja is required to load C\+\+ extensions"
                 r"|unsupported GNU version[^\n]{0,80}|Unsupported gpu architecture '?\w+'?)", {"reason": "str"}),),
         causes=("No prebuilt wheel matched (Python, torch or CUDA version), so pip compiled from source.",
                 "The CUDA toolkit (nvcc) or a C++ compiler is missing, or its version is not supported by this CUDA.",
@@ -411,6 +413,11 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
     ),
 )
+
+# The first step of ``extension_build_failed`` when torch's JIT extension loader (cpp_extension.load) finds no ninja:
+# nothing was compiled yet, and no wheel applies.
+NINJA_STEP = ("Install ninja (%pip install ninja), the build tool torch's JIT extension loader (torch.utils.cpp_extension"
+              ".load) runs, then rerun: nothing was compiled yet.")
 
 # The first step of ``import_failed`` when torch itself fails inside its own import.
 IMPORT_STEP_TORCH = ("Print where torch is installed and which versions pip sees (pip list | grep -i torch): torch failing "
