@@ -371,11 +371,31 @@ def test_the_python_named_as_unsupported_is_a_version_requirement():
     "tango.common.exceptions.RegistrationError: 'fancy_step' is not a registered name for 'Step'.",
     "KeyError: 'SwinUNetPlus is not in the models registry'",
     "RuntimeError: Unknown model (vit_giant_patch99_224)",
+    # mmengine's own wording names the scope and the registry ("mmdet::model")
+    "KeyError: 'MyDetector is not in the mmdet::model registry. Please check whether the value of `MyDetector` is "
+    "correct or it was registered as expected.'",
+    "KeyError: \"No object named 'MyRCNN' found in 'META_ARCH' registry!\"",
 ])
 def test_a_name_no_registry_holds_is_a_release_or_a_companion_package(text):
     d = explain(text)
     assert d.kind == "registry_name_missing"
     assert "registers" in d.first_step
+
+
+@pytest.mark.parametrize(("text", "name", "listing"), [
+    ("RuntimeError: Unknown model (vit_base_patch16_224_in21k)", "vit_base_patch16_224_in21k",
+     "timm.list_models('*vit*')"),
+    ("KeyError: 'DetLocalVisualizer is not in the mmengine::visualizer registry. Please check whether the value of "
+     "`DetLocalVisualizer` is correct or it was registered as expected.'", "DetLocalVisualizer", "module_dict"),
+    ("KeyError: \"No object named 'MyRCNN' found in 'META_ARCH' registry!\"", "MyRCNN", "print(META_ARCH_REGISTRY)"),
+    ("allennlp.common.checks.ConfigurationError: srl_bert is not a registered name for Model.", "srl_bert",
+     "Model.list_available()"),
+])
+def test_the_registry_answer_names_the_name_and_the_listing_of_the_library_that_raised(text, name, listing):
+    d = explain(text)
+    assert f"names '{name}'" in d.summary
+    assert listing in d.fixes[0].code
+    assert not any("list_models" in f.code for f in d.fixes if "timm" not in text and "Unknown model" not in text)
 
 
 def test_a_pickled_class_missing_from_an_installed_package_is_its_release():

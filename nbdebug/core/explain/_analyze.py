@@ -482,6 +482,16 @@ def _extension(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+def _registry(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.library import REGISTRY_LISTS
+
+    prefix = re.split(r"[_./-]", str(facts.get("name", "")), maxsplit=1)[0] or "vit"
+    for marker, fix in REGISTRY_LISTS:
+        if re.search(marker, text):  # the library that raised, by its own wording
+            return [], [Fix(fix.title, fix.code.replace("{prefix}", prefix))]
+    return [], []
+
+
 def _library(facts: dict[str, Any], text: str) -> Analysis:
     dist = facts.get("distribution") or facts.get("package") or "<package>"
     return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
@@ -504,4 +514,5 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "optimizer_setup": _optimizer,
     "library_raised": _library,
     "extension_build_failed": _extension,
+    "registry_name_missing": _registry,
 }

@@ -263,6 +263,23 @@ ENTRIES += (
     ),
 )
 
+# How each library lists the names its registry holds, keyed by its message's wording (``registry_name_missing``'s
+# fix for the library that raised; {name} is the name the message says is missing).
+REGISTRY_LISTS: tuple[tuple[str, Fix], ...] = (
+    (r"Unknown model \(", Fix("List the model names the installed timm has", "import timm\n"
+                              "print(timm.list_models('*{prefix}*'))  # and timm.list_models(pretrained=True)")),
+    (r"is not in the \w+::\w+ registry|registry\. Please check whether the value",
+     Fix("List the names the mmengine registry holds (the scope the message names: mmdet, mmpose, ...)",
+         "from mmdet.registry import MODELS   # the scope and registry the message names\n"
+         "print(sorted(MODELS.module_dict))")),
+    (r"No object named '", Fix("Print the detectron2 (fvcore) registry the message names: it lists its names",
+                               "from detectron2.modeling import META_ARCH_REGISTRY   # the registry the message names\n"
+                               "print(META_ARCH_REGISTRY)")),
+    (r"is not a registered name for", Fix("List the names the allennlp / tango class registers",
+                                          "from allennlp.models import Model   # the class the message names\n"
+                                          "print(Model.list_available())")),
+)
+
 ENTRIES += (
     Entry(
         slug="registry_name_missing",
@@ -275,22 +292,24 @@ ENTRIES += (
             r"(?<![\w.-])'?(?P<name>[\w.-]{1,100})'? is not a registered name for '?\w+",
             r"(?<![\w.-])[\"']?(?P<name>[\w.-]{1,100}) not in acceptable choices for [\w.]+",
             # mmcv / mmengine / detectron2's registries
-            r"(?<![\w.-])[\"']?(?P<name>[\w.-]{1,100}) is not in the [\w ]{1,60}registry",
+            r"(?<![\w.-])[\"']?(?P<name>[\w.-]{1,100}) is not in the [\w: ]{1,60}registry",
             r"No object named '(?P<name>[\w.-]{1,100})' found in '\w+' registry",
             # timm's create_model
             r"Unknown model \((?P<name>[\w./-]{1,100})\)",
         ),
         priority=45,
-        facts=((r"(?P<name>[\w.-]{1,100})'? (?:is not a registered name|not in acceptable choices|is not in the [\w ]{1,60}"
-                r"registry)", {"name": "str"}),),
+        facts=((r"(?P<name>[\w.-]{1,100})'? (?:is not a registered name|not in acceptable choices|is not in the [\w: ]{1,60}"
+                r"registry)", {"name": "str"}),
+               (r"Unknown model \((?P<name>[\w./-]{1,100})\)", {"name": "str"}),
+               (r"No object named '(?P<name>[\w.-]{1,100})' found", {"name": "str"})),
         extra={"family": "environment_version,library_api_misuse"},
         causes=("The name is misspelt, or belongs to another library's registry.",
                 "Another release registers it: the configuration (or the archived model) was written for a newer or "
                 "older release of the library.",
                 "A companion package registers it on import (allennlp-models, a project's custom modules, mmdet's "
                 "custom_imports), and the code did not import it."),
-        fixes=(Fix("List the names the installed release registers", "from timm import list_models; "
-                   "print(list_models('*vit*'))  # allennlp: Model.list_available(); mmengine: MODELS.module_dict"),),
+        fixes=(Fix("List the names the installed release registers",
+                   "print(REGISTRY)  # the registry the message names (MODELS, META_ARCH_REGISTRY, ...) lists them"),),
         first_step="Compare the name with the names the installed release registers (the message or its registry "
         "lists them): a misspelt name, fix the configuration; a right name, install the release of the library (or "
         "the companion package, imported before use) that registers it.",
