@@ -506,6 +506,14 @@ def test_a_live_truncated_checkpoint_is_still_named_by_the_file_check(tmp_path):
     assert "File size" in dict(d.live.facts)
 
 
+@pytest.mark.parametrize("text", [
+    "[data] scanned 5000 images: found 0 images with corrupt EXIF\n[train] epoch 1 loss 2.31",
+    "checked 812 files, found 0 files that are missing labels",
+])
+def test_a_count_of_a_subset_of_the_samples_is_not_an_empty_dataset(text):
+    assert explain(text).kind != "dataset_empty"
+
+
 def test_a_sample_count_logged_before_an_unrelated_traceback_is_not_the_answer():
     text = ("Found 0 images in ./extra (skipped)\n"
             + _tb(("train.py", 80, "<module>", "loss = crit(out, y)"), error="ZeroDivisionError: division by zero"))

@@ -364,6 +364,9 @@ ENTRIES: tuple[Entry, ...] = (
     ),
 )
 
+# words after "found 0 images" that count a subset of the samples, not the samples themselves
+_NOT_A_SUBSET = r"(?! (?:with|that|which|having|missing|containing|without)\b)"
+
 # What ``collate_failed`` says the samples' problem is: their structure, or (the message says a tensor requires grad)
 # samples that carry autograd history, which a worker's collate cannot stack into shared memory (out=...).
 COLLATE_STRUCTURE = ("the samples of one batch are not all of the same structure, or of a type the default collate "
@@ -402,13 +405,15 @@ ENTRIES += (
         patterns=(
             # RandomSampler on a dataset of length 0 (shuffle=True)
             r"num_samples should be a positive integer value, but got num_samples=0",
-            r"(?i:\bfound 0 (?:files|images|samples)\b)",
+            # (not "found 0 images with corrupt EXIF": a count of something else among the samples)
+            r"(?i:\bfound 0 (?:files|images|samples)\b" + _NOT_A_SUBSET + ")",
             r"Found no valid file for the classes",
             r"Couldn't find any class folder in",
             r"(?i:\btotal 0 (?:image )?files\b)",
         ),
         priority=55,
-        facts=((r"(?P<detail>num_samples=0|(?i:found 0 (?:files|images|samples)[^\n]{0,120})|Couldn't find any class "
+        facts=((r"(?P<detail>num_samples=0|(?i:found 0 (?:files|images|samples)\b" + _NOT_A_SUBSET + r"[^\n]{0,120})"
+                r"|Couldn't find any class "
                 r"folder in [^\n]{1,200})", {"detail": "str"}),),
         extra={"family": "dataloader"},
         causes=("The data path is relative to another working directory, or points to a folder of another layout "
