@@ -175,6 +175,8 @@ def test_a_name_missing_in_one_library_called_from_another_is_two_releases():
     assert d.kind == "libraries_disagree"
     assert (d.evidence["package"], d.evidence["caller"]) == ("tokenkit", "sentencekit")
     assert "pip show sentencekit tokenkit" in d.first_step
+    code = d.fixes[0].code  # the two names filled in: copied as it is, it runs
+    assert "for d in ('sentencekit', 'tokenkit')" in code and "<" not in code and "CALLER" not in code
 
 
 @pytest.mark.parametrize("text", [

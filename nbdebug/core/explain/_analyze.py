@@ -492,6 +492,17 @@ def _registry(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+def _two_libraries(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.explain._family import distribution_of
+    from nbdebug.core.knowledge import entry
+    from nbdebug.core.knowledge.env import LIBRARIES_CODE
+
+    if not (facts.get("package") and facts.get("caller")):
+        return [], []
+    code = LIBRARIES_CODE.format(caller_dist=distribution_of(facts["caller"]), dist=distribution_of(facts["package"]))
+    return [], [Fix(entry("libraries_disagree").fixes[0].title, code)]  # the entry's fix, with the two names
+
+
 def _library(facts: dict[str, Any], text: str) -> Analysis:
     dist = facts.get("distribution") or facts.get("package") or "<package>"
     return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
@@ -515,4 +526,5 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "library_raised": _library,
     "extension_build_failed": _extension,
     "registry_name_missing": _registry,
+    "libraries_disagree": _two_libraries,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "COLLATE_GRAD", "COLLATE_GRAD_STEP", "COLLATE_STRUCTURE"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(

@@ -15,7 +15,8 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES", "LIBRARIES_STEP"]
+__all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES", "LIBRARIES_STEP",
+           "LIBRARIES_CODE", "NINJA_STEP"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -816,6 +817,10 @@ LIBRARIES_STEP = ("Print the installed versions of {caller_dist} and {dist} (pip
                   "do not fit. Install the {dist} release that {caller_dist}'s requirements name (or the {caller_dist} "
                   "release made for the installed {dist}) and restart the kernel.")
 
+# The code of ``libraries_disagree``'s fix, filled with the two distributions' names.
+LIBRARIES_CODE = ("import importlib.metadata as md\nfor d in ('{caller_dist}', '{dist}'):\n"
+                  "    print(d, md.version(d), md.distribution(d).locate_file(''))")
+
 ENTRIES += (
     Entry(
         slug="libraries_disagree",
@@ -826,7 +831,7 @@ ENTRIES += (
                 "another release of the library it calls.",
                 "An old copy of the called library shadows the new one (a system package, another site-packages)."),
         fixes=(Fix("See both versions and where each is installed",
-                   "import importlib.metadata as md\nfor d in ('<caller>', '<called>'): print(d, md.version(d))"),),
+                   LIBRARIES_CODE.format(caller_dist="CALLER", dist="CALLED")),),
         first_step="Print the installed versions of both libraries in the traceback's last frames and install the "
         "release of the called one that the caller requires; then restart the kernel.",
         sources=("https://pip.pypa.io/en/stable/cli/pip_show/",

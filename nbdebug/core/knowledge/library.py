@@ -9,7 +9,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "LIBRARY_STEP"]
+__all__ = ["ENTRIES", "LIBRARY_STEP", "REGISTRY_LISTS"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(

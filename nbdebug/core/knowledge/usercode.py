@@ -10,7 +10,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "USER_ERROR_STEPS"]
+__all__ = ["ENTRIES", "USER_ERROR_STEPS", "RELATIVE_IMPORT_CELL", "RELATIVE_IMPORT_CELL_STEP", "RELATIVE_IMPORT_SCRIPT"]
 
 _CALLS = "https://docs.python.org/3/tutorial/controlflow.html#more-on-defining-functions"
 _MODULE = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html"
