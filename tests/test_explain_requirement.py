@@ -29,15 +29,16 @@ def test_a_requirement_the_installed_package_meets_is_said_not_to_be_the_cause()
     torch_version = metadata.version("torch")
     d = _explained("This exporter requires torch>=1.10, please upgrade torch")
     assert d.kind == "version_required"
-    assert f"installed torch {torch_version} meets torch>=1.10" in dict(d.live.facts)["Requirement"]
+    assert f"installed torch {torch_version} meets torch>=1.10" in dict(d.live.facts)["Requirement check"]
     assert "already meets torch>=1.10" in d.first_step and "not the cause" in d.first_step
-    text = _text(d)
+    text = _text(d) + "\n".join(d.causes)
     assert "pip install" not in text and "do not meet" not in text  # nothing in the panel says otherwise
+    assert not any("older (or newer)" in c or "upgraded after it was imported" in c for c in d.causes)
 
 
 def test_a_requirement_the_installed_package_misses_names_the_install_command():
     d = _explained("This exporter requires torch>=99.0")
-    assert "does not meet torch>=99.0" in dict(d.live.facts)["Requirement"]
+    assert "does not meet torch>=99.0" in dict(d.live.facts)["Requirement check"]
     assert "does not meet torch>=99.0" in d.first_step
     assert "%pip install 'torch>=99.0'" in [f.code for f in d.fixes][0]
     assert "PACKAGE" not in _text(d) and "<package>" not in _text(d)
@@ -46,7 +47,7 @@ def test_a_requirement_the_installed_package_misses_names_the_install_command():
 def test_a_bound_on_a_parameter_is_named_as_no_installed_package():
     d = _explained("focal loss requires focal_gamma>=0.0, got -1.0")
     assert d.kind == "version_required"  # the text reads as one; the live check says what it is
-    assert "focal_gamma is not an installed package" in dict(d.live.facts)["Requirement"]
+    assert "focal_gamma is not an installed package" in dict(d.live.facts)["Requirement check"]
     assert "bound on its value, not a version" in d.first_step
     assert "installed packages do not meet" not in _text(d)
 
@@ -56,8 +57,10 @@ def test_a_module_imported_before_an_upgrade_is_named_as_the_stale_copy(monkeypa
     monkeypatch.setattr(packaging, "__version__", "0.1")  # the copy this kernel imported before an upgrade
     d = _explained(f"this tool needs packaging>={installed}")
     assert d.kind == "version_required"
-    assert "this kernel imported 0.1" in dict(d.live.facts)["Requirement"]
+    assert "this kernel imported 0.1" in dict(d.live.facts)["Requirement check"]
     assert "restart the kernel" in d.first_step and "already meets" not in d.first_step
+    assert d.causes == ("The package was upgraded after it was imported: the kernel still runs the old copy until it "
+                        "restarts.",)
 
 
 @pytest.mark.parametrize("text", [

@@ -42,6 +42,7 @@ class Checked:
     first_step: str = ""
     fixes: list[Fix] = field(default_factory=list)
     fixes_only: bool = False  # the check's fixes replace the entry's (which would contradict what it found)
+    causes: tuple[str, ...] | None = None  # the causes that still apply, where the check ruled the entry's out
 
 
 def installed_versions() -> dict[str, str]:
@@ -505,8 +506,8 @@ def _requirement(facts: Mapping[str, Any]) -> Checked:
     found = requirement_check(facts)
     if found is None:
         return Checked()
-    rows, first_step, fixes, only = found
-    return Checked(rows=rows, first_step=first_step, fixes=fixes, fixes_only=only)
+    return Checked(rows=[found.row], first_step=found.first_step, fixes=found.fixes, fixes_only=True,
+                   causes=found.causes)
 
 
 def _merge(into: Checked, more: Checked) -> None:
@@ -514,6 +515,7 @@ def _merge(into: Checked, more: Checked) -> None:
     into.notes += more.notes
     into.fixes += more.fixes
     into.fixes_only = into.fixes_only or more.fixes_only
+    into.causes = more.causes if more.causes is not None else into.causes
     if more.first_step:
         into.first_step = more.first_step
 
@@ -563,6 +565,8 @@ def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) 
     changes: dict[str, Any] = {"sections": (section, *diagnosis.sections)}
     if checked.first_step:
         changes["first_step"] = checked.first_step
+    if checked.causes is not None:
+        changes["causes"] = checked.causes
     if checked.fixes_only:
         changes["fixes"] = tuple(checked.fixes)
     elif checked.fixes:

@@ -16,7 +16,7 @@ from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES", "LIBRARIES_STEP",
-           "LIBRARIES_CODE", "NINJA_STEP"]
+           "LIBRARIES_CODE", "NINJA_STEP", "REQUIREMENT_CHECKED"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -810,6 +810,34 @@ ENTRIES += (
                  "https://pip.pypa.io/en/stable/cli/pip_install/"),
     ),
 )
+
+# What the live check of ``version_required`` says, by what it found: the row under the live evidence, the first step
+# and the likely causes (None keeps the entry's), filled with {req} (the stated requirement), {name}, {installed} and
+# {imported} (the version of the copy this kernel imported).
+REQUIREMENT_CHECKED: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
+    "absent": ("{req}: {name} is not an installed package",
+               "The message states {req}, and no package named {name} is installed in this kernel's environment: if "
+               "{name} is a package, install it (%pip install '{req}') and restart the kernel; if it is an argument or "
+               "setting, the message states a bound on its value, not a version.",
+               ("{name} is not installed in the environment this kernel runs (another virtualenv or conda env).",
+                "{name} is an argument or setting, and the message states a bound on its value.")),
+    "stale": ("installed {name} {installed} meets {req}, but this kernel imported {imported}",
+              "{name} {installed} is installed and meets {req}, but this kernel still runs the {imported} it imported "
+              "before the upgrade: restart the kernel (Kernel > Restart) and rerun.",
+              ("The package was upgraded after it was imported: the kernel still runs the old copy until it "
+               "restarts.",)),
+    "met": ("installed {name} {installed} meets {req}",
+            "The installed {name} {installed} already meets {req}, so the version is not the cause: read the rest of "
+            "the message for what it really needs (a GPU feature, a setting, another package).",
+            ("The message states the version together with another need (a GPU feature such as bf16, a setting, "
+             "another package), and that other need is what is missing.",
+             "The library's own check reads the installed version wrongly (a local build tag such as +cpu, a "
+             "development release).")),
+    "missed": ("installed {name} {installed} does not meet {req}",
+               "The installed {name} {installed} does not meet {req}: install a release that does (%pip install "
+               "'{req}', or the release of the calling library made for {installed}) and restart the kernel.",
+               None),
+}
 
 # The first step of ``libraries_disagree``, filled with the two packages (import names and pip's names).
 LIBRARIES_STEP = ("Print the installed versions of {caller_dist} and {dist} (pip show {caller_dist} {dist}): {caller} "
