@@ -253,29 +253,23 @@ def test_build_tools_failing_are_an_extension_build(text):
 _COLLATE = f"{_SITE}/torch/utils/data/_utils/collate.py"
 
 
-def test_an_error_in_the_collate_step_is_the_batchs_samples():
+@pytest.mark.parametrize(("source", "error", "step", "problem"), [
+    ("raise TypeError(default_collate_err_msg_format.format(elem_type))",
+     "TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found <class "
+     "'NoneType'>", "ds[i]", "not all of the same structure"),
+    # a worker's default_collate stacks with out=... (shared memory), which autograd refuses: the samples' history
+    ("return torch.stack(batch, 0, out=out)",
+     "RuntimeError: stack(): functions with out=... arguments don't support automatic differentiation, but one of "
+     "the arguments requires grad.", "detach()", "requires grad"),
+])
+def test_an_error_in_the_collate_step_is_the_batchs_samples(source, error, step, problem):
     text = _tb(("train.py", 40, "<module>", "for xb, yb in loader:"),
                (f"{_SITE}/torch/utils/data/_utils/fetch.py", 55, "fetch", "return self.collate_fn(data)"),
-               (_COLLATE, 212, "collate", "raise TypeError(default_collate_err_msg_format.format(elem_type))"),
-               error="TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
-                     "found <class 'NoneType'>")
+               (_COLLATE, 212, "collate", source), error=error)
     d = explain(text)
-    assert d.kind == "collate_failed" and d.evidence["exc_type"] == "TypeError"
-    assert "ds[i]" in d.first_step and "not all of the same structure" in d.summary
-    assert "collate_problem" not in d.evidence
-
-
-def test_samples_that_require_grad_in_the_collate_step_are_their_autograd_history_not_their_structure():
-    # a worker's default_collate stacks with out=... (shared memory), which autograd refuses
-    text = _tb(("train.py", 40, "<module>", "for x, y in loader:"),
-               (f"{_SITE}/torch/utils/data/_utils/fetch.py", 54, "fetch", "return self.collate_fn(data)"),
-               (_COLLATE, 275, "collate_tensor_fn", "return torch.stack(batch, 0, out=out)"),
-               error="RuntimeError: stack(): functions with out=... arguments don't support automatic differentiation, "
-                     "but one of the arguments requires grad.")
-    d = explain(text)
-    assert d.kind == "collate_failed"
-    assert "detach()" in d.first_step and "same structure" not in d.first_step
-    assert "requires grad" in d.summary and "same structure" not in d.summary
+    assert d.kind == "collate_failed" and d.evidence["exc_type"] == error.split(":")[0]
+    assert step in d.first_step and problem in d.summary and "collate_problem" not in d.evidence
+    assert ("same structure" in d.first_step) == (step == "ds[i]")  # the structure only where it is the question
 
 
 def test_samples_of_different_sizes_in_the_collate_step_are_not_the_structure_rule():

@@ -504,8 +504,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     if entry.slug == "shape_mismatch":
         facts["matmul_kind"] = _matmul_kind(_last_frame_text(error) if isinstance(error, BaseException) else raw)
     if entry.slug == "relative_import_script":  # what ran it (a cell, a script): the frames, live or pasted
-        live = isinstance(error, BaseException)
-        facts |= relative_import_runner(from_exception(error) if live else read(raw[-_MAX_CHARS:], text))
+        frames = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
+        facts |= relative_import_runner(frames)
     analyse = ANALYSERS.get(entry.slug)
     if analyse is not None:
         more_notes, more_fixes = analyse(facts, text)
