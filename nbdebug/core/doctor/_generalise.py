@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbdebug.core.doctor._inputs import logits_of, to_device
+from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, to_device
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._train_checks import learned_said
 from nbdebug.core.knowledge import threshold
@@ -80,7 +80,8 @@ def _unseen(s: Session) -> tuple[Any, Any, str]:
 
     it = iter(s.options.dataloader)
     seen_x = s.loss.inputs
-    if not isinstance(seen_x, torch.Tensor):
+    if not isinstance(seen_x, torch.Tensor) or batch_dim(seen_x, sample_count(s.loss.targets)) != 0:
+        # several tensors, or samples not along the first dimension: no rows to compare, the next batch as it is
         next(it, None)  # the fitted batch
         other = next(it, None)
         if other is None:
@@ -93,7 +94,8 @@ def _unseen(s: Session) -> tuple[Any, Any, str]:
         if i >= _BATCHES or n >= _ROWS:
             break
         x, t = s.loss.split(to_device(b, s.device))
-        if not isinstance(x, torch.Tensor) or not isinstance(t, torch.Tensor) or x.shape[1:] != seen_x.shape[1:]:
+        if not isinstance(x, torch.Tensor) or not isinstance(t, torch.Tensor) or x.shape[1:] != seen_x.shape[1:] \
+                or batch_dim(x, sample_count(t)) != 0:
             continue
         keep = [j for j, r in enumerate(x.detach().cpu().reshape(x.shape[0], -1)) if r.numpy().tobytes() not in seen]
         xs.append(x[keep])

@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from nbdebug.core.doctor._inputs import logits_of, tensor_leaves
+from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, tensor_leaves
 from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import entry, threshold
@@ -470,6 +470,13 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
     x = next((t for t in tensor_leaves(s.loss.model_inputs()) if isinstance(t, torch.Tensor)), None)
     if x is None or y is None or not isinstance(y, torch.Tensor) or x.dim() < 1 or y.dim() < 1:
         return
+    count = sample_count(s.loss.targets)
+    bx, by = batch_dim(x, count), batch_dim(y, count)
+    if bx is None or by is None:
+        s.check("output depends on the input", "skipped: no dimension of the input and the output runs over the "
+                f"batch's {count} samples")
+        return
+    x, y = x.movedim(bx, 0), y.movedim(by, 0)
     n = min(int(x.shape[0]), int(y.shape[0]))
     if n < 2:
         return
@@ -477,8 +484,11 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
     yr = y[:n].detach().reshape(n, -1)
     distinct_x = bool((xr != xr[:1]).any())
     same_y = bool((yr == yr[:1]).all())
+    quiet = not same_y and distinct_x and _same_without_dropout(s, work, by, n)
+    same_y = same_y or quiet
     if distinct_x and same_y:
-        s.add("ignores_input", f"the output is identical for all {n} samples of the batch although their "
+        s.add("ignores_input", f"the output is identical{' with dropout off' if quiet else ''} for all {n} "
+              "samples of the batch although their "
               "inputs differ: the forward pass does not depend on its input", ("inputs",),
               evidence={"samples": n})
         s.check("output depends on the input", "no: identical outputs")
@@ -495,6 +505,24 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
             s.check("output depends on the input", "no: zero gradient at the first layer")
             return
     s.check("output depends on the input", "yes")
+
+
+def _same_without_dropout(s: Session, work: Any, by: int, n: int) -> bool:
+    """Outputs that differ only by dropout's noise: the copy's output in eval mode is the same for every sample."""
+    import torch
+
+    if not work.training or not any(type(m).__name__.startswith("Dropout") for m in work.modules()):
+        return False
+    try:
+        work.eval()
+        with torch.no_grad():
+            y = logits_of(s.loss.forward(work, s.loss.inputs))
+    finally:
+        work.train()
+    if not isinstance(y, torch.Tensor) or y.dim() <= by or int(y.shape[by]) < n:
+        return False
+    yr = y.movedim(by, 0)[:n].reshape(n, -1)
+    return bool((yr == yr[:1]).all())
 
 
 def step_error(s: Session, e: BaseException) -> bool:

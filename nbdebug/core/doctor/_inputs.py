@@ -21,7 +21,7 @@ from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["Options", "checked", "LossAdapter", "logits_of", "fresh_copy", "recreate_optimizer", "step_optimizer",
            "to_device", "tensor_leaves", "call_model", "lr_of", "set_lr", "has_own_forward",
-           "construct_optimizer", "lightning_optimizer"]
+           "construct_optimizer", "lightning_optimizer", "batch_dim", "sample_count"]
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,27 @@ def tensor_leaves(obj: Any) -> list[Any]:
     if isinstance(obj, (tuple, list)):
         return [x for v in obj for x in tensor_leaves(v)]
     return [obj]
+
+
+def sample_count(targets: Any) -> int | None:
+    """How many samples the batch holds, read from the targets' length (None without a target tensor)."""
+    import torch
+
+    return int(targets.shape[0]) if isinstance(targets, torch.Tensor) and targets.dim() >= 1 else None
+
+
+def batch_dim(x: Any, n: int | None) -> int | None:
+    """The dimension of ``x`` that runs over the batch's ``n`` samples: 0 when its length is ``n`` (or ``n`` is not
+    known), else the one other dimension of that length (``(L, N)`` sequence-first inputs); None when none or
+    several fit, and a check that slices samples apart then gives way."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return None
+    if n is None or int(x.shape[0]) == n:
+        return 0
+    dims = [d for d in range(1, x.dim()) if int(x.shape[d]) == n]
+    return dims[0] if len(dims) == 1 else None
 
 
 def _model_loss(out: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import replace as _replace
 from typing import Any
 
 from nbdebug.core._findings import Fix
@@ -19,7 +20,7 @@ from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _train_checks as training
 from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
 from nbdebug.core.doctor._generalise import generalisation
-from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of
+from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of, sample_count
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard
 from nbdebug.core.doctor._session import Session
@@ -158,15 +159,15 @@ def _run(s: Session) -> None:
     from nbdebug.core.training.nan import nan_sentinel
 
     init.frozen_parameters(s)
-    init.input_scale(s)
-    _data_checks(s)
+    _safe(s, "input scale", init.input_scale, s)
+    _safe(s, "the batch inspector", _data_checks, s)
     setup.optimizer_coverage(s)
     setup.learning_rate(s)
     setup.model_mode(s)
-    setup.batchnorm_batch(s)
+    _safe(s, "BatchNorm with one sample", setup.batchnorm_batch, s)
     work, opt = s.fresh()
     s.lr_used = lr_of(opt) if not s.has("optimizer_coverage") else setup.user_lr(s)
-    dead_probe = training.DeadProbe(work)
+    dead_probe = training.DeadProbe(work, sample_count(s.loss.targets))
     out = None
     try:
         with nan_sentinel(work) as sentinel:
@@ -192,9 +193,9 @@ def _run(s: Session) -> None:
     init.infer_task(s, y)
     if not init.labels(s, y):
         return
-    init.output_vs_loss(s, y)
-    setup.loss_shapes(s, y)
-    easy.targets_in_inputs(s)
+    _safe(s, "output against the loss", init.output_vs_loss, s, y)
+    _safe(s, "loss input shapes", setup.loss_shapes, s, y)
+    _safe(s, "targets inside the inputs", easy.targets_in_inputs, s)
     # the first step: loss, gradients
     t_step = time.perf_counter()
     try:
@@ -223,45 +224,71 @@ def _run(s: Session) -> None:
     s.step_time = time.perf_counter() - t_step
     s.initial_loss = float(loss.detach())
     s.check("initial loss", f"{s.initial_loss:.4g}")
-    init.initial_loss(s)
-    init.gradients(s, work)
-    init.input_dependence(s, logits_of(out) if out is not None else y, work)
-    training.dead_activations(s, dead_probe, "at init")
+    _safe(s, "loss at init", init.initial_loss, s)
+    _safe(s, "gradients", init.gradients, s, work)
+    _safe(s, "output depends on the input", init.input_dependence, s, logits_of(out) if out is not None else y, work)
+    _safe(s, "ReLU units silent on the whole batch at init", training.dead_activations, s, dead_probe, "at init")
     # overfit one batch
     s.losses = training.train(s, work, opt, s.loss.inputs, monitor=True, deadline=s.deadline(0.4),
                               phase="overfit one batch", early_stop=True)
     if "overfit one batch" in s.skipped:
         _no_time_to_train(s)
         return
-    training.loss_without_noise(s, work)
+    _safe(s, "loss without noise", training.loss_without_noise, s, work)
     if not easy.below_minimum(s):
         training.overfit(s)
-        _memorised_at_once(s)
-        easy.shuffled_targets(s, work)
-        easy.padding_masked(s)
-    probe2 = training.DeadProbe(work)
+        _safe(s, "fitting the batch with the targets shuffled against the inputs", _memorised_at_once, s)
+        _safe(s, "loss with targets shuffled against inputs", easy.shuffled_targets, s, work)
+        _safe(s, "padding masked", easy.padding_masked, s)
+    probe2 = training.DeadProbe(work, sample_count(s.loss.targets))
     try:
         with torch.no_grad():
             s.loss.forward(work, s.loss.inputs)
     finally:
         probe2.remove()
-    training.dead_activations(s, probe2, "after training", skip_if_found=True)
-    experiments.run(s)
+    _safe(s, "ReLU units silent on the whole batch after training", training.dead_activations, s, probe2,
+          "after training", skip_if_found=True)
+    _safe(s, "experiments on the copy", experiments.run, s)
     if s.options.dataloader is not None:
-        generalisation(s, work)
+        _safe(s, LABELS_CHECK, generalisation, s, work)
     else:
         # the one place a second batch would be compared (the batch inspector looked at this one before training)
         s.check(LABELS_CHECK, "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
     if s.options.baseline and not s.explained:
-        training.zero_input_baseline(s)
+        _safe(s, "zero-input baseline", training.zero_input_baseline, s)
     if s.options.reproducibility:
-        training.reproducibility(s)
+        _safe(s, "two seeded runs", training.reproducibility, s)
     if s.options.dataloader is not None:
-        training.dataloader_wait(s)
+        _safe(s, "dataloader wait", training.dataloader_wait, s)
     if s.has("fits_too_easily"):  # the doctor's experiment named the leak: the inspector's static sign is the same
         s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted",
                                                                    "labels_padded_with_pad_id")]
+    _input_unused_first(s)
     _consequences(s)
+
+
+def _input_unused_first(s: Session) -> None:
+    """Outputs identical for every sample although the inputs differ: the forward does not use its input, and the
+    parameters that only see the input get no gradient because of that, so the input finding comes first."""
+    unused = next((f for f in s.findings if f.kind == "ignores_input" and "samples" in f.evidence), None)
+    if unused is None or not s.has("no_gradient"):
+        return
+    s.findings = [unused] + [f if f.kind != "no_gradient" else _replace(
+        f, message=f"{f.message}; they follow from the output ignoring its input (identical for every sample)")
+        for f in s.findings if f is not unused]
+
+
+def _safe(s: Session, name: str, check: Any, *args: Any, **kwargs: Any) -> None:
+    """Run one check on the copy; one that cannot handle this batch's layout (inputs that are not batch-first, a
+    tuple of tensors, a loss with shapes of its own) gives way, listed as skipped with the reason, instead of
+    raising out of doctor().  A non-finite value is a verdict, not a failure of the check: it goes on up."""
+    try:
+        check(*args, **kwargs)
+    except NonFiniteError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the doctor's own manipulation of the data failed: say so, go on
+        first = (str(e).splitlines() or [""])[0][:160]
+        s.check(name, f"skipped: it could not handle this batch's layout ({type(e).__name__}: {first})")
 
 
 def _no_time_to_train(s: Session) -> None:

@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from nbdebug.core.doctor._inputs import step_optimizer, to_device
+from nbdebug.core.doctor._inputs import batch_dim, step_optimizer, to_device
 from nbdebug.core.doctor._repro import check_reproducible
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
@@ -29,8 +29,9 @@ FLOOR_STEPS = 8  # fewer steps than this (when slow steps cut a phase) say nothi
 class DeadProbe:
     """Forward hooks on ReLU modules recording which units stayed zero for every sample."""
 
-    def __init__(self, model: Any) -> None:
-        self.alive: dict[str, Any] = {}
+    def __init__(self, model: Any, samples: int | None = None) -> None:
+        self.alive: dict[str, dict[int, Any]] = {}  # module name -> unit count -> fired flags
+        self.samples = samples  # the batch's sample count: tells (L, N, C) sequence-first outputs apart
         self.handles = []
         for name, m in model.named_modules():
             if type(m).__name__ in _RELU:
@@ -40,12 +41,17 @@ class DeadProbe:
         def hook(module: Any, inputs: Any, out: Any) -> None:
             o = out.detach()
             if o.dim() >= 2:
-                # (N, C, ...) -> one flag per unit/channel: did it fire for any sample or position?
-                fired = (o > 0).transpose(0, 1).reshape(o.shape[1], -1).any(dim=1)
+                # (N, C, ...) -> one flag per unit/channel: did it fire for any sample or position?  A
+                # sequence-first (L, N, C) output keeps its units last, not in the batch's dimension
+                unit = o.dim() - 1 if o.dim() == 3 and batch_dim(o, self.samples) == 1 else 1
+                fired = (o > 0).movedim(unit, 0).reshape(o.shape[unit], -1).any(dim=1)
             else:
                 fired = o > 0
-            prev = self.alive.get(name)
-            self.alive[name] = fired if prev is None else (prev | fired)
+            # one flag tensor per unit count: a module reused at several widths (one ReLU after convs of 32
+            # and 16 channels) keeps each width's units apart instead of OR-ing tensors that do not match
+            sites = self.alive.setdefault(name, {})
+            prev = sites.get(fired.shape[0])
+            sites[fired.shape[0]] = fired if prev is None else (prev | fired)
 
         return hook
 
@@ -55,7 +61,9 @@ class DeadProbe:
         self.handles.clear()
 
     def dead(self) -> list[tuple[str, float]]:
-        return [(n, 1.0 - float(f.float().mean())) for n, f in self.alive.items()]
+        import torch
+
+        return [(n, 1.0 - float(torch.cat(list(sites.values())).float().mean())) for n, sites in self.alive.items()]
 
 
 def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: bool = False) -> None:

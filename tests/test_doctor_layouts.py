@@ -1,0 +1,132 @@
+"""The doctor on batches that are not one batch-first tensor (issue 24, sixth wave): a ReLU module reused at two
+widths, sequence-first (L, N) token inputs given as two tensors, a forward that draws its own noise.  Nothing
+raises out of doctor(); a check that cannot read the layout is listed as skipped with its reason; the checks that
+can find the batch's dimension from the targets' length still run on the samples, not on the time steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from nbdebug.core.doctor import doctor
+
+QUICK = dict(reproducibility=False, progress=False)
+
+
+def layout_skips(r):
+    return [c for c in r.checks if "could not handle this batch's layout" in c[1]]
+
+
+class SharedReluConv(nn.Module):
+    """One ReLU module after convolutions of 8 and 4 channels (the ESPCN example's style)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relu = nn.ReLU()
+        self.c1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+        self.c3 = nn.Conv2d(4, 1, 3, padding=1)
+
+    def forward(self, x):
+        return self.c3(self.relu(self.c2(self.relu(self.c1(x)))))
+
+
+def test_a_relu_reused_at_two_widths_is_probed_per_width_not_raised():
+    torch.manual_seed(0)
+    x = torch.rand(16, 1, 6, 6)
+    y = x.flip(-1)
+    m = SharedReluConv()
+    r = doctor(m, (x, y), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=30, **QUICK)
+    checks = dict(r.checks)
+    assert "model.relu" in checks["ReLU units silent on the whole batch at init"], checks
+    assert not layout_skips(r), layout_skips(r)
+
+
+class PairEncoder(nn.Module):
+    """Premise and hypothesis as (L, N) token tensors (an LSTM without batch_first), one ReLU used on the (L, N, H)
+    projection and on the (N, 2H) and (N, H) features; dropout before the classifier.  ``unused``: the encoder returns its
+    zero initial state instead of the final one, so the output does not depend on the input."""
+
+    def __init__(self, vocab=20, h=8, unused=False) -> None:
+        super().__init__()
+        self.unused = unused
+        self.embed = nn.Embedding(vocab, h)
+        self.proj = nn.Linear(h, h)
+        self.relu = nn.ReLU()
+        self.rnn = nn.LSTM(h, h)
+        self.mlp = nn.Linear(2 * h, h)
+        self.drop = nn.Dropout(0.2)
+        self.out = nn.Linear(h, 3)
+
+    def encode(self, tokens):
+        e = self.relu(self.proj(self.embed(tokens)))  # (L, N, h)
+        h0 = e.new_zeros(1, tokens.shape[1], e.shape[-1])
+        _, (ht, _) = self.rnn(e, (h0, h0))
+        return (h0 if self.unused else ht)[-1]  # (N, h)
+
+    def forward(self, premise, hypothesis):
+        feats = self.relu(torch.cat([self.encode(premise), self.encode(hypothesis)], 1))  # (N, 2h)
+        return self.out(self.drop(self.relu(self.mlp(feats))))
+
+
+def pair_batch(n=12, length=7, vocab=20):
+    g = torch.Generator().manual_seed(3)
+    p = torch.randint(0, vocab, (length, n), generator=g)
+    q = torch.randint(0, vocab, (length, n), generator=g)
+    return (p, q), (p[0] % 3)
+
+
+def test_sequence_first_pair_inputs_are_read_along_the_batch_dimension():
+    torch.manual_seed(0)
+    m = PairEncoder()
+    r = doctor(m, pair_batch(), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=40, **QUICK)
+    assert not layout_skips(r), layout_skips(r)
+    assert dict(r.checks)["output depends on the input"] == "yes"
+
+
+def test_an_output_that_ignores_sequence_first_inputs_is_named_before_its_missing_gradients():
+    torch.manual_seed(0)
+    m = PairEncoder(unused=True)
+    r = doctor(m, pair_batch(), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=40, **QUICK)
+    loud = [f for f in r.findings if f.severity != "info"]
+    assert loud and loud[0].kind == "ignores_input", [(f.kind, f.message) for f in loud]
+    assert "with dropout off" in loud[0].message
+    assert "12 samples" in loud[0].message  # the samples, not the 7 time steps
+
+
+class NumpyNoise(nn.Module):
+    """Training-time input noise from the module's own numpy generator, created without a seed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x):
+        if self.training:
+            x = x + torch.from_numpy(self.rng.normal(0.0, 0.1, tuple(x.shape))).to(x.dtype)
+        return self.lin(x)
+
+
+def test_a_forward_drawing_from_its_own_unseeded_numpy_generator_is_not_reproducible():
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    y = x.sum(1, keepdim=True)
+    m = NumpyNoise()
+    state = m.rng.bit_generator.state
+    r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=0.1), steps=20, progress=False)
+    f = next((f for f in r.findings if f.kind == "not_reproducible"), None)
+    assert f is not None, r.findings
+    assert "model.rng" in f.message and "seed" in f.fixes[0].title
+    assert m.rng.bit_generator.state == state  # the caller's generator is untouched
+
+
+def test_a_numpy_generator_created_with_a_seed_is_no_finding():
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    y = x.sum(1, keepdim=True)
+    m = NumpyNoise()
+    m.rng = np.random.default_rng(7)
+    r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=0.1), steps=20, progress=False)
+    assert "not_reproducible" not in r.kinds, r.findings
