@@ -508,13 +508,6 @@ def _library(facts: dict[str, Any], text: str) -> Analysis:
     return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
 
 
-def _own_error(facts: dict[str, Any], text: str) -> Analysis:
-    from nbdebug.core.knowledge import entry
-
-    dist = facts.get("distribution") or facts.get("package") or "<package>"
-    return [], [Fix(f.title, f.code.replace("<package>", dist)) for f in entry("library_own_error").fixes]
-
-
 ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "cuda_oom": _oom,
     "device_side_assert": _assert,
@@ -531,7 +524,6 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "ddp_grad_strides": _grad_strides,
     "optimizer_setup": _optimizer,
     "library_raised": _library,
-    "library_own_error": _own_error,
     "extension_build_failed": _extension,
     "registry_name_missing": _registry,
     "libraries_disagree": _two_libraries,

@@ -308,9 +308,7 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         placed = rule(s, raw)
         if placed is not None:
             return placed
-    from nbdebug.core.explain._own_error import library_own_error
-
-    return library_own_error(s, raw, live=live)  # the library's own class or frames alone: its release first
+    return None
 
 
 _SELF_NAMING: frozenset[str] | None = None

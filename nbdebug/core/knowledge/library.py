@@ -9,7 +9,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "LIBRARY_STEP", "OWN_ERROR_INSTALLED", "OWN_ERROR_STEP", "REGISTRY_LISTS"]
+__all__ = ["ENTRIES", "LIBRARY_STEP", "REGISTRY_LISTS"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -115,36 +115,6 @@ LIBRARY_STEP = ("Read the message {package} raised at {where}: it names the argu
                 "it needs first (log in, call fit, add the key). Change that in {call}, with the {package} "
                 "documentation for that call. Only if the code was written for another release of {package}, compare with the installed "
                 "one (pip show {dist}).")
-# The first step of ``library_own_error`` (an error of a library's own class, or raised in its frames alone, that no
-# category placed), filled with the package, its distribution and, in a live session, its installed release.  Threads
-# about such errors in less common libraries (dgl, skorch, allennlp, ComfyUI nodes) are answered by a release more
-# often than by the call: a bug fixed in a later one, or a companion the code was written for.
-OWN_ERROR_STEP = ("Read {package}'s message: it is {package}'s own error. Check the installed release of {package}"
-                  "{installed} (pip show {dist}) against the one the code was written for (its requirements file or "
-                  "README) and against what {package} needs of torch and its companions; search {package}'s issue "
-                  "tracker for the message (a fix in a later release, or a pin); only then check the values the "
-                  "code passes to it.")
-OWN_ERROR_INSTALLED = " (this session has {dist} {version})"
-ENTRIES += (
-    Entry(
-        slug="library_own_error",
-        title="An error of the library's own: check its release first",
-        summary=("{exc_type} is {package}'s own error[[, raised at {where}]][[, under the code at {user_where}]]: no "
-                 "known message matched, and nothing in it points at sizes, devices, memory or files."),
-        causes=("A bug of the installed release of the library, fixed in a later one (or brought in by a later one "
-                "the code was not written for).",
-                "A release of the library that does not fit torch or a companion library the code was written with.",
-                "A value or setting the library does not accept in this release: its message names which."),
-        fixes=(Fix("See the installed release", "import importlib.metadata as md\nprint(md.version('<package>'))"),
-               Fix("Install the release the code was written for", "%pip install '<package>==<version>'")),
-        first_step=("Read the library's message; check its installed release against the one the code was written "
-                    "for and against its companions; search its issue tracker for the message; only then check the "
-                    "values the code passes to it."),
-        sources=("https://packaging.python.org/en/latest/tutorials/installing-packages/",
-                 "https://docs.python.org/3/library/importlib.metadata.html"),
-        extra={"family": "environment_version"},
-    ),
-)
 ENTRIES += (
     Entry(
         slug="library_raised",
