@@ -13,7 +13,7 @@ from nbdebug.core._result import Result
 from nbdebug.core._rng import RngGuard
 from nbdebug.errors import InvalidArgumentError
 
-__all__ = ["set_reproducible", "check_reproducible", "ReproReport", "RngGuard", "seed_all"]
+__all__ = ["set_reproducible", "check_reproducible", "ReproReport", "RngGuard", "seed_all", "unseeded_generators"]
 
 
 def seed_all(seed: int) -> None:
@@ -162,3 +162,21 @@ def check_reproducible(fn: Callable[[], Iterable[Any]], *, seed: int = 0, runs: 
             if not same:
                 return ReproReport(False, step, _short(raw[0][step]), _short(raw[other_i][step]), len(ref), seed, runs)
     return ReproReport(True, None, None, None, len(ref), seed, runs)
+
+
+def unseeded_generators(model: Any) -> list[tuple[str, Any]]:
+    """(module path.attribute, generator) for each numpy ``Generator`` a module holds that was made without a seed:
+    torch's seed does not reach it, and a fresh one draws its seed from the OS (an entropy of 128 bits; a seed a
+    person typed is far smaller)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return []
+    found = []
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, np.random.Generator):
+                entropy = getattr(value.bit_generator.seed_seq, "entropy", None)
+                if isinstance(entropy, int) and entropy >= 2**64:
+                    found.append((f"{name}.{attr}" if name else attr, value))
+    return found

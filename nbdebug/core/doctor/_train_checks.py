@@ -12,8 +12,9 @@ import math
 import time
 from typing import Any
 
+from nbdebug.core._findings import Fix
 from nbdebug.core.doctor._inputs import batch_dim, step_optimizer, to_device
-from nbdebug.core.doctor._repro import check_reproducible
+from nbdebug.core.doctor._repro import check_reproducible, unseeded_generators
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
@@ -464,6 +465,7 @@ def reproducibility(s: Session) -> None:
         return vals
 
     s.progress("two seeded runs", 0, 2 * n, s.step_time)
+    _unseeded_draws(s)
     rep = check_reproducible(run, seed=s.options.seed)
     if rep.reproducible:
         s.check("two seeded runs", f"identical over {n} steps")
@@ -473,6 +475,25 @@ def reproducibility(s: Session) -> None:
         s.add("not_reproducible", f"two runs seeded with {s.options.seed} differ {when} ({rep.value_a} vs "
               f"{rep.value_b}): something draws from an unseeded generator or a non-deterministic kernel")
         s.check("two seeded runs", f"differ {when}")
+
+
+def _unseeded_draws(s: Session) -> None:
+    """A numpy generator made without a seed inside the model and drawn from in a step: two runs of the user's
+    script differ although the doctor's two runs (deep copies of one generator) agree."""
+    work, opt = s.fresh()
+    held = unseeded_generators(work)
+    before = [g.bit_generator.state for _, g in held]
+    if held:
+        one_step(s, work, opt, s.loss.inputs)
+    drawn = [path for (path, g), st in zip(held, before) if g.bit_generator.state != st]
+    if drawn:
+        where = ", ".join(f"{s.options.name}.{p}" for p in drawn)
+        s.add("not_reproducible", f"{where}: a numpy Generator made without a seed is drawn from in every training "
+              "step; torch.manual_seed does not reach it, so two runs of this code train on different draws",
+              (where,), fixes=(Fix("seed that generator where it is made (np.random.default_rng(seed)), or draw "
+                                   "with torch under its seed", "rng = np.random.default_rng(0)  # or torch.randn_like(x)"),
+                               *fixes_for("not_reproducible")))
+    s.check("generators torch's seed does not reach", ", ".join(drawn) if drawn else "none drawn from")
 
 
 def dataloader_wait(s: Session) -> None:
