@@ -130,3 +130,26 @@ def test_a_numpy_generator_created_with_a_seed_is_no_finding():
     m.rng = np.random.default_rng(7)
     r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=0.1), steps=20, progress=False)
     assert "not_reproducible" not in r.kinds, r.findings
+
+
+def frozen_backbone_model(dead_bias: float):
+    torch.manual_seed(0)
+    m = nn.Sequential()
+    m.add_module("backbone", nn.Sequential(nn.Linear(16, 32), nn.ReLU()))
+    m.add_module("head", nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1)))
+    with torch.no_grad():
+        m.backbone[0].bias[:24] = dead_bias  # most of the pretrained-like features never fire on this data
+    for p in m.backbone.parameters():
+        p.requires_grad_(False)
+    return m
+
+
+def test_dead_units_inside_a_backbone_declared_frozen_are_an_info_not_a_warning():
+    m = frozen_backbone_model(-50.0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 16, generator=g)
+    y = (x[:, 0] > 0).float().unsqueeze(1)
+    r = doctor(m, (x, y), nn.BCEWithLogitsLoss(), torch.optim.Adam(m.head.parameters(), lr=1e-3), steps=60,
+               frozen="backbone", **QUICK)
+    f = next(f for f in r.findings if f.kind == "dead_activations")
+    assert "model.backbone.1" in f.message and f.severity == "info", f

@@ -16,6 +16,7 @@ from nbdebug.core._findings import Fix
 from nbdebug.core.doctor._inputs import batch_dim, step_optimizer, to_device
 from nbdebug.core.doctor._repro import check_reproducible, unseeded_generators
 from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 from nbdebug.core.knowledge import threshold
 
 __all__ = ["DeadProbe", "dead_activations", "train", "one_step", "overfit", "overfit_said", "learned_said",
@@ -76,6 +77,8 @@ def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: boo
     if bad:
         worst = max(frac for _, frac in bad)
         sev = "error" if worst >= 1.0 else "warning"
+        if all(is_frozen_on_purpose(s, f"{n}.") for n, _ in bad):
+            sev = "info"  # inside what the user declared frozen: not theirs to fix in this training
         desc = ", ".join(f"{s.label(n)}: {frac:.0%} of its units" for n, frac in bad[:6])
         fixes = fixes_for("input_scale_downstream") if s.has("unnormalised_inputs") else None
         why = ""
