@@ -153,3 +153,27 @@ def test_dead_units_inside_a_backbone_declared_frozen_are_an_info_not_a_warning(
                frozen="backbone", **QUICK)
     f = next(f for f in r.findings if f.kind == "dead_activations")
     assert "model.backbone.1" in f.message and f.severity == "info", f
+
+
+def offset_regression(offset: float):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 3, generator=g)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + offset
+    return nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)), x, y
+
+
+def test_a_regression_whose_targets_sit_far_from_zero_is_told_to_start_its_bias_at_their_mean():
+    m, x, y = offset_regression(30.0)
+    r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=1e-2), steps=40, **QUICK)
+    f = next((f for f in r.findings if f.kind == "initial_loss_off"), None)
+    assert f is not None and f.severity == "warning", r.findings
+    assert "mean" in f.fixes[0].title and "model.2.bias.fill_(30" in f.fixes[0].code, f.fixes[0]
+    assert "bias to 0" not in " ".join(x.title for x in f.fixes)
+
+
+def test_a_regression_with_centred_targets_gets_no_initial_loss_finding():
+    m, x, y = offset_regression(0.0)
+    r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=1e-2), steps=40, **QUICK)
+    assert "initial_loss_off" not in r.kinds, r.findings
+    assert "predicting the targets' mean" in dict(r.checks)["loss at init"]

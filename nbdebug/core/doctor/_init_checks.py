@@ -13,11 +13,12 @@ import math
 import re
 from typing import Any
 
+from nbdebug.core.doctor._init_loss import initial_loss
 from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, tensor_leaves
 from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import entry, threshold
-from nbdebug.core.training._dynamics import chance_loss, depth_correlation
+from nbdebug.core.training._dynamics import depth_correlation
 from nbdebug.errors import NonFiniteError
 
 __all__ = ["infer_task", "nonfinite", "step_error", "loss_site", "frozen_parameters", "input_scale", "labels", "output_vs_loss",
@@ -347,67 +348,6 @@ def _producer(y: Any) -> str:
             return str(name)
         node = next((f for f, _ in node.next_functions if f is not None), None)
     return ""
-
-
-def initial_loss(s: Session) -> None:
-    loss = s.initial_loss
-    if loss is None:
-        return
-    expected: float | None = None
-    if s.task == "classification" and s.num_classes and s.num_classes > 1 and s.cross_entropy():
-        expected = chance_loss(s.num_classes)
-        label = f"-log(1/{s.num_classes}) = {expected:.4g}"
-    elif s.task == "binary" and s.loss.loss_name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits"):
-        expected = math.log(2)
-        label = f"log(2) = {expected:.4g}"
-    if expected is None:
-        s.check("loss at init", "no expected value for this loss")
-        return
-    low = loss < expected * (1 - threshold("init_loss_rel")) and loss >= 0 and not s.has(
-        "probabilities_to_loss", "activation_on_logits", "fits_too_easily")
-    fresh = _reinitialised_loss(s) if low else None
-    if low and fresh is not None and fresh >= expected * (1 - threshold("init_loss_rel")):
-        # what the model knows is in its weights: it is trained already (a pretrained model), nothing leaks
-        s.check("loss at init", f"{loss:.4g}, far under {label}; with the weights re-initialised on a copy "
-                f"{fresh:.4g}: the model is trained already, and the targets do not reach it another way")
-        return
-    if low:
-        s.add("fits_too_easily", f"the loss at init is {loss:.4g}, far under {label}, before any training: an "
-              "untrained model cannot know the targets, so they reach it another way (inside the inputs) or the "
-              "loss is computed on the wrong tensor", ["inputs"], evidence={"initial": loss, "chance": expected})
-    elif abs(loss - expected) / expected > threshold("init_loss_rel") and not s.has(
-            "probabilities_to_loss", "activation_on_logits", "fits_too_easily"):
-        if s.has("unnormalised_inputs"):
-            lo, hi, _, _ = s.input_stats or (0.0, 0.0, 0.0, 0.0)
-            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
-                  f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
-                  ("inputs",), fixes=fixes_for("input_scale_downstream"))
-        else:
-            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
-                  "outputs are confidently wrong (bad initialisation or output scale)",
-                  (s.last_module(),))
-    s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
-
-
-def _reinitialised_loss(s: Session) -> float | None:
-    """The loss on the batch of a copy whose modules are re-initialised (``reset_parameters``): a loss at init far
-    under chance that returns to chance is the weights' knowledge (a trained model), one that stays low reaches the
-    targets another way (the inputs, the wrong tensor).  None when it cannot be measured."""
-    import torch
-
-    try:
-        work, _ = s.fresh()
-        reset = [m for m in work.modules() if callable(getattr(m, "reset_parameters", None))]
-        if not reset:
-            return None
-        with torch.no_grad():
-            for m in reset:
-                m.reset_parameters()
-            _, loss = s.loss.loss(work, s.loss.inputs)
-        value = float(loss.detach().float())
-    except Exception:  # noqa: BLE001 - no experiment, the observation stands
-        return None
-    return value if math.isfinite(value) else None
 
 
 def no_grad_fn(s: Session, work: Any, out: Any, loss: Any) -> bool:

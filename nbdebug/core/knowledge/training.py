@@ -570,6 +570,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "model's own noise (dropout, noise layers, sampling), where a lower lr does not do better, is no "
               "fault", KARPATHY),
     Threshold("init_loss_rel", 0.5, "relative distance of the initial loss from -log(1/C) that is 'far'", KARPATHY),
+    Threshold("init_loss_vs_mean", 4.0,
+              "a regression's initial loss this many times the loss of predicting the targets' mean is 'far above'",
+              KARPATHY),
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
     Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
               KARPATHY),

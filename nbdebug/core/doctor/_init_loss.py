@@ -1,0 +1,121 @@
+"""The loss at init against what it should be: -log(1/C) for a classifier, log 2 for a binary one, the loss of
+predicting the targets' mean for a regression; a loss far under chance is tried against re-initialised weights."""
+
+from __future__ import annotations
+
+import math
+
+from nbdebug.core._findings import Fix
+from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core.knowledge import threshold
+from nbdebug.core.training._dynamics import chance_loss
+
+__all__ = ["initial_loss"]
+
+
+def initial_loss(s: Session) -> None:
+    loss = s.initial_loss
+    if loss is None:
+        return
+    expected: float | None = None
+    if s.task == "classification" and s.num_classes and s.num_classes > 1 and s.cross_entropy():
+        expected = chance_loss(s.num_classes)
+        label = f"-log(1/{s.num_classes}) = {expected:.4g}"
+    elif s.task == "binary" and s.loss.loss_name in ("BCEWithLogitsLoss", "binary_cross_entropy_with_logits"):
+        expected = math.log(2)
+        label = f"log(2) = {expected:.4g}"
+    if expected is None:
+        if not _regression_offset(s):
+            s.check("loss at init", "no expected value for this loss")
+        return
+    low = loss < expected * (1 - threshold("init_loss_rel")) and loss >= 0 and not s.has(
+        "probabilities_to_loss", "activation_on_logits", "fits_too_easily")
+    fresh = _reinitialised_loss(s) if low else None
+    if low and fresh is not None and fresh >= expected * (1 - threshold("init_loss_rel")):
+        # what the model knows is in its weights: it is trained already (a pretrained model), nothing leaks
+        s.check("loss at init", f"{loss:.4g}, far under {label}; with the weights re-initialised on a copy "
+                f"{fresh:.4g}: the low loss is in the weights (the model is trained already), not in the batch alone")
+        return
+    if low:
+        s.add("fits_too_easily", f"the loss at init is {loss:.4g}, far under {label}, before any training: an "
+              "untrained model cannot know the targets, so they reach it another way (inside the inputs) or the "
+              "loss is computed on the wrong tensor", ["inputs"], evidence={"initial": loss, "chance": expected})
+    elif abs(loss - expected) / expected > threshold("init_loss_rel") and not s.has(
+            "probabilities_to_loss", "activation_on_logits", "fits_too_easily"):
+        if s.has("unnormalised_inputs"):
+            lo, hi, _, _ = s.input_stats or (0.0, 0.0, 0.0, 0.0)
+            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
+                  f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
+                  ("inputs",), fixes=fixes_for("input_scale_downstream"))
+        else:
+            s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
+                  "outputs are confidently wrong (bad initialisation or output scale)",
+                  (s.last_module(),))
+    s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
+
+
+_REGRESSION_LOSSES = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss",
+                      "HuberLoss": "huber_loss"}
+
+
+def _regression_offset(s: Session) -> bool:
+    """A regression whose initial loss is far above the loss of predicting the targets' mean for every sample,
+    while predicting 0 is as bad: the targets sit away from 0 and the output starts near 0 (Karpathy's 'init well',
+    the hockey-stick curve).  Measured with the loss the model was given, on the outputs it gave."""
+    import torch
+    import torch.nn.functional as F
+
+    c = s.loss_in
+    fn = _REGRESSION_LOSSES.get(s.loss.loss_name, s.loss.loss_name if s.loss.loss_name in
+                                _REGRESSION_LOSSES.values() else "")
+    if (s.task != "regression" or not fn or c is None or not isinstance(c.input, torch.Tensor)
+            or not isinstance(c.target, torch.Tensor) or not c.target.is_floating_point() or c.target.numel() < 2):
+        return False
+    loss = getattr(F, fn)
+    pred, t = c.input.detach().float(), c.target.detach().float()
+    mean = float(t.mean())
+    try:
+        with torch.no_grad():
+            at_init = float(loss(pred, t))
+            at_mean = float(loss(torch.full_like(pred, mean), t))
+            at_zero = float(loss(torch.zeros_like(pred), t))
+    except RuntimeError:  # shapes the loss refuses: the loss_shapes check says so
+        return False
+    ratio = threshold("init_loss_vs_mean")
+    if not (at_init > ratio * at_mean and at_zero > ratio * at_mean):
+        s.check("loss at init", f"{at_init:.4g}; predicting the targets' mean {mean:.4g} gives {at_mean:.4g}")
+        return True
+    last = next((n for n, m in reversed(list(s.user_model.named_modules()))
+                 if isinstance(getattr(m, "bias", None), torch.Tensor)), None)
+    path = f"{s.options.name}.{last}" if last else s.options.name
+    s.add("initial_loss_off", f"the loss at init is {at_init:.4g}, while predicting the targets' mean ({mean:.4g}) "
+          f"for every sample gives {at_mean:.4g}: the targets sit around {mean:.4g} and the output starts near 0, "
+          "so the first steps only chase that offset", (s.last_module(),),
+          fixes=(Fix("initialise the output bias to the targets' mean (or standardise the targets)",
+                     f"with torch.no_grad():\n    {path}.bias.fill_({mean:.4g})"),
+                 Fix("standardise the targets (subtract their mean, divide by their std) and undo it on predictions",
+                     "y = (y - y_mean) / y_std")),
+          evidence={"initial": at_init, "mean_predictor": at_mean, "targets_mean": mean})
+    s.check("loss at init", f"{at_init:.4g} vs {at_mean:.4g} predicting the targets' mean")
+    return True
+
+
+def _reinitialised_loss(s: Session) -> float | None:
+    """The loss on the batch of a copy whose modules are re-initialised (``reset_parameters``): a loss at init far
+    under chance that returns to chance is the weights' knowledge (a trained model), one that stays low reaches the
+    targets another way (the inputs, the wrong tensor).  None when it cannot be measured."""
+    import torch
+
+    try:
+        work, _ = s.fresh()
+        reset = [m for m in work.modules() if callable(getattr(m, "reset_parameters", None))]
+        if not reset:
+            return None
+        with torch.no_grad():
+            for m in reset:
+                m.reset_parameters()
+            _, loss = s.loss.loss(work, s.loss.inputs)
+        value = float(loss.detach().float())
+    except Exception:  # noqa: BLE001 - no experiment, the observation stands
+        return None
+    return value if math.isfinite(value) else None
