@@ -109,7 +109,8 @@ def diagnosis_text(d: Diagnosis) -> str:
                 + (f": {d.message}" if d.message else ""))
         if d.live is None:
             return head + "\n(an honest 'unknown' rather than a wrong guess; the traceback above is the place to look)"
-        return "\n".join([head, "", d.summary, *_sections_text(d)])
+        first = ["", f"First step: {_plain(d.first_step)}"] if d.first_step else []  # a live check's, measured
+        return "\n".join([head, "", d.summary, *first, *_sections_text(d)])
     kind = " warning" if d.severity == "warning" else ""
     out = [f"nbdebug{kind} [{d.kind}] {d.title}", "", _plain(d.summary)]
     if d.evidence:
@@ -144,7 +145,8 @@ def diagnosis_html(d: Diagnosis) -> str:
         if d.live is None:
             body = '<div class="nbd-muted">No known diagnosis; the traceback above is the place to look.</div>'
             return panel(f"nbdebug: unrecognised {d.exception_type or 'error'}", body, kind="info", open_=False)
-        body = f"<div>{md(d.summary)}</div>" + "".join(_section_block(s) for s in d.sections)
+        first = f'<div class="nbd-first"><b>First step:</b> {md(d.first_step)}</div>' if d.first_step else ""
+        body = f"<div>{md(d.summary)}</div>{first}" + "".join(_section_block(s) for s in d.sections)
         return panel(f"nbdebug · what we know about this {d.exception_type or 'error'}", body, kind="info",
                      css_class="nbd-diagnosis")
     if d.severity == "warning":

@@ -20,6 +20,7 @@ from typing import Any
 from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Fix
 from nbdebug.core.explain._evidence import LiveEvidence, frames_of
+from nbdebug.core.knowledge.env import FRAME_CONFLICT_SLUGS, FRAME_CONFLICT_STEP
 
 __all__ = ["Checked", "live_checks", "installed_versions", "version_conflicts", "host_memory", "check_checkpoint_file",
            "state_dict_diff"]
@@ -458,6 +459,17 @@ def _cpu_only(versions: Mapping[str, str]) -> Checked:
     return out
 
 
+def _frame_conflicts(exc: BaseException) -> Checked:
+    from nbdebug.core.explain._installed import install_command, traceback_conflicts
+
+    out = Checked()
+    conflicts = traceback_conflicts(exc)
+    out.rows += [("Does not fit", c) for c in conflicts]
+    if conflicts:
+        out.first_step = FRAME_CONFLICT_STEP.format(conflict=conflicts[0], command=install_command(conflicts[0]))
+    return out
+
+
 def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidence: LiveEvidence) -> Checked:
     """The checks that fit ``slug`` (and the exception's type), run in the live session."""
     out = Checked()
@@ -473,6 +485,8 @@ def live_checks(exc: BaseException, slug: str, facts: Mapping[str, Any], evidenc
                     _cpu_only(versions) if slug == "cuda_unavailable" and "not compiled" in str(facts.get("reason", ""))
                     else _requirement(facts) if slug == "version_required" else Checked())
             _merge(out, more)
+        elif slug in FRAME_CONFLICT_SLUGS:
+            _merge(out, _frame_conflicts(exc))
         if slug in MEMORY_SLUGS or isinstance(exc, MemoryError):
             out.rows += memory_rows(host_memory())
             count, held = children_memory()
@@ -572,7 +586,10 @@ def attach(diagnosis: Any, exc: BaseException, roots: Mapping[str, Any] | None) 
     elif checked.fixes:
         titles = {f.title for f in checked.fixes}
         changes["fixes"] = tuple(checked.fixes) + tuple(f for f in diagnosis.fixes if f.title not in titles)
-    if not diagnosis.known:
+    if not diagnosis.known and checked.first_step:  # the message is not known, but a check found a fact
+        changes["summary"] = ("nbdebug does not recognise this error's message, but a check of the live session "
+                              "found what to check first.")
+    elif not diagnosis.known:
         changes["summary"] = ("nbdebug does not recognise this error, so it names no cause; below is what the live "
                               "session shows at the error: your line, its tensors, the module and the operation.")
         if evidence.site:
