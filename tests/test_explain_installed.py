@@ -15,6 +15,7 @@ import pytest
 
 from nbdebug.core.explain import explain
 from nbdebug.core.explain._installed import frame_distributions, install_command, traceback_conflicts
+from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text
 
 
 def _dist(site: Path, name: str, version: str, code: str, requires: tuple[str, ...] = ()) -> None:
@@ -68,6 +69,8 @@ def test_an_unknown_error_in_a_library_gets_the_mismatch_as_its_first_step(insta
     assert d.first_step.startswith("The libraries this error ran through do not fit the versions installed: "
                                    "nbdtrainer 3.1 requires nbdcore>=2.0")
     assert "%pip install 'nbdcore>=2.0'" in d.first_step
+    for shown in (diagnosis_text(d), diagnosis_html(d)):  # the panel of an unknown error shows the measured step
+        assert "First step:" in shown and "nbdcore&gt;=2.0" in shown.replace(">=", "&gt;=")
 
 
 def test_libraries_that_fit_add_nothing(tmp_path, monkeypatch):
