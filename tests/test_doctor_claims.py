@@ -2,7 +2,7 @@
 loss is noisy by design (dropout, a noise layer) is not called unstable; "the learning rate is too high" stands only
 when a lower one learns the batch better; labels shuffled apart from their inputs are tested once the batch is
 learned, not only memorised; the measured cause ranks above its symptoms; and what does not harm training (constant
-pixel columns, a sub-millisecond DataLoader wait) is no warning."""
+pixel columns, a DataLoader wait of a millisecond or so per batch) is no warning."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_the_same_loader_with_labels_that_follow_the_inputs_gets_no_warning():
     m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     loader = DataLoader(TensorDataset(x, y), batch_size=256, shuffle=True)
     r = doctor(m, loader, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
-    assert not loud(r), r  # constant border pixels and a sub-millisecond wait for data are no warnings
+    assert not loud(r), r  # constant border pixels and an in-memory loader's wait are no warnings
     assert r.finding("constant_columns").severity == "info"
     assert dict(r.checks)["labels against inputs (a second batch after fitting the first)"].startswith("accuracy")
 

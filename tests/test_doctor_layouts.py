@@ -177,3 +177,22 @@ def test_a_regression_with_centred_targets_gets_no_initial_loss_finding():
     r = doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=1e-2), steps=40, **QUICK)
     assert "initial_loss_off" not in r.kinds, r.findings
     assert "predicting the targets' mean" in dict(r.checks)["loss at init"]
+
+
+def test_well_under_the_label_frequencies_is_said_only_past_the_learning_threshold():
+    from nbdebug.core.doctor._inputs import Options, checked
+    from nbdebug.core.doctor._session import Session
+    from nbdebug.core.doctor._train_checks import learned_said
+
+    m = nn.Linear(4, 4)
+    batch = (torch.randn(8, 4), torch.arange(8) % 4)  # four classes, equally often: the floor is log 4 = 1.386
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    options = Options(steps=10, lr=None, num_classes=None, dataloader=None, seed=0, baseline=False,
+                      reproducibility=False, data_batches=1, time_budget=None, progress=False, name="model")
+    batch, options, lightning = checked(m, batch, nn.CrossEntropyLoss(), opt, options)
+    s = Session(m, batch, nn.CrossEntropyLoss(), opt, options, lightning)
+    s.initial_loss = 1.5
+    s.losses = [1.5] * 10 + [1.35] * 10  # 1.4 % under the floor: under, not well under
+    assert "1.35, under the 1.386" in learned_said(s, s.learned_share()), learned_said(s, s.learned_share())
+    s.losses = [1.5] * 10 + [0.3] * 10
+    assert "0.3, well under the 1.386" in learned_said(s, s.learned_share())

@@ -349,7 +349,7 @@ def learned_said(s: Session, share: float) -> str:
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     final = s.final_loss()
     if floor is not None and floor < init:
-        where = "well under" if share > 0 else "not yet under"
+        where = ("well under" if share >= threshold("noisy_learns_rel") else "under") if share > 0 else "not yet under"
         return f"the loss went {init:.4g} -> {final:.4g}, {where} the {floor:.4g} that the label frequencies alone give"
     return f"the loss went {init:.4g} -> {final:.4g}, {(init - final) / abs(init):.0%} lower"
 
@@ -536,8 +536,8 @@ def dataloader_wait(s: Session) -> None:
         return
     frac = wait / max(wait + comp, 1e-12)
     s.check("dataloader wait", f"{frac:.0%} of step time over {n} batches")
-    # waiting of a fraction of a millisecond (an in-memory dataset collated in the main process) costs nothing
-    # whatever its share of a tiny model's step
+    # a wait under data_wait_abs (5 ms) per batch is not reported whatever its share of a tiny model's step: an
+    # in-memory dataset collated in the main process takes about a millisecond, several on a loaded CPU
     if frac > threshold("data_wait_fraction") and wait / n >= threshold("data_wait_abs"):
         s.add("dataloader_bottleneck", f"{frac:.0%} of each step is spent waiting for the DataLoader "
               f"({wait / n * 1e3:.1f} ms waiting vs {comp / n * 1e3:.1f} ms computing per batch; "
