@@ -196,3 +196,71 @@ def test_well_under_the_label_frequencies_is_said_only_past_the_learning_thresho
     assert "1.35, under the 1.386" in learned_said(s, s.learned_share()), learned_said(s, s.learned_share())
     s.losses = [1.5] * 10 + [0.3] * 10
     assert "0.3, well under the 1.386" in learned_said(s, s.learned_share())
+
+
+class Tagger(nn.Module):
+    """Tokens (N, L) -> a sequence-first LSTM -> one tag per token.  ``view``: the swap to (L, N) is written
+    with view() instead of transpose(), which keeps the memory order and puts tokens of several samples in one
+    sequence."""
+
+    def __init__(self, view: bool, vocab=12, h=16) -> None:
+        super().__init__()
+        self.view = view
+        self.embed = nn.Embedding(vocab, h)
+        self.rnn = nn.LSTM(h, h)
+        self.bn = nn.BatchNorm1d(h)
+        self.out = nn.Linear(h, vocab)
+
+    def forward(self, tokens):
+        n, length = tokens.shape
+        e = self.embed(tokens)
+        e = e.view(length, n, -1) if self.view else e.transpose(0, 1)
+        h, _ = self.rnn(e)
+        h = h.view(n, length, -1) if self.view else h.transpose(0, 1)
+        h = self.bn(h.transpose(1, 2)).transpose(1, 2)  # batch statistics: coupled in train mode by design
+        return self.out(h).transpose(1, 2)  # (N, vocab, L) for CrossEntropyLoss
+
+
+def tag_batch(n=16, length=6, vocab=12):
+    g = torch.Generator().manual_seed(4)
+    t = torch.randint(0, vocab, (n, length), generator=g)
+    return t, t.flip(1)
+
+
+def test_a_forward_that_mixes_samples_through_view_is_named_with_the_view_fix():
+    torch.manual_seed(0)
+    m = Tagger(view=True)
+    r = doctor(m, tag_batch(), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=30, **QUICK)
+    f = next((f for f in r.findings if f.kind == "mixes_batch"), None)
+    assert f is not None and f.severity == "error", r.findings
+    assert "view" in f.fixes[0].title and "transpose" in f.fixes[0].title
+
+
+def test_the_same_model_with_transpose_and_batchnorm_in_train_mode_keeps_its_samples_apart():
+    torch.manual_seed(0)
+    m = Tagger(view=False)
+    r = doctor(m, tag_batch(), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=30, **QUICK)
+    assert "mixes_batch" not in r.kinds, r.findings
+    assert dict(r.checks)["samples independent of each other (one sample's input changed on a copy)"].startswith(
+        "yes"), r.checks
+    assert m.training
+
+
+class DenseGCN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x, adj):
+        return adj @ self.lin(x)  # every node's output reads its neighbours: mixing by design
+
+
+def test_a_graph_whose_adjacency_relates_the_samples_is_skipped_with_why():
+    torch.manual_seed(0)
+    x = torch.randn(10, 4)
+    adj = (torch.rand(10, 10) > 0.6).float() + torch.eye(10)
+    m = DenseGCN()
+    r = doctor(m, ((x, adj), torch.arange(10) % 3), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2),
+               steps=30, **QUICK)
+    assert "mixes_batch" not in r.kinds
+    assert "10 x 10" in dict(r.checks)["samples independent of each other (one sample's input changed on a copy)"]

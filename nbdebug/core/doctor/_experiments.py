@@ -395,12 +395,11 @@ def _attach(s: Session) -> None:
                     f"silenced them (a lower learning rate did not learn the batch better: {lower.said()})"
             fixes = ((Fix(f"lower the learning rate ({lower.change}, measured on a copy)", lower.code), *f.fixes[1:])
                      if lower.restores else entry("dead_activations").fixes)
-            severity = f.severity
-            if not lower.restores and not s.has("cannot_overfit"):  # nothing to fix: the batch was learned
+            quiet = not lower.restores and not s.has("cannot_overfit")  # nothing to fix: the batch was learned
+            if quiet:
                 msg += "; the batch was learned all the same, so they cost this training nothing measurable"
-                severity = Severity.INFO
             s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **lower.evidence()}, fixes=fixes,
-                                     severity=severity)
+                                     severity=Severity.INFO if quiet else f.severity)
     for i, f in enumerate(s.findings):
         if f.kind == "exploding_gradients" and "lr_too_high" in by_cause:
             e = by_cause["lr_too_high"]

@@ -257,6 +257,18 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="mixes_batch",
+        title="One sample's output depends on other samples of the batch",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("check view/reshape against transpose/permute where the batch and another dimension swap places",
+                "x = x.transpose(0, 1)  # not x.view(S, B): view keeps the memory order and mixes the samples"),
+            Fix("look for a reduction over the batch dimension (a mean, sum or softmax over dim 0) in the forward"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
         slug="labels_unrelated",
         title="Labels that do not follow from the inputs",
         severity=Severity.ERROR,

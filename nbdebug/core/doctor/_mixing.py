@@ -1,0 +1,87 @@
+"""Samples of a batch must not see each other: change one sample's input on a copy and look at the others' outputs
+(Karpathy's backprop-through-the-batch test, done forward).  In eval mode, so that BatchNorm's batch statistics and
+dropout do not couple the samples by design; skipped, with the reason, where the inputs relate samples to each
+other (an N x N adjacency) or no dimension runs over the samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, tensor_leaves
+from nbdebug.core.doctor._session import Session
+
+__all__ = ["mixes_batch", "CHECK"]
+
+CHECK = "samples independent of each other (one sample's input changed on a copy)"
+_REL = 1e-4  # an output change this small against the outputs' scale is rounding, not mixing
+
+
+def _replace_first(obj: Any, old: Any, new: Any) -> Any:
+    """``obj`` with the leaf ``old`` (by identity) replaced by ``new``."""
+    if obj is old:
+        return new
+    if isinstance(obj, dict):
+        return {k: _replace_first(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_replace_first(v, old, new) for v in obj)
+    return obj
+
+
+def _changed(x: Any, dim: int) -> Any:
+    """``x`` with its first sample (along ``dim``) changed: noise for floats, the next id for integer tokens."""
+    import torch
+
+    y = x.clone()
+    first = y.narrow(dim, 0, 1)
+    if x.is_floating_point():
+        g = torch.Generator().manual_seed(0)
+        first.add_(torch.randn(first.shape, generator=g).to(x.device, x.dtype) * (float(x.float().std()) or 1.0))
+    elif x.dtype == torch.bool:
+        first.logical_not_()
+    else:
+        hi = int(x.max())
+        first.copy_((first + 1) % max(hi + 1, 2) if hi > 0 else first + 1)
+    return y
+
+
+def mixes_batch(s: Session, work: Any) -> None:
+    import torch
+
+    inputs = s.loss.model_inputs()
+    leaves = [t for t in tensor_leaves(inputs) if isinstance(t, torch.Tensor)]
+    n = sample_count(s.loss.targets)
+    x = leaves[0] if leaves else None
+    bx = batch_dim(x, n)
+    if s.loss.mode == "lightning" or x is None or bx is None or (n or int(x.shape[bx])) < 3:
+        s.check(CHECK, "skipped: no input dimension runs over the batch's samples")
+        return
+    n = n or int(x.shape[bx])
+    if any(sum(int(d) == n for d in t.shape) >= 2 for t in leaves):
+        s.check(CHECK, f"skipped: an input relates the {n} samples to each other (an {n} x {n} tensor, a graph)")
+        return
+    was = work.training
+    try:
+        work.eval()
+        with torch.no_grad():
+            y0 = logits_of(s.loss.forward(work, s.loss.inputs))
+            y1 = logits_of(s.loss.forward(work, _replace_first(s.loss.inputs, x, _changed(x, bx))))
+    finally:
+        work.train(was)
+    by = batch_dim(y0, n)
+    if not isinstance(y0, torch.Tensor) or not isinstance(y1, torch.Tensor) or by is None or y0.shape != y1.shape:
+        s.check(CHECK, "skipped: no output dimension runs over the batch's samples")
+        return
+    d = (y1.float() - y0.float()).abs().movedim(by, 0).reshape(n, -1).amax(dim=1)
+    scale = float(y0.float().abs().max()) or 1.0
+    if float(d[0]) <= _REL * scale:
+        s.check(CHECK, "skipped: changing the first sample's input did not change its own output")
+        return
+    moved = int((d[1:] > _REL * scale).sum())
+    if moved:
+        s.add("mixes_batch", f"changing only the first sample's input (in eval mode, on a copy) changed the outputs "
+              f"of {moved} of the other {n - 1} samples (by up to {float(d[1:].max()):.3g}): the forward mixes "
+              "samples of the batch, as a view() or reshape() taken for a transpose does", ("forward",),
+              evidence={"samples": n, "moved": moved})
+        s.check(CHECK, f"no: {moved} of {n - 1} other outputs changed")
+    else:
+        s.check(CHECK, f"yes: the other {n - 1} outputs did not change")
