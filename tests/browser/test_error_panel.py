@@ -92,3 +92,45 @@ def test_warning_panel_is_compact_and_readable(lab, page, theme):
     page.screenshot(path=shot(f"warning_panel_{name}.png"), full_page=False)
     report = "\n".join(f"{r['ratio']:.2f} {r['tag']}.{r['cls']} {r['fg']} on {r['bg']}: {r['text']!r}" for r in low[:20])
     assert not low, f"{len(low)} of {len(found)} text elements below 4.5:1 in {theme}:\n{report}"
+
+
+CONFLICT_CELLS = [
+    "%load_ext nbdebug",
+    # two libraries installed for real into a temporary site-packages: a trainer whose requirement the installed
+    # core library does not meet, and a call into the core that fails with a message nobody lists
+    "import importlib, pathlib, sys, tempfile\n"
+    "site = pathlib.Path(tempfile.mkdtemp()) / 'lib' / 'site-packages'\n"
+    "def dist(name, version, code, requires=()):\n"
+    "    (site / name).mkdir(parents=True); (site / name / '__init__.py').write_text(code)\n"
+    "    info = site / f'{name}-{version}.dist-info'; info.mkdir()\n"
+    "    meta = ['Metadata-Version: 2.1', f'Name: {name}', f'Version: {version}']\n"
+    "    (info / 'METADATA').write_text('\\n'.join(meta + [f'Requires-Dist: {r}' for r in requires]) + '\\n')\n"
+    "dist('nbdcore', '1.4', 'def step(x, fused=False):\\n    raise RuntimeError(\"step() got an unusable state\")\\n')\n"
+    "dist('nbdtrainer', '3.1', 'import nbdcore\\ndef train(x):\\n    return nbdcore.step(x, fused=True)\\n',\n"
+    "     ('nbdcore>=2.0',))\n"
+    "sys.path.insert(0, str(site)); importlib.invalidate_caches()",
+    "import nbdtrainer\nnbdtrainer.train(1)",
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_an_unknown_error_with_libraries_that_do_not_fit_shows_the_mismatch_first(lab, page, theme):
+    from tests.browser.test_themes import CONTRAST_JS, _set_theme
+
+    name = theme.split()[-1].lower()
+    run_notebook(lab, page, CONFLICT_CELLS, f"library_conflict_{name}.ipynb")
+    _set_theme(page, theme)
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert "step() got an unusable state" in stderr.first.inner_text()  # the user's traceback, kept
+    panel = page.locator("details.nbd-diagnosis")
+    panel.first.wait_for(state="visible", timeout=30_000)
+    text = panel.first.inner_text()
+    first = text.index("First step")
+    assert "nbdtrainer 3.1 requires nbdcore>=2.0; installed nbdcore is 1.4" in text[first:]
+    assert "%pip install 'nbdcore>=2.0'" in text
+    assert "names no cause" not in text  # a check found it: the panel does not say it has nothing
+    found = [r for r in page.evaluate(CONTRAST_JS) if r["text"]]
+    low = [r for r in found if r["ratio"] < 4.5 and "nbd" in r["cls"]]
+    panel.first.scroll_into_view_if_needed()
+    page.screenshot(path=shot(f"library_conflict_{name}.png"), full_page=False)
+    assert not low, "\n".join(f"{r['ratio']:.2f} {r['cls']}: {r['text']!r}" for r in low[:10])

@@ -871,6 +871,6 @@ ENTRIES += (
 # A live error that ran through installed libraries whose declared requirements the installed versions break
 # (explain/_installed.py): the first step of an error no category names, or a library's own check.
 FRAME_CONFLICT_STEP = ("The libraries this error ran through do not fit the versions installed: {conflict}. Install "
-                       "versions that fit ({command}), restart the kernel, and run the cell again; if the error "
+                       "versions that fit (`{command}`), restart the kernel, and run the cell again; if the error "
                        "stays, read the library's message next.")
 FRAME_CONFLICT_SLUGS = frozenset({"unknown", "library_raised", "import_failed"})
