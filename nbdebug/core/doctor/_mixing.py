@@ -60,13 +60,22 @@ def mixes_batch(s: Session, work: Any) -> None:
         s.check(CHECK, f"skipped: an input relates the {n} samples to each other (an {n} x {n} tensor, a graph)")
         return
     was = work.training
+
+    def forward(inputs: Any) -> Any:
+        torch.manual_seed(s.options.seed)  # a forward that samples (a VAE's latent) draws the same noise each time
+        return logits_of(s.loss.forward(work, inputs))
+
     try:
         work.eval()
         with torch.no_grad():
-            y0 = logits_of(s.loss.forward(work, s.loss.inputs))
-            y1 = logits_of(s.loss.forward(work, _replace_first(s.loss.inputs, x, _changed(x, bx))))
+            y0, again = forward(s.loss.inputs), forward(s.loss.inputs)
+            y1 = forward(_replace_first(s.loss.inputs, x, _changed(x, bx)))
     finally:
         work.train(was)
+    if isinstance(y0, torch.Tensor) and isinstance(again, torch.Tensor) and not torch.equal(y0, again):
+        s.check(CHECK, "skipped: the forward gives another output on the same input (randomness torch's seed does "
+                "not reach)")
+        return
     by = batch_dim(y0, n)
     if not isinstance(y0, torch.Tensor) or not isinstance(y1, torch.Tensor) or by is None or y0.shape != y1.shape:
         s.check(CHECK, "skipped: no output dimension runs over the batch's samples")
