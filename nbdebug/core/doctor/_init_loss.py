@@ -88,16 +88,37 @@ def _regression_offset(s: Session) -> bool:
     last = next((n for n, m in reversed(list(s.user_model.named_modules()))
                  if isinstance(getattr(m, "bias", None), torch.Tensor)), None)
     path = f"{s.options.name}.{last}" if last else s.options.name
+    tried = _with_bias_at(s, last, mean)
+    said = "" if tried is None else (f". Tried on a copy: with {path}.bias at {mean:.4g} the loss at init is "
+                                     f"{tried:.4g} instead of {at_init:.4g}")
     s.add("initial_loss_off", f"the loss at init is {at_init:.4g}, while predicting the targets' mean ({mean:.4g}) "
           f"for every sample gives {at_mean:.4g}: the targets sit around {mean:.4g} and the output starts near 0, "
-          "so the first steps only chase that offset", (s.last_module(),),
+          f"so the first steps only chase that offset{said}", (s.last_module(),),
           fixes=(Fix("initialise the output bias to the targets' mean (or standardise the targets)",
                      f"with torch.no_grad():\n    {path}.bias.fill_({mean:.4g})"),
                  Fix("standardise the targets (subtract their mean, divide by their std) and undo it on predictions",
                      "y = (y - y_mean) / y_std")),
-          evidence={"initial": at_init, "mean_predictor": at_mean, "targets_mean": mean})
+          evidence={"initial": at_init, "mean_predictor": at_mean, "targets_mean": mean, "bias_at_mean": tried})
     s.check("loss at init", f"{at_init:.4g} vs {at_mean:.4g} predicting the targets' mean")
     return True
+
+
+def _with_bias_at(s: Session, last: str | None, mean: float) -> float | None:
+    """The loss at init of a copy whose last biased module's bias is set to the targets' mean; None when it cannot
+    be measured (no such module, a loss that refuses the copy)."""
+    import torch
+
+    if last is None:
+        return None
+    try:
+        work, _ = s.fresh()
+        with torch.no_grad():
+            work.get_submodule(last).bias.fill_(mean)
+            _, loss = s.loss.loss(work, s.loss.inputs)
+        value = float(loss.detach().float())
+    except Exception:  # noqa: BLE001 - no experiment, the observation stands
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _reinitialised_loss(s: Session) -> float | None:
