@@ -129,6 +129,18 @@ def _train_mode(s: Session) -> tuple[Any, Any, Any, Any]:
     return work, opt, a, x
 
 
+def _bias_at(name: str, value: float) -> Variant:
+    def make(s: Session) -> tuple[Any, Any, Any, Any]:
+        import torch
+
+        work, opt, a, x = _fresh(s)
+        with torch.no_grad():
+            work.get_submodule(name).bias.fill_(value)
+        return work, opt, a, x
+
+    return make
+
+
 def _optimizer_over_all(s: Session, work: Any) -> Any:
     """The user's optimizer class and first group's settings, over every trainable parameter of ``work``."""
     import torch
@@ -264,6 +276,11 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
     if s.has("unnormalised_inputs"):
         out.append(("unnormalised_inputs", "the inputs standardised to mean 0, std 1", _standardised,
                     entry("input_scale_downstream").fixes[0].code))
+    offset = next((f for f in s.findings if f.kind == "initial_loss_off" and f.evidence.get("bias_module")), None)
+    if offset is not None:  # the regression offset: judged by training, not by the loss at init alone
+        name, mean = str(offset.evidence["bias_module"]), float(offset.evidence["targets_mean"])
+        out.append(("initial_loss_off", f"{s.options.name}.{name}.bias at the targets' mean {mean:.4g}",
+                    _bias_at(name, mean), f"with torch.no_grad():\n    {s.options.name}.{name}.bias.fill_({mean:.4g})"))
     opt = s.user_opt
     wd = opt.param_groups[0].get("weight_decay") if isinstance(opt, torch.optim.Optimizer) else None
     if stuck and isinstance(wd, (int, float)) and wd > 0:
@@ -294,12 +311,12 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
 
 # -- running them ----------------------------------------------------------------------------------------------
 def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps: int,
-         deadline: float | None) -> Experiment | None:
+         deadline: float | None, early_stop: bool = True) -> Experiment | None:
     init = s.initial_loss if s.initial_loss is not None else s.losses[0]
     target = s.fit_target()
     try:
         work, opt, adapter, inputs = variant(s)
-        curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}", early_stop=True,
+        curve = train(s, work, opt, inputs, steps=steps, phase=f"experiment: {change}", early_stop=early_stop,
                       deadline=deadline, adapter=adapter, min_steps=_MIN_STEPS)
     except Exception as e:  # a fix that cannot run on this setup is not evidence either way
         s.check(f"experiment: {change}", f"could not run: {type(e).__name__}: {e}")
@@ -361,7 +378,9 @@ def run(s: Session) -> None:
         most = s.options.steps if s.has("loss_below_minimum") or s.params_still is not None else n
         steps = most if per is None or s.step_time <= 0 else max(
             min(most, _MIN_STEPS), min(most, int((per - time.perf_counter()) / s.step_time)))
-        ex = _try(s, cause, change, variant, code, steps, per)
+        offset = cause == "initial_loss_off"  # an offset the user's run pays off later is judged at its end
+        ex = _try(s, cause, change, variant, code, n if offset else steps, t_end if offset else per,
+                  early_stop=not offset)
         if ex is not None:
             done.append(ex)
     s.experiments = sorted(done, key=lambda e: (not e.restores, not e.fitted, -e.effect))
@@ -377,6 +396,16 @@ def _attach(s: Session) -> None:
     for i, f in enumerate(s.findings):
         e = by_cause.get(f.kind)
         if e is None or f.kind == "cannot_overfit":
+            continue
+        if f.kind == "initial_loss_off" and not _offset_still_costs(f, e):
+            # the offset at init costs the training nothing measurable: the user's run learns as well without it
+            why = ("your own run fits the batch by then too: training pays the offset off" if math.isfinite(e.before)
+                   and e.before <= s.fit_target() else "it does not end at half your loss: the offset is not what "
+                   "holds this training back")
+            s.findings[i] = _replace(f, message=f"{f.message}. Tried on a copy, trained as long as your run: "
+                                     f"{e.said()}; {why}", severity=Severity.INFO,
+                                     evidence={**dict(f.evidence), **e.evidence()})
+            s.not_causes.add(f.kind)
             continue
         if e.restores:
             msg = f"{f.message}. Tried on a copy: {e.said()}"
@@ -474,6 +503,16 @@ def _attach(s: Session) -> None:
 
 # what a learning rate's fix also mends: the finding that names the measured cause comes before these
 _LR_SYMPTOMS = ("exploding_gradients", "dead_activations")
+
+
+def _offset_still_costs(f: Finding, e: Experiment) -> bool:
+    """The regression offset matters to the training when, trained for the same steps, the copy started at the
+    targets' mean ends well below the user's setup: the user's loss at the last step is still at least twice the
+    copy's (noise layers move a loss by less), the offset not yet paid off."""
+    if not (e.restores and math.isfinite(e.after)):
+        return False
+    before = e.before if math.isfinite(e.before) else math.inf
+    return before >= 2 * e.after
 
 
 def _cause_above_symptoms(s: Session, idx: int, best: Experiment) -> None:

@@ -98,7 +98,8 @@ def _regression_offset(s: Session) -> bool:
                      f"with torch.no_grad():\n    {path}.bias.fill_({mean:.4g})"),
                  Fix("standardise the targets (subtract their mean, divide by their std) and undo it on predictions",
                      "y = (y - y_mean) / y_std")),
-          evidence={"initial": at_init, "mean_predictor": at_mean, "targets_mean": mean, "bias_at_mean": tried})
+          evidence={"initial": at_init, "mean_predictor": at_mean, "targets_mean": mean, "bias_at_mean": tried,
+                    "bias_module": last or ""})
     s.check("loss at init", f"{at_init:.4g} vs {at_mean:.4g} predicting the targets' mean")
     return True
 
