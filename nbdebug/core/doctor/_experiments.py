@@ -423,7 +423,7 @@ def _attach(s: Session) -> None:
                 msg = f.message.split("; they fired at init")[0] + "; they fired at init, and the updates " \
                     f"silenced them (a lower learning rate did not learn the batch better: {lower.said()})"
             fixes = ((Fix(f"lower the learning rate ({lower.change}, measured on a copy)", lower.code), *f.fixes[1:])
-                     if lower.restores else entry("dead_activations").fixes)
+                     if lower.restores else _without_lr(entry("dead_activations").fixes))
             quiet = not lower.restores and not s.has("cannot_overfit")  # nothing to fix: the batch was learned
             if quiet:
                 msg += "; the batch was learned all the same, so they cost this training nothing measurable"
@@ -493,7 +493,9 @@ def _attach(s: Session) -> None:
         off = s.dropout_off_loss
         message = overfit_said(s) + ("" if off is None else f" ({off:.4g} with dropout off)")
         severity = "error" if best.fitted else "warning"
-    others = tuple(x for x in f.fixes if "learning rate" not in x.title)[:1]
+    # a learning rate that fits the batch is the answer: the generic suspects (a frozen layer, a detached tensor)
+    # would send the user after what the experiment has shown is not there
+    others = () if best.fitted else tuple(x for x in f.fixes if "learning rate" not in x.title)[:1]
     s.findings[idx] = _replace(f, message=f"{message}. Tried on a copy: {best.said()}",
                                severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
@@ -503,6 +505,19 @@ def _attach(s: Session) -> None:
 
 # what a learning rate's fix also mends: the finding that names the measured cause comes before these
 _LR_SYMPTOMS = ("exploding_gradients", "dead_activations")
+
+
+def _without_lr(fixes: tuple[Fix, ...]) -> tuple[Fix, ...]:
+    """Fixes less the learning rate's, once a lower learning rate was tried on a copy and did not help; a fix that
+    names it beside another remedy keeps the other ("lower the learning rate; use LeakyReLU/GELU")."""
+    out = []
+    for x in fixes:
+        if "learning rate" not in x.title:
+            out.append(x)
+        elif ";" in x.title:
+            rest = "; ".join(p.strip() for p in x.title.split(";") if "learning rate" not in p)
+            out.append(Fix(rest, x.code))
+    return tuple(out)
 
 
 def _offset_still_costs(f: Finding, e: Experiment) -> bool:

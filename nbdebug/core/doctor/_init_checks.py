@@ -398,8 +398,22 @@ def gradients(s: Session, work: Any) -> None:
             s.add("vanishing_gradients", f"per-layer RMS gradients shrink toward the input, spanning "
                   f"{1 / ratio:.3g}x: {lo[0]} gets {lo[1]:.3g} while {hi[0]} gets {hi[1]:.3g} (rank "
                   f"correlation of gradient size with depth {rho:.2f}); {len(small)} layer(s) barely learn",
-                  [s.label(n) if n != "(model)" else n for n in small])
+                  [s.label(n) if n != "(model)" else n for n in small], fixes=_vanishing_fixes(work))
         s.check("gradient flow (min/max per-layer RMS; depth correlation)", f"{ratio:.3g}; {rho:.2f}")
+
+
+_SATURATING = ("Sigmoid", "Tanh", "Softsign", "Hardtanh", "Hardsigmoid", "LogSigmoid", "Tanhshrink")
+
+
+def _vanishing_fixes(work: Any) -> Any:
+    """The vanishing-gradient fixes, less "replace saturating activations" where the model's activation modules
+    are all of the ReLU kind (it would send the user to change what is right already)."""
+    acts = {type(m).__name__ for m in work.modules() if type(m).__module__.startswith("torch.nn.modules.activation")}
+    fixes = fixes_for("vanishing_gradients")
+    if acts and not acts & set(_SATURATING) and any(a in ("ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "ReLU6",
+                                                           "PReLU", "Mish", "SELU", "CELU") for a in acts):
+        return tuple(f for f in fixes if "saturating" not in f.title)
+    return fixes
 
 
 def input_dependence(s: Session, y: Any, work: Any) -> None:

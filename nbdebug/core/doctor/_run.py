@@ -13,6 +13,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.doctor import _constant_init as constant
 from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
@@ -121,6 +122,7 @@ def doctor(
                 # warnings (the filters and the printer are the process's) are shown as they would have been
                 warnings.showwarning = _own_warnings(caught, warnings.showwarning)
                 _run(s)
+                constant.settle(s)
         finally:
             s.progress.close()
         _warnings_check(s, caught)
@@ -160,6 +162,7 @@ def _run(s: Session) -> None:
     from nbdebug.core.training.nan import nan_sentinel
 
     init.frozen_parameters(s)
+    constant.constant_weights(s)
     _safe(s, "input scale", init.input_scale, s)
     _safe(s, "the batch inspector", _data_checks, s)
     setup.optimizer_coverage(s)

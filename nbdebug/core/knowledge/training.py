@@ -33,6 +33,7 @@ ADAMW = "https://arxiv.org/abs/1711.05101"  # Loshchilov & Hutter, Decoupled Wei
 MODES = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.train"
 ZERO_GRAD = "https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html"
 NLL = "https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html"
+CS231N_INIT = "https://cs231n.github.io/neural-networks-2/#init"  # the pitfall: all zero initialization
 OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
 
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
@@ -254,6 +255,18 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("decode one batch and check that inputs and targets line up"),
         ),
         sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
+        slug="zero_init",
+        title="Weights initialised to a constant",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("initialise these weights with small random values (check the init / initializer range: an "
+                "initializer_factor or std of 0, a fill_(0) or zeros_ meant for a bias)",
+                "for m in model.modules():\n    if hasattr(m, 'reset_parameters'):\n        m.reset_parameters()"),
+        ),
+        sources=(CS231N_INIT,),
         contexts=(),
     ),
     Entry(

@@ -1,0 +1,79 @@
+"""Weights initialised to a constant: every entry of a trainable weight matrix equal at init (zeros from an
+initializer range of 0, a ``fill_`` meant for a bias).  Every unit of such a layer computes the same thing and gets
+the same gradient, so the symmetry between them is never broken; with zeros nothing of the input passes at all.
+
+Found on the user's model (read only) before training; once training has run, it is an error when the training
+shows what it causes (outputs that ignore the input, parameters without gradient, a batch not learned), and the
+findings it causes come after it with its fix.  A constant matrix the training does not suffer from (a zero-init
+output layer, learned all the same) is an info.
+"""
+
+from __future__ import annotations
+
+from nbdebug.core._findings import Fix, Severity
+from nbdebug.core.doctor._session import Session
+from nbdebug.core.knowledge import entry, finding
+
+__all__ = ["constant_weights", "settle"]
+
+# what weights that start as one value cause: these findings follow from it
+_CAUSED = ("ignores_input", "no_gradient", "dead_activations", "vanishing_gradients", "cannot_overfit",
+           "initial_loss_off")
+
+
+def constant_weights(s: Session) -> None:
+    """Add ``zero_init`` for the trainable weight matrices (2 or more dimensions) whose entries are all equal."""
+    import torch
+
+    found: list[tuple[str, float]] = []
+    for name, p in s.user_model.named_parameters():
+        if not (p.requires_grad and p.is_floating_point() and p.dim() >= 2 and p.numel() >= 2):
+            continue
+        v = p.detach().reshape(-1)
+        if bool(torch.isfinite(v[:1]).all()) and bool((v == v[0]).all()):
+            found.append((name, float(v[0])))
+    if not found:
+        s.check("weights initialised to a constant", "none")
+        return
+    said = ", ".join(f"{s.options.name}.{n} = {v:g}" for n, v in found[:4]) + (
+        f" and {len(found) - 4} more" if len(found) > 4 else "")
+    zeros = all(v == 0 for _, v in found)
+    s.add("zero_init", f"{len(found)} weight matrices hold one value in every entry at init ({said}): every unit of "
+          "such a layer computes the same thing and gets the same gradient, so the symmetry between them is never "
+          "broken" + ("; with zeros nothing of the input passes through them, so the output cannot depend on it "
+                      "and the layers before them get no gradient" if zeros else ""),
+          [f"{s.options.name}.{n.rsplit('.', 1)[0] if '.' in n else n}" for n, _ in found],
+          evidence={"constant": {n: v for n, v in found}})
+    s.check("weights initialised to a constant", f"{len(found)}: {said}")
+
+
+def settle(s: Session) -> None:
+    """After training: the constant init first, with what it causes after it; an info when nothing follows."""
+    at = next((i for i, f in enumerate(s.findings) if f.kind == "zero_init"), None)
+    if at is None:
+        return
+    cause = s.findings.pop(at)
+    caused = [i for i, f in enumerate(s.findings) if f.kind in _CAUSED and f.severity != "info"]
+    learned = bool(s.losses) and not any(f.kind == "cannot_overfit" and f.severity != "info" for f in s.findings)
+    if not caused or learned:
+        # the training learned the batch: the constant start (a zero-init output layer) was broken by the inputs,
+        # and outputs that were identical at init said nothing against the model
+        for i in caused:
+            f = s.findings[i]
+            if f.kind == "ignores_input":
+                s.findings[i] = finding(f.kind, f"{f.message}; at init only: the weights start constant "
+                                        f"({cause.title.lower()}), and the training learned the batch all the same",
+                                        f.where, severity=Severity.INFO, fixes=(), evidence=dict(f.evidence))
+        s.findings.append(finding("zero_init", f"{cause.message}; the training learned the batch all the same, so "
+                                  "this costs nothing measurable here", cause.where, severity=Severity.INFO,
+                                  evidence=dict(cause.evidence)))
+        return
+    how = entry("consequence_of_another")
+    first = Fix(f"fix that first: {cause.fix or cause.title}", cause.fixes[0].code if cause.fixes else "")
+    for i in caused:
+        f = s.findings[i]
+        s.findings[i] = finding(f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
+                                f.where, severity="warning" if f.severity == "error" else f.severity,
+                                fixes=(first,), evidence=dict(f.evidence))
+    s.findings.insert(0, cause)
+    s.explained = True

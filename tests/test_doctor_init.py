@@ -1,0 +1,62 @@
+"""The doctor on weights that start as one value, and on fixes that would send the user after what is right."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nbdebug import doctor
+
+QUICK = dict(reproducibility=False, progress=False)
+
+
+def blobs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 8, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    return x, y
+
+
+def test_weights_initialised_to_zero_are_named_first_with_the_init_as_the_fix():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    for layer in (m[0], m[2]):
+        nn.init.zeros_(layer.weight)  # an initializer range of 0: no symmetry to break
+    x, y = blobs()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), steps=60, **QUICK)
+    top = next(f for f in r.findings if f.severity != "info")
+    assert top.kind == "zero_init" and top.severity == "error", r.findings
+    assert "model.0" in top.where and "model.2" in top.where and "initiali" in top.fixes[0].title, top
+    for f in r.findings:
+        if f.kind in ("ignores_input", "no_gradient", "cannot_overfit"):
+            assert f.severity != "error" and f.fixes[0].title.startswith("fix that first: initialise"), f
+            assert "detached" not in " ".join(x.title for x in f.fixes), f
+
+
+def test_a_zero_initialised_output_layer_that_learns_is_no_warning():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+    nn.init.zeros_(m[2].weight)  # a common choice for a head: the inputs differ, so its units do too
+    x, y = blobs()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=150, **QUICK)
+    f = next(f for f in r.findings if f.kind == "zero_init")
+    assert f.severity == "info" and "model.2.weight = 0" in f.message, r.findings
+    assert not [g for g in r.findings if g.severity != "info"], r.findings
+
+
+def test_vanishing_gradients_in_a_relu_stack_are_not_told_to_replace_saturating_activations():
+    from nbdebug.core.doctor._init_checks import _vanishing_fixes
+
+    relu = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(4, 4), nn.ReLU())])
+    tanh = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    assert not any("saturating" in f.title for f in _vanishing_fixes(relu))
+    assert any("saturating" in f.title for f in _vanishing_fixes(tanh))
+
+
+def test_fixes_lose_the_learning_rate_once_a_lower_one_was_tried_in_vain():
+    from nbdebug.core.doctor._experiments import _without_lr
+    from nbdebug.core.knowledge import entry
+
+    fixes = _without_lr(entry("dead_activations").fixes)
+    assert fixes and not any("learning rate" in f.title for f in fixes)
+    assert any(f.title == "use LeakyReLU/GELU" for f in fixes), fixes
