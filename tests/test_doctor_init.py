@@ -54,9 +54,43 @@ def test_vanishing_gradients_in_a_relu_stack_are_not_told_to_replace_saturating_
 
 
 def test_fixes_lose_the_learning_rate_once_a_lower_one_was_tried_in_vain():
-    from nbdebug.core.doctor._experiments import _without_lr
+    from nbdebug.core.doctor._verdicts import without_lr as _without_lr
     from nbdebug.core.knowledge import entry
 
     fixes = _without_lr(entry("dead_activations").fixes)
     assert fixes and not any("learning rate" in f.title for f in fixes)
     assert any(f.title == "use LeakyReLU/GELU" for f in fixes), fixes
+
+
+def deep_stack(norm: bool) -> nn.Sequential:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(8, 32), nn.ReLU()]
+    for _ in range(15):
+        layers += [nn.Linear(32, 32), *([nn.BatchNorm1d(32)] if norm else []), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(32, 2))
+
+
+def test_a_signal_that_vanishes_through_sixteen_plain_layers_is_named_with_depth_and_normalisation_fixes():
+    m = deep_stack(norm=False)
+    x, y = blobs()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), steps=80,
+               **QUICK)
+    top = next(f for f in r.findings if f.severity != "info")
+    assert top.kind == "vanishing_gradients" and "signal vanishes with depth" in top.message, r.findings
+    fixes = " ".join(f.title for f in top.fixes)
+    assert "fewer layers" in fixes and "BatchNorm" in fixes and "residual" in fixes and "kaiming" in fixes, fixes
+    assert "saturating" not in fixes
+    scale = list(top.evidence["activation_scale"].values())
+    assert scale[-1] < scale[0] / 1000, scale  # measured by the hooks, orders of magnitude
+    for f in r.findings:
+        if f.kind == "ignores_input":
+            assert f.severity != "error" and "fix that first" in f.fixes[0].title, f
+
+
+def test_the_same_stack_with_batchnorm_keeps_its_signal():
+    m = deep_stack(norm=True)
+    x, y = blobs()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), steps=80,
+               **QUICK)
+    assert not any("activation_scale" in f.evidence for f in r.findings), r.findings
+    assert "signal scale with depth (deepest/first; depth correlation)" in dict(r.checks)

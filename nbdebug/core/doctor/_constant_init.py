@@ -10,7 +10,7 @@ output layer, learned all the same) is an info.
 
 from __future__ import annotations
 
-from nbdebug.core._findings import Fix, Severity
+from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import entry, finding
 
@@ -48,11 +48,17 @@ def constant_weights(s: Session) -> None:
 
 
 def settle(s: Session) -> None:
-    """After training: the constant init first, with what it causes after it; an info when nothing follows."""
-    at = next((i for i, f in enumerate(s.findings) if f.kind == "zero_init"), None)
-    if at is None:
-        return
-    cause = s.findings.pop(at)
+    """After training: a cause found at init (weights that start constant, a signal that vanishes with depth) first,
+    with what it causes after it; an info when the batch is learned all the same."""
+    for pick in (lambda f: f.kind == "zero_init",
+                 lambda f: f.kind == "vanishing_gradients" and "activation_scale" in f.evidence):
+        at = next((i for i, f in enumerate(s.findings) if pick(f)), None)
+        if at is not None:
+            _first(s, s.findings.pop(at))
+            return
+
+
+def _first(s: Session, cause: Finding) -> None:
     caused = [i for i, f in enumerate(s.findings) if f.kind in _CAUSED and f.severity != "info"]
     learned = bool(s.losses) and not any(f.kind == "cannot_overfit" and f.severity != "info" for f in s.findings)
     if not caused or learned:
@@ -61,12 +67,12 @@ def settle(s: Session) -> None:
         for i in caused:
             f = s.findings[i]
             if f.kind == "ignores_input":
-                s.findings[i] = finding(f.kind, f"{f.message}; at init only: the weights start constant "
-                                        f"({cause.title.lower()}), and the training learned the batch all the same",
-                                        f.where, severity=Severity.INFO, fixes=(), evidence=dict(f.evidence))
-        s.findings.append(finding("zero_init", f"{cause.message}; the training learned the batch all the same, so "
+                s.findings[i] = finding(f.kind, f"{f.message}; at init only ({cause.title.lower()}), and the "
+                                        "training learned the batch all the same", f.where, severity=Severity.INFO,
+                                        fixes=(), evidence=dict(f.evidence))
+        s.findings.append(finding(cause.kind, f"{cause.message}; the training learned the batch all the same, so "
                                   "this costs nothing measurable here", cause.where, severity=Severity.INFO,
-                                  evidence=dict(cause.evidence)))
+                                  fixes=cause.fixes, evidence=dict(cause.evidence)))
         return
     how = entry("consequence_of_another")
     first = Fix(f"fix that first: {cause.fix or cause.title}", cause.fixes[0].code if cause.fixes else "")

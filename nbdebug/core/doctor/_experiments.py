@@ -25,6 +25,7 @@ from nbdebug.core.doctor._loss_probe import LossCall, LossProbe
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
+from nbdebug.core.doctor._verdicts import offset_still_costs, without_lr
 from nbdebug.core.knowledge import entry, finding, threshold
 
 __all__ = ["Experiment", "run", "loss_at"]
@@ -397,7 +398,7 @@ def _attach(s: Session) -> None:
         e = by_cause.get(f.kind)
         if e is None or f.kind == "cannot_overfit":
             continue
-        if f.kind == "initial_loss_off" and not _offset_still_costs(f, e):
+        if f.kind == "initial_loss_off" and not offset_still_costs(f, e):
             # the offset at init costs the training nothing measurable: the user's run learns as well without it
             why = ("your own run fits the batch by then too: training pays the offset off" if math.isfinite(e.before)
                    and e.before <= s.fit_target() else "it does not end at half your loss: the offset is not what "
@@ -423,7 +424,7 @@ def _attach(s: Session) -> None:
                 msg = f.message.split("; they fired at init")[0] + "; they fired at init, and the updates " \
                     f"silenced them (a lower learning rate did not learn the batch better: {lower.said()})"
             fixes = ((Fix(f"lower the learning rate ({lower.change}, measured on a copy)", lower.code), *f.fixes[1:])
-                     if lower.restores else _without_lr(entry("dead_activations").fixes))
+                     if lower.restores else without_lr(entry("dead_activations").fixes))
             quiet = not lower.restores and not s.has("cannot_overfit")  # nothing to fix: the batch was learned
             if quiet:
                 msg += "; the batch was learned all the same, so they cost this training nothing measurable"
@@ -505,29 +506,6 @@ def _attach(s: Session) -> None:
 
 # what a learning rate's fix also mends: the finding that names the measured cause comes before these
 _LR_SYMPTOMS = ("exploding_gradients", "dead_activations")
-
-
-def _without_lr(fixes: tuple[Fix, ...]) -> tuple[Fix, ...]:
-    """Fixes less the learning rate's, once a lower learning rate was tried on a copy and did not help; a fix that
-    names it beside another remedy keeps the other ("lower the learning rate; use LeakyReLU/GELU")."""
-    out = []
-    for x in fixes:
-        if "learning rate" not in x.title:
-            out.append(x)
-        elif ";" in x.title:
-            rest = "; ".join(p.strip() for p in x.title.split(";") if "learning rate" not in p)
-            out.append(Fix(rest, x.code))
-    return tuple(out)
-
-
-def _offset_still_costs(f: Finding, e: Experiment) -> bool:
-    """The regression offset matters to the training when, trained for the same steps, the copy started at the
-    targets' mean ends well below the user's setup: the user's loss at the last step is still at least twice the
-    copy's (noise layers move a loss by less), the offset not yet paid off."""
-    if not (e.restores and math.isfinite(e.after)):
-        return False
-    before = e.before if math.isfinite(e.before) else math.inf
-    return before >= 2 * e.after
 
 
 def _cause_above_symptoms(s: Session, idx: int, best: Experiment) -> None:

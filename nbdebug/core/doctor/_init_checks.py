@@ -393,7 +393,8 @@ def gradients(s: Session, work: Any) -> None:
         # vanishing is a decay with depth (small near the input, large near the output), not a spread: at a
         # standard init attention's query/key gradients are tiny next to large ones in every block
         rho = depth_correlation([math.log(v) for _, v in pos])
-        if ratio < threshold("vanish_ratio") and rho >= threshold("vanish_depth_correlation"):
+        if ratio < threshold("vanish_ratio") and rho >= threshold("vanish_depth_correlation") and not s.has(
+                "vanishing_gradients"):  # the signal's own decay with depth, measured at init, says it already
             small = [n for n, v in pos if v / hi[1] < threshold("vanish_ratio")]
             s.add("vanishing_gradients", f"per-layer RMS gradients shrink toward the input, spanning "
                   f"{1 / ratio:.3g}x: {lo[0]} gets {lo[1]:.3g} while {hi[0]} gets {hi[1]:.3g} (rank "

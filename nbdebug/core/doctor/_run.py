@@ -19,6 +19,7 @@ from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
 from nbdebug.core.doctor import _mixing as mixing
 from nbdebug.core.doctor import _setup_checks as setup
+from nbdebug.core.doctor import _signal_scale as signal
 from nbdebug.core.doctor import _train_checks as training
 from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
 from nbdebug.core.doctor._generalise import generalisation
@@ -200,6 +201,7 @@ def _run(s: Session) -> None:
     _safe(s, "output against the loss", init.output_vs_loss, s, y)
     _safe(s, "loss input shapes", setup.loss_shapes, s, y)
     _safe(s, "targets inside the inputs", easy.targets_in_inputs, s)
+    _safe(s, "signal scale with depth", signal.signal_scale, s)
     # the first step: loss, gradients
     t_step = time.perf_counter()
     try:
@@ -329,6 +331,8 @@ def _consequences(s: Session) -> None:
     for i, f in enumerate(s.findings):
         if f.kind == "cannot_overfit" and s.explained:
             continue  # the experiments said what it follows from
+        if "activation_scale" in f.evidence:
+            continue  # the signal that vanishes with depth is a cause of its own (``_constant_init.settle``)
         if f.kind in _CONSEQUENCES and f is not cause and not (f.kind == "cannot_overfit" and s.unstable):
             s.findings[i] = finding(
                 f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),

@@ -36,6 +36,7 @@ NLL = "https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html"
 CS231N_INIT = "https://cs231n.github.io/neural-networks-2/#init"  # the pitfall: all zero initialization
 OPT_HOOK = "https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.register_step_pre_hook.html"
 
+_KAIMING = "torch.nn.init.kaiming_normal_(layer.weight, nonlinearity='relu')"
 _CLIP_CODE = "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)"
 _RAISE_LR = Fix("raise the learning rate (Adam: 1e-3 to 3e-3; SGD: 0.01 to 0.1 for this tiny problem)",
                 "for g in opt.param_groups: g['lr'] = 1e-3")
@@ -267,6 +268,15 @@ ENTRIES: tuple[Entry, ...] = (
                 "for m in model.modules():\n    if hasattr(m, 'reset_parameters'):\n        m.reset_parameters()"),
         ),
         sources=(CS231N_INIT,),
+        contexts=(),
+    ),
+    Entry(
+        slug="vanishing_signal",
+        title="The signal vanishes with depth",
+        severity=Severity.ERROR,
+        fixes=(Fix("use fewer layers, or add normalisation (BatchNorm) after each layer or residual connections"),
+               Fix("initialise each layer with He (kaiming) init for ReLU", _KAIMING)),
+        sources=(PASCANU, CS231N_INIT),
         contexts=(),
     ),
     Entry(
@@ -546,6 +556,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "growth of the global gradient norm (late / early median) that counts as exploding", PASCANU),
     Threshold("vanish_ratio", 1e-4, "smallest/largest per-layer gradient norm ratio below which gradients vanish",
               PASCANU),
+    Threshold("signal_vanish_ratio", 1e-3,
+              "share of the first layer's input-dependent output scale (std over the samples) below which a deeper "
+              "layer's output has lost the signal at init", PASCANU),
     Threshold("vanish_depth_correlation", 0.6,
               "rank correlation of per-layer gradient size with depth above which a spread is a vanishing decay",
               PASCANU),
