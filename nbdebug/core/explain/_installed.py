@@ -43,7 +43,7 @@ def _dist_of(top: str) -> str | None:
         dists = _top_to_dists().get(top) or []
     except Exception:  # noqa: BLE001
         return None
-    return dists[0] if dists else None
+    return dists[0] if len(dists) == 1 else None  # a namespace (google, nvidia) shared by several: not one owner
 
 
 def frame_distributions(tb: TracebackType | None) -> list[str]:
