@@ -94,3 +94,35 @@ def test_the_same_stack_with_batchnorm_keeps_its_signal():
                **QUICK)
     assert not any("activation_scale" in f.evidence for f in r.findings), r.findings
     assert "signal scale with depth (deepest/first; depth correlation)" in dict(r.checks)
+
+
+class TokensFromZero(nn.Module):
+    """A small ViT whose class token and position embedding start at zero (as ViTs do): added, not multiplied."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 32, 4, 4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, 32))
+        self.pos = nn.Parameter(torch.zeros(1, 17, 32))
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        h = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(len(x), -1, -1), h], 1) + self.pos
+        return self.head(self.enc(h)[:, 0])
+
+
+def test_a_start_a_measured_fix_learns_with_is_not_put_before_that_fix():
+    # review: a copy with a higher lr fitted the batch, yet the constant start took over as the error and told the
+    # user to re-initialise first; the measured fix stays first, and the start is an info that says why
+    torch.manual_seed(0)
+    m = TokensFromZero()
+    x, y = torch.randn(32, 3, 16, 16), torch.randint(0, 10, (32,))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=1e-4), **QUICK)
+    top = next(f for f in r.findings if f.severity != "info")
+    assert top.kind == "cannot_overfit" and "raise the learning rate" in top.fixes[0].title, r.findings
+    start = next(f for f in r.findings if f.kind == "zero_init")
+    assert start.severity == "info" and "not what stops the training" in start.message, start
+    assert not any("fix that first" in fix.title for f in r.findings for fix in f.fixes)

@@ -61,6 +61,14 @@ def settle(s: Session) -> None:
 def _first(s: Session, cause: Finding) -> None:
     caused = [i for i, f in enumerate(s.findings) if f.kind in _CAUSED and f.severity != "info"]
     learned = bool(s.losses) and not any(f.kind == "cannot_overfit" and f.severity != "info" for f in s.findings)
+    other = next((e for e in s.experiments if e.restores and e.cause != cause.kind), None)
+    if caused and not learned and other is not None:
+        # a copy with another change (a higher lr) learned the batch with this start: the start is not what stops
+        # it, and the measured fix stays first
+        s.findings.append(finding(cause.kind, f"{cause.message}; a copy learned the batch with this start all the "
+                                  f"same ({other.change}), so it is not what stops the training here", cause.where,
+                                  severity=Severity.INFO, fixes=cause.fixes, evidence=dict(cause.evidence)))
+        return
     if not caused or learned:
         # the training learned the batch: the constant start (a zero-init output layer) was broken by the inputs,
         # and outputs that were identical at init said nothing against the model
