@@ -118,6 +118,52 @@ ENTRIES: tuple[Entry, ...] = (
         extra={"shape_detail_default": "Two tensors had shapes that this operation cannot combine."},
     ),
     Entry(
+        # any library's own check of a tensor's shape (einops, gpytorch, botorch, captum, a model's assert): not torch's
+        # wording, which shape_mismatch knows, but the same question -- the message names the shape it got
+        slug="shape_reported",
+        title="A library rejected a tensor's shape",
+        summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
+                 "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
+        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast"),
+        patterns=(
+            # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
+            # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
+            r"\b[Ee]xpected (?:[\w ]{1,40} to have )?\d{1,2} (?:dimensions|dims)\b[^\n]{0,40}?\b(?i:got|received|but|instead)\b",
+            r"\b(?i:wrong shape|wrong number of dimensions)\b[^\n]{0,80}?\b(?i:expected|got|received)\b",
+            # a size that does not split into the requested parts (einops' "(h ph)" with ph=2 on a length of 7)
+            r"\bcan't divide axis of length \d+ in chunks of \d+",
+            r"\b(?i:dimension|axis|dim|length|size) \d+ (?:of size \d+ )?(?:is )?not divisible by \d+",
+            # a shape mismatch said in words, on a line that is not a checkpoint's (state_dict answers those)
+            r"^(?![^\n]{0,300}(?i:checkpoint|state_dict|copying a param|pretrained|load))[^\n]{0,300}?"
+            r"(?i:\bshape mismatch\b|\bincompatible shapes\b|\bshapes? (?:do(?:es)? not|don't|doesn't) match\b|"
+            r"\bshapes? (?:are|is) not broadcastable\b|\bnot broadcastable\b|\bcannot be broadcast(?:ed)? together\b)",
+            # a shape printed next to the complaint ("input of shape torch.Size([2, 3]) but expected ...")
+            r"^(?![^\n]{0,300}(?i:checkpoint|state_dict|copying a param|pretrained|load))[^\n]{0,300}?\b(?i:shape)\b"
+            r"[^\n]{0,40}?(?:torch\.Size\(\[\d[\d, ]{0,60}\]\)|\[\d{1,7}(?:, ?\d{1,7}){1,8}\]|\(\d{1,7}(?:, ?\d{1,7}){1,8}\))"
+            r"[^\n]{0,120}?(?i:\bbut\b|\bexpected\b|\bmust\b|\bshould\b|\bmismatch\b|\bincompatible\b|\binstead\b)",
+        ),
+        priority=36,  # below every message that names the operation (shape_mismatch, a state_dict's sizes)
+        facts=((r"(?i:shape)\b[:=]? ?(?P<reported_shape>torch\.Size\(\[\d[\d, ]{0,60}\]\)|\[\d{1,7}(?:, ?\d{1,7}){0,8}\])",
+                {"reported_shape": "str"}),),
+        extra={"family": "shape"},
+        causes=(
+            "The tensor has a dimension more or fewer than the operation expects: no batch dimension, a batch of "
+            "one squeezed away, frames or heads folded into the batch twice.",
+            "A size that does not fit the operation: an image or sequence length not divisible by the patch, "
+            "window or stride the model uses at that stage.",
+            "A tensor in another layout than the library documents ((batch, n, d) against (n, batch, d)).",
+        ),
+        fixes=(
+            Fix("Print the shape right before the call and compare it with the documented one",
+                "print(x.shape)  # e.g. (B, C, H, W) expected, (C, H, W) given"),
+            Fix("Add the missing batch dimension", "x = x.unsqueeze(0)  # (C, H, W) -> (1, C, H, W)"),
+            Fix("Resize or pad inputs to a size every stage divides", "img = img.resize((256, 256))"),
+        ),
+        first_step="Read the shape in the message against what the call expects (its pattern or documentation): add "
+        "or remove the dimension that differs, or resize the input so that each size divides as the model needs.",
+        sources=("https://einops.rocks/api/rearrange/", "https://pytorch.org/docs/stable/notes/broadcasting.html"),
+    ),
+    Entry(
         slug="view_non_contiguous",
         title="view() on a non-contiguous tensor",
         summary=(

@@ -1,0 +1,72 @@
+"""Mechanisms that answer errors of one shape from any library: texts written by hand, none from the wild sample.
+
+Each mechanism reads what the message or the traceback's structure says, not one library's wording: a shape reported
+by whatever library checked it, a library's own exception class, a program a library runs that is not on PATH, an
+error raised while backward runs a custom Function.  Each also has texts it must leave to other answers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdebug.core.explain import explain
+
+_SITE = "/opt/env/lib/python3.11/site-packages"
+
+
+def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
+    """A Python traceback: (path, line, function, source) per frame, then the exception line."""
+    body = "".join(f'  File "{p}", line {n}, in {f}\n    {src}\n' for p, n, f, src in frames)
+    return f"Traceback (most recent call last):\n{body}{error}\n"
+
+
+# ------------------------------------------------------------------ a shape reported by any library
+
+@pytest.mark.parametrize("text", [
+    # einops, as it prints a failed rearrange (three ways a shape is refused)
+    'einops.EinopsError:  Error while processing rearrange-reduction pattern "b c (h p1) (w p2) -> b (h w) (p1 p2 c)".\n'
+    " Input tensor shape: torch.Size([8, 3, 225, 225]). Additional info: {'p1': 16, 'p2': 16}.\n"
+    " Shape mismatch, can't divide axis of length 225 in chunks of 16",
+    'einops.EinopsError:  Error while processing rearrange-reduction pattern "b t c -> (b t) c".\n'
+    " Input tensor shape: torch.Size([4, 77]). Additional info: {}.\n Expected 3 dimensions, got 2",
+    'einops.EinopsError:  Error while processing rearrange-reduction pattern "B C (P L) -> B C P L".\n'
+    " Input tensor shape: torch.Size([19, 1000]). Additional info: {'L': 100}.\n"
+    " Wrong shape: expected 3 dims. Received 2-dim tensor.",
+    # a model library's own checks, in words no torch op uses
+    "RuntimeError: Shapes are not broadcastable for mul operation",
+    "ValueError: Expected the train_X to have 2 dimensions but got 3",
+    "ValueError: X has shape torch.Size([10, 3]) but the model expects 4 features",
+    "ValueError: feature map dimension 7 is not divisible by 2",
+])
+def test_a_shape_any_library_reports_is_a_shape_answer(text):
+    d = explain(text)
+    assert d.kind == "shape_reported"
+    assert "shape" in d.first_step
+
+
+def test_a_shape_reported_after_the_launcher_line_is_the_answer_not_the_launcher():
+    text = ('einops.EinopsError:  Error while processing rearrange-reduction pattern "b n (a t) -> b n a t".\n'
+            " Input tensor shape: torch.Size([32, 4000]). Additional info: {'t': 400}.\n"
+            " Wrong shape: expected 3 dims. Received 2-dim tensor.\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4121) of "
+            "binary: /usr/bin/python")
+    assert explain(text).kind == "shape_reported"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # torch's own wording keeps its own category (it knows the operation and the layer)
+    ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x10 and 20x5)", "shape_mismatch"),
+    # a checkpoint's parameter of another shape is the state dict's question
+    ("RuntimeError: Error(s) in loading state_dict for Net:\n\tsize mismatch for fc.weight: copying a param with "
+     "shape torch.Size([10, 512]) from checkpoint, the shape in current model is torch.Size([2, 512]).",
+     "size_mismatch_state_dict"),
+])
+def test_torch_and_checkpoint_shapes_keep_their_own_answers(text, kind):
+    assert explain(text).kind == kind
+
+
+def test_a_pattern_syntax_error_is_no_shape():
+    text = ('einops.EinopsError:  Error while processing rearrange-reduction pattern "b c -> b c d".\n'
+            " Input tensor shape: torch.Size([2, 3]). Additional info: {}.\n"
+            " Identifiers only on one side of expression (should be on both): {'d'}")
+    assert explain(text).kind != "shape_reported"
