@@ -70,3 +70,54 @@ def test_a_pattern_syntax_error_is_no_shape():
             " Input tensor shape: torch.Size([2, 3]). Additional info: {}.\n"
             " Identifiers only on one side of expression (should be on both): {'d'}")
     assert explain(text).kind != "shape_reported"
+
+
+# ------------------------------------------------------------------ an error raised while backward runs a Function
+
+def test_a_pasted_attribute_error_cut_at_torchs_backward_is_a_custom_functions_backward():
+    text = ("AttributeError: 'SoftClampFunction' object has no attribute 'saved_mask'\n" + _tb(
+        ("/home/u/proj/train.py", 88, "step", "loss.backward()"),
+        ("/opt/env/lib/python3.8/site-packages/torch/_tensor.py", 255, "backward",
+         "torch.autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)"),
+        ("/opt/env/lib/python3.8/site-packages/torch/autograd/__init__.py", 147, "backward",
+         "Variable._execution_engine.run_backward("), error="").rstrip())
+    d = explain(text)
+    assert d.kind == "backward_function_raised"
+    assert "train.py, line 88" in d.summary  # the line that started backward, named as such
+
+
+def test_a_live_custom_function_whose_backward_reads_an_unset_attribute():
+    import torch
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if x.sum() > 1e9:  # the attribute is set on one branch only
+                ctx.scale = 2.0
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.scale
+
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(AttributeError) as info:
+        Scale.apply(x).sum().backward()
+    d = explain(info.value)
+    assert d.kind == "backward_function_raised"
+    assert "in backward" in d.evidence["where"]
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # the same class outside backward: the user's own line
+    (_tb(("/home/u/proj/train.py", 12, "main", "out.logits.mean()"),
+         error="AttributeError: 'tuple' object has no attribute 'logits'"), "wrong_object_attribute"),
+    # the engine's own check raised in backward keeps its category
+    (_tb(("/home/u/proj/train.py", 88, "step", "loss.backward()"),
+         (f"{_SITE}/torch/autograd/__init__.py", 147, "backward", "Variable._execution_engine.run_backward("),
+         error="RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
+               "operation: [torch.FloatTensor [4, 8]], which is output 0 of ReluBackward0, is at version 1; expected "
+               "version 0 instead."), "inplace_autograd"),
+])
+def test_errors_outside_a_functions_backward_keep_their_answers(text, kind):
+    assert explain(text).kind == kind

@@ -21,7 +21,7 @@ from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
+from nbdebug.core.explain._raised_in import library_importing, raised_in_backward, spawned_child, unpacks_its_own
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._structure import Frame, Structure
 
@@ -291,6 +291,10 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         for marker, slug in _REPORTING_FRAMES:
             if marker in frame.source or marker == frame.func:
                 return slug, {}  # the DataLoader's watchdog: it runs only when a worker died
+    from nbdebug.core.explain._raised_in import backward_raised
+
+    if (placed := backward_raised(s, raw)) is not None:
+        return placed  # a custom Function's backward failed: the autograd family, cut paste or not
     if s.cut and not live:
         from nbdebug.core.explain._raised_in import cut_import
 
@@ -415,11 +419,13 @@ def _not_unpickling(raw: str) -> bool:
 
 def frames_deny(slug: str, error: BaseException) -> bool:
     """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
-    if slug != "missing_key":
+    if slug not in _VALUE_SLUGS | {"missing_key"}:
         return False
+    from nbdebug.core.explain._raised_in import backward_raised
     from nbdebug.core.explain._structure import from_exception
 
-    return _raised_by_library(from_exception(error))
+    s = from_exception(error)
+    return backward_raised(s, "") is not None or slug == "missing_key" and _raised_by_library(s)
 
 
 def _failing_line(raw: str) -> str:
@@ -563,6 +569,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
+    if slug in _VALUE_SLUGS | {"missing_key"} and raised_in_backward(raw):
+        return True  # raised in a custom Function's backward that the engine ran: the autograd family's question
     if slug in _VALUE_SLUGS and library_importing(raw):
         return True  # a library's module failing in its own top-level code: its import (import_failed), no value
     if slug == "wrong_object_attribute" and "values to unpack" in line and unpacks_its_own(raw):

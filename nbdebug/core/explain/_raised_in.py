@@ -16,7 +16,7 @@ from typing import Any
 from nbdebug.core.explain._structure import Frame, Structure, read
 
 __all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing",
-           "cut_import"]
+           "cut_import", "backward_raised"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -246,3 +246,40 @@ def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None  # another library's frames below the import: which one failed is not known without the message
     return "import_failed", {"package": package, "where": where(user), "exc_type": header.group("cls"),
                              "first_step_detail": _import_step(package)}
+
+
+# torch's frames that hand a backward pass to the autograd engine, which runs each Function's backward and each hook
+_ENGINE_CALLS = frozenset({"backward", "_engine_run_backward", "run_backward", "grad"})
+# errors of Python code (a value of the wrong kind, a name never set): not the engine's own checks
+_CODE_CLASSES = frozenset({"AttributeError", "TypeError", "NameError", "UnboundLocalError", "KeyError", "IndexError",
+                           "ValueError", "AssertionError"})
+
+
+def backward_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error of Python code raised while torch's autograd engine ran backward: a custom ``autograd.Function``'s
+    backward (or a hook) failed, whoever's file holds it.
+
+    A pasted traceback ends at torch's ``backward`` frame (the engine's C++ frames and the Function's own frame are
+    printed below it only when Python sees them); a live one, or a full paste, shows the Function's ``backward``
+    right below torch's call.  The last user frame is only the ``loss.backward()`` that started it.
+    """
+    from nbdebug.core.explain._family import _where as where
+
+    if s.short_type not in _CODE_CLASSES:
+        return None
+    engine = max((i for i, f in enumerate(s.frames) if f.owner == "torch" and f.func in _ENGINE_CALLS), default=-1)
+    if engine < 0:
+        return None
+    below = s.frames[engine + 1:]
+    if below and not (below[0].func in ("backward", "apply") or below[0].owner in ("torch", "user")):
+        return None  # a library's frame below that is no Function's backward: the engine is not where it failed
+    facts: dict[str, Any] = {"exc_type": s.short_type, "where": where(below[-1] if below else s.frames[engine])}
+    user = next((f for f in reversed(s.frames[:engine]) if f.is_user), None)  # the line that started backward
+    if user is not None:
+        facts["user_where"] = where(user)
+    return "backward_function_raised", facts
+
+
+def raised_in_backward(raw: str) -> bool:
+    """``backward_raised`` for a text: whether its error was raised while the autograd engine ran backward."""
+    return "backward" in raw and backward_raised(read(raw[-20_000:]), raw) is not None

@@ -164,6 +164,27 @@ ENTRIES: tuple[Entry, ...] = (
         sources=("https://einops.rocks/api/rearrange/", "https://pytorch.org/docs/stable/notes/broadcasting.html"),
     ),
     Entry(
+        # placed by the traceback's structure (``_raised_in.backward_raised``): no message names it
+        slug="backward_function_raised",
+        title="A custom autograd Function's backward (or a backward hook) raised",
+        summary=("{exc_type} was raised while the autograd engine ran backward[[ (last frame shown: {where})]]: "
+                 "the code the engine called -- a custom torch.autograd.Function's backward, or a hook on a tensor or "
+                 "module -- failed, not the line that started the backward pass[[ ({user_where})]]."),
+        causes=("A custom Function's backward reads something its forward did not store (an attribute set only "
+                "on one branch, a tensor not passed to ctx.save_for_backward).",
+                "An old-style Function (an instance with self.x) run on a torch release that only supports the "
+                "static forward(ctx, ...) / backward(ctx, ...) form.",
+                "A backward hook that returns or reads a value of the wrong kind."),
+        fixes=(Fix("Store everything backward needs in forward, on every path",
+                   "@staticmethod\ndef forward(ctx, x):\n    ctx.save_for_backward(x)\n    ctx.scale = 2.0  # set "
+                   "on every branch\n    return x * ctx.scale"),
+               Fix("Check the Function against autograd's numerical gradient",
+                   "torch.autograd.gradcheck(MyFunction.apply, (x.double().requires_grad_(),))")),
+        first_step="Find the custom autograd.Function (or hook) in the model whose backward runs here and make its "
+        "forward store, on every path, what backward reads (ctx.save_for_backward, ctx attributes); gradcheck it.",
+        sources=("https://pytorch.org/docs/stable/notes/extending.html",),
+    ),
+    Entry(
         slug="view_non_contiguous",
         title="view() on a non-contiguous tensor",
         summary=(
