@@ -121,3 +121,49 @@ def test_a_live_custom_function_whose_backward_reads_an_unset_attribute():
 ])
 def test_errors_outside_a_functions_backward_keep_their_answers(text, kind):
     assert explain(text).kind == kind
+
+
+# ------------------------------------------------------------------ a program a library runs, not on PATH
+
+_SUBPROCESS = (("/home/u/app/transcribe.py", 31, "main", "audio = decode(path)"),
+               (f"{_SITE}/audiotools/io.py", 58, "decode", "out = subprocess.run(cmd, capture_output=True).stdout"),
+               ("/usr/lib/python3.11/subprocess.py", 548, "run", "with Popen(*popenargs, **kwargs) as process:"),
+               ("/usr/lib/python3.11/subprocess.py", 1953, "_execute_child",
+                "raise child_exception_type(errno_num, err_msg, err_filename)"))
+
+
+@pytest.mark.parametrize("error", [
+    "FileNotFoundError: [Errno 2] No such file or directory: 'sox'",
+    # Windows, in the user's language: the class and the number say it
+    "FileNotFoundError: [WinError 2] Das System kann die angegebene Datei nicht finden",
+])
+def test_a_program_subprocess_cannot_start_is_missing_or_off_path(error):
+    d = explain(_tb(*_SUBPROCESS, error=error))
+    assert d.kind == "program_missing"
+    assert "PATH" in d.first_step
+
+
+def test_a_live_program_that_is_not_installed():
+    import subprocess
+
+    with pytest.raises(FileNotFoundError) as info:
+        subprocess.run(["nbdebug-test-no-such-program", "-version"], check=False)
+    d = explain(info.value)
+    assert d.kind == "program_missing"
+    assert d.evidence["program"] == "nbdebug-test-no-such-program"
+
+
+def test_a_missing_data_file_is_no_missing_program():
+    text = _tb(("/home/u/app/train.py", 9, "main", "df = open('data/train.csv')"),
+               error="FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'")
+    assert explain(text).kind != "program_missing"
+
+
+# ------------------------------------------------------------------ a library's own check that a package imports
+
+@pytest.mark.parametrize("text", [
+    "ImportError: mmpose has not been installed. Import mmpose failed.",
+    "RuntimeError: pycocotools has not been installed, please install it first",
+])
+def test_a_package_said_not_installed_in_any_tense_is_missing(text):
+    assert explain(text).kind == "package_missing"

@@ -305,9 +305,10 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         # a live warning raised as an error (a warnings filter set to "error"; a pasted text's warning lines never end
         # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names
         return None
-    from nbdebug.core.explain._raised_in import checkpoint_load, collate, distributed_call, two_libraries
+    from nbdebug.core.explain import _raised_in as at
 
-    rules = (_tensor_types, _import, checkpoint_load, two_libraries, collate, distributed_call)
+    rules = (_tensor_types, at.program_start, _import, at.checkpoint_load, at.two_libraries, at.collate,
+             at.distributed_call)
     for rule in rules + ((_library,) if live else (_user_code, _library)):
         placed = rule(s, raw)
         if placed is not None:

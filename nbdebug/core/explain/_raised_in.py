@@ -16,7 +16,7 @@ from typing import Any
 from nbdebug.core.explain._structure import Frame, Structure, read
 
 __all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing",
-           "cut_import", "backward_raised"]
+           "cut_import", "backward_raised", "program_start"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -283,3 +283,12 @@ def backward_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
 def raised_in_backward(raw: str) -> bool:
     """``backward_raised`` for a text: whether its error was raised while the autograd engine ran backward."""
     return "backward" in raw and backward_raised(read(raw[-20_000:]), raw) is not None
+
+
+def program_start(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A ``FileNotFoundError`` raised by subprocess starting a program (``_execute_child``): the program is missing or
+    off PATH, whatever the language of the OS's message (a live exception's text has no frames to match)."""
+    if s.short_type != "FileNotFoundError" or not any(f.func == "_execute_child" for f in s.frames[-3:]):
+        return None
+    m = re.search(r"No such file or directory: '(?P<program>[^'\n/\\]{1,80})'", s.message)
+    return "program_missing", ({"program": m.group("program")} if m else {})

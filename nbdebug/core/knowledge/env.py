@@ -254,7 +254,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
         keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", ": not found", ":not found",
-                  "not installed", "nomodulename"),
+                  "not installed", "not been installed", "nomodulename"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             # also as users retype it ("No Module name 'ultralytics'")
@@ -262,7 +262,7 @@ ENTRIES: tuple[Entry, ...] = (
             # a library's own check raised as the error ("Error: PEFT not installed", "ImportError: DeepSpeed is not
             # installed"), not a log line saying it goes on without one; not CUDA's or a driver's
             r"(?:Error|Exception): (?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w-]{1,40} "
-            r"(?:is )?not installed\b",
+            r"(?:is |has )?not (?:been )?installed\b",
             # PyPI's "pytorch" is a placeholder that refuses to install: the package's pip name is torch
             r"You tried to install \"pytorch\"\. The package named for PyTorch is \"torch\"",
             r"(?i:please install|requires)[^\n]{0,160}`?pip install [\w\[\]'\"<>=.,-]+",
@@ -865,6 +865,37 @@ ENTRIES += (
         sources=("https://pip.pypa.io/en/stable/cli/pip_show/",
                  "https://packaging.python.org/en/latest/specifications/version-specifiers/"),
         extra={"family": "environment_version"},
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        # a library that shells out (whisper's and ffmpeg-python's ffmpeg, a compiler, git, sox): subprocess raises
+        # FileNotFoundError for the program, in any language Windows speaks, before the program ever runs
+        slug="program_missing",
+        title="A program the code runs is not installed or not on PATH",
+        summary=("Python could not start a program[[ ('{program}')]] that the code, or a library it calls, runs as a "
+                 "separate process: it is not installed, or its folder is not on the PATH this kernel or script sees."),
+        keywords=("filenotfounderror",),
+        patterns=(
+            r"FileNotFoundError: \[(?:Errno|WinError) 2\]",
+        ),
+        # subprocess starting the program: its frame, or the Popen call a cut traceback still shows
+        extra={"requires": r"\b_execute_child\b|[/\\]subprocess\.py\b|\bPopen\(",
+               "family": "environment_version,install_build"},
+        priority=52,
+        facts=((r"No such file or directory: '(?P<program>[^'\n/\\]{1,80})'", {"program": "str"}),),
+        causes=("The program is not installed on this machine (ffmpeg, sox, git, a compiler).",
+                "It is installed, but its folder is not on the PATH of the process that runs the code (a notebook "
+                "server started before the install, a conda environment not activated, Windows' PATH not refreshed)."),
+        fixes=(Fix("See whether this process finds the program", "import shutil; print(shutil.which('ffmpeg'))"),
+               Fix("Install it (ffmpeg as the example)", "conda install -c conda-forge ffmpeg   # or: apt install ffmpeg / "
+                   "winget install ffmpeg")),
+        first_step="Find which program the traceback's library runs (the command just above subprocess's frames), check "
+        "it with shutil.which('<program>') in the same kernel, and install it or put its bin folder on PATH; then "
+        "restart the kernel so the new PATH is seen.",
+        sources=("https://docs.python.org/3/library/subprocess.html#exceptions",
+                 "https://docs.python.org/3/library/shutil.html#shutil.which"),
     ),
 )
 
