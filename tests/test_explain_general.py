@@ -167,3 +167,53 @@ def test_a_missing_data_file_is_no_missing_program():
 ])
 def test_a_package_said_not_installed_in_any_tense_is_missing(text):
     assert explain(text).kind == "package_missing"
+
+
+# ------------------------------------------------------------------ messages of a kind, from any project
+
+@pytest.mark.parametrize("text", [
+    "Cloning into 'stable-diffusion-webui'...\nerror: RPC failed; curl 92 HTTP/2 stream 5 was not closed cleanly\n"
+    "fatal: early EOF\nfatal: fetch-pack: invalid index-pack output",
+    "error: 4721 bytes of body are still expected\nfetch-pack: unexpected disconnect while reading sideband packet",
+])
+def test_a_git_transfer_cut_by_the_network_is_a_failed_fetch(text):
+    d = explain(text)
+    assert d.kind == "git_fetch_failed"
+    assert "network" in d.first_step
+
+
+@pytest.mark.parametrize(("text", "node"), [
+    ("got prompt\nFailed to validate prompt for output 9:\n* SaveImage 9:\n  - Required input is missing: images\n"
+     "Output will be ignored", "SaveImage 9"),
+    ("Prompt outputs failed validation\nFaceDetailer:\n- Return type mismatch between linked nodes: bbox_detector, "
+     "SEGM_DETECTOR != BBOX_DETECTOR", "FaceDetailer"),
+])
+def test_a_workflow_comfyui_refuses_names_the_node(text, node):
+    d = explain(text)
+    assert d.kind == "workflow_invalid"
+    assert d.evidence["node"] == node
+
+
+@pytest.mark.parametrize("text", [
+    "TypeError: cannot assign 'torchvision.ops.misc.FrozenBatchNorm2d' as child module 'bn1' (torch.nn.Module or None "
+    "expected)",
+    "TypeError: cannot assign 'torch.FloatTensor' as parameter 'weight' (torch.nn.Parameter or None expected)",
+])
+def test_a_value_of_another_kind_assigned_to_a_module_is_the_codes_value(text):
+    assert explain(text).kind == "wrong_object_attribute"
+
+
+def test_a_live_tensor_assigned_to_a_parameter():
+    import torch
+
+    layer = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError) as info:
+        layer.weight = torch.zeros(2, 2)  # a plain tensor, not nn.Parameter(...)
+    assert explain(info.value).kind == "wrong_object_attribute"
+
+
+def test_a_message_only_old_torch_prints_asks_for_a_newer_torch():
+    d = explain("RuntimeError: forward hooks should never return any values, but '<function attribute_hook at "
+                "0x7f2a1c>' didn't return None")
+    assert d.kind == "torch_too_old"
+    assert "torch 1.2" in d.summary

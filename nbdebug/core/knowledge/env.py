@@ -689,7 +689,7 @@ ENTRIES += (
                  "(a proxy, firewall or TLS problem), or the branch, tag or commit pinned there does not exist "
                  "(a pull request's ref after its merge, a commit rebased away)."),
         keywords=("git operation failed", "reference is not a tree", "did not find branch or tag", "unable to access",
-                  "unable to connect to",
+                  "unable to connect to", "rpc failed", "early eof", "unexpected disconnect",
                   "did not run successfully"),
         patterns=(
             # uv's report of a git dependency it could not fetch
@@ -700,6 +700,10 @@ ENTRIES += (
             r"fatal: unable to access '(?:https?|git)://[^'\n]{1,300}': ",
             r"fatal: unable to connect to [\w.-]{1,200}:",
             r"git (?:clone|fetch|checkout)\b[^\n]{0,300} did not run successfully",
+            # the transfer cut by the network part-way (curl's error code, the pack stream ending early)
+            r"\berror: RPC failed; (?:curl|HTTP) \d+",
+            r"\bfatal: (?:early EOF|fetch-pack: unexpected disconnect|fetch-pack: invalid index-pack output)",
+            r"\bfetch-pack: unexpected disconnect while reading sideband packet",
         ),
         priority=72,  # before the build step that failed because git did
         extra={"family": "install_build"},
@@ -896,6 +900,30 @@ ENTRIES += (
         "restart the kernel so the new PATH is seen.",
         sources=("https://docs.python.org/3/library/subprocess.html#exceptions",
                  "https://docs.python.org/3/library/shutil.html#shutil.which"),
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        # torch's messages that only old releases print: the code (or a library such as captum) relies on what a later
+        # torch allows, so the installed torch is older than it needs
+        slug="torch_too_old",
+        title="The installed torch is older than the code needs",
+        summary=("This message comes only from an old torch release[[ (before {fixed_in})]]: the code, or a library it "
+                 "calls, relies on what later releases allow."),
+        keywords=("should never return any values",),
+        patterns=(
+            # torch < 1.2: forward hooks could not replace a module's output (captum's layer methods do)
+            r"forward hooks should never return any values",
+        ),
+        priority=50,
+        extra={"family": "environment_version", "fixed_in_default": "torch 1.2"},
+        causes=("torch was installed long before the code (or the library's release) it runs.",),
+        fixes=(Fix("See the installed torch and upgrade it with its companions",
+                   "import torch; print(torch.__version__)\n%pip install -U torch torchvision torchaudio"),),
+        first_step="Print torch.__version__ and upgrade torch (with its matching torchvision / torchaudio) to the "
+        "release the code or library requires; then restart the kernel.",
+        sources=("https://github.com/pytorch/pytorch/releases/tag/v1.2.0",),
     ),
 )
 

@@ -318,3 +318,34 @@ ENTRIES += (
                  "https://huggingface.co/docs/timm/reference/models"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # ComfyUI checks a workflow's graph before it runs anything: every required input linked, every link's types
+        # equal; its report names the node and the input
+        slug="workflow_invalid",
+        title="The workflow's graph is not valid: a required input is not linked, or a link joins different types",
+        summary=("ComfyUI checked the workflow before running it and refused it[[: node {node}]]: a required input "
+                 "has no link, or a link joins an output and an input of different types (often a node pack's loader "
+                 "wired to another pack's node)."),
+        keywords=("failed validation", "failed to validate prompt", "return type mismatch", "required input is missing"),
+        patterns=(
+            r"Prompt outputs failed validation",
+            r"Failed to validate prompt for output \w+",
+            r"Return type mismatch between linked nodes: \w+",
+            r"Required input is missing: \w+",
+        ),
+        priority=50,
+        facts=((r"^\* ?(?P<node>[\w. -]{1,80} \d{1,6}):$", {"node": "str"}),
+               (r"^(?P<node>\w{1,80}):\n- (?:Return type mismatch|Required input is missing)", {"node": "str"})),
+        causes=("An output node (or any node) has an input that is required and not connected.",
+                "Two linked nodes come from different node packs whose types differ in name (INSIGHTFACE against "
+                "INSIGHTFACEMODEL), or a node was updated and its types changed under an old link."),
+        fixes=(Fix("Link the input, or use the loader node of the same pack as the node that consumes it",
+                   "# in the graph: connect an output of the named type to the named input, or bypass the node"),),
+        first_step="Open the node the message names: connect an output of the right type to the input it says is "
+        "missing, or replace the linked node with the loader of the same node pack (recreate and relink both nodes "
+        "after an update); then queue the prompt again.",
+        sources=("https://docs.comfy.org/troubleshooting/overview",),
+    ),
+)

@@ -81,7 +81,8 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
                  "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
                  "instead of a tensor, ...)."),
-        keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack"),
+        keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack",
+                  "cannot assign"),
         patterns=(
             r"unsupported operand type\(s\) for",
             r"can only concatenate \w+ \(not \"\w+\"\) to \w+",
@@ -89,7 +90,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"object of type '\w{1,80}' has no len\(\)",
             r"'\w{1,80}' object has no attribute '\w+'",
                   r"'\w{1,80}' object is not (?:iterable|subscriptable|callable)",
-                  r"(?:too many|not enough) values to unpack \(expected \d+"),
+                  r"(?:too many|not enough) values to unpack \(expected \d+",
+                  # nn.Module refusing a value of another kind for a registered sub-module or parameter (a class
+                  # given instead of an instance, a tensor for a Parameter)
+                  r"cannot assign '[^'\n]{1,200}' as (?:child module|parameter|buffer) '\w+'"),
         priority=40,
         facts=((r"'(?P<type_name>\w{1,80})' object has no attribute '(?P<attr>\w{1,80})'",
                 {"type_name": "str", "attr": "str"}),),
