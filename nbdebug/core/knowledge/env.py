@@ -689,7 +689,7 @@ ENTRIES += (
                  "(a proxy, firewall or TLS problem), or the branch, tag or commit pinned there does not exist "
                  "(a pull request's ref after its merge, a commit rebased away)."),
         keywords=("git operation failed", "reference is not a tree", "did not find branch or tag", "unable to access",
-                  "unable to connect to", "rpc failed", "early eof", "unexpected disconnect",
+                  "unable to connect to", "rpc failed", "early eof", "unexpected disconnect", "index-pack",
                   "did not run successfully"),
         patterns=(
             # uv's report of a git dependency it could not fetch
