@@ -62,6 +62,13 @@ def _first(s: Session, cause: Finding) -> None:
     caused = [i for i, f in enumerate(s.findings) if f.kind in _CAUSED and f.severity != "info"]
     learned = bool(s.losses) and not any(f.kind == "cannot_overfit" and f.severity != "info" for f in s.findings)
     other = next((e for e in s.experiments if e.restores and e.cause != cause.kind), None)
+    own = next((e for e in s.experiments if e.cause == cause.kind), None)
+    if own is not None and not own.restores and not learned:
+        # its own fix tried on a copy (the layers re-initialised) did not learn the batch better: not the cause
+        s.findings.append(finding(cause.kind, f"{cause.message}; that start is not shown to be what stops the "
+                                  "training", cause.where, severity=Severity.INFO, fixes=cause.fixes,
+                                  evidence=dict(cause.evidence)))
+        return
     if caused and not learned and other is not None:
         # a copy with another change (a higher lr) learned the batch with this start: the start is not what stops
         # it, and the measured fix stays first
@@ -86,6 +93,8 @@ def _first(s: Session, cause: Finding) -> None:
     first = Fix(f"fix that first: {cause.fix or cause.title}", cause.fixes[0].code if cause.fixes else "")
     for i in caused:
         f = s.findings[i]
+        if "follows from the finding above" in f.message:
+            continue  # the experiment that restored learning said so already
         s.findings[i] = finding(f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                                 f.where, severity="warning" if f.severity == "error" else f.severity,
                                 fixes=(first,), evidence=dict(f.evidence))

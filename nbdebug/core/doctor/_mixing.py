@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbdebug.core._findings import Fix
+from nbdebug.core.doctor._batch_axis import BatchAxisMode, Suspect
 from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, tensor_leaves
-from nbdebug.core.doctor._session import Session
+from nbdebug.core.doctor._session import Session, fixes_for
 
 __all__ = ["mixes_batch", "CHECK"]
 
@@ -65,11 +67,13 @@ def mixes_batch(s: Session, work: Any) -> None:
         torch.manual_seed(s.options.seed)  # a forward that samples (a VAE's latent) draws the same noise each time
         return logits_of(s.loss.forward(work, inputs))
 
+    changed = _replace_first(s.loss.inputs, x, _changed(x, bx))
     try:
         work.eval()
         with torch.no_grad():
             y0, again = forward(s.loss.inputs), forward(s.loss.inputs)
-            y1 = forward(_replace_first(s.loss.inputs, x, _changed(x, bx)))
+            with BatchAxisMode(n) as probe:
+                y1 = forward(changed)
     finally:
         work.train(was)
     if isinstance(y0, torch.Tensor) and isinstance(again, torch.Tensor) and not torch.equal(y0, again):
@@ -85,12 +89,52 @@ def mixes_batch(s: Session, work: Any) -> None:
     if float(d[0]) <= _REL * scale:
         s.check(CHECK, "skipped: changing the first sample's input did not change its own output")
         return
-    moved = int((d[1:] > _REL * scale).sum())
-    if moved:
-        s.add("mixes_batch", f"changing only the first sample's input (in eval mode, on a copy) changed the outputs "
-              f"of {moved} of the other {n - 1} samples (by up to {float(d[1:].max()):.3g}): the forward mixes "
-              "samples of the batch, as a view() or reshape() taken for a transpose does", ("forward",),
-              evidence={"samples": n, "moved": moved})
-        s.check(CHECK, f"no: {moved} of {n - 1} other outputs changed")
-    else:
+    moved = _moved(d, scale)
+    if not moved:
         s.check(CHECK, f"yes: the other {n - 1} outputs did not change")
+        return
+    said = (f"changing only the first sample's input (in eval mode, on a copy) changed the outputs of {moved} of the "
+            f"other {n - 1} samples (by up to {float(d[1:].max()):.3g})")
+    cause = _confirmed(s, work, probe.suspects, changed, n, by, forward)
+    if cause is None:
+        s.add("mixes_batch", f"{said}: the forward mixes samples of the batch, as a view() or reshape() taken for a "
+              "transpose or an operation over the batch's dimension does", ("forward",),
+              evidence={"samples": n, "moved": moved})
+    else:
+        fix = fixes_for(f"batch_axis_{cause.kind}")[0]
+        what = ("normalises over the batch's samples, not over the classes" if cause.kind == "softmax" else
+                "reinterprets the memory of a tensor whose batch dimension moves, as only a transpose may")
+        s.add("mixes_batch", f"{said}: {cause.op} {what}; with {cause.change} on a copy no other sample's output "
+              "moves", (cause.site or "forward",),
+              fixes=(Fix(fix.title, cause.code), *fixes_for(f"batch_axis_{cause.kind}")[1:]),
+              evidence={"samples": n, "moved": moved, "call": cause.op, "site": cause.site or ""})
+        s.batch_axis = (n, cause)
+    s.check(CHECK, f"no: {moved} of {n - 1} other outputs changed")
+
+
+def _moved(d: Any, scale: float) -> int:
+    return int((d[1:] > _REL * scale).sum())
+
+
+def _confirmed(s: Session, work: Any, suspects: list[Suspect], changed: Any, n: int, by: int,
+               forward: Any) -> Suspect | None:
+    """The suspect call whose fix, applied on the copy, ends the mixing (the mixing test run again with the
+    corrected calls); None when the probe saw none or the fix does not end it."""
+    import torch
+
+    if not suspects:
+        return None
+    was = work.training
+    try:
+        work.eval()
+        with torch.no_grad(), BatchAxisMode(n, fix=True):
+            y0, y1 = forward(s.loss.inputs), forward(changed)
+    except Exception:  # noqa: BLE001 - a fix that cannot run here is no evidence: the finding stays general
+        return None
+    finally:
+        work.train(was)
+    if not isinstance(y0, torch.Tensor) or not isinstance(y1, torch.Tensor) or y0.shape != y1.shape:
+        return None
+    d = (y1.float() - y0.float()).abs().movedim(by, 0).reshape(n, -1).amax(dim=1)
+    scale = float(y0.float().abs().max()) or 1.0
+    return suspects[0] if float(d[0]) > _REL * scale and not _moved(d, scale) else None

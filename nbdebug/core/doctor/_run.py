@@ -17,6 +17,7 @@ from nbdebug.core.doctor import _constant_init as constant
 from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
+from nbdebug.core.doctor import _init_scale as init_scale
 from nbdebug.core.doctor import _mixing as mixing
 from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _signal_scale as signal
@@ -201,6 +202,7 @@ def _run(s: Session) -> None:
     _safe(s, "output against the loss", init.output_vs_loss, s, y)
     _safe(s, "loss input shapes", setup.loss_shapes, s, y)
     _safe(s, "targets inside the inputs", easy.targets_in_inputs, s)
+    _safe(s, init_scale.CHECK, init_scale.init_scale, s)
     _safe(s, "signal scale with depth", signal.signal_scale, s)
     # the first step: loss, gradients
     t_step = time.perf_counter()

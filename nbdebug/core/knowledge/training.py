@@ -286,7 +286,8 @@ ENTRIES: tuple[Entry, ...] = (
         fixes=(
             Fix("check view/reshape against transpose/permute where the batch and another dimension swap places",
                 "x = x.transpose(0, 1)  # not x.view(S, B): view keeps the memory order and mixes the samples"),
-            Fix("look for a reduction over the batch dimension (a mean, sum or softmax over dim 0) in the forward"),
+            Fix("look for an operation over the batch dimension (a mean or a sum over dim 0, a normalisation across "
+                "samples) in the forward"),
         ),
         sources=(KARPATHY,),
         contexts=(),
@@ -535,6 +536,41 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="init_too_small",
+        title="Weights initialised far too small",
+        severity=Severity.ERROR,
+        fixes=(Fix("re-initialise the layers at a variance-preserving scale: PyTorch's default init (drop the "
+                   "custom normal_(std=...)), or He (kaiming) init for ReLU",
+                   "for m in model.modules():\n    if isinstance(m, (nn.Linear, nn.Conv2d)): m.reset_parameters()"),
+               Fix("initialise each layer with He (kaiming) init for ReLU", _KAIMING)),
+        sources=(CS231N_INIT,),
+        contexts=(),
+    ),
+    Entry(
+        slug="batch_axis_softmax",
+        title="A softmax taken over the batch's samples",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("take the (log-)softmax over the class dimension (dim=-1), not over dim 0, the batch",
+                "F.log_softmax(logits, dim=-1)"),
+            Fix("or drop the log_softmax and give the raw logits to CrossEntropyLoss",
+                "loss = nn.CrossEntropyLoss()(logits, y)"),
+        ),
+        sources=(NLL,),
+        contexts=(),
+    ),
+    Entry(
+        slug="batch_axis_view",
+        title="A view or reshape taken for a transpose",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("use transpose/permute, not view/reshape, where the batch and another dimension swap places",
+                "x = x.transpose(0, 1)"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
         slug="consequence_of_another",
         title="A finding caused by another finding",
         severity=Severity.WARNING,
@@ -559,6 +595,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("signal_vanish_ratio", 1e-3,
               "share of the first layer's input-dependent output scale (std over the samples) below which a deeper "
               "layer's output has lost the signal at init", PASCANU),
+    Threshold("init_small_rel", 0.03, "share of the std of PyTorch's default init for a layer's fan-in under which "
+              "a Linear/conv layer's weights start too small", CS231N_INIT),
+    Threshold("init_gain_min", 1e-3, "the output's spread over the samples against the input's at init under which "
+              "layers that start too small have lost the signal", CS231N_INIT),
     Threshold("vanish_depth_correlation", 0.6,
               "rank correlation of per-layer gradient size with depth above which a spread is a vanishing decay",
               PASCANU),
