@@ -37,6 +37,8 @@ def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
     "ValueError: Expected the train_X to have 2 dimensions but got 3",
     "ValueError: X has shape torch.Size([10, 3]) but the model expects 4 features",
     "ValueError: feature map dimension 7 is not divisible by 2",
+    # two counts of the data that must agree, from a graph library
+    "GraphError: Expected number of edge features to match number of edges (len(src)). Got 310 and 312 instead.",
 ])
 def test_a_shape_any_library_reports_is_a_shape_answer(text):
     d = explain(text)
@@ -217,3 +219,18 @@ def test_a_message_only_old_torch_prints_asks_for_a_newer_torch():
                 "0x7f2a1c>' didn't return None")
     assert d.kind == "torch_too_old"
     assert "torch 1.2" in d.summary
+
+
+@pytest.mark.parametrize(("text", "module"), [
+    # a flag a module sets only when its optional import succeeded
+    ("NameError: name 'is_xformers_available' is not defined", "xformers"),
+    ("NameError: name 'APEX_AVAILABLE' is not defined", None),
+])
+def test_an_optional_imports_flag_never_defined_is_a_missing_package(text, module):
+    d = explain(text)
+    assert d.kind == "package_missing"
+    assert d.evidence.get("module") == module
+
+
+def test_any_other_undefined_name_is_no_missing_package():
+    assert explain("NameError: name 'train_loader' is not defined").kind != "package_missing"

@@ -124,7 +124,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A library rejected a tensor's shape",
         summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
-        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast"),
+        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match"),
         patterns=(
             # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
@@ -133,6 +133,10 @@ ENTRIES: tuple[Entry, ...] = (
             # a size that does not split into the requested parts (einops' "(h ph)" with ph=2 on a length of 7)
             r"\bcan't divide axis of length \d+ in chunks of \d+",
             r"\b(?i:dimension|axis|dim|length|size) \d+ (?:of size \d+ )?(?:is )?not divisible by \d+",
+            # two counts of the data that must agree ("Expect number of features to match number of nodes. Got 195
+            # and 196 instead."): one tensor's rows against the other's
+            r"\b(?i:expect(?:ed|s)?|must) (?:the )?(?:number|length|size|count)s? of [^\n]{1,80}? to match "
+            r"[^\n]{0,120}?\b(?i:got)\b \d{1,12} (?:and|vs\.?|!=) \d{1,12}",
             # a shape mismatch said in words, on a line that is not a checkpoint's (state_dict answers those)
             r"^(?![^\n]{0,300}(?i:checkpoint|state_dict|copying a param|pretrained|load))[^\n]{0,300}?"
             r"(?i:\bshape mismatch\b|\bincompatible shapes\b|\bshapes? (?:do(?:es)? not|don't|doesn't) match\b|"

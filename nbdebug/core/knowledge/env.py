@@ -254,7 +254,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
         keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", ": not found", ":not found",
-                  "not installed", "not been installed", "nomodulename"),
+                  "not installed", "not been installed", "nomodulename", "is not defined"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             # also as users retype it ("No Module name 'ultralytics'")
@@ -282,10 +282,15 @@ ENTRIES: tuple[Entry, ...] = (
             r"'[^'\n]{1,200}' is not recognized as an internal or external command",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
+            # a flag a module defines only when its optional import succeeded ("try: import accelerate;
+            # is_accelerate_available = True except ImportError: pass"): the package is missing, not the code's name
+            r"name '(?:is_(?P<optional>[a-z][a-z0-9_]{0,40})_available|_?[A-Z][A-Z0-9_]{0,40}_AVAILABLE|HAS_[A-Z][A-Z0-9_]{0,40})' "
+            r"is not defined",
         ),
         exception_types=("ModuleNotFoundError",),
         priority=44,
-        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),),
+        facts=((r"No module named '?(?P<module>[\w.]+)'?", {"module": "str"}),
+               (r"name 'is_(?P<module>[a-z][a-z0-9_]{0,40})_available' is not defined", {"module": "str"})),
         causes=(
             "The package is installed in another environment than the one the kernel uses (a different python / "
             "conda env / venv).",
