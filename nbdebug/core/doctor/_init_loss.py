@@ -4,13 +4,14 @@ predicting the targets' mean for a regression; a loss far under chance is tried 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from nbdebug.core._findings import Fix
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 from nbdebug.core.training._dynamics import chance_loss
 
-__all__ = ["initial_loss"]
+__all__ = ["initial_loss", "candidates"]
 
 
 def initial_loss(s: Session) -> None:
@@ -48,9 +49,10 @@ def initial_loss(s: Session) -> None:
                   f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
                   ("inputs",), fixes=fixes_for("input_scale_downstream"))
         else:
+            last = _last_layer(s)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
                   "outputs are confidently wrong (bad initialisation or output scale)",
-                  (s.last_module(),))
+                  (s.last_module(),), evidence={"initial": loss, "expected": expected, "last_layer": last or ""})
     s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
 
 
@@ -141,3 +143,36 @@ def _reinitialised_loss(s: Session) -> float | None:
     except Exception:  # noqa: BLE001 - no experiment, the observation stands
         return None
     return value if math.isfinite(value) else None
+
+
+def _last_layer(s: Session) -> str | None:
+    """The last module with a weight matrix and a bias: the output layer a small init would start near chance."""
+    import torch
+
+    return next((n for n, m in reversed(list(s.user_model.named_modules())) if n and isinstance(
+        getattr(m, "bias", None), torch.Tensor) and isinstance(getattr(m, "weight", None), torch.Tensor)
+        and m.weight.dim() >= 2), None)
+
+
+def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
+    """The experiment behind a classifier's loss far from chance at init: its fix (the output layer's weight scaled
+    by 0.01, its bias at 0) on a copy, trained as long as the user's run; a start that training pays off is an info
+    (``_experiments._attach``), as the regression offset is."""
+    f = next((f for f in s.findings if f.kind == "initial_loss_off" and f.evidence.get("last_layer")), None)
+    if f is None:
+        return []
+    name = str(f.evidence["last_layer"])
+
+    def make(s: Session) -> tuple[Any, Any, Any, Any]:
+        import torch
+
+        work, opt = s.fresh()
+        with torch.no_grad():
+            layer = work.get_submodule(name)
+            layer.weight.mul_(0.01)
+            layer.bias.zero_()
+        return work, opt, None, s.loss.inputs
+
+    return [("initial_loss_off", f"{s.options.name}.{name} started small (weight x 0.01, bias 0)", make,
+             f"with torch.no_grad():\n    {s.options.name}.{name}.weight.mul_(0.01); "
+             f"{s.options.name}.{name}.bias.zero_()")]

@@ -51,8 +51,8 @@ def init_scale(s: Session) -> None:
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in layers]
-    try:
-        with torch.no_grad():
+    try:  # the RNG the later checks draw from (dropout masks) is left as it was
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
             s.loss.forward(work, s.loss.inputs)
     finally:
         for h in handles:

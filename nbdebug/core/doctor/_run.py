@@ -7,6 +7,7 @@ person reads in a fix comes from ``nbdebug.core.knowledge.training``.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import replace as _replace
@@ -18,6 +19,7 @@ from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
 from nbdebug.core.doctor import _init_checks as init
 from nbdebug.core.doctor import _init_scale as init_scale
+from nbdebug.core.doctor import _late_nonfinite as late
 from nbdebug.core.doctor import _mixing as mixing
 from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _signal_scale as signal
@@ -269,6 +271,10 @@ def _run(s: Session) -> None:
         _safe(s, "two seeded runs", training.reproducibility, s)
     if s.options.dataloader is not None:
         _safe(s, "dataloader wait", training.dataloader_wait, s)
+    if s.losses and not all(map(math.isfinite, s.losses)):
+        _safe(s, late.CHECK, late.in_the_run, s)
+    else:
+        _safe(s, late.CHECK, late.keep_training, s, work, opt)  # the last use of the trained copy
     if s.has("fits_too_easily"):  # the doctor's experiment named the leak: the inspector's static sign is the same
         s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted",
                                                                    "labels_padded_with_pad_id")]

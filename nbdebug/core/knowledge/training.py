@@ -536,6 +536,17 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="nonfinite_loss_code",
+        title="A loss that takes the log of a probability",
+        severity=Severity.ERROR,
+        fixes=(Fix("compute the loss from the logits in a fused, stable form (BCEWithLogitsLoss, F.logsigmoid, "
+                   "log_softmax) instead of the log of a sigmoid or softmax",
+                   "loss = F.binary_cross_entropy_with_logits(logits, y)  # not -(y * log(sigmoid(logits)) + ...)"),
+               Fix("or keep the probabilities away from 0 and 1 before the log", "torch.log(p.clamp(1e-7, 1 - 1e-7))")),
+        sources=(ANOMALY,),
+        contexts=(),
+    ),
+    Entry(
         slug="init_too_small",
         title="Weights initialised far too small",
         severity=Severity.ERROR,
