@@ -97,3 +97,20 @@ def test_an_error_in_the_users_own_code_has_no_frames_to_check():
     except KeyError as error:
         assert frame_distributions(error.__traceback__) == []
         assert traceback_conflicts(error) == []
+
+
+def test_one_check_for_a_traceback_and_for_given_versions(tmp_path, monkeypatch):
+    """The traceback's distributions and torch's companions are checked by one function: a requirement for another
+    platform (a marker that does not hold here) is none in either, as an extra's is not."""
+    from nbdebug.core.explain._installed import requirement_conflicts
+    from nbdebug.core.explain._live import version_conflicts
+
+    site = tmp_path / "lib" / "site-packages"
+    _dist(site, "nbdplugin", "0.3", "", requires=("Torch>=9.0; sys_platform == 'nbd-nowhere'", "torch<1.0",
+                                                  "numpy>=99; extra == 'fast'"))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    versions = {"torch": "2.4.0", "numpy": "1.26.4"}
+    expected = ["nbdplugin 0.3 requires torch<1.0; installed torch is 2.4.0"]
+    assert requirement_conflicts(["nbdplugin"], versions.get) == expected
+    assert version_conflicts({**versions, "nbdplugin": "0.3"}) == expected

@@ -493,7 +493,7 @@ def _registry(facts: dict[str, Any], text: str) -> Analysis:
 
 
 def _two_libraries(facts: dict[str, Any], text: str) -> Analysis:
-    from nbdebug.core.explain._family import distribution_of
+    from nbdebug.core.explain._installed import distribution_of
     from nbdebug.core.knowledge import entry
     from nbdebug.core.knowledge.env import LIBRARIES_CODE
 

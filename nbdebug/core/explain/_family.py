@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
+from nbdebug.core.explain._installed import distribution_of
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import library_importing, raised_in_backward, spawned_child, unpacks_its_own
+from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._structure import Frame, Structure
 
-__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "frames_deny", "distribution_of"]
+__all__ = ["fallback", "signal_kind", "contradicted", "final_class", "frames_deny"]
 
 # Evidence of a family that the generic answers do not address: with it, say unknown.
 _TENSOR_WORDS = re.compile(r"(?i:tensor|shape|\bsize|dimension|\bdims?\b|dtype|device|cuda|gpu|cudnn|nccl|"
@@ -151,27 +151,6 @@ def _library(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if user is not None:
         facts["user_where"] = _where(user)
     return "library_raised", facts
-
-
-@lru_cache(maxsize=1)
-def _installed_distributions() -> dict[str, list[str]]:
-    import importlib.metadata as md
-
-    try:
-        return dict(md.packages_distributions())
-    except Exception:  # noqa: BLE001 - a broken install's metadata must not break the answer
-        return {}
-
-
-def distribution_of(package: str) -> str:
-    """The name pip knows an import by: this session's installed metadata first, then the common renames (PIL ->
-    Pillow, sklearn -> scikit-learn), else the import name itself."""
-    from nbdebug.core.knowledge.env import DISTRIBUTIONS
-
-    installed = _installed_distributions().get(package)
-    if installed:
-        return installed[0]
-    return DISTRIBUTIONS.get(package, package)
 
 
 def _import_step(package: str) -> str:
@@ -570,6 +549,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
+    from nbdebug.core.explain._raised_in import raised_in_backward
+
     if slug in _VALUE_SLUGS | {"missing_key"} and raised_in_backward(raw):
         return True  # raised in a custom Function's backward that the engine ran: the autograd family's question
     if slug in _VALUE_SLUGS and library_importing(raw):

@@ -73,40 +73,13 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-_REQ = re.compile(r"^\s*(?P<name>[A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*\(?(?P<spec>[<>=!~][^;)]*)\)?\s*(?:;(?P<marker>.*))?$")
-
-
 def version_conflicts(versions: Mapping[str, str]) -> list[str]:
     """Pairs of installed packages that do not fit: a package's declared requirement on another installed one
     that the installed version does not satisfy, and NumPy 2 under a torch built for NumPy 1."""
-    from importlib import metadata
-
+    from nbdebug.core.explain._installed import requirement_conflicts
     from nbdebug.core.knowledge.env import NUMPY_2_FROM
 
-    problems = []
-    try:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    except ImportError:  # pragma: no cover - packaging ships with pip and every build tool
-        SpecifierSet = None  # type: ignore[assignment,misc]  # noqa: N806
-    for name in versions:
-        try:
-            requires = metadata.requires(name) or []
-        except Exception:  # noqa: BLE001
-            continue
-        for line in requires:
-            m = _REQ.match(line)
-            if m is None or (m.group("marker") and "extra" in m.group("marker")):
-                continue
-            other = m.group("name").lower().replace("_", "-")
-            if other not in versions or SpecifierSet is None:
-                continue
-            try:
-                spec = SpecifierSet(m.group("spec").strip())
-            except InvalidSpecifier:
-                continue
-            installed = versions[other].split("+", 1)[0]
-            if installed not in spec:
-                problems.append(f"{name} {versions[name]} requires {other}{spec}; installed {other} is {versions[other]}")
+    problems = requirement_conflicts(versions, versions.get)  # the given versions, torch's companions only
     torch_v, numpy_v = versions.get("torch"), versions.get("numpy")
     if torch_v and numpy_v and _release(numpy_v)[:1] >= (2,) and _release(torch_v) < _release(NUMPY_2_FROM):
         problems.append(f"torch {torch_v} was built for NumPy 1.x; NumPy {numpy_v} is installed (NumPy 2 needs torch >= "

@@ -125,7 +125,7 @@ def two_libraries(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     or a tensor's attribute (a value, not a release).
     """
     from nbdebug.core.explain._family import _where as where
-    from nbdebug.core.explain._family import distribution_of
+    from nbdebug.core.explain._installed import distribution_of
     from nbdebug.core.knowledge.env import LIBRARIES_STEP
 
     frames = [f for f in s.frames if f.owner != "stdlib"]

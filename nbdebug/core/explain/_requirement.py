@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.explain._installed import installed_version
 
 __all__ = ["RequirementChecked", "requirement_check"]
 
@@ -25,20 +26,6 @@ class RequirementChecked(NamedTuple):
     first_step: str
     fixes: list[Fix]
     causes: tuple[str, ...] | None
-
-
-def _installed(name: str) -> str | None:
-    """The installed version of ``name`` (a distribution, or an import name pip knows by another name)."""
-    from importlib import metadata
-
-    from nbdebug.core.explain._family import distribution_of
-
-    for dist in dict.fromkeys((name, distribution_of(name))):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _outcome(req: Any, installed: str | None, version: Any) -> str:
@@ -69,7 +56,7 @@ def requirement_check(facts: Mapping[str, Any]) -> RequirementChecked | None:
         text = text.replace(op + "v", op)  # "torch>=v1.10": a tag's spelling
     try:
         req = Requirement(text)
-        installed = _installed(req.name)
+        installed = installed_version(req.name)
         outcome = _outcome(req, installed, Version) if req.specifier else ""
     except (InvalidRequirement, InvalidVersion):
         return None
