@@ -28,6 +28,9 @@ _AUTHORITIES = (
     "wiki.python.org",
     # the install and packaging tools' own documentation (issue 23's install families)
     "pip.pypa.io", "docs.conda.io", "docs.docker.com", "protobuf.dev",
+    # libraries whose own messages the explainer names: their documentation and their own repository
+    "einops.rocks", "github.com/arogozhnikov/einops", "docs.comfy.org", "github.com/comfyanonymous/ComfyUI",
+    "github.com/Comfy-Org/",
 )
 
 

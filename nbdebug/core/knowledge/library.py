@@ -346,6 +346,7 @@ ENTRIES += (
         first_step="Open the node the message names: connect an output of the right type to the input it says is "
         "missing, or replace the linked node with the loader of the same node pack (recreate and relink both nodes "
         "after an update); then queue the prompt again.",
-        sources=("https://docs.comfy.org/troubleshooting/overview",),
+        sources=("https://github.com/comfyanonymous/ComfyUI/blob/master/execution.py",  # validate_inputs raises them
+                 "https://docs.comfy.org/"),
     ),
 )
