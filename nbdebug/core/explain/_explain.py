@@ -1,10 +1,9 @@
 """``explain(error)``: recognise an exception or a pasted log and build its ``Diagnosis``.
 
 Steps: normalise the text (``_normalize``), find every knowledge entry searched by the explainer (``contexts``
-holds ``"explain"``) whose keywords appear and whose pattern matches, choose one (``choose``: non-wrappers
+holds ``"explain"``) whose keywords appear and whose pattern matches, choose one (``_match``: non-wrappers
 before wrappers, then the highest ``priority``), parse its facts, let its analyser derive numbers and notes,
 add what the exception object knows (the module whose forward raised), and fill the entry's templates.
-Patterns are compiled once, on first use.
 
 Priorities encode "root cause before consequence": a CUDA device-side assert or OOM explains the NCCL errors
 and the torchrun ``ChildFailedError`` that follow it, so those wrappers have the lowest priorities.  Summary
@@ -23,10 +22,10 @@ import re
 import string
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from nbdebug._units import fmt_bytes, parse_bytes
+from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Severity
 from nbdebug.core.explain import _family
 from nbdebug.core.explain._analyze import ANALYSERS, relative_import_runner
@@ -39,22 +38,28 @@ from nbdebug.core.explain._context import (
     module_layout,
 )
 from nbdebug.core.explain._diagnosis import Diagnosis, Fix, user_sources
-from nbdebug.core.explain._family import contradicted, fallback, final_class, signal_kind
+from nbdebug.core.explain._family import fallback, final_class, signal_kind
 from nbdebug.core.explain._live import attach
-from nbdebug.core.explain._normalize import last_exception_line, normalize, parse_shape
+from nbdebug.core.explain._match import (  # noqa: F401 - _compiled, _line_wrap_tolerant: the tests' way in
+    _compiled,
+    _line_wrap_tolerant,
+    by_slug,
+    choose,
+    line_at,
+    match_all,
+    match_frames,
+    parse_facts,
+    plausible,
+)
+from nbdebug.core.explain._normalize import last_exception_line, normalize
 from nbdebug.core.explain._sequence import child_error
 from nbdebug.core.explain._structure import from_exception, read
-from nbdebug.core.knowledge import Entry, entries
-from nbdebug.core.knowledge import entry as knowledge_entry
 from nbdebug.errors import InvalidArgumentError
 
 __all__ = ["explain", "match_all", "choose", "warning_text"]
 
 # Very long logs: the tail holds the final error and usually the root cause; keep it bounded for speed.
 _MAX_CHARS = 1_000_000
-# Case-sensitive on purpose: PyTorch's wording is stable in case, and IGNORECASE disables the regex engine's
-# literal-prefix search (a 15 kB log took 50 ms instead of 2 ms).  Patterns that need it use (?i:...).
-_FLAGS = re.MULTILINE
 # Categories where the module that raised (from the traceback) is worth naming.
 # wrappers that report a child's failure after the child printed its own traceback
 _LAUNCHERS = frozenset({"child_failed", "kernel_died"})
@@ -65,236 +70,10 @@ _MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch"
 _PROSE = ("shape_detail", "prefix_explanation", "signal_meaning", "setup_detail", "broadcast_note",
           "hardware_detail", "first_step_detail", "matmul_kind", "runner", "broadcast_detail", "collate_problem")
 
-_CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "str": lambda v: v.strip(),
-    "int": int,
-    "bytes": parse_bytes,
-    "shape": parse_shape,
-    "basename": lambda v: v.rsplit("/", 1)[-1],
-    "tensor_device": lambda v: "cuda" if ".cuda." in v else "cpu",
-    "cuda_index": lambda v: f"cuda:{int(v)}",
-}
-
-
-def _line_wrap_tolerant(pattern: str) -> str:
-    """Let every literal space of ``pattern`` (outside ``[...]``) also match a line break, for wrapped logs."""
-    out, in_class, escaped = [], False, False
-    for ch in pattern:
-        if escaped:
-            out.append(ch)
-            escaped = False
-        elif ch == "\\":
-            out.append(ch)
-            escaped = True
-        elif ch == "[":
-            in_class = True
-            out.append(ch)
-        elif ch == "]":
-            in_class = False
-            out.append(ch)
-        elif ch == " " and not in_class:
-            out.append(r"\s+")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-class _Compiled:
-    """An entry whose regular expressions are compiled on first use (most entries never pass the keyword test)."""
-
-    __slots__ = ("entry", "_patterns", "_folded", "_facts", "_repeated", "_frames", "_requires")
-
-    def __init__(self, entry: Entry) -> None:
-        self.entry = entry
-        self._requires: re.Pattern[str] | None = None
-        self._patterns: list[re.Pattern[str]] | None = None
-        self._folded: list[re.Pattern[str]] | None = None
-        self._facts: list[tuple[re.Pattern[str], dict[str, str]]] | None = None
-        self._repeated: list[tuple[re.Pattern[str], str, str]] | None = None
-        self._frames: list[re.Pattern[str]] | None = None
-
-    @property
-    def patterns(self) -> list[re.Pattern[str]]:
-        if self._patterns is None:
-            self._patterns = [re.compile(p, _FLAGS) for p in self.entry.patterns]
-        return self._patterns
-
-    def allowed(self, raw: str) -> bool:
-        """Whether the context this entry needs (``extra["requires"]``, a regex over the raw text) is there."""
-        need = self.entry.extra.get("requires")
-        if not need:
-            return True
-        if self._requires is None:
-            self._requires = re.compile(need, _FLAGS)
-        return self._requires.search(raw) is not None
-
-    @property
-    def is_warning(self) -> bool:
-        """A warning that signals a bug (``extra["warning"]``): the diagnosis only when no error follows it."""
-        return self.entry.extra.get("warning") == "yes"
-
-    @property
-    def frames(self) -> list[re.Pattern[str]]:
-        if self._frames is None:
-            self._frames = [re.compile(p, _FLAGS) for p in self.entry.frames]
-        return self._frames
-
-    @property
-    def folded(self) -> list[re.Pattern[str]]:
-        """The patterns ignoring case: for messages a user retyped (``cuda runtime error: out of memory``)."""
-        if self._folded is None:
-            self._folded = [re.compile(p, _FLAGS | re.IGNORECASE) for p in self.entry.patterns]
-        return self._folded
-
-    @property
-    def facts(self) -> list[tuple[re.Pattern[str], dict[str, str]]]:
-        if self._facts is None:
-            tolerant = self.entry.extra.get("wrapped_lines") == "yes"
-            self._facts = [(re.compile(_line_wrap_tolerant(p) if tolerant else p, _FLAGS), conv)
-                           for p, conv in self.entry.facts]
-        return self._facts
-
-    @property
-    def repeated(self) -> list[tuple[re.Pattern[str], str, str]]:
-        if self._repeated is None:
-            self._repeated = [(re.compile(p, _FLAGS), name, kind) for p, name, kind in self.entry.repeated_facts]
-        return self._repeated
-
-
-_COMPILED: list[_Compiled] | None = None
-
-
-def _compiled() -> list[_Compiled]:
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = [_Compiled(e) for e in entries("explain")]
-    return _COMPILED
-
-
-_BY_SLUG: dict[str, _Compiled] = {}
-
-
-def _by_slug(slug: str) -> _Compiled:
-    """An entry by its slug: also the family-level ones that no message names (they have no patterns)."""
-    if slug not in _BY_SLUG:
-        _BY_SLUG[slug] = next((c for c in _compiled() if c.entry.slug == slug), None) or _Compiled(knowledge_entry(slug))
-    return _BY_SLUG[slug]
-
-
-def match_all(text: str, type_names: frozenset[str] = frozenset(), *, ignore_case: bool = False,
-              keyword_cache: dict[str, bool] | None = None) -> list[tuple[_Compiled, re.Match[str] | None]]:
-    """Every entry that recognises the (normalised) text, with its first match (None: matched by exception type).
-
-    ``ignore_case`` matches the patterns regardless of case (slower; used only when nothing matched as written).
-    ``keyword_cache`` remembers which keywords the text holds, across the passes over one text: on a 1 MB log
-    each keyword costs a scan of the whole text, so it is looked for once.
-    """
-    low = text.lower()
-    cache = {} if keyword_cache is None else keyword_cache
-
-    def has(keyword: str) -> bool:
-        hit = cache.get(keyword)
-        if hit is None:
-            hit = cache[keyword] = keyword in low
-        return hit
-
-    found = []
-    for c in _compiled():
-        patterns = c.folded if ignore_case else c.patterns
-        if type_names & set(c.entry.exception_types):
-            first = next((m for p in patterns if (m := p.search(text))), None)
-            found.append((c, first))
-            continue
-        if not any(has(k) for k in c.entry.keywords):
-            continue
-        for pattern in patterns:
-            m = pattern.search(text)
-            if m is not None:
-                found.append((c, m))
-                break
-    return found
-
-
-def match_frames(raw: str) -> tuple[list[tuple[_Compiled, re.Match[str] | None]], str]:
-    """Entries whose ``frames`` regexes match the raw (unnormalised) text, and the first frame line matched."""
-    if 'File "' not in raw and "compiler_fn" not in raw:
-        return [], ""
-    found: list[tuple[_Compiled, re.Match[str] | None]] = []
-    line = ""
-    for c in _compiled():
-        m = next((m for p in c.frames if (m := p.search(raw))), None)
-        if m is not None:
-            found.append((c, None))
-            line = line or _line_at(raw, m.start()).strip()
-    return found, line
-
-
-def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compiled, re.Match[str] | None] | None:
-    """The root cause among the matches: specific errors before wrappers (launchers, loaders), then priority."""
-    if not found:
-        return None
-    return max(found, key=lambda cm: (not cm[0].entry.wrapper, cm[0].entry.priority))
-
-
-def _plausible(found: list[tuple[_Compiled, re.Match[str] | None]], raw: str, text: str,
-               ) -> list[tuple[_Compiled, re.Match[str] | None]]:
-    """Drop matches whose required context is missing, and warnings that an error follows.
-
-    A warning that signals a bug (``loss_broadcast``, ...) is the diagnosis of a text only when no exception
-    follows it: in a traceback whose last line is an error it did not explain, the warning is background, and
-    ``unknown`` is better than blaming it.
-    """
-    kept = [(c, m) for c, m in found if c.allowed(raw) and (c.is_warning or not contradicted(
-        c.entry.slug, _line_at(text, m.start()) if m is not None else "", c.patterns, raw, text))]
-    if any(c.is_warning for c, _ in kept):
-        exc_type, exc_message = last_exception_line(text)
-        if exc_type and not exc_type.endswith("Warning"):
-            explained = any(m is not None and exc_message and exc_message[:80] in _line_at(text, m.start())
-                            for c, m in kept if c.is_warning)
-            if not explained:
-                kept = [(c, m) for c, m in kept if not c.is_warning]
-    return kept
-
-
 def warning_text(message: warnings.WarningMessage) -> str:
     """A captured warning as Python prints it: ``file:line: Category: message``."""
     category = getattr(message.category, "__name__", "UserWarning")
     return f"{message.filename}:{message.lineno}: {category}: {message.message}"
-
-
-def _parse_facts(c: _Compiled, text: str) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
-    for pattern, converters in c.facts:
-        m = pattern.search(text)
-        if m is None:
-            continue
-        for name, raw in m.groupdict().items():
-            if raw is None or name in facts:
-                continue
-            try:
-                facts[name] = _CONVERTERS[converters.get(name, "str")](raw)
-            except (ValueError, KeyError):
-                continue
-    for pattern, name, kind in c.repeated:
-        values = pattern.findall(text)
-        if not values:
-            continue
-        if kind == "pid_bytes":
-            seen: dict[int, int] = {}
-            for pid, size in values:
-                try:
-                    seen[int(pid)] = parse_bytes(size)
-                except ValueError:  # "1.2.3 MiB", or a number too long to convert: not a fact
-                    continue
-            if seen:
-                facts[name] = [{"pid": pid, "bytes": size} for pid, size in seen.items()]
-        elif kind == "int_set":
-            numbers = {int(v) for v in values if len(v) <= 18}
-            if numbers:
-                facts[name] = sorted(numbers)
-        else:  # str_list
-            facts[name] = list(dict.fromkeys(values))
-    return facts
 
 
 class _Formatter(string.Formatter):
@@ -367,12 +146,6 @@ def _last_frame_text(exc: BaseException) -> str:
         return f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n    {src}\n'
     except Exception:  # a frame without a readable source
         return ""
-
-
-def _line_at(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    return text[start:end if end != -1 else len(text)].strip()[:500]
 
 
 _TYPE_PREFIX = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning))\b")
@@ -467,7 +240,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
         found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
-    found = _plausible(found, raw[-_MAX_CHARS:], text)
+    found = plausible(found, raw[-_MAX_CHARS:], text)
     if isinstance(error, BaseException):  # the frames a live exception's text lacks
         found = [(c, m) for c, m in found if not _family.frames_deny(c.entry.slug, error)]
     if not found:
@@ -475,7 +248,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # are only frames, or a frame that says more than the message (a KeyError inside transformers' Auto mapping)
         found, frame_line = match_frames(raw[-_MAX_CHARS:])
         raise_line = frame_line or raise_line
-        found = _plausible(found, raw[-_MAX_CHARS:], text)
+        found = plausible(found, raw[-_MAX_CHARS:], text)
     chosen = choose(found)
     placed: dict[str, Any] = {}
     if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):
@@ -485,20 +258,20 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         family = fallback(structure, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
         # an error in the user's own code behind a wrapper: the wrapper's first step leads there (num_workers=0)
         if family is not None and (chosen is None or family[0] != "user_code_error"):
-            chosen, placed = (_by_slug(family[0]), None), family[1]
+            chosen, placed = (by_slug(family[0]), None), family[1]
     if chosen is not None and chosen[0].entry.slug in _LAUNCHERS and not placed and (
             child := child_error(raw[-_MAX_CHARS:])) is not None:
         # the worker's own traceback printed before the launcher's report: its error, placed or unknown, not the report
         family = fallback(child, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
-        chosen, placed = ((_by_slug(family[0]), None), family[1]) if family is not None else (None, {})
+        chosen, placed = ((by_slug(family[0]), None), family[1]) if family is not None else (None, {})
     if chosen is None:
         unknown = _unknown(text, exc_type)
         return attach(unknown, error, roots) if isinstance(error, BaseException) else unknown
     compiled, match = chosen
-    if compiled.entry.wrapper and (died := signal_kind(_parse_facts(compiled, text))) is not None:
-        compiled, placed = _by_slug(died[0]), died[1]  # a launcher's worker that died of a signal: its family
+    if compiled.entry.wrapper and (died := signal_kind(parse_facts(compiled, text))) is not None:
+        compiled, placed = by_slug(died[0]), died[1]  # a launcher's worker that died of a signal: its family
     entry = compiled.entry
-    facts = _parse_facts(compiled, text) | placed
+    facts = parse_facts(compiled, text) | placed
     notes: list[str] = []
     first_fixes: list[Fix] = []
     if entry.slug == "shape_mismatch":
@@ -557,7 +330,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
             first_step = (f"Look at {ddp_facts['unused_names'].split(', ')[0]} (named in the notes): remove the layer, "
                           "freeze it before wrapping in DDP, or make its output part of the loss.")
     notes = list(dict.fromkeys(notes))  # the module's input and the message may tell the same thing
-    message = _line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
+    message = line_at(text, match.start()) if match is not None else last_exception_line(text)[1] or raise_line
     if not exc_type:
         m = _TYPE_PREFIX.match(message)
         exc_type = m.group(0) if m else last_exception_line(text)[0]
