@@ -37,6 +37,11 @@ def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
     "ValueError: Expected the train_X to have 2 dimensions but got 3",
     "ValueError: X has shape torch.Size([10, 3]) but the model expects 4 features",
     "ValueError: feature map dimension 7 is not divisible by 2",
+    # two tensors that must agree, as a Bayesian-optimisation library says it
+    "TensorDimensionError: Expected train_X and train_Y to have the same number of dimensions (got train_X with "
+    "dimension 3 and train_Y with dimension 2).",
+    "RuntimeError: Expected mean and covariance to have the same batch shape, but got torch.Size([8]) and "
+    "torch.Size([6])",
     # two counts of the data that must agree, from a graph library
     "GraphError: Expected number of edge features to match number of edges (len(src)). Got 310 and 312 instead.",
 ])
@@ -234,3 +239,12 @@ def test_an_optional_imports_flag_never_defined_is_a_missing_package(text, modul
 
 def test_any_other_undefined_name_is_no_missing_package():
     assert explain("NameError: name 'train_loader' is not defined").kind != "package_missing"
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: Input contains NaN, infinity or a value too large for dtype('float64').",
+    "ValueError: Input X contains NaN.",
+    "ValueError: The parameter scale has invalid values",
+])
+def test_a_library_finding_nan_in_its_input_is_a_nan_answer(text):
+    assert explain(text).kind == "nan_loss"

@@ -124,12 +124,16 @@ ENTRIES: tuple[Entry, ...] = (
         title="A library rejected a tensor's shape",
         summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
-        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match"),
+        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match", "to have the same"),
         patterns=(
             # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
             r"\b[Ee]xpected (?:[\w ]{1,40} to have )?\d{1,2} (?:dimensions|dims)\b[^\n]{0,40}?\b(?i:got|received|but|instead)\b",
             r"\b(?i:wrong shape|wrong number of dimensions)\b[^\n]{0,80}?\b(?i:expected|got|received)\b",
+            # two tensors that must agree ("Expected X and Y to have the same number of dimensions", "... the same
+            # batch shape")
+            r"\b[Ee]xpected [^\n]{1,80}? to have the same (?:number of dimensions|(?:batch |event )?shapes?|sizes?|"
+            r"lengths?|number of (?:rows|columns|samples|elements|points))\b",
             # a size that does not split into the requested parts (einops' "(h ph)" with ph=2 on a length of 7)
             r"\bcan't divide axis of length \d+ in chunks of \d+",
             r"\b(?i:dimension|axis|dim|length|size) \d+ (?:of size \d+ )?(?:is )?not divisible by \d+",

@@ -68,6 +68,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"NaN or Inf found in input tensor",
             r"reducing loss scale to (?:0(?:\.0)?\b|\d(?:\.\d+)?e-\d{2,})",
             r"Non-finite values in `?[\w.]+",
+            # a library's check of its input (scikit-learn's "Input contains NaN, infinity or a value too large",
+            # "Input X contains NaN"), and torch.distributions' older wording of the constraint check above
+            r"\b(?i:input|array|values|tensor|data)(?: [A-Za-z_]\w{0,30})? (?:contains|has) (?:NaN|nan|infinity|inf)\b",
+            r"\bThe parameter \w+ has invalid values\b",
         ),
         exception_types=("NonFiniteError",),
         priority=70,
