@@ -248,3 +248,24 @@ def test_any_other_undefined_name_is_no_missing_package():
 ])
 def test_a_library_finding_nan_in_its_input_is_a_nan_answer(text):
     assert explain(text).kind == "nan_loss"
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: `torch.cuda.amp.autocast(args...)` is deprecated and no longer supported. Please use "
+    "`torch.amp.autocast('cuda', args...)` instead.",
+    "NotImplementedError: `fit_gpytorch_model` has been removed since BoTorch 0.9; use `fit_gpytorch_mll` instead.",
+    "ImportError: The module `mylib.layers.legacy` no longer provides `GatedBlock`; it moved to `mylib.layers`.",
+])
+def test_an_api_a_release_removed_is_a_version_answer(text):
+    assert explain(text).kind == "api_missing"
+
+
+@pytest.mark.parametrize(("text", "saved_with"), [
+    ("ValueError: The checkpoint was saved with pytorch-lightning 2.2.1, but you are running 1.9.5.",
+     "pytorch-lightning 2.2.1"),
+    ("RuntimeError: This index was created with a newer version of the library and cannot be read.", None),
+])
+def test_a_file_saved_by_another_release_names_the_release(text, saved_with):
+    d = explain(text)
+    assert d.kind == "checkpoint_other_release"
+    assert d.evidence.get("saved_with") == saved_with

@@ -62,7 +62,7 @@ def test_heldout_is_big_and_spread():
         "wrapped_model_attribute", "xla_input_on_cpu", "process_group_missing", "store_unreachable", "user_code_error", "library_raised", "import_failed", "bus_error",
         "libraries_disagree", "collate_failed", "distributed_call_failed", "dataset_empty",
         # a shape any library reports, and a custom Function's backward failing (placed by the frames)
-        "shape_reported", "backward_function_raised",
+        "shape_reported", "backward_function_raised", "checkpoint_other_release",
         # the post-mortem's gloo size mismatch, read by the explainer too since 08_distributed's abort was taken for
         # a native crash: its texts are real aborts raised on this CPU, and no held-out text exists for it yet
         "gloo_size_mismatch"}

@@ -187,13 +187,19 @@ ENTRIES: tuple[Entry, ...] = (
         title="The code needs another version of torch (or a library) than the installed one",
         summary=("The code uses[[ {missing}]], which the installed version does not have: the code was written for a "
                  "newer (or older) release."),
-        keywords=("normal functioning of this module", "is installed but", "has no attribute", "removed in", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision", "no module named '",
+        keywords=("normal functioning of this module", "is installed but", "has no attribute", "removed in", "removed since",
+                  "deprecated and", "no longer provides", "requires torch", "requires pytorch", "requires transformers", "requires numpy", "requires accelerate", "requires diffusers", "requires peft", "requires torchvision", "requires xformers", "requires triton", "versionconflict", "has no attribut", "cannot import name", "no module named 'torch", "no module named 'torchvision", "no module named '",
                   "can't get attribute"),
         patterns=(
             r"module '[\w.]{1,200}' has no attribute '\w+'",
             # a library naming the release that removed what the code uses ("`np.float_` was removed in the NumPy 2.0
             # release")
             r"(?:was|were|has been|have been) removed in (?:the )?(?:[\w-]{1,40} )?v?\d{1,4}(?:\.\d{1,4}){0,2}\b",
+            # ... or since a release, or with the words a deprecation ends in ("is deprecated and no longer
+            # supported", "no longer provides `X`; it moved to `y`")
+            r"(?:was|were|has been|have been) removed since (?:[A-Za-z][\w-]{0,40} )?v?\d{1,4}(?:\.\d{1,4}){0,2}\b",
+            r"\bis deprecated and (?:is )?(?:no longer supported|has been removed|was removed)\b",
+            r"\bno longer provides `?\w+`?; it (?:has )?moved to\b",
             r"(?i:requires) (?:torch|pytorch|transformers|numpy|accelerate|diffusers|peft|torchvision|xformers|triton)\s?(?:version\s?)?(?:>=|==|>|<=|~=)\s?[0-9]",
             r"\bVersionConflict\b",
             r"[\w.-]{1,40}(?:>=|==|<=|~=|>|<)[\w.]{1,20} is required for a normal functioning of this module, but found",

@@ -283,3 +283,37 @@ ENTRIES += (
         extra={"family": "checkpoint_file"},
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # a loader that reads the release a file was saved with and refuses another (Lightning, a model zoo, a
+        # library's own format): the file is fine, the installed release is not the one that wrote it
+        slug="checkpoint_other_release",
+        title="The file was saved by another release of the library than the one reading it",
+        summary=("The loader says the file was written by another release of the library[[ ({saved_with})]] than the "
+                 "one installed, and refuses it."),
+        keywords=("saved with", "saved by", "saved using", "trained with", "trained by", "trained using", "created with",
+                  "created by", "created using", "written with", "written by", "written using", "serialized with",
+                  "serialized by", "serialized using", "exported with", "exported by", "exported using"),
+        patterns=(
+            r"\b(?i:saved|trained|created|written|serialized|exported) (?:with|by|using) (?:a |an )?"
+            r"(?:newer|older|later|earlier|different) (?:version|release)\b",
+            r"\b(?i:saved|trained|created|written|serialized) (?:with|by|using) [A-Za-z][\w.-]{0,40} v?\d{1,4}\.\d{1,4}"
+            r"[\w.+-]{0,20},? but (?:you are running|you're running|the installed|installed|this is|the current)",
+        ),
+        priority=47,
+        facts=((r"(?i:saved|trained|created|written|serialized) (?:with|by|using) (?P<saved_with>[A-Za-z][\w.-]{0,40} "
+                r"v?\d{1,4}\.\d{1,4}[\w.+-]{0,20})", {"saved_with": "str"}),),
+        extra={"family": "checkpoint_file,environment_version"},
+        causes=("The checkpoint was saved by a newer release (a format this one does not read), or by an older one "
+                "whose format this release dropped.",),
+        fixes=(Fix("See the installed release, then install the one the file was saved with",
+                   "import importlib.metadata as md; print(md.version('<library>'))\n%pip install '<library>==<saved>'"),
+               Fix("Or load it with that release once and save it again with this one",
+                   "# in an environment with the saving release: load, then save (state_dict) for the new one")),
+        first_step="Install the release of the library the file was saved with (the message names it), or load the "
+        "file once with that release and save it again in a form the installed one reads; then load it again.",
+        sources=("https://lightning.ai/docs/pytorch/stable/common/checkpointing_basic.html",
+                 "https://pytorch.org/docs/stable/notes/serialization.html"),
+    ),
+)
