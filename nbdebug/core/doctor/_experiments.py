@@ -377,9 +377,9 @@ def run(s: Session) -> None:
             continue
         per = None if t_end is None or left is None else time.perf_counter() + left / (len(cands) - i)
         # a loss below its minimum ends the user's run at once (it looks fitted), and so does a run in which nothing
-        # moves (flat, whatever its length): a fix gets the steps the user's run was given, as time allows
+        # moves (its few still steps give no steady pace either): a fix gets the user's steps, as time allows
         most = s.options.steps if s.has("loss_below_minimum") or s.params_still is not None else n
-        steps = most if per is None or s.step_time <= 0 else max(
+        steps = most if per is None or s.step_time <= 0 or s.params_still is not None else max(
             min(most, _MIN_STEPS), min(most, int((per - time.perf_counter()) / s.step_time)))
         offset = cause == "initial_loss_off"  # an offset the user's run pays off later is judged at its end
         ex = _try(s, cause, change, variant, code, n if offset else steps, t_end if offset else per,
