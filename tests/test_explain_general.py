@@ -269,3 +269,18 @@ def test_a_file_saved_by_another_release_names_the_release(text, saved_with):
     d = explain(text)
     assert d.kind == "checkpoint_other_release"
     assert d.evidence.get("saved_with") == saved_with
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # torch.utils.cpp_extension's build, as the error it raises names it
+    ("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.",
+     "extension_build_failed"),
+    # uv's resolver finding no releases that fit
+    ("  × No solution found when resolving dependencies:\n  ╰─▶ Because torchaudio==2.1.0 depends on torch==2.1.0 and "
+     "you require torch==2.4.0, we can conclude that your requirements are unsatisfiable.", "no_matching_wheel"),
+    # conda unable to reach its channel
+    ("CondaHTTPError: HTTP 000 CONNECTION FAILED for url <https://conda.anaconda.org/conda-forge/linux-64/repodata.json>",
+     "install_failed"),
+])
+def test_install_tools_failures_in_their_other_wordings(text, kind):
+    assert explain(text).kind == kind

@@ -320,7 +320,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "platform."),
         keywords=("building torch", "building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
                   "install with miniconda", "suitable distribution", "provide packages for pypi", "dependency resolver", "has requirement", "which is incompatible",
-                  "resolutionimpossible", "conflicting dependencies", "which is not installed"),
+                  "resolutionimpossible", "conflicting dependencies", "which is not installed", "no solution found"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
             r"Could not find a version that satisfies the requirement",
@@ -339,6 +339,8 @@ ENTRIES: tuple[Entry, ...] = (
                   r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
                   r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
                   r"ResolutionImpossible",
+                  # uv's resolver: no set of releases fits the pins and this platform
+                  r"No solution found when resolving dependencies",
                   r"pip's dependency resolver does not currently take into account all the packages that are installed",
                   r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies",
                   r"requires [\w.-]{1,60}[<>=!~]=?[^\s,;]{1,40}(?:; [^\n]{1,120})?, which is not installed"),
@@ -373,6 +375,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"ninja: build stopped",
             r"fatal error: [\w/.+-]{1,200}\.h: No such file or directory",
             r"Error compiling objects for extension",
+            # torch.utils.cpp_extension's build step, as the CalledProcessError it raises names it
+            r"Command '\['ninja', '-v'",
             r"error: command '[^'\n]{1,300}' failed with exit (?:code|status) \d+",
             r"(?P<reason>CUDA_HOME environment variable is not set)",
             r"CUDA_HOME does not exist, unable to compile CUDA op",
@@ -594,7 +598,8 @@ ENTRIES += (
         summary=("pip found the packages but could not install them[[: {reason}]]: the disk, a file in use, the "
                  "folder's permissions, the network or the download itself stopped it."),
         keywords=("timeouterror", "protocolerror", "could not install packages due to", "do not match the hashes", "externally-managed-environment",
-                  "files.pythonhosted.org", "download.pytorch.org", "invalid requirement", "could not fetch url"),
+                  "files.pythonhosted.org", "download.pytorch.org", "invalid requirement", "could not fetch url",
+                  "condahttperror"),
         patterns=(
             r"Could not install packages due to an (?:OSError|EnvironmentError)",
             r"THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE",
@@ -604,6 +609,8 @@ ENTRIES += (
             r"ERROR: Invalid requirement: ",
             # pip unable to reach its index (a proxy, TLS interception, no network)
             r"Could not fetch URL https?://[^\s:]{1,300}: ",
+            # conda unable to reach its channel
+            r"CondaHTTPError: HTTP \d{3} CONNECTION FAILED for url",
         ),
         priority=66,
         extra={"family": "install_build"},
