@@ -284,3 +284,21 @@ def test_a_file_saved_by_another_release_names_the_release(text, saved_with):
 ])
 def test_install_tools_failures_in_their_other_wordings(text, kind):
     assert explain(text).kind == kind
+
+
+def test_a_live_shape_a_models_own_check_reports_names_the_module_and_its_input():
+    import torch
+
+    class Patches(torch.nn.Module):
+        def forward(self, x):
+            if x.dim() != 4:
+                raise ValueError(f"Expected input to have 4 dimensions, got {x.dim()}")
+            return x
+
+    model = torch.nn.Sequential(torch.nn.Identity(), Patches())
+    with pytest.raises(ValueError) as info:
+        model(torch.zeros(3, 32, 32))  # (C, H, W): the batch dimension is missing
+    d = explain(info.value, roots={"model": model})
+    assert d.kind == "shape_reported"
+    assert d.evidence["module"] == "model.1"
+    assert d.evidence["module_input_shapes"] == {"x": [3, 32, 32]}

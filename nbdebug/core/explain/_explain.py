@@ -63,7 +63,7 @@ _MAX_CHARS = 1_000_000
 # Categories where the module that raised (from the traceback) is worth naming.
 # wrappers that report a child's failure after the child printed its own traceback
 _LAUNCHERS = frozenset({"child_failed", "kernel_died"})
-_MODULE_SLUGS = frozenset({"shape_mismatch", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
+_MODULE_SLUGS = frozenset({"shape_mismatch", "shape_reported", "dtype_mismatch", "device_mismatch", "view_non_contiguous",
                            "target_out_of_bounds", "index_out_of_range", "inplace_autograd"})
 
 # Facts that analysers write as sentences for the summary template; they are not reported as facts.
