@@ -47,7 +47,8 @@ NO_CORPUS_YET = {"shape_reported", "program_missing", "workflow_invalid", "torch
 
 # the family-level categories that a traceback's structure places (no message names them)
 PLACED = {"user_code_error", "library_raised", "import_failed", "bus_error", "checkpoint_load_failed",
-          "libraries_disagree", "collate_failed", "distributed_call_failed"}
+          "libraries_disagree", "collate_failed", "distributed_call_failed", "backward_function_raised",
+          "program_missing"}
 
 
 def test_corpus_is_big_enough():

@@ -302,3 +302,10 @@ def test_a_live_shape_a_models_own_check_reports_names_the_module_and_its_input(
     assert d.kind == "shape_reported"
     assert d.evidence["module"] == "model.1"
     assert d.evidence["module_input_shapes"] == {"x": [3, 32, 32]}
+
+
+def test_an_op_without_a_cuda_kernel_in_this_build_is_a_build_mismatch():
+    # a CPU torchvision next to a CUDA torch
+    d = explain("NotImplementedError: Could not run 'torchvision::roi_align' with arguments from the 'CUDA' backend. "
+                "This could be because the operator doesn't exist for this backend")
+    assert d.kind == "version_mismatch"

@@ -265,8 +265,8 @@ def backward_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     """
     from nbdebug.core.explain._family import _where as where
 
-    if s.short_type not in _CODE_CLASSES:
-        return None
+    if s.short_type not in _CODE_CLASSES or s.message.startswith("Caught "):
+        return None  # (torch's ExceptionWrapper re-raising a worker's or a replica's error: its own answer)
     engine = max((i for i, f in enumerate(s.frames) if f.owner == "torch" and f.func in _ENGINE_CALLS), default=-1)
     if engine < 0:
         return None

@@ -330,7 +330,8 @@ ENTRIES: tuple[Entry, ...] = (
                   "not linked with support", "mps backend is supported",
                   "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
-                  "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available"),
+                  "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available",
+                  "from the 'cuda' backend"),
         patterns=(
             r"no kernel image is available for execution on the device",
             # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
@@ -361,6 +362,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",
             r"Couldn't load custom C\+\+ ops",
+            # an op with no kernel for CUDA in this build: a CPU-only torch, or torchvision / an extension built
+            # without CUDA (or for another torch) next to a CUDA torch
+            r"Could not run '[\w:.]{1,120}' with arguments from the 'CUDA' backend",
             # torchvision's image extension that does not load with the installed torch
             r"Failed to load image Python extension",
             r"\bNumpy is not available\b",
