@@ -309,3 +309,29 @@ def test_an_op_without_a_cuda_kernel_in_this_build_is_a_build_mismatch():
     d = explain("NotImplementedError: Could not run 'torchvision::roi_align' with arguments from the 'CUDA' backend. "
                 "This could be because the operator doesn't exist for this backend")
     assert d.kind == "version_mismatch"
+
+
+@pytest.mark.parametrize(("text", "option"), [
+    ("ValueError: lr_scheduler must be one of ['linear', 'cosine', 'constant'], got 'cosin'", None),
+    ("ValueError: Unsupported pooling 'gem'. Choose from ['avg', 'max']", None),
+    ("AssertionError: split should be either 'train' or 'test'", None),
+    ("ValueError: Unknown loss 'focal2'", "loss"),
+    ("ValueError: Invalid sampler_type: None", "sampler_type"),
+])
+def test_a_value_an_option_does_not_take_is_named_with_both_readings(text, option):
+    d = explain(text)
+    assert d.kind == "option_not_accepted"
+    assert d.evidence.get("option") == option
+    assert "release" in d.first_step  # a misspelt value, or one another release accepts
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # what the value is says more: a device string, a registry's name
+    ("RuntimeError: Invalid device string: 'cuda:0,1'", None),
+    ("RuntimeError: Unknown model (vit_base_patch99)", "registry_name_missing"),
+])
+def test_values_of_a_known_kind_keep_their_answers(text, kind):
+    d = explain(text)
+    assert d.kind != "option_not_accepted"
+    if kind is not None:
+        assert d.kind == kind
