@@ -72,11 +72,16 @@ def test_torch_and_checkpoint_shapes_keep_their_own_answers(text, kind):
     assert explain(text).kind == kind
 
 
-def test_a_pattern_syntax_error_is_no_shape():
-    text = ('einops.EinopsError:  Error while processing rearrange-reduction pattern "b c -> b c d".\n'
-            " Input tensor shape: torch.Size([2, 3]). Additional info: {}.\n"
-            " Identifiers only on one side of expression (should be on both): {'d'}")
-    assert explain(text).kind != "shape_reported"
+@pytest.mark.parametrize("text", [
+    'einops.EinopsError:  Error while processing rearrange-reduction pattern "b c -> b c d".\n'
+    " Input tensor shape: torch.Size([2, 3]). Additional info: {}.\n"
+    " Identifiers only on one side of expression (should be on both): {'d'}",
+    "einops.EinopsError: Ellipsis found in right side, but not left side of a pattern b c -> b c ...",
+    "EinopsError: Unknown axis k in pattern",
+    'EinopsError: Imbalanced parentheses in pattern: "b (c h"',
+])
+def test_a_pattern_written_wrong_is_no_shape(text):
+    assert explain(text).kind == "pattern_invalid"
 
 
 # ------------------------------------------------------------------ an error raised while backward runs a Function

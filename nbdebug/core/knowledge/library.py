@@ -392,3 +392,27 @@ ENTRIES += (
                  "https://docs.python.org/3/library/functions.html#help"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # a library's small language written wrong (einops' patterns, an einsum-like equation): its identifiers, axes,
+        # ellipsis or parentheses, not the tensor's shape (shape_reported answers those)
+        slug="pattern_invalid",
+        title="A pattern or equation string given to a library is not valid",
+        summary="The library could not read the pattern (or equation) string it was given: its identifiers, axes, "
+                "ellipsis or parentheses do not follow the library's rules.",
+        keywords=("pattern", "expression", "equation"),
+        patterns=(
+            r"^(?![^\n]{0,300}(?i:shape|dimension|\bdims?\b|\bsize))[^\n]{0,300}?\b(?i:ellipsis|identifiers?|axis|axes|"
+            r"parenthes[ie]s|brackets?|arrow)\b[^\n]{0,100}?\b(?i:pattern|expression|equation)\b",
+        ),
+        priority=35,  # above a value an option refuses (an unknown axis is the pattern's), below a reported shape
+        causes=("An identifier on one side of the arrow only, an ellipsis on one side only, an axis used twice or "
+                "never defined, unbalanced parentheses.",),
+        fixes=(Fix("Write the pattern with the same identifiers (and ellipsis) on both sides",
+                   "rearrange(x, 'b c h w -> b (c h w)')  # every axis named on the left appears on the right"),),
+        first_step="Rewrite the pattern string the message quotes by the library's rules: each identifier and ellipsis "
+        "on both sides of the arrow (or decomposed with a length given as a keyword), parentheses balanced.",
+        sources=("https://einops.rocks/api/rearrange/",),
+    ),
+)
