@@ -26,14 +26,22 @@ def constant_weights(s: Session) -> None:
     import torch
 
     found: list[tuple[str, float]] = []
+    bare: list[str] = []
     for name, p in s.user_model.named_parameters():
         if not (p.requires_grad and p.is_floating_point() and p.dim() >= 2 and p.numel() >= 2):
             continue
         v = p.detach().reshape(-1)
         if bool(torch.isfinite(v[:1]).all()) and bool((v == v[0]).all()):
-            found.append((name, float(v[0])))
+            # a parameter added bare (a class token, a position embedding, LoRA's B) starts at zero by design: it
+            # multiplies no input, or adds to a path that a random matrix carries, so no symmetry is kept
+            if name.rsplit(".", 1)[-1] == "weight":
+                found.append((name, float(v[0])))
+            else:
+                bare.append(name)
+    said_bare = f" ({len(bare)} parameter(s) added bare, not a layer's weight, start constant by design: " + \
+        ", ".join(bare[:3]) + ")" if bare else ""
     if not found:
-        s.check("weights initialised to a constant", "none")
+        s.check("weights initialised to a constant", "none" + said_bare)
         return
     said = ", ".join(f"{s.options.name}.{n} = {v:g}" for n, v in found[:4]) + (
         f" and {len(found) - 4} more" if len(found) > 4 else "")
@@ -44,7 +52,7 @@ def constant_weights(s: Session) -> None:
                       "and the layers before them get no gradient" if zeros else ""),
           [f"{s.options.name}.{n.rsplit('.', 1)[0] if '.' in n else n}" for n, _ in found],
           evidence={"constant": {n: v for n, v in found}})
-    s.check("weights initialised to a constant", f"{len(found)}: {said}")
+    s.check("weights initialised to a constant", f"{len(found)}: {said}{said_bare}")
 
 
 def settle(s: Session) -> None:

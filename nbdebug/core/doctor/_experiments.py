@@ -278,7 +278,7 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
                     "for p in model.parameters(): p.requires_grad_(True)"))
     if s.has("unnormalised_inputs"):
         out.append(("unnormalised_inputs", "the inputs standardised to mean 0, std 1", _standardised,
-                    entry("input_scale_downstream").fixes[0].code))
+                    s.input_fixes("input_scale_downstream")[0].code))
     offset = next((f for f in s.findings if f.kind == "initial_loss_off" and f.evidence.get("bias_module")), None)
     if offset is not None:  # the regression offset: judged by training, not by the loss at init alone
         name, mean = str(offset.evidence["bias_module"]), float(offset.evidence["targets_mean"])

@@ -246,7 +246,7 @@ def input_scale(s: Session) -> None:
               + (", raw 0-255 pixel values" if pixels else "")
               + ": a network trains best on inputs of about unit scale; at this scale the first layer's "
               "outputs, the initial loss and the gradients are all far too large", ("inputs",),
-              evidence={"min": lo, "max": hi, "mean": mean, "std": std})
+              fixes=s.input_fixes("unnormalised_inputs"), evidence={"min": lo, "max": hi, "mean": mean, "std": std})
 
 
 def labels(s: Session, y: Any) -> bool:

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from nbdebug.core._findings import Fix
-from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import threshold
 from nbdebug.core.training._dynamics import chance_loss
 
@@ -47,7 +47,7 @@ def initial_loss(s: Session) -> None:
             lo, hi, _, _ = s.input_stats or (0.0, 0.0, 0.0, 0.0)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
                   f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
-                  ("inputs",), fixes=fixes_for("input_scale_downstream"))
+                  ("inputs",), fixes=s.input_fixes("input_scale_downstream"))
         else:
             last = _last_layer(s)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "

@@ -123,6 +123,15 @@ class Session:
             extra = ""
         return f"{path} = {type(mod).__name__}({extra})"
 
+    def input_fixes(self, slug: str) -> tuple[Fix, ...]:
+        """``slug``'s fixes for inputs far from unit scale, less the pixels' (divide by 255) unless the inputs span
+        0..255 as raw pixels do: tabular features are standardised, not divided by 255."""
+        lo, hi = (self.input_stats or (0.0, 0.0, 0.0, 0.0))[:2]
+        fixes = entry(slug).fixes
+        if lo >= 0 and 100 < hi <= 255:
+            return fixes
+        return tuple(x for x in fixes if "255" not in x.title and "255" not in x.code) or fixes
+
     def last_module(self) -> str:
         """The label of the model's last leaf module (where an output problem lives)."""
         last = ""

@@ -80,7 +80,7 @@ def dead_activations(s: Session, probe: DeadProbe, when: str, skip_if_found: boo
         if all(is_frozen_on_purpose(s, f"{n}.") for n, _ in bad):
             sev = "info"  # inside what the user declared frozen: not theirs to fix in this training
         desc = ", ".join(f"{s.label(n)}: {frac:.0%} of its units" for n, frac in bad[:6])
-        fixes = fixes_for("input_scale_downstream") if s.has("unnormalised_inputs") else None
+        fixes = s.input_fixes("input_scale_downstream") if s.has("unnormalised_inputs") else None
         why = ""
         if when == "after training" and fixes is None:
             # alive at init, dead after the overfit run: the updates pushed them off

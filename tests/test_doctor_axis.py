@@ -1,0 +1,177 @@
+"""The doctor on bugs of the fourth round, each on models that are not the held-out sets' own (a CNN and an MLP on
+scikit-learn's digits and breast-cancer sets, a sequence-first GRU tagger) and on a healthy twin of each: a
+softmax over the batch, a reshape taken for a transpose, weights initialised far too small, a hand-written BCE
+that reaches log(0), zeros that are a bare parameter's standard init, inputs that are not pixels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nbdebug import doctor
+from nbdebug.core._findings import sort_findings
+
+sklearn = pytest.importorskip("sklearn.datasets")
+QUICK = dict(reproducibility=False, progress=False)
+
+
+def loud(r):
+    return [f for f in sort_findings(r.findings) if f.severity != "info"]
+
+
+def text(r):
+    return " ".join(f.message + " " + " ".join(x.title + " " + x.code for x in f.fixes) for f in r.findings).lower()
+
+
+def digits(n=64):
+    d = sklearn.load_digits()
+    x = torch.tensor(d.data[:n], dtype=torch.float32)
+    return (x - x.mean(0)) / (x.std(0) + 1e-6), torch.tensor(d.target[:n])
+
+
+def cancer(n=128):
+    d = sklearn.load_breast_cancer()
+    x = torch.tensor(d.data[:n], dtype=torch.float32)
+    return (x - x.mean(0)) / x.std(0), torch.tensor(d.target[:n], dtype=torch.float32)
+
+
+class CNN(nn.Module):
+    def __init__(self, std=None, log_softmax_dim=None):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(1, 16, 3, padding=1), nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = nn.Linear(32 * 4, 10)
+        self.dim = log_softmax_dim
+        if std is not None:
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    nn.init.normal_(m.weight, std=std)
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, x):  # (B, 1, 8, 8)
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = self.fc(F.max_pool2d(F.relu(self.c2(x)), 2).flatten(1))  # (B, 10)
+        return x if self.dim is None else F.log_softmax(x, dim=self.dim)
+
+
+class Tagger(nn.Module):
+    """A GRU run sequence-first, back to batch-first for the tag head."""
+
+    def __init__(self, reshape_bug=False):
+        super().__init__()
+        self.emb, self.gru, self.out = nn.Embedding(20, 16), nn.GRU(16, 24), nn.Linear(24, 3)
+        self.bug = reshape_bug
+
+    def forward(self, tokens):  # (B, T)
+        b, t = tokens.shape
+        h, _ = self.gru(self.emb(tokens).transpose(0, 1))  # (T, B, 24)
+        h = h.reshape(b, t, -1) if self.bug else h.permute(1, 0, 2)
+        return self.out(h).transpose(1, 2)  # (B, tags, T)
+
+
+def tags(n=32, length=12):
+    g = torch.Generator().manual_seed(1)
+    tok = torch.randint(0, 20, (n, length), generator=g)
+    return tok, (tok + tok.roll(1, 1)) % 3
+
+
+def test_a_log_softmax_over_the_batch_is_named_with_the_class_dimension_and_its_fix_learns():
+    x, y = digits()
+    torch.manual_seed(0)
+    r = doctor(CNN(log_softmax_dim=0), (x.view(-1, 1, 8, 8), y), nn.NLLLoss(), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "mixes_batch" and "softmax" in top.fix and "dim=-1" in top.fixes[0].code, r
+    assert "view" not in text(r), r  # not the view/transpose advice: the probe found the softmax
+    assert top.evidence["restores"] is True and "log_softmax over dim 1" in top.message, top
+    torch.manual_seed(0)
+    assert not loud(doctor(CNN(log_softmax_dim=1), (x.view(-1, 1, 8, 8), y), nn.NLLLoss(), **QUICK))
+
+
+def test_a_reshape_taken_for_a_transpose_is_named_with_its_line_and_permute():
+    tok, tag = tags()
+    torch.manual_seed(0)
+    r = doctor(Tagger(reshape_bug=True), (tok, tag), nn.CrossEntropyLoss(), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "mixes_batch" and "transpose" in top.fix, r
+    assert "h.reshape(b, t, -1)" in top.evidence["site"] and "transpose(0, 1)" in top.fixes[0].code, top
+    assert "softmax" not in text(r), r
+    torch.manual_seed(0)
+    assert not loud(doctor(Tagger(), (tok, tag), nn.CrossEntropyLoss(), **QUICK))
+
+
+def test_weights_initialised_far_too_small_are_named_and_re_initialising_them_learns():
+    x, y = digits()
+    torch.manual_seed(0)
+    m = CNN(std=1e-4)
+    r = doctor(m, (x.view(-1, 1, 8, 8), y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.05,
+                                                                                     momentum=0.9), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "vanishing_gradients" and "initialise" in top.fix, r
+    assert top.evidence["restores"] is True, top
+    assert "frozen layer" not in text(r) and "detach" not in text(r), r
+    torch.manual_seed(0)
+    m = CNN()
+    assert not loud(doctor(m, (x.view(-1, 1, 8, 8), y), nn.CrossEntropyLoss(),
+                           torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), **QUICK))
+
+
+def hand_written_bce(z, t):
+    p = torch.sigmoid(z.squeeze(-1))
+    return -(t * torch.log(p) + (1 - t) * torch.log(1 - p)).mean()
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(30, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+
+
+def test_a_hand_written_bce_that_reaches_log_zero_is_found_in_the_loss_code_with_its_line():
+    x, y = cancer()
+    torch.manual_seed(0)
+    m = mlp()
+    r = doctor(m, (x, y), hand_written_bce, torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "nonfinite_forward" and top.evidence["op"] == "torch.log", r
+    assert "torch.log(1 - p)" in top.evidence["line"] and "logits" in top.fix, top
+    assert "lower the learning rate" not in (top.fix or ""), top
+    torch.manual_seed(0)
+    m = mlp()
+    healthy = doctor(m, (x, y.unsqueeze(1)), nn.BCEWithLogitsLoss(), torch.optim.Adam(m.parameters(), lr=1e-2),
+                     **QUICK)
+    assert not loud(healthy), healthy
+    assert "finite for" in dict(healthy.checks)[next(k for k, _ in healthy.checks if k.startswith("training on"))]
+
+
+class TinyViT(nn.Module):
+    """Patches, a class token and a position embedding that start at zero (the usual init), a transformer layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Linear(16, 32)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, 32))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 5, 32))
+        self.block = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):  # (B, 64)
+        p = self.patch(x.view(-1, 4, 16))  # (B, 4, 32)
+        z = torch.cat([self.cls_token.expand(len(x), -1, -1), p], 1) + self.pos_embed
+        return self.head(self.block(z)[:, 0])
+
+
+def test_a_class_token_and_position_embedding_at_zero_are_no_finding():
+    x, y = digits()
+    torch.manual_seed(0)
+    r = doctor(TinyViT(), (x, y), nn.CrossEntropyLoss(), **QUICK)
+    assert not any(f.kind == "zero_init" for f in r.findings), r
+    assert "by design" in dict(r.checks)["weights initialised to a constant"], r.checks
+
+
+def test_tabular_inputs_far_from_unit_scale_are_not_told_to_divide_by_255():
+    d = sklearn.load_breast_cancer()
+    x, y = torch.tensor(d.data[:128], dtype=torch.float32), torch.tensor(d.target[:128])
+    torch.manual_seed(0)
+    r = doctor(nn.Sequential(nn.Linear(30, 32), nn.ReLU(), nn.Linear(32, 2)), (x, y), nn.CrossEntropyLoss(),
+               **QUICK)
+    found = [f for f in r.findings if f.kind in ("unnormalised_inputs", "initial_loss_off")]
+    assert found and all("255" not in x.title + x.code for f in found for x in f.fixes), r
