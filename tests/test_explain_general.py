@@ -42,6 +42,14 @@ def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
     "dimension 3 and train_Y with dimension 2).",
     "RuntimeError: Expected mean and covariance to have the same batch shape, but got torch.Size([8]) and "
     "torch.Size([6])",
+    # a count of dimensions in other words, an equation against a tensor, labels against a prior's mean
+    "RuntimeError: Expected 3D tensor, but got 2D",
+    "ValueError: Expected x to have ndim 3 but got 2",
+    "TensorDimensionError: An explicit output dimension is required. Expected Y with dimension 2 (got Y.dim()=1).",
+    "RuntimeError: einsum(): the number of subscripts in the equation (3) does not match the number of dimensions (2) "
+    "for operand 0 and no ellipsis was given",
+    "RuntimeError: the shapes of the prior mean and the training labels are mismatched.",
+    "AssertionError: input and baseline must have the same shape",
     # two counts of the data that must agree, from a graph library
     "GraphError: Expected number of edge features to match number of edges (len(src)). Got 310 and 312 instead.",
 ])

@@ -124,11 +124,21 @@ ENTRIES: tuple[Entry, ...] = (
         title="A library rejected a tensor's shape",
         summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
-        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match", "to have the same"),
+        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match", "to have the same",
+                  "expected", "matrices", "have the same"),
         patterns=(
             # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
-            r"\b[Ee]xpected (?:[\w ]{1,40} to have )?\d{1,2} (?:dimensions|dims)\b[^\n]{0,40}?\b(?i:got|received|but|instead)\b",
+            # "Expected 3D tensor, but got 2D", "Expected x to have ndim 3 but got 2", "Expected Y with dimension 2 (got
+            # Y.dim()=1)")
+            r"\b[Ee]xpected [^\n]{0,60}?\b(?:\d{1,2} ?(?:dimensions?|dims?)\b|\d-?D\b|(?:dimension|ndim|dim)s? (?:of )?=?"
+            r"\d{1,2}\b)[^\n]{0,60}?\b(?i:got|received|but|instead)\b",
+            # an old matrix product, an equation's subscripts against a tensor's dimensions (numpy's own "could not be
+            # broadcast together" stays unknown: an array of the data's, not a tensor a library checked)
+            r"\bmatrices expected, got \dD\b",
+            r"\bdoes not match the number of dimensions\b",
+            r"\b(?:must|should) have the same (?:shape|size|number of dimensions|length)s?\b",
+            r"\bshapes? of [^\n]{1,80}? (?:are|is) (?:mismatched|incompatible|not compatible)\b",
             r"\b(?i:wrong shape|wrong number of dimensions)\b[^\n]{0,80}?\b(?i:expected|got|received)\b",
             # two tensors that must agree ("Expected X and Y to have the same number of dimensions", "... the same
             # batch shape")
