@@ -336,6 +336,8 @@ _OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|kera
                               re.MULTILINE)
 _SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
 _INDUCTOR = re.compile(r"torchinductor|[/\\]_inductor[/\\]|CppCompileError|InductorError")
+_LOADED_SHAPES = re.compile(r"(?i:checkpoint|state_dict|copying a param|pretrained|\bload)")
+_SHAPE_WORDS = re.compile(r"(?i:shape|dimension|\bdims?\b|\bsize)")
 
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
@@ -565,6 +567,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # a spawned worker rebuilding the parent's objects: multiprocessing_pickle's question
     if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
         return True
+    if slug == "shape_reported" and _LOADED_SHAPES.search(line) or slug == "pattern_invalid" and _SHAPE_WORDS.search(line):
+        return True  # a checkpoint's sizes are the state dict's question; a pattern's line naming a shape, the shape's
     if slug == "extension_build_failed" and _INDUCTOR.search(raw):
         return True  # the compiler failing on torch.compile's generated C++: the compile family, not an install
     if line and _WARNING_LINE.search(line):

@@ -124,8 +124,8 @@ ENTRIES: tuple[Entry, ...] = (
         title="A library rejected a tensor's shape",
         summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
-        keywords=("shape", "dims", "dimensions", "divide", "divisible", "broadcast", "to match", "to have the same",
-                  "expected", "matrices", "have the same"),
+        keywords=("shape", "dim", "divide", "divisible", "broadcast", "to match", "have the same", "matrices",
+                  "expected"),
         patterns=(
             # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
@@ -151,13 +151,11 @@ ENTRIES: tuple[Entry, ...] = (
             # and 196 instead."): one tensor's rows against the other's
             r"\b(?i:expect(?:ed|s)?|must) (?:the )?(?:number|length|size|count)s? of [^\n]{1,80}? to match "
             r"[^\n]{0,120}?\b(?i:got)\b \d{1,12} (?:and|vs\.?|!=) \d{1,12}",
-            # a shape mismatch said in words, on a line that is not a checkpoint's (state_dict answers those)
-            r"^(?![^\n]{0,300}(?i:checkpoint|state_dict|copying a param|pretrained|load))[^\n]{0,300}?"
+            # a shape mismatch said in words (on a checkpoint's line it is the state dict's: _family.contradicted)
             r"(?i:\bshape mismatch\b|\bincompatible shapes\b|\bshapes? (?:do(?:es)? not|don't|doesn't) match\b|"
             r"\bshapes? (?:are|is) not broadcastable\b|\bnot broadcastable\b|\bcannot be broadcast(?:ed)? together\b)",
             # a shape printed next to the complaint ("input of shape torch.Size([2, 3]) but expected ...")
-            r"^(?![^\n]{0,300}(?i:checkpoint|state_dict|copying a param|pretrained|load))[^\n]{0,300}?\b(?i:shape)\b"
-            r"[^\n]{0,40}?(?:torch\.Size\(\[\d[\d, ]{0,60}\]\)|\[\d{1,7}(?:, ?\d{1,7}){1,8}\]|\(\d{1,7}(?:, ?\d{1,7}){1,8}\))"
+            r"\b(?i:shape)\b[^\n]{0,40}?(?:torch\.Size\(\[\d[\d, ]{0,60}\]\)|\[\d{1,7}(?:, ?\d{1,7}){1,8}\]|\(\d{1,7}(?:, ?\d{1,7}){1,8}\))"
             r"[^\n]{0,120}?(?i:\bbut\b|\bexpected\b|\bmust\b|\bshould\b|\bmismatch\b|\bincompatible\b|\binstead\b)",
         ),
         priority=36,  # below every message that names the operation (shape_mismatch, a state_dict's sizes)

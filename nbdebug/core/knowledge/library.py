@@ -403,8 +403,9 @@ ENTRIES += (
                 "ellipsis or parentheses do not follow the library's rules.",
         keywords=("pattern", "expression", "equation"),
         patterns=(
-            r"^(?![^\n]{0,300}(?i:shape|dimension|\bdims?\b|\bsize))[^\n]{0,300}?\b(?i:ellipsis|identifiers?|axis|axes|"
-            r"parenthes[ie]s|brackets?|arrow)\b[^\n]{0,100}?\b(?i:pattern|expression|equation)\b",
+            # (a line that names a shape or size is the shape's question: _family.contradicted)
+            r"\b(?i:ellipsis|identifiers?|axis|axes|parenthes[ie]s|brackets?|arrow)\b[^\n]{0,100}?"
+            r"\b(?i:pattern|expression|equation)\b",
         ),
         priority=35,  # above a value an option refuses (an unknown axis is the pattern's), below a reported shape
         causes=("An identifier on one side of the arrow only, an ellipsis on one side only, an axis used twice or "
