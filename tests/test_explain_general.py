@@ -348,3 +348,16 @@ def test_values_of_a_known_kind_keep_their_answers(text, kind):
     assert d.kind != "option_not_accepted"
     if kind is not None:
         assert d.kind == kind
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: shape mismatch while loading checkpoint weights for layer4.1.conv2",
+    "RuntimeError: Shape mismatch when copying a param from the pretrained model: got [256] expected [512]",
+])
+def test_a_checkpoints_shape_mismatch_is_not_a_shape_a_library_reported(text):
+    assert explain(text).kind != "shape_reported"
+
+
+def test_a_patterns_line_that_names_a_size_is_the_shapes_question():
+    d = explain("EinopsError: axis h of size 7 in pattern cannot be split: shape mismatch")
+    assert d.kind == "shape_reported"
