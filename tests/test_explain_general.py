@@ -361,3 +361,19 @@ def test_a_checkpoints_shape_mismatch_is_not_a_shape_a_library_reported(text):
 def test_a_patterns_line_that_names_a_size_is_the_shapes_question():
     d = explain("EinopsError: axis h of size 7 in pattern cannot be split: shape mismatch")
     assert d.kind == "shape_reported"
+
+
+@pytest.mark.parametrize("text", [
+    # a class attribute a release renamed, and a value tested with `in`: a value of another kind than the code expects
+    "AttributeError: type object 'Resampling' has no attribute 'BICUBICX'",
+    "TypeError: argument of type 'NoneType' is not iterable",
+])
+def test_values_of_another_kind_in_their_other_wordings(text):
+    assert explain(text).kind == "wrong_object_attribute"
+
+
+def test_a_value_refused_in_a_traceback_is_placed_by_the_frame_that_raised():
+    # the code's own check: the line that raised, not a library's option
+    text = _tb(("/home/u/proj/data.py", 40, "get_dataset", 'raise ValueError(f"Unknown dataset {name!r}")'),
+               error="ValueError: Unknown dataset 'cifar100x'")
+    assert explain(text).kind == "user_code_error"

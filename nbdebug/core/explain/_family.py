@@ -1,4 +1,4 @@
-"""Family-level answers from a traceback's structure, and the guards that keep every answer on its family.
+"""Family-level answers from a traceback's structure.
 
 When no category's message matches, the structure can still place an error with certainty: a Python error raised
 in the user's own file is the user's code (``user_code_error``), a library that checked its arguments and raised is
@@ -7,9 +7,7 @@ does not fit (``import_failed``), and a launcher reporting that a worker died of
 (``SIGNAL_KINDS``).  Each rule gives way to ``unknown`` when the text carries another family's evidence (shapes,
 devices, checkpoints, distributed training): a wrong family is worse than none.
 
-The guards drop a message match that the structure contradicts: a match inside a warning printed before an
-unrelated exception, a size mismatch inside an optimizer's own update, a torch attribute missing in a script that
-also runs another framework.
+The guards that drop a message match the structure contradicts (``contradicted``, ``frames_deny``) live in ``_guards``.
 """
 
 from __future__ import annotations
@@ -19,10 +17,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from nbdebug.core._cells import is_cell_file, site_label
+from nbdebug.core.explain._guards import (  # noqa: F401 - contradicted, frames_deny: answered here too
+    _COMPILER_CALL,
+    _LOADING,
+    _LOOKUPS,
+    _OTHER_FRAMEWORK,
+    _SHELL,
+    contradicted,
+    frames_deny,
+)
 from nbdebug.core.explain._installed import distribution_of
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
-from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
+from nbdebug.core.explain._raised_in import unpacks_its_own
+from nbdebug.core.explain._sequence import ignored_exception
 from nbdebug.core.explain._structure import Frame, Structure
 
 __all__ = ["fallback", "signal_kind", "contradicted", "final_class", "frames_deny"]
@@ -36,9 +43,6 @@ _CHECKPOINT_WORDS = re.compile(r"(?i:torch\.load|load_state_dict|state_dict|chec
 _INSTALL_WORDS = re.compile(r"(?i:\binstall(?:ed|ing)?\b|\bpip\b|\bconda\b)")
 # numbers in a list or tuple: sizes or counts of the user's data ("inconsistent numbers of samples: [16, 4]")
 _QUANTITIES = re.compile(r"[\[(]\d{1,12}(?:, ?\d{1,12})+[\])]")
-# frames of a loader reading a checkpoint or a pretrained model's files
-# (a data loader's frame -- pil_loader, default_loader -- reads one sample, not a model's file)
-_LOADING = re.compile(r"(?i:load(?!er)|from_pretrained|state_dict|checkpoint|restore)")
 # libraries that decode data files (images, audio, video, arrays): their errors are about a file's contents
 _DECODERS = frozenset({"PIL", "cv2", "imageio", "soundfile", "librosa", "audioread", "decord", "av", "h5py", "tifffile",
                        "skimage"})
@@ -51,8 +55,6 @@ _FILE_NAMED = re.compile(r"(?:^|[\s'\"(])(?:[A-Za-z]:\\|~?/|\./)[^\s'\"]{1,300}\
 # a library's own notice that a model's files were not found or not all loaded
 _MODEL_FILES = re.compile(r"(?i:no [\w-]{1,40} model found|model not found|weights? of [^\n]{0,200}were not "
                           r"(?:initialized|used)|some weights [^\n]{0,100}were not)")
-# a requirement stated together with the hardware it needs (bf16 on an Ampere GPU): the device, not the version
-_HARDWARE = re.compile(r"(?i:\bgpu\b|ampere|compute capability|\bbf16\b)")
 _DISTRIBUTED_WORDS = re.compile(r"(?i:deepspeed|\bzero[-_ ]?[0-3]?\b|fsdp|fully_shard|megatron|\bnccl\b|"
                                 r"torch\.distributed|world_size|_prepare_deepspeed)")
 # site-packages packages whose errors belong to a family of their own (distributed, XLA, kernels, compilers)
@@ -328,252 +330,3 @@ def signal_kind(facts: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     kept.setdefault("signal_name", SIGNALS[-code][0])
     kept["signal_text"] = f"exit code {code}: {SIGNALS[-code][0]}, {SIGNALS[-code][1]}"
     return SIGNAL_KINDS[-code], kept
-
-
-_WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning: |^\s*warn(?:ings\.warn)?\(|^WARNING\b", re.MULTILINE)
-_OPTIMIZER_STATE = re.compile(r"\bexp_avg(?:_sq)?\b|\bmomentum_buffer\b|\bsquare_avg\b")
-_OTHER_FRAMEWORK = re.compile(r"Using TensorFlow backend|[/\\](?:tensorflow|keras)[/\\]|^import (?:tensorflow|keras)\b",
-                              re.MULTILINE)
-_SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguous"})
-_INDUCTOR = re.compile(r"torchinductor|[/\\]_inductor[/\\]|CppCompileError|InductorError")
-_LOADED_SHAPES = re.compile(r"(?i:checkpoint|state_dict|copying a param|pretrained|\bload)")
-_SHAPE_WORDS = re.compile(r"(?i:shape|dimension|\bdims?\b|\bsize)")
-
-
-# the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
-# own (``trace, _ = torch.jit.trace(...)``: what torch.jit returns in this release, not the user's object)
-_VALUE_SLUGS = frozenset({"wrong_object_attribute", "call_signature"})
-_COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b")
-
-
-# a KeyError from transformers' Auto classes' mapping: the model type, not a dict of the user's
-_AUTO_MAPPING = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py\", line \d+, in __getitem__"
-                           r"\s*\n(?:[^\n]*\n)?\s*KeyError: ")
-
-
-def _library_lookup(raw: str) -> bool:
-    """Whether a bare KeyError / IndexError was raised in a library's own code, below the user's last frame.
-
-    ``KeyError: 0`` raised inside transformers' pipeline indexes the library's own dict (a bug of that release, or a
-    call it does not expect): not a dict of the user's.  The standard library's frames (``os.environ``) count for
-    whoever called them; a user's frame last keeps the user's reading, and a loader's frame (``torch.load`` reading a
-    legacy archive) the file's.
-    """
-    from nbdebug.core.explain._structure import read
-
-    return _raised_by_library(read(raw[-20_000:]))
-
-
-# a library's lookup methods: a key missing there is the key the user's line asked for (``enc['labels']``,
-# ``out['loss']``, ``df['labels']``), whatever the library's code below raised
-_LOOKUPS = frozenset({"__getitem__", "__getattr__", "get"})
-
-
-def _user_lookup(s: Structure) -> bool:
-    """Whether the frame right below the user's last one is a library's ``__getitem__`` / ``__getattr__`` / ``get``
-    (read in the root cause's frames, and in the outer part of a chained one: pandas re-raises from its index)."""
-    for frames in (s.frames, s.outer):
-        last_user = max((i for i, f in enumerate(frames) if f.is_user), default=-1)
-        if 0 <= last_user < len(frames) - 1 and frames[last_user + 1].func.rsplit(".", 1)[-1] in _LOOKUPS:
-            return True
-    return False
-
-
-def _raised_by_library(s: Structure) -> bool:
-    frame = next((f for f in reversed(s.frames) if f.owner != "stdlib"), None)
-    return (frame is not None and not s.cut and s.short_type in ("KeyError", "IndexError")
-            and frame.owner != "user" and not any(_LOADING.search(f.func) for f in s.frames[-4:])
-            and not _user_lookup(s))
-
-
-_UNPICKLING = re.compile(r"(?i:pickl|serializ|load|find_class|restore)")
-
-
-def _not_unpickling(raw: str) -> bool:
-    """Whether a whole traceback shows no frame reading a file: a ``.pt`` named elsewhere is no pickle being read."""
-    from nbdebug.core.explain._structure import read
-
-    s = read(raw[-20_000:])
-    return bool(s.frames) and not s.cut and not any(
-        _UNPICKLING.search(f.path.replace("\\", "/").rsplit("/", 1)[-1]) or _UNPICKLING.search(f.func)
-        or _UNPICKLING.search(f.source) for f in s.frames)
-
-
-def frames_deny(slug: str, error: BaseException) -> bool:
-    """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
-    if slug not in _VALUE_SLUGS | {"missing_key"}:
-        return False
-    from nbdebug.core.explain._raised_in import backward_raised
-    from nbdebug.core.explain._structure import from_exception
-
-    s = from_exception(error)
-    return backward_raised(s, "") is not None or slug == "missing_key" and _raised_by_library(s)
-
-
-def _failing_line(raw: str) -> str:
-    """The source line of the traceback's innermost frame (empty without frames)."""
-    from nbdebug.core.explain._structure import read
-
-    frame = read(raw[-20_000:]).innermost
-    return frame.source if frame is not None else ""
-
-
-_IMPORT_LINE = re.compile(r"(?:from [\w.]{1,200} import|import [\w.]{1,200})\b")
-# the interactive shell's own packages: an error raised there is the shell failing, not the user's code
-_SHELL = frozenset({"IPython", "ipykernel", "jupyter_client"})
-
-
-def _shell_raised(raw: str) -> bool:
-    """Whether the root cause of a traceback was raised inside IPython / ipykernel's own files."""
-    from nbdebug.core.explain._structure import read
-
-    if "IPython" not in raw and "ipykernel" not in raw:
-        return False
-    frame = read(raw[-20_000:]).innermost
-    return frame is not None and frame.owner in _SHELL
-
-
-_MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]{1,200})'")
-_NO_DISTRIBUTION = re.compile(r"(?:No matching distribution found for|satisfies the requirement) (?P<pkg>[\w.-]{1,200})")
-
-
-def _other_package_missing(raw: str) -> bool:
-    """Whether the text's missing module is another package than the one pip found no release of.
-
-    A traceback's ``No module named 'peft'`` followed by pip failing on ``perf``: the pip line is a failed attempt at
-    a fix (a typo, another package), and the missing module is the error to answer.  With the same name, pip's
-    failure is the cause and its answer stands.
-    """
-    missing = _MISSING_MODULE.search(raw)
-    wanted = _NO_DISTRIBUTION.search(raw)
-    if missing is None or wanted is None:
-        return False
-    module = missing.group("module").split(".")[0].lower().replace("_", "-")
-    package = wanted.group("pkg").lower().replace("_", "-")
-    return not (package.startswith(module) or module.startswith(package))
-
-
-# a missing module named like a project's own folder (models.yolo, utils.general, src.data): the project's code off
-# sys.path (or a pickle written inside that project), never a package to pip install
-_PROJECT_NAMES = r"models?|utils?|src|lib|modules|networks?|nets|tools|common|core|dataset|data|configs?|train"
-_PROJECT_MODULE = re.compile(r"(?i:no ?module ?named?) ?'?(?:" + _PROJECT_NAMES + r")(?:\.[\w.]{1,200})?'?(?![\w.])")
-# an attribute missing from such a module, or from the project's settings module: the project's code, not a release
-_PROJECT_ATTRIBUTE = re.compile(r"module '(?:" + _PROJECT_NAMES + r"|cfg|settings|options|args)"
-                                r"(?:\.[\w.]{1,200})?' has no attribute")
-
-
-# a name missing from a module whose file Python names: the project's own module (not under site-packages), or a
-# folder without __init__.py ("unknown location"), lacks it -- the project's code, not a library's release
-_IMPORT_FROM = re.compile(r"cannot import name '?\w{1,200}'? from '(?P<module>[\w.]{1,200})' \((?P<path>[^()\n]{1,500})\)")
-# libraries whose source checkouts (editable installs) live outside site-packages: their releases still differ
-_KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "transformers",
-                              "diffusers", "accelerate", "peft", "timm", "datasets", "huggingface_hub", "ultralytics",
-                              "mmcv", "mmdet", "mmengine", "pytorch_lightning", "lightning", "torchmetrics",
-                              "deepspeed", "xformers", "triton", "detectron2", "allennlp", "fairseq", "sklearn"})
-
-
-def _project_module(line: str) -> bool:
-    from nbdebug.core.explain._structure import owner_of
-
-    m = _IMPORT_FROM.search(line)
-    if m is None or m.group("module").split(".")[0] in _KNOWN_LIBRARIES:
-        return False
-    path = m.group("path").strip()
-    return path == "unknown location" or owner_of(path) == "user"
-
-
-_NAN_WORDS = re.compile(r"(?i:\bnan\b|\binf\b|infinity|non-finite|not finite)")
-
-
-def _later_exception(line: str, raw: str) -> bool:
-    """Whether a log line is followed by a whole traceback ending in an exception whose message is not about it.
-
-    ``loss: nan`` logged before ``RuntimeError: mat1 and mat2 shapes cannot be multiplied``: the exception stopped the
-    run and is the error to answer; a NaN in the log before it is background (a message naming NaN keeps it).
-    """
-    from nbdebug.core.explain._structure import read
-
-    s = read(raw[-20_000:])
-    if not s.exc_type or s.cut or not s.frames or _NAN_WORDS.search(s.message):  # (read() skips warnings' lines)
-        return False
-    return line not in s.message and line[:80] not in raw[s.frames[0].start:]
-
-
-def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
-    """Whether the text's structure contradicts a category matched on ``line``.
-
-    - a match on a warning's line, when the text ends with an exception of another kind that the category's
-      patterns do not match anywhere outside warnings: the warning is background, not the cause;
-    - a size mismatch raised in an optimizer's own update (``exp_avg``): the parameters and their optimizer state
-      disagree (sharded, reloaded from another model), not the shapes of the user's tensors;
-    - a torch attribute missing in a script that also runs TensorFlow / Keras: a name bound to the other framework's
-      module as easily as a version that lacks it;
-    - pip finding no release of a package other than the module the traceback misses (a retyped name);
-    - a missing module named like a project's own folder (``models.yolo``): the project's code, not a package; a
-      name missing from a module whose file is the project's own (or a folder without ``__init__.py``), likewise;
-    - a NaN loss (a checkpoint said missing, a version requirement, no samples found) logged before a whole
-      traceback whose exception is not about it: the exception is the error; the same for a ``PJRT_DEVICE`` setting
-      before a traceback with no torch_xla in it;
-    - an unpacking error in a library's line that unpacks its own method's result: the library's code, not the user's
-      object;
-    - a value of the wrong kind on a line that calls a compiler API (torch.jit, torch.compile, torch.export): what that
-      API returns in the installed release, the compile family's question;
-    - a value of the wrong kind raised in a library's top-level code while it is imported: its import, not a value;
-    - a KeyError raised by transformers' Auto mapping: a model type the installed release does not know; any bare
-      KeyError raised in a library's own frame (the user's last): the library's dict, not the user's;
-    - a module a pickle needs, when the traceback's last line is an ``import`` statement: the code's own import (a
-      package's old layout), not a checkpoint being read (a ``.pt`` named on the command line is no unpickling), nor
-      when a whole traceback shows no frame that loads or unpickles, nor a '__main__' class a spawned worker rebuilds;
-    - a compiler's error in torch.compile's generated code (inductor): the compile family, not an extension's build;
-    - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
-      error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
-    """
-    if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
-        return True
-    if slug in _VALUE_SLUGS | {"missing_key"} and ignored_exception(raw, line):
-        return True  # raised where Python could only ignore it (at exit, in a __del__): no error of the user's values
-    if slug == "native_crash" and exception_before_crash(line, raw):
-        return True  # a Python exception stopped the program, then its native libraries crashed at shutdown
-    if slug == "api_missing" and _OTHER_FRAMEWORK.search(raw):
-        return True
-    if slug == "no_matching_wheel" and _other_package_missing(raw):
-        return True
-    if slug == "package_missing" and _PROJECT_MODULE.search(line):
-        return True
-    if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
-        return True
-    if slug in ("nan_loss", "checkpoint_load_failed", "version_required", "dataset_empty", "cli_usage") and line and _later_exception(
-            line, raw[-20_000:]):
-        return True
-    if slug == "version_required" and _HARDWARE.search(line):
-        return True  # "You need torch>=1.10, using Ampere GPU": the device's question, not the package's
-    if slug == "xla_error" and "PJRT_DEVICE" in line and "torch_xla" not in raw and _later_exception(line, raw[-20_000:]):
-        return True  # an environment variable on a command line, before an error no XLA frame raised
-    if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
-        return True
-    from nbdebug.core.explain._raised_in import raised_in_backward
-
-    if slug in _VALUE_SLUGS | {"missing_key"} and raised_in_backward(raw):
-        return True  # raised in a custom Function's backward that the engine ran: the autograd family's question
-    if slug in _VALUE_SLUGS and library_importing(raw):
-        return True  # a library's module failing in its own top-level code: its import (import_failed), no value
-    if slug == "wrong_object_attribute" and "values to unpack" in line and unpacks_its_own(raw):
-        return True
-    if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
-        return True
-    if slug == "checkpoint_module_missing" and (_IMPORT_LINE.match(_failing_line(raw)) or _not_unpickling(raw)):
-        return True
-    if slug == "checkpoint_module_missing" and "'__main__'" in line and spawned_child(raw):
-        return True  # a spawned worker rebuilding the parent's objects: multiprocessing_pickle's question
-    if slug in _VALUE_SLUGS | {"missing_key"} and _shell_raised(raw):
-        return True
-    if slug == "shape_reported" and _LOADED_SHAPES.search(line) or slug == "pattern_invalid" and _SHAPE_WORDS.search(line):
-        return True  # a checkpoint's sizes are the state dict's question; a pattern's line naming a shape, the shape's
-    if slug == "extension_build_failed" and _INDUCTOR.search(raw):
-        return True  # the compiler failing on torch.compile's generated C++: the compile family, not an install
-    if line and _WARNING_LINE.search(line):
-        exc_type, exc_message = last_exception_line(text)
-        if exc_type and not exc_type.endswith("Warning") and (not exc_message or exc_message[:80] not in line):
-            rest = "\n".join(ln for ln in text.split("\n") if not _WARNING_LINE.search(ln))
-            return not any(p.search(rest) for p in patterns)
-    return False

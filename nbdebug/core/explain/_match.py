@@ -2,7 +2,7 @@
 
 Patterns are compiled once, on first use (most entries never pass their keyword test).  ``choose`` takes the root cause
 among the matches: non-wrappers before wrappers, then the highest ``priority``.  ``_plausible`` drops matches whose
-required context is missing or that the traceback's structure contradicts (``_family.contradicted``).  Once an entry is
+required context is missing or that the traceback's structure contradicts (``_guards.contradicted``).  Once an entry is
 chosen, ``parse_facts`` reads its facts from the text.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbdebug._units import parse_bytes
-from nbdebug.core.explain._family import contradicted
+from nbdebug.core.explain._guards import contradicted
 from nbdebug.core.explain._normalize import last_exception_line, parse_shape
 from nbdebug.core.knowledge import Entry, entries
 from nbdebug.core.knowledge import entry as knowledge_entry

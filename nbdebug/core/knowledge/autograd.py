@@ -151,7 +151,7 @@ ENTRIES: tuple[Entry, ...] = (
             # and 196 instead."): one tensor's rows against the other's
             r"\b(?i:expect(?:ed|s)?|must) (?:the )?(?:number|length|size|count)s? of [^\n]{1,80}? to match "
             r"[^\n]{0,120}?\b(?i:got)\b \d{1,12} (?:and|vs\.?|!=) \d{1,12}",
-            # a shape mismatch said in words (on a checkpoint's line it is the state dict's: _family.contradicted)
+            # a shape mismatch said in words (on a checkpoint's line it is the state dict's: explain._guards)
             r"(?i:\bshape mismatch\b|\bincompatible shapes\b|\bshapes? (?:do(?:es)? not|don't|doesn't) match\b|"
             r"\bshapes? (?:are|is) not broadcastable\b|\bnot broadcastable\b|\bcannot be broadcast(?:ed)? together\b)",
             # a shape printed next to the complaint ("input of shape torch.Size([2, 3]) but expected ...")

@@ -403,7 +403,7 @@ ENTRIES += (
                 "ellipsis or parentheses do not follow the library's rules.",
         keywords=("pattern", "expression", "equation"),
         patterns=(
-            # (a line that names a shape or size is the shape's question: _family.contradicted)
+            # (a line that names a shape or size is the shape's question: explain._guards)
             r"\b(?i:ellipsis|identifiers?|axis|axes|parenthes[ie]s|brackets?|arrow)\b[^\n]{0,100}?"
             r"\b(?i:pattern|expression|equation)\b",
         ),

@@ -81,7 +81,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
                  "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
                  "instead of a tensor, ...)."),
-        keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack",
+        keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack", "is not iterable", "has no attribute",
                   "cannot assign"),
         patterns=(
             r"unsupported operand type\(s\) for",
@@ -89,6 +89,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"'\w{1,80}' object cannot be interpreted as an integer",
             r"object of type '\w{1,80}' has no len\(\)",
             r"'\w{1,80}' object has no attribute '\w+'",
+            # the same on a class (an enum member a release renamed: Image.ANTIALIAS), or a value tested with `in`
+            r"type object '\w{1,80}' has no attribute '\w+'",
+            r"argument of type '\w{1,80}' is not iterable",
                   r"'\w{1,80}' object is not (?:iterable|subscriptable|callable)",
                   r"(?:too many|not enough) values to unpack \(expected \d+",
                   # nn.Module refusing a value of another kind for a registered sub-module or parameter (a class
