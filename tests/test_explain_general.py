@@ -59,6 +59,14 @@ def test_a_shape_any_library_reports_is_a_shape_answer(text):
     assert "shape" in d.first_step
 
 
+def test_a_size_that_does_not_divide_is_named_with_its_numbers():
+    d = explain('einops.EinopsError:  Error while processing rearrange-reduction pattern "b c (h p) w -> b c h p w".\n'
+                " Input tensor shape: torch.Size([2, 3, 30, 32]). Additional info: {'p': 4}.\n"
+                " Shape mismatch, can't divide axis of length 30 in chunks of 4")
+    assert d.evidence["reported_shape"] == "torch.Size([2, 3, 30, 32])"
+    assert "An axis of length 30 does not split into parts of 4." in d.summary
+
+
 def test_a_shape_reported_after_the_launcher_line_is_the_answer_not_the_launcher():
     text = ('einops.EinopsError:  Error while processing rearrange-reduction pattern "b n (a t) -> b n a t".\n'
             " Input tensor shape: torch.Size([32, 4000]). Additional info: {'t': 400}.\n"

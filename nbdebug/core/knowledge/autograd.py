@@ -123,7 +123,8 @@ ENTRIES: tuple[Entry, ...] = (
         slug="shape_reported",
         title="A library rejected a tensor's shape",
         summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
-                 "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."),
+                 "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."
+                 "[[ An axis of length {axis_length} does not split into parts of {part_length}.]]"),
         keywords=("shape", "dim", "divide", "divisible", "broadcast", "to match", "have the same", "matrices",
                   "expected"),
         patterns=(
@@ -160,7 +161,9 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         priority=36,  # below every message that names the operation (shape_mismatch, a state_dict's sizes)
         facts=((r"(?i:shape)\b[:=]? ?(?P<reported_shape>torch\.Size\(\[\d[\d, ]{0,60}\]\)|\[\d{1,7}(?:, ?\d{1,7}){0,8}\])",
-                {"reported_shape": "str"}),),
+                {"reported_shape": "str"}),
+               (r"axis of length (?P<axis_length>\d{1,12}) in chunks of (?P<part_length>\d{1,12})",
+                {"axis_length": "int", "part_length": "int"})),
         extra={"family": "shape"},
         causes=(
             "The tensor has a dimension more or fewer than the operation expects: no batch dimension, a batch of "
