@@ -385,3 +385,14 @@ def test_a_value_refused_in_a_traceback_is_placed_by_the_frame_that_raised():
     text = _tb(("/home/u/proj/data.py", 40, "get_dataset", 'raise ValueError(f"Unknown dataset {name!r}")'),
                error="ValueError: Unknown dataset 'cifar100x'")
     assert explain(text).kind == "user_code_error"
+
+
+def test_a_live_file_saved_by_another_release_shows_the_installed_versions():
+    def load(path):
+        raise RuntimeError(f"{path} was saved with a newer version of the library and cannot be read")
+
+    with pytest.raises(RuntimeError) as info:
+        load("index.bin")
+    d = explain(info.value)
+    assert d.kind == "checkpoint_other_release"
+    assert any(k == "Installed" and "torch" in v for k, v in d.live.facts)

@@ -27,7 +27,7 @@ __all__ = ["Checked", "live_checks", "installed_versions", "version_conflicts", 
 
 ENV_SLUGS = frozenset({"numpy_abi", "native_library_missing", "undefined_symbol", "api_missing", "version_mismatch",
                        "native_crash", "cuda_unavailable", "package_missing", "extension_build_failed",
-                       "version_required", "libraries_disagree"})
+                       "version_required", "libraries_disagree", "torch_too_old", "checkpoint_other_release"})
 MEMORY_SLUGS = frozenset({"host_oom", "dataloader_worker"})
 CHECKPOINT_SLUGS = frozenset({"checkpoint_corrupt", "checkpoint_load_failed", "checkpoint_module_missing",
                               "weights_only_unpickling", "deserialize_cuda", "state_dict_keys",
