@@ -210,7 +210,11 @@ def frozen_parameters(s: Session) -> None:
     covered = {n for n in frozen_names if any(n.startswith(g + ".") for g in groups)}
     where = [s.label(g) for g in groups] + sorted(frozen_names - covered)
     trainable = [n for n, p in named if p.requires_grad]
-    heads = sorted({n.rsplit(".", 1)[0] if "." in n else n for n in trainable})
+    # a trainable parameter is named by its module, unless that module holds frozen ones too (LoRA's A and B beside
+    # a frozen base layer): then by its own name
+    owner = {n: n.rsplit(".", 1)[0] if "." in n else n for n in trainable}
+    mixed = {o for o in owner.values() if any(f.startswith(o + ".") for f in frozen_names)}
+    heads = sorted({n if owner[n] in mixed else owner[n] for n in trainable})
     from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 
     intended = all(is_frozen_on_purpose(s, n) for n, _ in frozen)
@@ -452,7 +456,7 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
     if first is not None and first[1].grad is not None and distinct_x:
         g = grad_values(first[1].grad)
         others = [grad_values(p.grad) for nm, p in work.named_parameters() if p.grad is not None and nm != first[0]]
-        if not bool(g.any()) and any(bool(o.any()) for o in others):
+        if not bool(g.any()) and any(bool(o.any()) for o in others) and not _gradient_after_a_step(s, first[0]):
             mod = first[0].rsplit(".", 1)[0] if "." in first[0] else ""
             s.add("ignores_input", f"the gradient reaching the first layer's weights ({first[0]}) is exactly "
                   "zero while later layers get gradients: its input carries no signal (zeroed, constant "
@@ -460,6 +464,27 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
             s.check("output depends on the input", "no: zero gradient at the first layer")
             return
     s.check("output depends on the input", "yes")
+
+
+def _gradient_after_a_step(s: Session, name: str) -> bool:
+    """Whether ``name`` gets a gradient once a fresh copy has taken one step: a zero matrix after it (LoRA's B,
+    which starts at zero by design) passes it no gradient at init only, while an input that carries no signal
+    leaves it at zero for good."""
+    from nbdebug.core.doctor._train_checks import one_step
+
+    try:
+        work, opt = s.fresh()
+        one_step(s, work, opt, s.loss.inputs)
+        opt.zero_grad(set_to_none=True)
+        _, loss = s.loss.loss(work, s.loss.inputs)
+        loss.backward()
+        g = dict(work.named_parameters())[name].grad
+    except Exception:  # noqa: BLE001 - no second look: the observation at init stands
+        return False
+    s.check("first layer's gradient after one step", "non-zero: zero at init only (a zero matrix after it, such as "
+            "LoRA's B, passes no gradient until its first update)" if g is not None and bool(grad_values(g).any())
+            else "still zero")
+    return g is not None and bool(grad_values(g).any())
 
 
 def _same_without_dropout(s: Session, work: Any, by: int, n: int) -> bool:

@@ -448,7 +448,9 @@ def zero_input_baseline(s: Session) -> None:
     # behind BatchNorm) without learning anything
     zero_gap = s.baseline_losses[0] - zero
     margin = threshold("zero_input_margin")
-    if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap:
+    # and the real input must not end well under the zero input's loss: a regression's loss falls mostly by learning
+    # the targets' mean, which a zero input learns too, and what the input adds is the rest (tiny inputs add slowly)
+    if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap and zero - real <= margin * abs(zero):
         how = "as low as" if zero <= real else f"{share:.0%} of the way to"
         s.add("ignores_input", f"with all inputs zeroed the model's loss goes from {init:.4g} to {zero:.4g}, "
               f"{how} the {real:.4g} it reaches with the real inputs: it learns the target statistics, not "
