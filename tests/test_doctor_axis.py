@@ -175,3 +175,35 @@ def test_tabular_inputs_far_from_unit_scale_are_not_told_to_divide_by_255():
                **QUICK)
     found = [f for f in r.findings if f.kind in ("unnormalised_inputs", "initial_loss_off")]
     assert found and all("255" not in x.title + x.code for f in found for x in f.fixes), r
+
+
+class LoRA(nn.Module):
+    """A frozen base layer with a low-rank update: A random and small, B at zero (the usual LoRA init)."""
+
+    def __init__(self, base, r=4):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.A = nn.Parameter(torch.randn(r, base.in_features) * 0.01)
+        self.B = nn.Parameter(torch.zeros(base.out_features, r))
+
+    def forward(self, x):
+        return self.base(x) + x @ self.A.t() @ self.B.t()
+
+
+def test_a_lora_fine_tune_with_b_at_zero_is_healthy_and_names_what_trains():
+    x, y = digits()
+    torch.manual_seed(0)
+    m = nn.Sequential(LoRA(nn.Linear(64, 128)), nn.ReLU(), LoRA(nn.Linear(128, 10)))
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), opt, frozen=True, **QUICK)
+    assert not loud(r), r  # A's gradient is zero at init only, behind B = 0
+    assert "only 0.A, 0.B, 2.A, 2.B will train" in next(f.message for f in r.findings if f.kind == "frozen_parameters")
+
+
+def test_tiny_regression_inputs_are_not_said_to_be_ignored():
+    d = sklearn.load_diabetes()  # features of scale 0.05, targets 25..346
+    x, y = torch.tensor(d.data[:128], dtype=torch.float32), torch.tensor(d.target[:128], dtype=torch.float32)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 1))
+    r = doctor(m, (x, y.unsqueeze(1)), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    assert not any(f.kind == "ignores_input" for f in r.findings), r
