@@ -43,7 +43,7 @@ ISSUE_23 = {e.slug for e in TABLE if e.domain in ("env", "crash", "usercode", "l
 # categories of a round in which tests/data was not the explainer's to change: tests/test_explain_general.py holds
 # hand-written texts for each, and real texts for this corpus are the lead's to add
 NO_CORPUS_YET = {"shape_reported", "program_missing", "workflow_invalid", "torch_too_old", "checkpoint_other_release",
-                 "option_not_accepted", "pattern_invalid"}
+                 "option_not_accepted", "pattern_invalid", "not_a_tensor"}
 
 
 # the family-level categories that a traceback's structure places (no message names them)
@@ -99,7 +99,7 @@ def test_slugs_are_the_issue_contract():
         "process_group_missing", "torch_unbuilt", "store_unreachable", "version_required",
         "dataset_empty", "checkpoint_load_failed", "relative_import_script",
         # issue 23, the seventh sample's round: a shape any library reports, a program off PATH, an old torch
-        "shape_reported", "program_missing", "torch_too_old", "checkpoint_other_release",
+        "shape_reported", "program_missing", "torch_too_old", "checkpoint_other_release", "not_a_tensor",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

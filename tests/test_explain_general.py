@@ -396,3 +396,28 @@ def test_a_live_file_saved_by_another_release_shows_the_installed_versions():
     d = explain(info.value)
     assert d.kind == "checkpoint_other_release"
     assert any(k == "Installed" and "torch" in v for k, v in d.live.facts)
+
+
+@pytest.mark.parametrize(("text", "got"), [
+    ("TypeError: linear(): argument 'input' (position 1) must be Tensor, not tuple", "tuple"),
+    ("TypeError: expected Tensor as element 1 in argument 0, but got list", "list"),
+    ("TypeError: Input must be a torch.Tensor, got numpy.ndarray", "numpy.ndarray"),
+    ("AssertionError: Given input is not a torch.Tensor", None),
+    ("TypeError: conv2d() received an invalid combination of arguments - got (list, Parameter, Parameter, tuple, "
+     "tuple, tuple, int), but expected one of: ...", None),
+])
+def test_a_value_that_is_not_a_tensor_names_what_it_is(text, got):
+    d = explain(text)
+    assert d.kind == "not_a_tensor"
+    assert d.evidence.get("got") == got
+
+
+def test_a_live_tuple_passed_to_a_layer():
+    import torch
+
+    out = (torch.zeros(2, 4), None)  # a model's output, passed on whole
+    with pytest.raises(TypeError) as info:
+        torch.nn.Linear(4, 2)(out)
+    d = explain(info.value)
+    assert d.kind == "not_a_tensor"
+    assert d.evidence["got"] == "tuple"

@@ -214,3 +214,42 @@ ENTRIES += (
                  "https://docs.python.org/3/using/cmdline.html#cmdoption-m"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # torch's argument parser, its tensor-list checks, and any library's own check that an input is a tensor: the
+        # value is a tuple (a model's output), a list, an array or None where one tensor is expected
+        slug="not_a_tensor",
+        title="A value that is not a tensor was given where a tensor is expected",
+        summary=("An operation or a library expected a tensor and got another kind of value[[ ({got})]]: a tuple "
+                 "(a model's output, a batch of several fields), a list, a NumPy array or None."),
+        keywords=("must be tensor", "expected tensor as element", "be a torch.tensor", "be torch.tensor",
+                  "not a torch.tensor", "not torch.tensor", "not a tensor", "not tensor", "be a tensor", "be tensor",
+                  "invalid combination of arguments"),
+        patterns=(
+            r"\bargument '\w+' \(position \d+\) must be Tensor, not (?P<got>[\w.]+)",
+            r"\bexpected Tensor as element \d+ in argument \d+, but got [\w.]+",
+            r"\b(?i:input|inputs|x|value|argument|tensor)\w{0,20} (?:must|should) be (?:a )?(?:torch\.)?Tensor\b",
+            r"\b(?i:input|inputs|x|value|argument)\w{0,20} is not (?:a )?(?:torch\.)?Tensor\b",
+            r"\b(?i:inputs?|x|value) (?:must|should) be a tensor or a (?:tuple|list) of tensors\b",
+            # torch's old parser, when the first argument given is no tensor at all
+            r"received an invalid combination of arguments - got \((?:list|tuple|NoneType|numpy\.ndarray|str|dict)\b",
+        ),
+        priority=38,
+        facts=((r"must be Tensor, not (?P<got>[\w.]+)", {"got": "str"}),
+               (r"as element \d+ in argument \d+, but got (?P<got>[\w.]+)", {"got": "str"}),
+               (r"must be a (?:torch\.)?Tensor,? (?:but )?got (?P<got>[\w.]+)", {"got": "str"})),
+        extra={"family": "user_code_python,library_api_misuse"},
+        causes=("A model's output (a tuple, a ModelOutput) passed on whole instead of the tensor in it.",
+                "A list of tensors or a NumPy array where one tensor is expected (a batch not collated or stacked).",
+                "A function that returned None, or a batch of several fields passed as one."),
+        fixes=(Fix("See what the value is, then take the tensor out of it",
+                   "print(type(x))\nx = out[0]            # a tuple output\nx = out.logits        # a ModelOutput\n"
+                   "x = torch.stack(xs)    # a list of equal-shaped tensors\nx = torch.as_tensor(a)  # a NumPy array"),),
+        first_step="Print type() of the value passed at the failing call (the live panel shows it) and pass the tensor "
+        "it holds: index a tuple or model output, stack a list, convert an array with torch.as_tensor, or fix the "
+        "function that returned None.",
+        sources=("https://pytorch.org/docs/stable/tensors.html",
+                 "https://huggingface.co/docs/transformers/main_classes/output"),
+    ),
+)
