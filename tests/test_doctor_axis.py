@@ -207,3 +207,37 @@ def test_tiny_regression_inputs_are_not_said_to_be_ignored():
     m = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 1))
     r = doctor(m, (x, y.unsqueeze(1)), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
     assert not any(f.kind == "ignores_input" for f in r.findings), r
+
+
+class Ratings(nn.Module):
+    """A hand-written recommender: user and item ids either looked up in embeddings or cast to float (the bug)."""
+
+    def __init__(self, as_numbers=False, users=50, items=40, dim=16):
+        super().__init__()
+        self.as_numbers = as_numbers
+        if as_numbers:
+            self.user, self.item = nn.Linear(1, dim), nn.Linear(1, dim)
+        else:
+            self.user, self.item = nn.Embedding(users, dim), nn.Embedding(items, dim)
+        self.mlp = nn.Sequential(nn.Linear(2 * dim, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, user, item):
+        if self.as_numbers:
+            u, i = self.user(user.float()[:, None]), self.item(item.to(torch.float32)[:, None])
+        else:
+            u, i = self.user(user), self.item(item)
+        return self.mlp(torch.cat([u, i], 1)).squeeze(1)
+
+
+def test_ids_cast_to_float_are_named_with_their_line_and_an_embedding_as_the_fix():
+    g = torch.Generator().manual_seed(0)
+    user, item = torch.randint(0, 50, (256,), generator=g), torch.randint(0, 40, (256,), generator=g)
+    y = ((user % 3 == 0) ^ (item % 4 == 0)).float()
+    torch.manual_seed(0)
+    r = doctor(Ratings(as_numbers=True), ((user, item), y), nn.BCEWithLogitsLoss(), **QUICK)
+    f = next(f for f in r.findings if f.kind == "ids_as_numbers")
+    assert f.severity == "warning" and "Embedding" in f.fix and "user.float()" in f.evidence["site"], f
+    torch.manual_seed(0)
+    healthy = doctor(Ratings(), ((user, item), y), nn.BCEWithLogitsLoss(), **QUICK)
+    assert not any(f.kind == "ids_as_numbers" for f in healthy.findings), healthy
+    assert "looked up" in dict(healthy.checks)["integer ids cast to numbers in the forward"]

@@ -17,6 +17,7 @@ from nbdebug.core._findings import Fix
 from nbdebug.core.doctor import _constant_init as constant
 from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
+from nbdebug.core.doctor import _ids as ids
 from nbdebug.core.doctor import _init_checks as init
 from nbdebug.core.doctor import _init_scale as init_scale
 from nbdebug.core.doctor import _late_nonfinite as late
@@ -39,7 +40,7 @@ __all__ = ["doctor"]
 # findings whose presence explains a failure to overfit or a bad initial loss
 _ROOT_CAUSES = ("label_out_of_range", "loss_below_minimum", "optimizer_coverage", "loss_broadcast",
                 "probabilities_to_loss", "activation_on_logits", "no_gradient", "ignores_input", "frozen_parameters",
-                "unnormalised_inputs", "dead_activations", "mixes_batch")
+                "unnormalised_inputs", "dead_activations", "mixes_batch", "ids_as_numbers")
 # findings that such a cause explains
 _CONSEQUENCES = ("cannot_overfit", "initial_loss_off", "vanishing_gradients")
 
@@ -238,6 +239,7 @@ def _run(s: Session) -> None:
     _safe(s, "gradients", init.gradients, s, work)
     _safe(s, "output depends on the input", init.input_dependence, s, logits_of(out) if out is not None else y, work)
     _safe(s, mixing.CHECK, mixing.mixes_batch, s, work)
+    _safe(s, ids.CHECK, ids.ids_as_numbers, s)
     _safe(s, "ReLU units silent on the whole batch at init", training.dead_activations, s, dead_probe, "at init")
     # overfit one batch
     s.losses = training.train(s, work, opt, s.loss.inputs, monitor=True, deadline=s.deadline(0.4),

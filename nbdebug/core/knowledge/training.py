@@ -536,6 +536,17 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="ids_as_numbers",
+        title="Ids fed to the model as numbers",
+        severity=Severity.WARNING,
+        fixes=(Fix("look the ids up in an nn.Embedding (one per id field) instead of casting them to float",
+                   "self.user = nn.Embedding(num_users, dim)  # then self.user(user_ids), not a Linear on "
+                   "user_ids.float()"),
+               Fix("or one-hot encode a field with few distinct values", "F.one_hot(ids, num_classes).float()")),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
         slug="nonfinite_loss_code",
         title="A loss that takes the log of a probability",
         severity=Severity.ERROR,
