@@ -241,3 +241,12 @@ def test_ids_cast_to_float_are_named_with_their_line_and_an_embedding_as_the_fix
     healthy = doctor(Ratings(), ((user, item), y), nn.BCEWithLogitsLoss(), **QUICK)
     assert not any(f.kind == "ids_as_numbers" for f in healthy.findings), healthy
     assert "looked up" in dict(healthy.checks)["integer ids cast to numbers in the forward"]
+
+
+def test_weights_initialised_far_too_large_are_named_for_the_loss_at_init_and_measured_reset():
+    x, y = digits()
+    torch.manual_seed(0)
+    r = doctor(CNN(std=1.0), (x.view(-1, 1, 8, 8), y), nn.CrossEntropyLoss(), **QUICK)
+    f = next(f for f in r.findings if f.kind == "initial_loss_off")
+    assert f.severity == "warning" and "initialise the layers" in f.fix, f
+    assert abs(f.evidence["reinitialised"] - 2.303) < 0.5 < f.evidence["initial"] - 2.303, f

@@ -17,7 +17,7 @@ from typing import Any
 from nbdebug.core.doctor._session import Session, fixes_for
 from nbdebug.core.knowledge import threshold
 
-__all__ = ["init_scale", "candidates"]
+__all__ = ["init_scale", "candidates", "large_start"]
 
 CHECK = "weight scale at init (the output's spread over the samples / the input's)"
 
@@ -61,8 +61,9 @@ def init_scale(s: Session) -> None:
         s.check(CHECK, "skipped: no layer input varies over the samples")
         return
     gain = seen[-1][2] / seen[0][1]
-    small = [(n, float(m.weight.detach().float().std()) / _default_std(m.weight)) for n, m in layers]
-    small = [(n, r) for n, r in small if r < threshold("init_small_rel")]
+    scale = [(n, float(m.weight.detach().float().std()) / _default_std(m.weight)) for n, m in layers]
+    small = [(n, r) for n, r in scale if r < threshold("init_small_rel")]
+    s.init_large = [(n, r) for n, r in scale if r > threshold("init_large_rel")]
     s.check(CHECK, f"{gain:.3g}; {len(small)} of {len(layers)} layers under "
             f"{threshold('init_small_rel'):g} of the default scale")
     if gain >= threshold("init_gain_min") or len(small) < 2:
@@ -96,3 +97,23 @@ def candidates(s: Any) -> list[tuple[str, str, Any, str]]:
 
     return [("vanishing_gradients", f"the {len(names)} layers re-initialised with PyTorch's default init",
              make, fixes_for("init_too_small")[0].code)]
+
+
+def large_start(s: Session) -> tuple[list[tuple[str, float]], float] | None:
+    """The layers that start far above PyTorch's default scale, and the loss at init of a copy with them
+    re-initialised (``reset_parameters``); None when there are none or the copy cannot be measured."""
+    import torch
+
+    if len(s.init_large) < 2:
+        return None
+    try:
+        work, _ = s.fresh()
+        with torch.no_grad():
+            for n, _ in s.init_large:
+                work.get_submodule(n).reset_parameters()
+            with torch.random.fork_rng(devices=[]):
+                _, loss = s.loss.loss(work, s.loss.inputs)
+        value = float(loss.detach().float())
+    except Exception:  # noqa: BLE001 - no experiment: the observation stands alone
+        return None
+    return (s.init_large, value) if math.isfinite(value) else None

@@ -90,6 +90,7 @@ class Session:
         self.broadcast: tuple[Any, Any] | None = None  # (output shape, target shape) an element-wise loss broadcasts
         self.loss_in: Any = None  # the torch loss call the probe step saw make the loss (a LossCall), or None
         self.experiments: list[Any] = []  # the Experiments run, best first
+        self.init_large: list[tuple[str, float]] = []  # layers far above it: (name, share of its scale)
         self.init_small: list[str] = []  # layers whose weights start far under the default init's scale
         self.batch_axis: Any = None  # (samples, Suspect): the call that mixes the batch (its fix ends the mixing)
         self.not_causes: set[str] = set()  # kinds whose fix was tried on a copy and did not move the result

@@ -569,6 +569,18 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="init_too_large",
+        title="Weights initialised far too large",
+        severity=Severity.WARNING,
+        fixes=(Fix("initialise the layers at a variance-preserving scale: PyTorch's default init (or a config's "
+                   "initializer_range at its usual 0.02)",
+                   "for m in model.modules():\n    if isinstance(m, (nn.Linear, nn.Conv2d)): m.reset_parameters()"),
+               Fix("initialise the last layer small and its bias to 0",
+                   "torch.nn.init.zeros_(model.head.bias); model.head.weight.data.mul_(0.01)")),
+        sources=(CS231N_INIT, KARPATHY),
+        contexts=(),
+    ),
+    Entry(
         slug="batch_axis_softmax",
         title="A softmax taken over the batch's samples",
         severity=Severity.ERROR,
@@ -619,6 +631,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "layer's output has lost the signal at init", PASCANU),
     Threshold("init_small_rel", 0.03, "share of the std of PyTorch's default init for a layer's fan-in under which "
               "a Linear/conv layer's weights start too small", CS231N_INIT),
+    Threshold("init_large_rel", 5.0, "multiple of the std of PyTorch's default init for a layer's fan-in over which "
+              "a Linear/conv layer's weights start too large", CS231N_INIT),
     Threshold("init_gain_min", 1e-3, "the output's spread over the samples against the input's at init under which "
               "layers that start too small have lost the signal", CS231N_INIT),
     Threshold("vanish_depth_correlation", 0.6,
