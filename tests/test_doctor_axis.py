@@ -250,3 +250,21 @@ def test_weights_initialised_far_too_large_are_named_for_the_loss_at_init_and_me
     f = next(f for f in r.findings if f.kind == "initial_loss_off")
     assert f.severity == "warning" and "initialise the layers" in f.fix, f
     assert abs(f.evidence["reinitialised"] - 2.303) < 0.5 < f.evidence["initial"] - 2.303, f
+
+
+def test_a_regression_fitted_mostly_by_its_targets_mean_is_no_leak_while_a_target_column_is():
+    d = sklearn.load_diabetes()
+    x, y = torch.tensor(d.data[:128], dtype=torch.float32), torch.tensor(d.target[:128], dtype=torch.float32)
+    x = (x - x.mean(0)) / x.std(0)
+    y = 3.0 + 0.3 * (y - y.mean()) / y.std()  # targets around 3 with a small spread: the mean is most of the fit
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+    r = doctor(m, (x, y.unsqueeze(1)), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=3e-3), **QUICK)
+    assert not any(f.kind == "fits_too_easily" for f in r.findings), r
+    y = (y - y.mean()) / y.std()  # targets around 0: fitting them is not learning a mean
+    leak = torch.cat([x, y.unsqueeze(1)], 1)  # the target left in the features
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(11, 32), nn.ReLU(), nn.Linear(32, 1))
+    r = doctor(m, (leak, y.unsqueeze(1)), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=3e-3), **QUICK)
+    said = dict(r.checks).get("loss with targets shuffled against inputs", "")
+    assert said and "no verdict" not in said and "skipped" not in said, r.checks  # a real fit gets its verdict

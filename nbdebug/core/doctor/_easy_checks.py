@@ -290,6 +290,12 @@ def shuffled_targets(s: Session, work: Any) -> None:
         out = s.loss.forward(work, s.loss.inputs)
         shuffled = float(s.loss.loss_fn(out, t[perm]))
         own = float(s.loss.loss_fn(out, t))
+    mean = _mean_predictor_loss(s, out, t)
+    if mean is not None and own > 0.5 * mean:
+        # a regression fitted mostly by learning the targets' mean: that fit does not depend on the pairing anyway
+        s.check("loss with targets shuffled against inputs", f"{shuffled:.4g} (with their own targets {own:.4g}); "
+                f"no verdict: predicting the targets' mean gives {mean:.4g}, so the fit is mostly that mean")
+        return
     s.check("loss with targets shuffled against inputs", f"{shuffled:.4g} (with their own targets {own:.4g})")
     floor = s.label_floor()
     ref = min(abs(init), floor) if floor is not None else abs(init)  # an inflated start is no yardstick
@@ -305,3 +311,19 @@ def shuffled_targets(s: Session, work: Any) -> None:
               f"shuffled against the inputs: it does not depend on which target goes with which input, so {why}",
               ["loss"], evidence={"loss": own, "shuffled": shuffled},
               fixes=(fixes[first], *(f for i, f in enumerate(fixes) if i != first)))
+
+
+def _mean_predictor_loss(s: Session, out: Any, t: Any) -> float | None:
+    """A regression's loss when every sample is predicted as the targets' mean (what no input is needed for); None
+    for other tasks or an output the loss cannot take so."""
+    import torch
+
+    y = out if isinstance(out, torch.Tensor) else None
+    if s.task != "regression" or y is None or not t.is_floating_point() or not y.is_floating_point():
+        return None
+    try:
+        with torch.no_grad():
+            value = float(s.loss.loss_fn(torch.full_like(y, float(t.float().mean())), t))
+    except Exception:  # noqa: BLE001 - no reference: the check goes on without it
+        return None
+    return value if math.isfinite(value) else None
