@@ -49,7 +49,7 @@ NO_CORPUS_YET = {"shape_reported", "program_missing", "workflow_invalid", "torch
 # the family-level categories that a traceback's structure places (no message names them)
 PLACED = {"user_code_error", "library_raised", "import_failed", "bus_error", "checkpoint_load_failed",
           "libraries_disagree", "collate_failed", "distributed_call_failed", "backward_function_raised",
-          "program_missing"}
+          "program_missing", "loop_items_unpack", "script_choice_missing"}
 
 
 def test_corpus_is_big_enough():
@@ -100,6 +100,8 @@ def test_slugs_are_the_issue_contract():
         "dataset_empty", "checkpoint_load_failed", "relative_import_script",
         # issue 23, the seventh sample's round: a shape any library reports, a program off PATH, an old torch
         "shape_reported", "program_missing", "torch_too_old", "checkpoint_other_release", "not_a_tensor",
+        # issue 23, the eighth sample's round: an option the shell ran as a command
+        "shell_argument_run",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

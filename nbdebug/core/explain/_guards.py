@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
-from nbdebug.core.explain._structure import Structure
+from nbdebug.core.explain._source_line import loop_unpacks, native_alloc_at_import, option_lookup
+from nbdebug.core.explain._structure import Structure, read
 
 __all__ = ["contradicted", "frames_deny"]
 
@@ -32,6 +33,13 @@ _SHAPE_SLUGS = frozenset({"shape_mismatch", "loss_broadcast", "view_non_contiguo
 _INDUCTOR = re.compile(r"torchinductor|[/\\]_inductor[/\\]|CppCompileError|InductorError")
 _LOADED_SHAPES = re.compile(r"(?i:checkpoint|state_dict|copying a param|pretrained|\bload)")
 _SHAPE_WORDS = re.compile(r"(?i:shape|dimension|\bdims?\b|\bsize)")
+# a word the shell ran as a command that is an option or a name=value setting (shell_argument_run's reading)
+_ARGUMENT_RUN = re.compile(r"(?:^|: )(?:-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
+                           r": ?(?:command )?not found|command not found: (?:-{1,2}[A-Za-z]|[A-Za-z_][\w.]{0,80}=)")
+
+
+def _on_loop(raw: str) -> bool:
+    return "for " in raw and loop_unpacks(read(raw[-20_000:])) is not None
 
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
@@ -103,6 +111,8 @@ def frames_deny(slug: str, error: BaseException) -> bool:
     s = from_exception(error)
     if slug == "option_not_accepted":
         return bool(s.frames)  # the frame that raised says whose check it was (the code's own, or a library's)
+    if slug == "wrong_object_attribute" and loop_unpacks(s) is not None or slug == "missing_key" and option_lookup(s):
+        return True  # the for line's items, a command-line option's value: placed by their own rules
     return backward_raised(s, "") is not None or slug == "missing_key" and _raised_by_library(s)
 
 
@@ -261,8 +271,14 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # raised in a custom Function's backward that the engine ran: the autograd family's question
     if slug in _VALUE_SLUGS and library_importing(raw):
         return True  # a library's module failing in its own top-level code: its import (import_failed), no value
-    if slug == "wrong_object_attribute" and "values to unpack" in line and unpacks_its_own(raw):
-        return True
+    if slug == "wrong_object_attribute" and "values to unpack" in line and (unpacks_its_own(raw) or _on_loop(raw)):
+        return True  # a library unpacking its own result; a for line unpacking the items it iterates (loop_items_unpack)
+    if slug == "missing_key" and "[" in raw and option_lookup(read(raw[-20_000:])) is not None:
+        return True  # a script's table looked up by a command-line option's value (script_choice_missing)
+    if slug == "host_oom" and native_alloc_at_import(raw):
+        return True  # no size, raised importing a library or calling torch.ops: an extension built for another torch
+    if slug == "package_missing" and _ARGUMENT_RUN.search(line):
+        return True  # an option or a name=value the shell ran as a command: a broken line continuation
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
         return True
     if slug == "checkpoint_module_missing" and (_IMPORT_LINE.match(_failing_line(raw)) or _not_unpickling(raw)):

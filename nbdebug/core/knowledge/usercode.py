@@ -253,3 +253,78 @@ ENTRIES += (
                  "https://huggingface.co/docs/transformers/main_classes/output"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # bash / zsh / dash running an option or an assignment as a command: the line before it in the script ended
+        # without its continuation backslash (or with a space after it), so the launcher never got the arguments
+        slug="shell_argument_run",
+        title="A shell script ran one of its arguments as a command (a broken line continuation)",
+        summary=("The shell tried to run[[ '{word}']] as a program, but it is an argument (an option or a "
+                 "name=value setting) of the command on the line before: that line does not end with a bare "
+                 "backslash, so the command ended there and its arguments became a command of their own."),
+        keywords=("command not found", ": not found", ":not found"),
+        patterns=(
+            # bash: "train.sh: line 15: data.max_length=2048: command not found"; "--lr: command not found"
+            r"(?:^|: )(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
+            r": command not found",
+            # zsh names the word after the message; dash (/bin/sh) as "sh: 15: --lr: not found"
+            r"\bcommand not found: (?P<zword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_][\w.]{0,80}=\S{0,200})",
+            r"\bsh: ?\d{1,6}: ?(?P<dword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200}): ?not found",
+        ),
+        # below package_missing: a Python error printed before it (the command above failing) keeps its own answer;
+        # package_missing gives way on this line (explain._guards)
+        priority=43,
+        facts=((r"(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
+                r"(?=: command not found|: ?not found)", {"word": "str"}),
+               (r"\bline (?P<line>\d{1,6}): ", {"line": "int"})),
+        extra={"family": "user_code_python"},
+        causes=("The line before ends with a backslash followed by a space or a tab (or Windows' \\r line endings), "
+                "so the backslash escapes that character instead of the line break.",
+                "The line before has no backslash at all, or a comment line sits inside the continued command."),
+        fixes=(Fix("Find backslashes followed by spaces, and Windows line endings, in the script",
+                   "grep -nE '\\\\[[:space:]]+$' train.sh   # a backslash with something after it\n"
+                   "sed -i 's/\\r$//' train.sh              # CRLF line endings from Windows"),),
+        first_step="Open the script at the line before the one the shell names and make it end with a bare backslash "
+        "(nothing after it, no CRLF ending), so the option is passed to the command above instead of run alone.",
+        sources=("https://man7.org/linux/man-pages/man1/bash.1.html",),
+    ),
+    Entry(
+        # placed by the traceback's structure (explain._raised_in.loop_items): the unpacking error is raised on a
+        # ``for`` line whose target is several names, so it is the iterated items that have another structure
+        slug="loop_items_unpack",
+        title="The loop unpacks each item into more or fewer names than the item holds",
+        summary=("The for loop[[ at {where}]] unpacks every item it iterates[[ ({iterable})]] into several names, "
+                 "but the items hold another number of values: a DataLoader's batches (what the Dataset's "
+                 "__getitem__ returns, collated), a dict's keys, or a zip of other lengths."),
+        extra={"family": "dataloader,user_code_python"},
+        causes=("The Dataset's __getitem__ returns another number of fields than the loop names (a dict, a single "
+                "tensor whose first dimension is then unpacked, or a third field such as a path or an index).",
+                "The loop iterates a dict (its keys) where it meant .items(), or forgot enumerate()'s index."),
+        fixes=(Fix("Look at one item of what the loop iterates",
+                   "batch = next(iter(loader))\nprint(type(batch), len(batch) if hasattr(batch, '__len__') else '')"),),
+        first_step="Take one item of what the loop iterates (next(iter(loader))), print its type and length, and make "
+        "the Dataset's __getitem__ return exactly the fields the loop unpacks (or unpack what it returns).",
+        sources=("https://pytorch.org/docs/stable/data.html#dataset-types",
+                 "https://docs.python.org/3/tutorial/datastructures.html#tuples-and-sequences"),
+    ),
+    Entry(
+        # placed by the traceback's structure (explain._raised_in.command_line_key): a KeyError on a line that looks a
+        # table up by a command-line option's value (MODEL_CLASSES[args.model_type])
+        slug="script_choice_missing",
+        title="The script's table has no entry for the value given on its command line",
+        summary=("The script looks the value of its option[[ {option}]] up in a table of its own[[ ({table})]], and "
+                 "the value given[[ ({key})]] is not in it: a value this copy of the script does not support "
+                 "(misspelt, or added in another release of the script and its library)."),
+        extra={"family": "user_code_python,environment_version"},
+        causes=("The script (an example copied from a library's repository) comes from another release than the "
+                "installed library: the value was added in a later one.",
+                "The value is misspelt, or belongs to another option."),
+        fixes=(Fix("See which values the script's table holds", "print(sorted(MODEL_CLASSES))  # the table on the failing line"),),
+        first_step="Print the keys of the table on the failing line and compare them with the value given on the "
+        "command line: use a listed one, or take the script from the same release as the installed library (the "
+        "release that added the value).",
+        sources=("https://docs.python.org/3/library/argparse.html#choices",
+                 "https://docs.python.org/3/library/exceptions.html#KeyError"),
+    ),
+)

@@ -1,0 +1,85 @@
+"""Family answers from the failing line's own code: what the statement that raised does, not what its message says.
+
+A ``ValueError: too many values to unpack`` raised on ``for x, y in loader:`` is about the items the loop iterates (a
+DataLoader's batches), not an object of the wrong kind; a ``KeyError`` raised on ``MODEL_CLASSES[args.model_type]`` is
+a value given on the command line that the script's table lacks, not a batch's key; a ``MemoryError: std::bad_alloc``
+raised while a library's module is imported, or by a call into ``torch.ops``, is a native library built for another
+torch, not the machine out of memory.  ``_guards`` drops the message's category on these, and ``_family.fallback``
+places them here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nbdebug.core.explain._structure import Frame, Structure, read
+
+__all__ = ["loop_unpacks", "loop_items", "option_lookup", "command_line_key", "native_alloc_at_import"]
+
+# a for statement whose target is several names ("for x, y in loader:", "for i, (a, b) in enumerate(pbar):")
+_FOR_TARGETS = re.compile(r"^(?:async )?for (?P<target>[^\n=]{0,200}?,[^\n=]{0,200}?) in (?P<iterable>[^\n]{1,200}?):?"
+                          r"[ \t]*(?:#[^\n]*)?$")
+_UNPACK = re.compile(r"(?:too many|not enough) values to unpack \(expected \d+")
+
+
+def loop_unpacks(s: Structure) -> Frame | None:
+    """The frame whose ``for`` line unpacks each item into several names, when the unpacking error was raised there."""
+    frame = s.innermost
+    if frame is None or s.cut or s.short_type != "ValueError" or not _UNPACK.search(s.message):
+        return None
+    return frame if _FOR_TARGETS.match(frame.source.strip()) else None
+
+
+def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An unpacking error on a ``for`` line: the structure of the items the loop iterates (a loader's batches)."""
+    from nbdebug.core.explain._family import _where as where
+
+    frame = loop_unpacks(s)
+    if frame is None:
+        return None
+    m = _FOR_TARGETS.match(frame.source.strip())
+    return "loop_items_unpack", {"where": where(frame), "iterable": m.group("iterable").strip() if m else ""}
+
+
+# a table looked up by a command-line option's value: MODEL_CLASSES[args.model_type], ARCHS[opt.arch]
+_OPTION_KEY = re.compile(r"(?P<table>[A-Za-z_][\w.]{0,80})\[(?P<option>(?:args|opts?|options|flags|FLAGS|hparams)"
+                         r"\.\w{1,80})\]")
+
+
+def option_lookup(s: Structure) -> re.Match[str] | None:
+    """The lookup by a command-line option on the line that raised a ``KeyError``, if that is what the line does."""
+    frame = s.innermost
+    if frame is None or s.cut or s.short_type != "KeyError" or not frame.is_user:
+        return None
+    return _OPTION_KEY.search(frame.source)
+
+
+def command_line_key(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A ``KeyError`` looking a table up by a command-line option's value: the script does not support that value."""
+    m = option_lookup(s)
+    if m is None:
+        return None
+    facts: dict[str, Any] = {"table": m.group("table"), "option": m.group("option")}
+    if s.message.strip():
+        facts["key"] = s.message.strip()[:80]
+    return "script_choice_missing", facts
+
+
+# a native allocation failure with no size: C++'s std::bad_alloc, or a bare MemoryError
+_BARE_ALLOC = re.compile(r"^(?:std::bad_alloc|bad_alloc|)[ \t]*$")
+_TORCH_OPS = re.compile(r"\btorch\.(?:ops|classes)\.")
+
+
+def native_alloc_at_import(raw: str) -> bool:
+    """Whether a bare ``MemoryError`` / ``std::bad_alloc`` was raised while a library's module was imported, or by a
+    call into ``torch.ops``: an extension's native code built against another torch corrupting its own sizes, not
+    the machine's memory (a real shortage names the size it could not allocate)."""
+    from nbdebug.core.explain._family import _while_importing
+
+    if "MemoryError" not in raw and "bad_alloc" not in raw:
+        return False
+    s = read(raw[-20_000:])
+    if s.cut or not s.frames or s.short_type not in ("MemoryError", "RuntimeError") or not _BARE_ALLOC.match(s.message):
+        return False
+    return _while_importing(s) or any(_TORCH_OPS.search(f.source) for f in s.frames[-2:])
