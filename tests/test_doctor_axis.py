@@ -268,3 +268,34 @@ def test_a_regression_fitted_mostly_by_its_targets_mean_is_no_leak_while_a_targe
     r = doctor(m, (leak, y.unsqueeze(1)), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=3e-3), **QUICK)
     said = dict(r.checks).get("loss with targets shuffled against inputs", "")
     assert said and "no verdict" not in said and "skipped" not in said, r.checks  # a real fit gets its verdict
+
+
+class Spectra(torch.utils.data.Dataset):
+    """Per-sample work in __getitem__ (a long FFT per sample, as audio features are made), for a tiny model."""
+
+    def __init__(self, n=512, length=1 << 15):
+        self.n, self.length = n, length
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        spec = torch.fft.rfft(torch.randn(self.length, generator=g)).abs()[:64].log1p()
+        return spec, i % 3
+
+
+def test_a_dataloader_whose_getitem_makes_the_wait_names_it():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 3))
+    loader = DataLoader(Spectra(), batch_size=64)
+    r = doctor(m, None, nn.CrossEntropyLoss(), dataloader=loader, data_batches=4, baseline=False, **QUICK)
+    f = next((f for f in r.findings if f.kind == "dataloader_bottleneck"), None)
+    assert f is not None and "__getitem__ alone takes" in f.message, r.checks
+    x, y = torch.randn(512, 64), torch.randint(0, 3, (512,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=64)
+    r = doctor(nn.Sequential(nn.Linear(64, 3)), None, nn.CrossEntropyLoss(), dataloader=loader, data_batches=4,
+               baseline=False, **QUICK)
+    assert not any(f.kind == "dataloader_bottleneck" for f in r.findings), r

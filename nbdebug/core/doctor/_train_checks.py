@@ -540,10 +540,30 @@ def dataloader_wait(s: Session) -> None:
     s.check("dataloader wait", f"{frac:.0%} of step time over {n} batches")
     # a wait under data_wait_abs (5 ms) per batch is not reported whatever its share of a tiny model's step: an
     # in-memory dataset collated in the main process takes about a millisecond, several on a loaded CPU
-    if frac > threshold("data_wait_fraction") and wait / n >= threshold("data_wait_abs"):
+    # under it, the wait counts when the dataset's own __getitem__ (the user's per-sample code, timed on its own for
+    # one batch's samples) makes most of it: then it is that code, not the collate of an in-memory set
+    own = _getitem_time(loader) if frac > threshold("data_wait_fraction") else None
+    if frac > threshold("data_wait_fraction") and (wait / n >= threshold("data_wait_abs") or (
+            own is not None and own >= 0.5 * wait / n and own >= 1e-3)):
         s.add("dataloader_bottleneck", f"{frac:.0%} of each step is spent waiting for the DataLoader "
               f"({wait / n * 1e3:.1f} ms waiting vs {comp / n * 1e3:.1f} ms computing per batch; "
-              f"num_workers={getattr(loader, 'num_workers', '?')})", ("dataloader",))
+              f"num_workers={getattr(loader, 'num_workers', '?')})"
+              + (f"; the dataset's __getitem__ alone takes {own * 1e3:.1f} ms for one batch's samples"
+                 if own is not None else ""), ("dataloader",))
+
+
+def _getitem_time(loader: Any) -> float | None:
+    """Seconds the dataset's ``__getitem__`` takes for one batch's samples (a map-style dataset), or None."""
+    ds, size = getattr(loader, "dataset", None), getattr(loader, "batch_size", None)
+    if ds is None or not size or not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__") or not len(ds):
+        return None
+    try:
+        t0 = time.perf_counter()
+        for i in range(min(int(size), len(ds))):
+            ds[i]
+        return time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - a dataset that cannot be indexed so: the wait alone decides
+        return None
 
 
 def _data_step(s: Session, work: Any, opt: Any, b: Any) -> None:
