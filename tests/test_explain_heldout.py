@@ -34,8 +34,13 @@ FILES = sorted(HELDOUT.glob("*.txt")) + [p for r in ROUNDS for p in sorted(r.glo
 ORIGINAL = DATA / "errors"
 
 
+# texts filed as ``unknown`` whose category exists since (the folders are the lead's to rename): triton counting 0 GPU
+# drivers on a CPU runtime is cuda_unavailable since the eighth wild sample's round
+_RENAMED = {"unknown__triton_zero_active_drivers.txt": "cuda_unavailable"}
+
+
 def _expected(path: Path) -> str:
-    return path.name.split("__", 1)[0]
+    return _RENAMED.get(path.name) or path.name.split("__", 1)[0]
 
 
 def _source(path: Path) -> str:
@@ -80,7 +85,8 @@ def test_heldout_is_big_and_spread():
     # six more were placed by issue 23: two library checks (library_raised), DeepSpeed's rank disagreement, and three
     # texts of a distributed call without a process group (one moved to tests/data/errors for the corpus)
     # (and one more, an old init_process_group failing in torch.distributed's frames, by the distributed-call rule)
-    assert sum(1 for p in FILES if _expected(p) == "unknown") >= 28
+    # (and one more, triton's 0 active drivers on a CPU runtime, by cuda_unavailable: _RENAMED)
+    assert sum(1 for p in FILES if _expected(p) == "unknown") >= 27
 
 
 def test_heldout_sources_are_disjoint_from_the_original_corpus():

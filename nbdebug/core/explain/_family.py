@@ -287,10 +287,10 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         # its structure) is no broken call; a script that also runs TensorFlow / Keras mixes two frameworks' names
         return None
     from nbdebug.core.explain import _raised_in as at
-    from nbdebug.core.explain._source_line import command_line_key, loop_items
+    from nbdebug.core.explain._source_line import command_line_key, empty_loop, loop_items
 
-    rules = (_tensor_types, at.program_start, loop_items, command_line_key, _import, at.checkpoint_load,
-             at.two_libraries, at.collate, at.distributed_call)
+    rules = (_tensor_types, at.program_start, loop_items, command_line_key, empty_loop, at.lazy_import, _import,
+             at.checkpoint_load, at.two_libraries, at.collate, at.distributed_call)
     for rule in rules + ((_library,) if live else (_user_code, _library)):
         placed = rule(s, raw)
         if placed is not None:

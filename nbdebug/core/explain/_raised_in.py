@@ -16,7 +16,7 @@ from typing import Any
 from nbdebug.core.explain._structure import Frame, Structure, read
 
 __all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing",
-           "cut_import", "backward_raised", "program_start"]
+           "cut_import", "backward_raised", "program_start", "lazy_import"]
 
 # library functions that read a model's files (torch's own serialization module counts whatever the function)
 _LOADER_FUNCS = frozenset({"from_pretrained", "_from_pretrained", "load_checkpoint", "_load_checkpoint",
@@ -292,3 +292,21 @@ def program_start(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     m = re.search(r"No such file or directory: '(?P<program>[^'\n/\\]{1,80})'", s.message)
     return "program_missing", ({"program": m.group("program")} if m else {})
+
+
+# Hugging Face's lazy modules (transformers, diffusers, peft) re-raise any error of a submodule's import with its name
+_LAZY_IMPORT = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]{0,200}) because of the following error")
+
+
+def lazy_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A lazy module's report that importing one of its submodules failed: that package's import, whatever the inner
+    error (a message another category names was answered before this rule runs)."""
+    m = _LAZY_IMPORT.search(s.message) or (_LAZY_IMPORT.search(raw[-4000:]) if not s.frames else None)
+    if m is None:
+        return None
+    from nbdebug.core.explain._family import _IMPORT_TIME_WORDS, _import_step
+
+    if _IMPORT_TIME_WORDS.search(raw[m.end():m.end() + 2000]):
+        return None  # the inner error is about the GPU, memory or a shape: not the import's versions
+    package = m.group("module").split(".")[0]
+    return "import_failed", {"package": package, "where": m.group("module"), "first_step_detail": _import_step(package)}

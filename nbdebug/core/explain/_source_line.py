@@ -15,7 +15,7 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, read
 
-__all__ = ["loop_unpacks", "loop_items", "option_lookup", "command_line_key", "native_alloc_at_import"]
+__all__ = ["loop_unpacks", "loop_items", "option_lookup", "command_line_key", "native_alloc_at_import", "empty_loop"]
 
 # a for statement whose target is several names ("for x, y in loader:", "for i, (a, b) in enumerate(pbar):")
 _FOR_TARGETS = re.compile(r"^(?:async )?for (?P<target>[^\n=]{0,200}?,[^\n=]{0,200}?) in (?P<iterable>[^\n]{1,200}?):?"
@@ -83,3 +83,23 @@ def native_alloc_at_import(raw: str) -> bool:
     if s.cut or not s.frames or s.short_type not in ("MemoryError", "RuntimeError") or not _BARE_ALLOC.match(s.message):
         return False
     return _while_importing(s) or any(_TORCH_OPS.search(f.source) for f in s.frames[-2:])
+
+
+# a progress bar (tqdm) that counted no item: "0it [00:00, ?it/s]", " 0/0 [00:00<?, ?it/s]"
+_ZERO_PROGRESS = re.compile(r"(?m)(?:^|\r|\|[ \t]*)0(?:it|/0) \[\d")
+_UNBOUND = re.compile(r"local variable '(?P<name>\w{1,80})' referenced before assignment|cannot access local variable "
+                      r"'(?P<name2>\w{1,80})' where it is not associated with a value")
+
+
+def empty_loop(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A local read before it was set, after a progress bar that counted no item: the loop that sets it ran zero
+    times, so the data it iterates is empty (a path or a filter that finds nothing), not a typo in the code."""
+    if s.short_type != "UnboundLocalError" or s.cut or not s.frames:
+        return None
+    m = _UNBOUND.search(s.message)
+    bar = _ZERO_PROGRESS.search(raw[:s.frames[0].start] if s.frames[0].start else raw)
+    if m is None or bar is None:
+        return None
+    name = m.group("name") or m.group("name2")
+    return "dataset_empty", {"detail": f"a progress bar counted 0 items, and '{name}', which the loop sets, was never "
+                                       f"set"}

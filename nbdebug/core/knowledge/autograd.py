@@ -239,6 +239,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"Expected object of scalar type \w+ but got scalar type \w+",
             r"Expected object of type torch\.(cuda\.)?(\w+)Tensor but found type torch\.(?(1)cuda\.)(?!\2Tensor)\w+Tensor",
             r"result type \w+ can't be cast to the desired output type \w+",
+            # the same refusal in torch 1.x's wording (an in-place op writing a Float result into a Byte tensor)
+            r"output with backend \w+ and dtype (?P<have>\w+) doesn't match the desired backend \w+ and dtype (?!(?P=have)\b)\w+",
             r"Index put requires the source and destination dtypes match",
             r"Expected self\.dtype to be equal to src\.dtype",
             r"\"\w+\" not implemented for '\w+'",

@@ -228,7 +228,8 @@ ENTRIES += (
                  "dicts of them) flowing through the code, and scripting compiles only the Python subset TorchScript "
                  "supports."),
         keywords=("torch/csrc/jit/", "traced functions", "torch::jit::tracer", "torch.jit.frontend", "tracer cannot infer",
-                  "could not export python function", "torchscript", "nonexistent attribute or method"),
+                  "could not export python function", "torchscript", "nonexistent attribute or method",
+                  "is being compiled since"),
         patterns=(
             r"can be output from traced functions",
             r"torch::jit::tracer::",
@@ -239,6 +240,8 @@ ENTRIES += (
             r"Could not export Python function call",
             # a scripted module's code reading an attribute or method TorchScript did not compile ('__torch__.Net')
             r"Tried to access nonexistent attribute or method '\w+' of type '__torch__\.",
+            # the script compiler's chain of functions it was compiling when it failed
+            r"is being compiled since it was called from '__torch__\.",
         ),
         priority=55,
         causes=(

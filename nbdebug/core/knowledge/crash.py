@@ -51,7 +51,7 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("return code", "returned", "sigill", "0xc000001d", "double free", "free(): invalid", "corrupted size", "corrupted double-linked", "malloc():", "segmentation fault", "core dumped", "sigsegv", "sigabrt", "exit code", "exitcode", "0xc0000005",
                   "fatal python error", "aborted", "terminate called", "illegal instruction", "illegal hardware instruction", "bus error", "signal 11",
                   "-1073741819", "windows fatal exception", "exit status", "sigbus", "interrupted by signal", "c10::error",
-                  "ucrtbase!abort",
+                  "ucrtbase!abort", "attempt to free invalid pointer", ".dll!",
                   # the shell's notice in the user's language (glibc's and bash's translations)
                   "核心已转储", "段错误", "speicherabzug geschrieben", "speicherzugriffsfehler", "violación de segmento",
                   "ошибка сегментирования", "セグメンテーション違反", "falha de segmentação", "generado",
@@ -82,6 +82,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"interrupted by signal \d+: SIG\w+",
             r"terminate called after throwing an instance of 'c10::Error'",
             r"ucrtbase!abort",
+            # tcmalloc (preloaded on TPU VMs) aborting on a pointer another allocator returned
+            r"tcmalloc\.cc:\d+\] Attempt to free invalid pointer",
+            # a Windows debugger's call stack: rows of module.dll!function ... C++ (where the process stopped)
+            r"(?m)^[ \t>]*[\w.-]{1,80}\.dll!\S[^\n]{0,400}[ \t]C\+\+[ \t]*$",
             # "Segmentation fault" / "(core dumped)" as a shell prints them in zh_CN, de, es, ru, ja and pt locales
             # ("已放弃 (核心已转储)" is zh_CN's "Aborted (core dumped)")
             r"核心已转储|Speicherabzug geschrieben|`core' generado|imagem do núcleo gravada",

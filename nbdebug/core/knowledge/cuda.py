@@ -404,7 +404,7 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("not able to use gpu", "mixed precision requires a gpu", "your machine only has", "accelerator is not available", "no supported gpu backend",
                   "cuda runtime error (30)", "cuda runtime error (999)", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "cudagetdevicecount", "forward compatibility", "nvidia-smi has failed", "is_available() returns false", "is_available() is false", "is_available() == false", "is_available() return false", "not compiled with cuda", "no cuda gpus", "nvidia driver", "busy or unavailable",
                   "cuda driver initialization", "cuda unknown error", "no cuda-capable device", "cudaerrornodevice",
-                  "unsupported display driver"),
+                  "unsupported display driver", "0 active drivers"),
         patterns=(
             r"(?<!but )torch\.cuda\.is_available\(\) (?:returns?|is|==) False",
             r"Unexpected error from cudaGetDeviceCount\(\)",
@@ -427,6 +427,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"You requested GPUs?: \[[\d, ]*\]\s+But your machine only has: \[\]",
             r"(?:CUDA|GPU)Accelerator can ?not run on your system since the accelerator is not available",
             r"No supported gpu backend found!",
+            # triton's count of the GPU drivers it found: none (a CPU-only runtime)
+            r"\b0 active drivers \(\[\]\)",
             # stable-diffusion-webui's start-up check, and accelerate's mixed precision on a machine without CUDA
             r"Torch is not able to use GPU",
             r"(?:fp16|bf16) mixed precision requires a GPU",

@@ -259,7 +259,7 @@ ENTRIES: tuple[Entry, ...] = (
         slug="package_missing",
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
-        keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", ": not found", ":not found",
+        keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", "an internal or external command", ": not found", ":not found",
                   "not installed", "not been installed", "nomodulename", "is not defined"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
@@ -286,6 +286,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"\bsh: ?\d{1,6}: ?[\w.-]{1,60}: ?not found",
             r"The term '[^'\n]{1,200}' is not recognized as (?:the )?name of a cmdlet",
             r"'[^'\n]{1,200}' is not recognized as an internal or external command",
+            r"[\"'][^'\"\n]{1,200}[\"'] is not (?:recognized as )?an internal or external command",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
             # a flag a module defines only when its optional import succeeded ("try: import accelerate;
