@@ -102,7 +102,19 @@ def test_a_key_error_on_a_command_line_option_is_a_value_the_script_lacks():
     assert "'deberta-v3'" in d.summary
 
 
-@pytest.mark.parametrize("source", ["labels = batch['labels']", "value = lookup[key]", "x = table[cfg.name]"])
+@pytest.mark.parametrize("source, table", [
+    ("encoder = BACKBONES[backbone_name](pretrained=True)", "BACKBONES"),
+    ("cfg_cls = MODEL_CONFIGS[cfg.model.type]", "MODEL_CONFIGS"),
+])
+def test_a_key_error_on_a_constant_table_looked_up_by_a_variable_is_a_value_the_code_lacks(source, table):
+    text = _tb(("/home/me/proj/build.py", 30, "build", source), error="KeyError: 'convnext_xxl'")
+    d = explain(text)
+    assert d.kind == "script_choice_missing", d.kind
+    assert d.evidence["table"] == table
+
+
+@pytest.mark.parametrize("source", ["labels = batch['labels']", "value = lookup[key]", "x = table[cfg.name]",
+                                    "lr = CONFIG['lr']", "w = STATE[0]"])
 def test_other_key_errors_keep_the_missing_key_answer(source):
     text = _tb(("/home/me/proj/train.py", 40, "step", source), error="KeyError: 'labels'")
     assert explain(text).kind == "missing_key"

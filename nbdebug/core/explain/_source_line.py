@@ -42,9 +42,12 @@ def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     return "loop_items_unpack", {"where": where(frame), "iterable": m.group("iterable").strip() if m else ""}
 
 
-# a table looked up by a command-line option's value: MODEL_CLASSES[args.model_type], ARCHS[opt.arch]
+# a table looked up by a command-line option's value (MODEL_CLASSES[args.model_type], archs[opt.arch]), or a module's
+# constant table (its name in capitals, PEP 8's constants) looked up by a variable (BACKBONES[name]): the table is the
+# set of values the code supports, not a dict of data (CONFIG["lr"] looks a fixed key up: missing_key's question)
 _OPTION_KEY = re.compile(r"(?P<table>[A-Za-z_][\w.]{0,80})\[(?P<option>(?:args|opts?|options|flags|FLAGS|hparams)"
-                         r"\.\w{1,80})\]")
+                         r"\.\w{1,80})\]"
+                         r"|(?<![\w.])(?P<ctable>[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{3,})\[(?P<coption>[a-z_][\w.]{0,80})\]")
 
 
 def option_lookup(s: Structure) -> re.Match[str] | None:
@@ -60,7 +63,7 @@ def command_line_key(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | Non
     m = option_lookup(s)
     if m is None:
         return None
-    facts: dict[str, Any] = {"table": m.group("table"), "option": m.group("option")}
+    facts: dict[str, Any] = {"table": m.group("table") or m.group("ctable"), "option": m.group("option") or m.group("coption")}
     if s.message.strip():
         facts["key"] = s.message.strip()[:80]
     return "script_choice_missing", facts

@@ -309,20 +309,20 @@ ENTRIES += (
                  "https://docs.python.org/3/tutorial/datastructures.html#tuples-and-sequences"),
     ),
     Entry(
-        # placed by the traceback's structure (explain._raised_in.command_line_key): a KeyError on a line that looks a
-        # table up by a command-line option's value (MODEL_CLASSES[args.model_type])
+        # placed by the traceback's structure (explain._source_line.command_line_key): a KeyError on a line that looks
+        # a table of supported values up by a command-line option's value or a variable (MODEL_CLASSES[args.model_type])
         slug="script_choice_missing",
-        title="The script's table has no entry for the value given on its command line",
-        summary=("The script looks the value of its option[[ {option}]] up in a table of its own[[ ({table})]], and "
-                 "the value given[[ ({key})]] is not in it: a value this copy of the script does not support "
+        title="The code's table of supported values has no entry for the value given",
+        summary=("The code looks the value[[ of {option}]] up in its table of the values it supports[[ ({table})]], "
+                 "and the value given[[ ({key})]] is not in it: a value this copy of the code does not support "
                  "(misspelt, or added in another release of the script and its library)."),
         extra={"family": "user_code_python,environment_version"},
         causes=("The script (an example copied from a library's repository) comes from another release than the "
                 "installed library: the value was added in a later one.",
                 "The value is misspelt, or belongs to another option."),
         fixes=(Fix("See which values the script's table holds", "print(sorted(MODEL_CLASSES))  # the table on the failing line"),),
-        first_step="Print the keys of the table on the failing line and compare them with the value given on the "
-        "command line: use a listed one, or take the script from the same release as the installed library (the "
+        first_step="Print the keys of the table on the failing line and compare them with the value given (on the "
+        "command line, or in the config): use a listed one, or take the script from the same release as the installed library (the "
         "release that added the value).",
         sources=("https://docs.python.org/3/library/argparse.html#choices",
                  "https://docs.python.org/3/library/exceptions.html#KeyError"),
