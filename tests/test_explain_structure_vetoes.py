@@ -61,6 +61,8 @@ def test_a_python_error_before_the_shell_line_keeps_its_own_answer():
     ("for i, (images, masks) in enumerate(train_loader):", "ValueError: too many values to unpack (expected 2)"),
     ("for x, y, w in loader:", "ValueError: not enough values to unpack (expected 3, got 2)"),
     ("for step, batch_pair in enumerate(dl):  # two views", "ValueError: too many values to unpack (expected 2)"),
+    ("images, labels = next(iter(val_loader))", "ValueError: too many values to unpack (expected 2)"),
+    ("x, y = batch", "ValueError: not enough values to unpack (expected 2, got 1)"),
 ])
 def test_an_unpacking_error_on_a_for_line_is_the_loops_items(source, error):
     text = _tb(("/home/me/proj/train.py", 88, "train", source), error=error)
@@ -71,7 +73,7 @@ def test_an_unpacking_error_on_a_for_line_is_the_loops_items(source, error):
 
 
 @pytest.mark.parametrize("source", [
-    "images, masks = batch",  # an assignment: the value of the user's line, as before
+    "images, masks = self.split(out)",  # an assignment of a function's result: the value of the user's line
     "x = [a for a, b in pairs]",  # a comprehension's target is not the statement
 ])
 def test_an_unpacking_error_elsewhere_keeps_the_value_answer(source):

@@ -39,7 +39,7 @@ _ARGUMENT_RUN = re.compile(r"(?:^|: )(?:-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,2
 
 
 def _on_loop(raw: str) -> bool:
-    return "for " in raw and loop_unpacks(read(raw[-20_000:])) is not None
+    return loop_unpacks(read(raw[-20_000:])) is not None
 
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their

@@ -23,22 +23,33 @@ _FOR_TARGETS = re.compile(r"^(?:async )?for (?P<target>[^\n=]{0,200}?,[^\n=]{0,2
 _UNPACK = re.compile(r"(?:too many|not enough) values to unpack \(expected \d+")
 
 
+# an assignment unpacking one batch: "x, y = next(iter(loader))", "images, labels = batch"
+_BATCH_TARGETS = re.compile(r"^(?P<target>[\w \t,()\[\]*]{0,200}?,[\w \t,()\[\]*]{0,200}?)= ?(?P<iterable>next\([^\n]{1,200}\)|"
+                            r"[\w.]{0,80}(?:batch|loader)\w{0,40})[ \t]*(?:#[^\n]*)?$")
+
+
+def _unpacked(source: str) -> re.Match[str] | None:
+    line = source.strip()
+    return _FOR_TARGETS.match(line) or _BATCH_TARGETS.match(line)
+
+
 def loop_unpacks(s: Structure) -> Frame | None:
-    """The frame whose ``for`` line unpacks each item into several names, when the unpacking error was raised there."""
+    """The frame whose ``for`` line (or assignment of a batch) unpacks each item into several names, when the
+    unpacking error was raised there."""
     frame = s.innermost
     if frame is None or s.cut or s.short_type != "ValueError" or not _UNPACK.search(s.message):
         return None
-    return frame if _FOR_TARGETS.match(frame.source.strip()) else None
+    return frame if _unpacked(frame.source) else None
 
 
 def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
-    """An unpacking error on a ``for`` line: the structure of the items the loop iterates (a loader's batches)."""
+    """An unpacking error on a ``for`` line or a batch's assignment: the structure of the items (a loader's batches)."""
     from nbdebug.core.explain._family import _where as where
 
     frame = loop_unpacks(s)
     if frame is None:
         return None
-    m = _FOR_TARGETS.match(frame.source.strip())
+    m = _unpacked(frame.source)
     return "loop_items_unpack", {"where": where(frame), "iterable": m.group("iterable").strip() if m else ""}
 
 

@@ -290,13 +290,13 @@ ENTRIES += (
         sources=("https://man7.org/linux/man-pages/man1/bash.1.html",),
     ),
     Entry(
-        # placed by the traceback's structure (explain._raised_in.loop_items): the unpacking error is raised on a
-        # ``for`` line whose target is several names, so it is the iterated items that have another structure
+        # placed by the traceback's structure (explain._source_line.loop_items): the unpacking error is raised on a
+        # ``for`` line whose target is several names (or a batch's assignment), so the items have another structure
         slug="loop_items_unpack",
-        title="The loop unpacks each item into more or fewer names than the item holds",
-        summary=("The for loop[[ at {where}]] unpacks every item it iterates[[ ({iterable})]] into several names, "
-                 "but the items hold another number of values: a DataLoader's batches (what the Dataset's "
-                 "__getitem__ returns, collated), a dict's keys, or a zip of other lengths."),
+        title="Each item (a batch) is unpacked into more or fewer names than it holds",
+        summary=("The code[[ at {where}]] unpacks the items it iterates[[ ({iterable})]] into several names, but the "
+                 "items hold another number of values: a DataLoader's batches (what the Dataset's __getitem__ "
+                 "returns, collated), a dict's keys, or a zip of other lengths."),
         extra={"family": "dataloader,user_code_python"},
         causes=("The Dataset's __getitem__ returns another number of fields than the loop names (a dict, a single "
                 "tensor whose first dimension is then unpacked, or a third field such as a path or an index).",
