@@ -87,3 +87,28 @@ def test_torchscripts_compile_chain_is_torchscript():
 def test_cmd_exe_in_a_translated_wording_is_a_missing_command():
     text = '"accelerate" is not an internal or external command, an executable program, or a batch file.'
     assert explain(text).kind == "package_missing"
+
+
+# ------------------------------------------------------------------ cuBLAS's status read from its number or old words
+
+def test_cublas_execution_failed_on_an_old_torch_is_a_build_without_kernels_for_the_gpu():
+    d = explain("RuntimeError: cublas runtime error : the GPU program failed to execute at "
+                "/pytorch/aten/src/THC/THCBlas.cu:258\npytorch version: 0.3.1")
+    assert d.kind == "cublas_error"
+    assert d.evidence["status"] == "CUBLAS_STATUS_EXECUTION_FAILED"
+    assert "get_arch_list" in d.first_step
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k)`",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm(...)`\ntorch==2.1.0",
+])
+def test_cublas_execution_failed_on_a_recent_torch_keeps_the_late_error_step(text):
+    d = explain(text)
+    assert d.kind == "cublas_error" and "CUDA_LAUNCH_BLOCKING" in d.first_step
+
+
+def test_cublas_alloc_failed_starts_with_memory():
+    d = explain("RuntimeError: cublas runtime error : resource allocation failed at /pytorch/aten/src/THC/THCGeneral.cpp:250")
+    assert d.evidence["status"] == "CUBLAS_STATUS_ALLOC_FAILED"
+    assert "memory" in d.first_step

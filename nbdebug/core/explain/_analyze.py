@@ -508,7 +508,39 @@ def _library(facts: dict[str, Any], text: str) -> Analysis:
     return [], [Fix("See the installed release", f"import importlib.metadata as md\nprint(md.version('{dist}'))")]
 
 
+# the old THC runtime's words for cuBLAS's status codes ("cublas runtime error : the GPU program failed to execute")
+_CUBLAS_WORDS = (("the GPU program failed to execute", "CUBLAS_STATUS_EXECUTION_FAILED"),
+                 ("resource allocation failed", "CUBLAS_STATUS_ALLOC_FAILED"),
+                 ("library not initialized", "CUBLAS_STATUS_NOT_INITIALIZED"),
+                 ("architecture mismatch", "CUBLAS_STATUS_ARCH_MISMATCH"))
+# a torch release named in the text: "torch==0.4.1", "torch 1.0.0", "PyTorch version: 0.4.1"
+_TORCH_RELEASE = re.compile(r"(?i:\btorch|\bpytorch)(?: version)?[ =:]{1,3}v?(?P<major>\d{1,2})\.(?P<minor>\d{1,3})\b")
+_ARCH_STEP = ("Compare the GPU's compute capability with the architectures this torch build has kernels for "
+              "(torch.cuda.get_device_capability() against torch.cuda.get_arch_list()), and install a torch release "
+              "built for this GPU.")
+
+
+def _cublas(facts: dict[str, Any], text: str) -> Analysis:
+    status = facts.get("status") or next((code for words, code in _CUBLAS_WORDS if words in text), "")
+    if status:
+        facts["status"] = status
+    release = _TORCH_RELEASE.search(text)
+    old = release is not None and int(release.group("major")) < 1
+    if status in ("CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED"):
+        facts["first_step_detail"] = ("Check the GPU's free memory first (nvidia-smi, torch.cuda.memory_reserved()): "
+                                      f"{status} means cuBLAS could not allocate its handle or workspace; free memory "
+                                      "or a smaller batch, and another process holding the GPU, are the usual causes.")
+    elif status in ("CUBLAS_STATUS_ARCH_MISMATCH", "CUBLAS_STATUS_NOT_SUPPORTED") or (
+            status == "CUBLAS_STATUS_EXECUTION_FAILED" and old):
+        facts["first_step_detail"] = _ARCH_STEP
+        if old:
+            return ([f"torch {release.group('major')}.{release.group('minor')} (named in the text) predates the GPUs "  # type: ignore[union-attr]
+                     "of the last years: its CUDA kernels were not built for them, so cuBLAS calls fail to run."], [])
+    return [], []
+
+
 ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
+    "cublas_error": _cublas,
     "cuda_oom": _oom,
     "device_side_assert": _assert,
     "illegal_memory_access": _poisoned,
