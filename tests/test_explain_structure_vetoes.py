@@ -81,6 +81,17 @@ def test_an_unpacking_error_elsewhere_keeps_the_value_answer(source):
     assert explain(text).kind == "wrong_object_attribute"
 
 
+def test_a_librarys_own_loop_unpacking_its_own_items_is_not_the_batch():
+    text = _tb(("/home/me/proj/train.py", 12, "<module>", "trainer.fit(model)"),
+               (f"{_SITE}/somelib/hooks.py", 40, "run", "for name, (fn, kwargs) in self.registry.items():"),
+               error="ValueError: too many values to unpack (expected 2)")
+    assert explain(text).kind != "loop_items_unpack"
+    text = _tb(("/home/me/proj/train.py", 12, "<module>", "trainer.fit(model)"),
+               (f"{_SITE}/somelib/loop.py", 88, "run", "for images, targets in self.train_loader:"),
+               error="ValueError: too many values to unpack (expected 2)")
+    assert explain(text).kind == "loop_items_unpack"
+
+
 def test_a_live_unpacking_error_on_a_for_line():
     batches = [(1, 2, 3), (4, 5, 6)]
     try:

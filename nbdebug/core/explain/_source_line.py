@@ -28,6 +28,9 @@ _BATCH_TARGETS = re.compile(r"^(?P<target>[\w \t,()\[\]*]{0,200}?,[\w \t,()\[\]*
                             r"[\w.]{0,80}(?:batch|loader)\w{0,40})[ \t]*(?:#[^\n]*)?$")
 
 
+_BATCH_WORDS = re.compile(r"(?i:batch|loader)")
+
+
 def _unpacked(source: str) -> re.Match[str] | None:
     line = source.strip()
     return _FOR_TARGETS.match(line) or _BATCH_TARGETS.match(line)
@@ -39,7 +42,11 @@ def loop_unpacks(s: Structure) -> Frame | None:
     frame = s.innermost
     if frame is None or s.cut or s.short_type != "ValueError" or not _UNPACK.search(s.message):
         return None
-    return frame if _unpacked(frame.source) else None
+    m = _unpacked(frame.source)
+    if m is None or frame.owner == "stdlib":
+        return None
+    # a library's own loop iterates what it built (a bug or another release of it), unless it iterates the batches
+    return frame if frame.is_user or _BATCH_WORDS.search(m.group("iterable")) else None
 
 
 def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
