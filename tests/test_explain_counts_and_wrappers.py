@@ -112,3 +112,25 @@ def test_cublas_alloc_failed_starts_with_memory():
     d = explain("RuntimeError: cublas runtime error : resource allocation failed at /pytorch/aten/src/THC/THCGeneral.cpp:250")
     assert d.evidence["status"] == "CUBLAS_STATUS_ALLOC_FAILED"
     assert "memory" in d.first_step
+
+
+@pytest.mark.parametrize("text, package", [
+    ("RuntimeError: Failed to import diffusers.pipelines.kandinsky\nsome inner message that names no category",
+     "diffusers"),
+    ("ImportError: Failed to import `build_model` and `load_weights` from `segkit.api`. These functions are required "
+     "by this demo!", "segkit"),
+])
+def test_a_failed_import_named_alone_is_that_packages_import(text, package):
+    d = explain(text)
+    assert d.kind == "import_failed", d.kind
+    assert d.evidence["package"] == package
+
+
+def test_failed_to_import_in_a_sentence_names_no_module():
+    assert explain("ValueError: Failed to import the dataset module for this split, see above").kind != "import_failed"
+
+
+def test_a_shared_objects_undefined_symbol_with_its_name_cut_is_still_undefined_symbol():
+    text = ("ImportError: /opt/env/lib/python3.11/site-packages/fused_ops_cuda.cpython-311-x86_64-linux-gnu.so: "
+            "undefined symbol:")
+    assert explain(text).kind == "undefined_symbol"

@@ -295,7 +295,10 @@ def program_start(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
 
 
 # Hugging Face's lazy modules (transformers, diffusers, peft) re-raise any error of a submodule's import with its name
-_LAZY_IMPORT = re.compile(r"Failed to import (?P<module>[A-Za-z_][\w.]{0,200}) because of the following error")
+# ("Failed to import transformers.models.x because of the following error", or the name alone as the whole line); a
+# library's own check that a companion imports names it too ("Failed to import `f` and `g` from `mmdet.apis`.")
+_LAZY_IMPORT = re.compile(r"Failed to import (?:`\w{1,100}`(?: and `\w{1,100}`)? from )?`?(?P<module>[A-Za-z_][\w.]{0,200})`?"
+                          r"(?: because of the following error|[.!]?[ \t]*$|\. )", re.MULTILINE)
 
 
 def lazy_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:

@@ -157,6 +157,8 @@ ENTRIES: tuple[Entry, ...] = (
         keywords=("undefined symbol", "symbol not found", "procedure could not be found", "winerror 127"),
         patterns=(
             r"undefined symbol: ?_?\w+",
+            # the loader's line naming the shared object, the symbol's name cut off
+            r"\.so(?:\.[\d.]{1,20})?: undefined symbol",
             r"Symbol not found: \(?_?\w+",
             r"The specified procedure could not be found",
             r"\[WinError 127\]",
