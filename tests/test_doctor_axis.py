@@ -299,3 +299,22 @@ def test_a_dataloader_whose_getitem_makes_the_wait_names_it():
     r = doctor(nn.Sequential(nn.Linear(64, 3)), None, nn.CrossEntropyLoss(), dataloader=loader, data_batches=4,
                baseline=False, **QUICK)
     assert not any(f.kind == "dataloader_bottleneck" for f in r.findings), r
+
+
+def test_a_model_that_does_not_generalise_from_one_batch_gets_no_labels_verdict_behind_a_dataloader():
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, num_labels=2)
+    m = transformers.BertForSequenceClassification(cfg)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (256, 16), generator=g)
+    y = (ids[:, :8].float().mean(1) > ids[:, 8:].float().mean(1)).long()  # labels that follow from the tokens
+    rows = [{"input_ids": ids[i], "attention_mask": torch.ones(16, dtype=torch.long), "labels": y[i]}
+            for i in range(256)]
+    loader = DataLoader(rows, batch_size=16, shuffle=True)
+    r = doctor(m, None, None, torch.optim.AdamW(m.parameters(), lr=1e-3), dataloader=loader, **QUICK)
+    assert not any(f.kind == "labels_unrelated" for f in r.findings), r
+    assert "no verdict" in dict(r.checks)["labels against inputs (a second batch after fitting the first)"]

@@ -65,10 +65,19 @@ def generalisation(s: Session, work: Any) -> None:
     s.check(CHECK, f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
             f"shuffled among them: {sum(perm) / len(perm):.0%}, p = {p:.2g})")
     if acc <= majority + threshold("generalise_margin"):
+        control = _control(s, inputs, t.numel())
+        if control is not None and control[0] <= control[1] + threshold("generalise_margin"):
+            s.check(CHECK, f"no verdict: accuracy {acc:.0%} on {t.numel()} {rows}, but a copy trained the same way "
+                    f"on labels that follow from the inputs by construction (a randomly initialised copy's "
+                    f"predictions) predicts them no better ({control[0]:.0%}, commonest {control[1]:.0%}): this "
+                    "model does not generalise from one batch, so one batch says nothing about the labels")
+            return
+        said = "" if control is None else (f"; a copy trained the same way on labels that follow from the inputs "
+                                           f"(a random copy's predictions) reaches {control[0]:.0%} on them")
         s.add("labels_unrelated", f"after training on one batch ({learned_said(s, share)}), the model predicts "
               f"{t.numel()} {rows} with {acc:.0%} accuracy, no better than always guessing their commonest class "
               f"({majority:.0%}) or than their labels shuffled among them ({sum(perm) / len(perm):.0%}, p = {p:.2g}): "
-              "it learned the first batch's labels, which do not follow from the inputs", ("targets",),
+              f"it learned the first batch's labels, which do not follow from the inputs{said}", ("targets",),
               evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel())})
 
 
@@ -123,3 +132,69 @@ def _predictions(s: Session, out: Any, targets: Any) -> tuple[Any, Any] | None:
     if pred.shape != targets.shape or not bool(valid.any()):
         return None
     return pred[valid], targets[valid]
+
+
+def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | None:
+    """(accuracy, commonest class's rate) on the unseen samples of a fresh copy trained as long as the user's run
+    on the fitted batch with labels that follow from the inputs by construction: a re-initialised copy's
+    predictions (balanced: its logits less their mean over the batch).  A model that cannot generalise from one
+    batch even then says nothing about the user's labels.  None where the labels are not one class per sample."""
+    import torch
+
+    from nbdebug.core.doctor._train_checks import train
+
+    t = s.loss.targets
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or s.loss.mode not in ("fn", "hf"):
+        return None
+    try:
+        teacher, _ = s.fresh()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.options.seed + 1)
+            for m in teacher.modules():
+                if callable(getattr(m, "reset_parameters", None)):
+                    m.reset_parameters()
+            teacher.eval()
+            seen_y, unseen_y = (_labels(s, logits_of(s.loss.forward(teacher, x))) for x in (s.loss.inputs, unseen))
+        if seen_y is None or unseen_y is None or seen_y.shape != t.shape or unseen_y.numel() != rows:
+            return None
+        work, opt = s.fresh()
+        inputs = {**s.loss.inputs, "labels": seen_y} if s.loss.mode == "hf" else s.loss.inputs
+        train(s, work, opt, inputs, steps=len(s.losses), phase="labels: control", adapter=_Targets(s, seen_y))
+        with torch.no_grad():
+            pred = _labels(s, logits_of(s.loss.forward(work, unseen)), centre=False)
+    except Exception:  # noqa: BLE001 - no control: the verdict stands on the user's labels alone
+        return None
+    if pred is None or pred.shape != unseen_y.shape:
+        return None
+    majority = float(torch.unique(unseen_y, return_counts=True)[1].max()) / unseen_y.numel()
+    return float((pred == unseen_y).float().mean()), majority
+
+
+class _Targets:
+    """The user's loss, on other targets (the control's labels)."""
+
+    def __init__(self, s: Session, targets: Any) -> None:
+        self.s, self.targets = s, targets
+
+    def loss(self, work: Any, inputs: Any, targets: Any = None) -> tuple[Any, Any]:
+        if self.s.loss.mode == "hf":
+            return self.s.loss.loss(work, {**inputs, "labels": self.targets})
+        return self.s.loss.loss(work, inputs, self.targets.to(self.s.loss.targets.dtype))
+
+
+def _labels(s: Session, y: Any, centre: bool = True) -> Any:
+    """One class per sample from (N, C) logits or (N,)/(N, 1) binary scores; balanced over the batch by taking
+    the logits less their mean over the samples (the median score for a binary one)."""
+    import torch
+
+    if not isinstance(y, torch.Tensor) or y.dim() < 1:
+        return None
+    y = y.detach().float()
+    if s.task == "classification" and y.dim() == 2:
+        return (y - y.mean(0) if centre else y).argmax(1)
+    if s.task == "binary" and y.numel() == y.shape[0]:
+        y = y.reshape(-1)
+        cut = float(y.median()) if centre else (0.5 if s.loss.loss_name in ("BCELoss", "binary_cross_entropy")
+                                                else 0.0)
+        return (y > cut).long()
+    return None
