@@ -307,7 +307,8 @@ def live_evidence(exc: BaseException, roots: Mapping[str, Any] | None = None) ->
     inner_frame, inner_line = frames[-1]
     op = _op_name(inner_frame) if is_library_file(inner_frame.f_code.co_filename) else ""
     found = user_frame(frames)
-    if not op and found is not None and found[0] is inner_frame:  # raised by a call on the user's own line
+    unpacking = isinstance(exc, ValueError) and "values to unpack" in str(exc.args[0] if exc.args else "")
+    if not op and found is not None and found[0] is inner_frame and not unpacking:  # a call on the user's line raised
         calls = list(dict.fromkeys(_CALL.findall(_line(inner_frame, inner_line))))
         op = ("a call on that line: " + ", ".join(f"{c}(...)" for c in calls[:4])) if calls else ""
     site = function = ""

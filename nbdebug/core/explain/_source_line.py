@@ -28,12 +28,35 @@ _BATCH_TARGETS = re.compile(r"^(?P<target>[\w \t,()\[\]*]{0,200}?,[\w \t,()\[\]*
                             r"[\w.]{0,80}(?:batch|loader)\w{0,40})[ \t]*(?:#[^\n]*)?$")
 
 
-_BATCH_WORDS = re.compile(r"(?i:batch|loader)")
+# what names a loader's batches: "train_loader", "batches", "dl", "val_ds", "pbar" (tqdm over a loader)
+_BATCH_WORDS = re.compile(r"(?i:batch|loader|dataset|(?<![a-z])d[ls]\b|pbar|tqdm)")
 
 
 def _unpacked(source: str) -> re.Match[str] | None:
     line = source.strip()
     return _FOR_TARGETS.match(line) or _BATCH_TARGETS.match(line)
+
+
+def _iterable(m: re.Match[str]) -> str:
+    """The loop's iterable without a one-line loop's body ("zip(xs, ys): pass" -> "zip(xs, ys)")."""
+    text, depth = m.group("iterable"), 0
+    for i, c in enumerate(text):
+        depth += (c in "([{") - (c in ")]}")
+        if c == ":" and depth <= 0:
+            return text[:i].strip()
+    return text.strip()
+
+
+def _generic_step(iterable: str) -> str:
+    """The first step for a loop over something that is not a loader's batches: what that iterable yields."""
+    if iterable.startswith("zip("):
+        hint = "zip yields one value per argument: unpack as many names as zip has arguments"
+    elif re.fullmatch(r"[\w.]{1,80}", iterable):
+        hint = "a dict yields its keys only: iterate .items() for (key, value) pairs"
+    else:
+        hint = "enumerate adds an index in front: for i, (a, b) in enumerate(...)"
+    return (f"Print one item of what the loop iterates (print(next(iter({iterable})))) and unpack as many names as it "
+            f"holds ({hint}).")
 
 
 def loop_unpacks(s: Structure) -> Frame | None:
@@ -46,7 +69,7 @@ def loop_unpacks(s: Structure) -> Frame | None:
     if m is None or frame.owner == "stdlib":
         return None
     # a library's own loop iterates what it built (a bug or another release of it), unless it iterates the batches
-    return frame if frame.is_user or _BATCH_WORDS.search(m.group("iterable")) else None
+    return frame if frame.is_user or _BATCH_WORDS.search(_iterable(m)) else None
 
 
 def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
@@ -57,23 +80,40 @@ def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if frame is None:
         return None
     m = _unpacked(frame.source)
-    return "loop_items_unpack", {"where": where(frame), "iterable": m.group("iterable").strip() if m else ""}
+    iterable = _iterable(m) if m else ""
+    facts: dict[str, Any] = {"where": where(frame), "iterable": iterable}
+    if not _BATCH_WORDS.search(iterable):  # the user's loop over a zip, a dict, a list: not a Dataset's items
+        facts["first_step_detail"] = _generic_step(iterable)
+    return "loop_items_unpack", facts
 
 
 # a table looked up by a command-line option's value (MODEL_CLASSES[args.model_type], archs[opt.arch]), or a module's
-# constant table (its name in capitals, PEP 8's constants) looked up by a variable (BACKBONES[name]): the table is the
-# set of values the code supports, not a dict of data (CONFIG["lr"] looks a fixed key up: missing_key's question)
+# constant table (its name in capitals, PEP 8's constants) of classes or builders looked up by a variable: its value
+# called on the line (BACKBONES[name](pretrained=True)) or its name a registry's (MODEL_CLASSES, ARCHS).  A dict of
+# data is not such a table: CONFIG[key], VOCAB[tok], STATE_DICT[name], batch[args.key] keep missing_key's question
 _OPTION_KEY = re.compile(r"(?P<table>[A-Za-z_][\w.]{0,80})\[(?P<option>(?:args|opts?|options|flags|FLAGS|hparams)"
                          r"\.\w{1,80})\]"
-                         r"|(?<![\w.])(?P<ctable>[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{3,})\[(?P<coption>[a-z_][\w.]{0,80})\]")
+                         r"|(?<![\w.])(?P<ctable>[A-Z][A-Z0-9_]{2,80})\[(?P<coption>[a-z_][\w.]{0,80})\](?P<call>\()?")
+# the last part of a table's name that says it holds data (a batch, a row, the environment), not supported values
+_DATA_TABLE = re.compile(r"(?i:(?:^|[._])(?:batch|batches|sample|row|df|data|item|example|record|environ|features|"
+                         r"inputs|outputs|results|metrics|kwargs|config|cfg|state|vocab)\w{0,20})$")
+# a constant's name that says it is a registry of the values the code supports
+_REGISTRY_NAME = re.compile(r"(?:^|_)(?:CLASSES|MODELS|ARCHS?|ARCHITECTURES|BACKBONES|REGISTRY|CONFIGS|TYPES|"
+                            r"FACTOR(?:Y|IES)|CHOICES|DATASETS|OPTIMIZERS|SCHEDULERS|LOSSES|NETS|NETWORKS|ENCODERS|"
+                            r"TOKENIZERS|BUILDERS|CONSTRUCTORS|MAPPING|MAP)$")
 
 
 def option_lookup(s: Structure) -> re.Match[str] | None:
-    """The lookup by a command-line option on the line that raised a ``KeyError``, if that is what the line does."""
+    """The lookup by a command-line option (or in a registry of classes) on the line that raised a ``KeyError``."""
     frame = s.innermost
     if frame is None or s.cut or s.short_type != "KeyError" or not frame.is_user:
         return None
-    return _OPTION_KEY.search(frame.source)
+    for m in _OPTION_KEY.finditer(frame.source):
+        if m.group("table") and not _DATA_TABLE.search(m.group("table")):
+            return m
+        if m.group("ctable") and (m.group("call") or _REGISTRY_NAME.search(m.group("ctable"))):
+            return m
+    return None
 
 
 def command_line_key(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
@@ -81,9 +121,18 @@ def command_line_key(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | Non
     m = option_lookup(s)
     if m is None:
         return None
-    facts: dict[str, Any] = {"table": m.group("table") or m.group("ctable"), "option": m.group("option") or m.group("coption")}
-    if s.message.strip():
-        facts["key"] = s.message.strip()[:80]
+    table = m.group("table") or m.group("ctable")
+    facts: dict[str, Any] = {"table": table}
+    if m.group("option"):
+        facts["option"] = m.group("option")
+    key = s.message.strip()[:80]
+    if key:
+        facts["key"] = key
+    given = f"the value given ({key})" if key else "the value given"
+    release = (", or take the script from the same release as the installed library (the release that added the value)"
+               if m.group("option") else " (or add the entry the code lacks)")
+    facts["first_step_detail"] = (f"Print the keys of the table on the failing line (print(sorted({table}))) and "
+                                  f"compare them with {given}: use a listed one{release}.")
     return "script_choice_missing", facts
 
 

@@ -293,7 +293,7 @@ ENTRIES += (
         # placed by the traceback's structure (explain._source_line.loop_items): the unpacking error is raised on a
         # ``for`` line whose target is several names (or a batch's assignment), so the items have another structure
         slug="loop_items_unpack",
-        title="Each item (a batch) is unpacked into more or fewer names than it holds",
+        title="Each item of a loop (a batch, a dict's key, a zip's tuple) is unpacked into more or fewer names than it holds",
         summary=("The code[[ at {where}]] unpacks the items it iterates[[ ({iterable})]] into several names, but the "
                  "items hold another number of values: a DataLoader's batches (what the Dataset's __getitem__ "
                  "returns, collated), a dict's keys, or a zip of other lengths."),
@@ -302,7 +302,8 @@ ENTRIES += (
                 "tensor whose first dimension is then unpacked, or a third field such as a path or an index).",
                 "The loop iterates a dict (its keys) where it meant .items(), or forgot enumerate()'s index."),
         fixes=(Fix("Look at one item of what the loop iterates",
-                   "batch = next(iter(loader))\nprint(type(batch), len(batch) if hasattr(batch, '__len__') else '')"),),
+                   "item = next(iter(loader))  # loader: what the failing line iterates\n"
+                   "print(type(item), len(item) if hasattr(item, '__len__') else '')"),),
         first_step="Take one item of what the loop iterates (next(iter(loader))), print its type and length, and make "
         "the Dataset's __getitem__ return exactly the fields the loop unpacks (or unpack what it returns).",
         sources=("https://pytorch.org/docs/stable/data.html#dataset-types",
@@ -320,7 +321,7 @@ ENTRIES += (
         causes=("The script (an example copied from a library's repository) comes from another release than the "
                 "installed library: the value was added in a later one.",
                 "The value is misspelt, or belongs to another option."),
-        fixes=(Fix("See which values the script's table holds", "print(sorted(MODEL_CLASSES))  # the table on the failing line"),),
+        fixes=(Fix("See which values the script's table holds", "print(sorted(TABLE))  # TABLE: the table on the failing line"),),
         first_step="Print the keys of the table on the failing line and compare them with the value given (on the "
         "command line, or in the config): use a listed one, or take the script from the same release as the installed library (the "
         "release that added the value).",

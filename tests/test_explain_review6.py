@@ -1,0 +1,89 @@
+"""Over-reach the sixth review found in the structure-placed and newer categories: the reviewer's own texts (written
+by hand, none from a wild sample), each with the texts its category must still claim."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdebug.core.explain import explain
+
+_SITE = "/opt/env/lib/python3.11/site-packages"
+
+
+def _tb(*frames: tuple[str, int, str, str], error: str) -> str:
+    """A Python traceback: (path, line, function, source) per frame, then the exception line."""
+    body = "".join(f'  File "{p}", line {n}, in {f}\n    {src}\n' for p, n, f, src in frames)
+    return f"Traceback (most recent call last):\n{body}{error}\n"
+
+
+_TOO_MANY = "ValueError: too many values to unpack (expected 2)"
+
+
+# ------------------------------------------------------------------ H1: a loop over a zip or a dict is no Dataset
+
+@pytest.mark.parametrize("source, iterable, hint", [
+    ("for a, b in zip(xs, ys, zs):", "zip(xs, ys, zs)", "zip has arguments"),
+    ("for a, b in zip(xs, ys, zs): pass", "zip(xs, ys, zs)", "zip has arguments"),
+    ("for k, v in cfg:", "cfg", ".items()"),
+])
+def test_a_users_loop_over_no_loader_is_not_told_about_a_dataset(source, iterable, hint):
+    d = explain(_tb(("train.py", 12, "<module>", source), error=_TOO_MANY))
+    assert d.kind == "loop_items_unpack"
+    assert d.evidence["iterable"] == iterable
+    assert "Dataset" not in d.first_step and "__getitem__" not in d.first_step
+    assert f"next(iter({iterable}))" in d.first_step and hint in d.first_step
+
+
+@pytest.mark.parametrize("source", ["for imgs, labels in train_dl:", "for x, y in val_ds:",
+                                    "for i, (x, y) in enumerate(pbar):", "for x, y in loader: step(x, y)"])
+def test_a_users_loop_over_a_loader_still_names_the_dataset(source):
+    d = explain(_tb(("train.py", 12, "<module>", source), error=_TOO_MANY))
+    assert d.kind == "loop_items_unpack"
+    assert "__getitem__" in d.first_step
+    assert not d.evidence["iterable"].endswith("step(x, y)")
+
+
+def test_a_live_loop_over_a_zip_names_no_call_as_what_raised():
+    xs = ys = zs = [1, 2]
+    try:
+        for _a, _b in zip(xs, ys, zs):  # noqa: B905 - the user's zip of three, unpacked into two names
+            pass
+    except ValueError as e:
+        d = explain(e)
+    assert d.kind == "loop_items_unpack"
+    assert "Dataset" not in d.first_step
+    assert "zip(...)" not in str(dict(d.evidence))
+
+
+# ------------------------------------------------------------------ H2: a dict of data in capitals is no registry
+
+@pytest.mark.parametrize("source, key", [
+    ("lr = CONFIG[key]", "'lr'"), ("x = batch[args.key]", "'image'"), ("state = STATE_DICT[name]", "'conv1.weight'"),
+    ("ids = [VOCAB[tok] for tok in tokens]", "'the'"),
+])
+def test_a_key_error_on_a_dict_of_data_is_not_a_scripts_choice(source, key):
+    d = explain(_tb(("train.py", 12, "<module>", source), error=f"KeyError: {key}"))
+    assert d.kind == "missing_key", d.kind
+
+
+def test_a_live_key_error_on_a_capitals_config_is_not_a_scripts_choice():
+    CONFIG = {"lr": 0.1}  # noqa: N806 - a module-level constant as scripts name it
+    key = "batch_size"
+    try:
+        CONFIG[key]
+    except KeyError as e:
+        d = explain(e)
+    assert d.kind != "script_choice_missing"
+
+
+@pytest.mark.parametrize("source, table", [
+    ("config_class, model_class, tokenizer_class = MODEL_CLASSES[args.model_type]", "MODEL_CLASSES"),
+    ("model = models_dict[opt.arch](pretrained=True)", "models_dict"),
+    ("net = NETS[name](num_classes=10)", "NETS"),
+    ("cls = ARCHS[arch_name]", "ARCHS"),
+])
+def test_a_registry_looked_up_by_a_value_is_still_a_scripts_choice(source, table):
+    d = explain(_tb(("run.py", 40, "main", source), error="KeyError: 'resnet200'"))
+    assert d.kind == "script_choice_missing", d.kind
+    assert f"print(sorted({table}))" in d.first_step
+    assert "MODEL_CLASSES" not in d.first_step or table == "MODEL_CLASSES"
