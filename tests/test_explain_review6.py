@@ -87,3 +87,31 @@ def test_a_registry_looked_up_by_a_value_is_still_a_scripts_choice(source, table
     assert d.kind == "script_choice_missing", d.kind
     assert f"print(sorted({table}))" in d.first_step
     assert "MODEL_CLASSES" not in d.first_step or table == "MODEL_CLASSES"
+
+
+# ------------------------------------------------------------------ H3: an environment assignment is no continuation
+
+@pytest.mark.parametrize("text", [
+    "bash: CUDA_VISIBLE_DEVICES=0: command not found",
+    "/tmp/rv6.sh: line 2: WANDB_MODE=offline: command not found",
+    "zsh: command not found: lr=0.1",
+    "'CUDA_VISIBLE_DEVICES' is not recognized as an internal or external command,\noperable program or batch file.",
+])
+def test_an_environment_assignment_run_as_a_command_is_no_continuation_nor_a_package(text):
+    assert explain(text).kind not in ("shell_argument_run", "package_missing")
+
+
+@pytest.mark.parametrize("text, word", [
+    ("train.sh: line 7: --gradient_accumulation_steps=4: command not found", "--gradient_accumulation_steps=4"),
+    ("./run.sh: line 30: model.name=llama: command not found", "model.name=llama"),
+    ("sh: 3: trainer.max-epochs=3: not found", "trainer.max-epochs=3"),
+])
+def test_an_option_or_a_dotted_override_run_as_a_command_is_still_a_continuation(text, word):
+    d = explain(text)
+    assert d.kind == "shell_argument_run"
+    assert d.evidence["word"] == word
+
+
+@pytest.mark.parametrize("text", ["bash: nvcc: command not found", "'nvcc' is not recognized as an internal or external command,"])
+def test_a_program_the_shell_lacks_is_still_a_package(text):
+    assert explain(text).kind == "package_missing"

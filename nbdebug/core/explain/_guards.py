@@ -34,8 +34,14 @@ _INDUCTOR = re.compile(r"torchinductor|[/\\]_inductor[/\\]|CppCompileError|Induc
 _LOADED_SHAPES = re.compile(r"(?i:checkpoint|state_dict|copying a param|pretrained|\bload)")
 _SHAPE_WORDS = re.compile(r"(?i:shape|dimension|\bdims?\b|\bsize)")
 # a word the shell ran as a command that is an option or a name=value setting (shell_argument_run's reading)
-_ARGUMENT_RUN = re.compile(r"(?:^|: )(?:-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
-                           r": ?(?:command )?not found|command not found: (?:-{1,2}[A-Za-z]|[A-Za-z_][\w.]{0,80}=)")
+_ARGUMENT_RUN = re.compile(r"(?:^|: )(?:-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}="
+                           r"[^\s:]{0,200}): ?(?:command )?not found|command not found: (?:-{1,2}[A-Za-z]|"
+                           r"[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}=)")
+# an environment variable's assignment the shell ran as a command: bash expanding it from a variable ("$cmd") or
+# finding it after a word; cmd.exe, which has no "NAME=value cmd" (its word cut at '='): no package is missing
+_ASSIGNMENT_RUN = re.compile(r"(?:^|: )[A-Za-z_]\w{0,80}=[^\s:]{0,200}: ?(?:command )?not found|"
+                             r"command not found: [A-Za-z_]\w{0,80}=|"
+                             r"'[A-Z][A-Z0-9]*_[A-Z0-9_]+' is not recognized as an internal or external command")
 
 
 def _on_loop(raw: str) -> bool:
@@ -277,8 +283,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # a script's table looked up by a command-line option's value (script_choice_missing)
     if slug == "host_oom" and native_alloc_at_import(raw):
         return True  # no size, raised importing a library or calling torch.ops: an extension built for another torch
-    if slug == "package_missing" and _ARGUMENT_RUN.search(line):
-        return True  # an option or a name=value the shell ran as a command: a broken line continuation
+    if slug == "package_missing" and (_ARGUMENT_RUN.search(line) or _ASSIGNMENT_RUN.search(line)):
+        return True  # an option or a name=value the shell ran as a command: a broken line continuation, an assignment
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):
         return True
     if slug == "checkpoint_module_missing" and (_IMPORT_LINE.match(_failing_line(raw)) or _not_unpickling(raw)):

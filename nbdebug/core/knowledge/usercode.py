@@ -265,17 +265,18 @@ ENTRIES += (
                  "backslash, so the command ended there and its arguments became a command of their own."),
         keywords=("command not found", ": not found", ":not found"),
         patterns=(
-            # bash: "train.sh: line 15: data.max_length=2048: command not found"; "--lr: command not found"
-            r"(?:^|: )(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
+            # bash: "train.sh: line 15: data.max_length=2048: command not found"; "--lr: command not found" (a name
+            # without '.' or '-' before '=' is an assignment at a line's start, never a command: not this question)
+            r"(?:^|: )(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}=[^\s:]{0,200})"
             r": command not found",
             # zsh names the word after the message; dash (/bin/sh) as "sh: 15: --lr: not found"
-            r"\bcommand not found: (?P<zword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_][\w.]{0,80}=\S{0,200})",
-            r"\bsh: ?\d{1,6}: ?(?P<dword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200}): ?not found",
+            r"\bcommand not found: (?P<zword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}=\S{0,200})",
+            r"\bsh: ?\d{1,6}: ?(?P<dword>-{1,2}[A-Za-z][\w.-]{0,80}|[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}=[^\s:]{0,200}): ?not found",
         ),
         # below package_missing: a Python error printed before it (the command above failing) keeps its own answer;
         # package_missing gives way on this line (explain._guards)
         priority=43,
-        facts=((r"(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_][\w.]{0,80}=[^\s:]{0,200})"
+        facts=((r"(?P<word>-{1,2}[A-Za-z][\w.-]{0,80}(?:=[^\s:]{0,200})?|[A-Za-z_]\w{0,80}[.-][\w.-]{0,80}=[^\s:]{0,200})"
                 r"(?=: command not found|: ?not found)", {"word": "str"}),
                (r"\bline (?P<line>\d{1,6}): ", {"line": "int"})),
         extra={"family": "user_code_python"},
