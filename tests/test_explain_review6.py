@@ -115,3 +115,43 @@ def test_an_option_or_a_dotted_override_run_as_a_command_is_still_a_continuation
 @pytest.mark.parametrize("text", ["bash: nvcc: command not found", "'nvcc' is not recognized as an internal or external command,"])
 def test_a_program_the_shell_lacks_is_still_a_package(text):
     assert explain(text).kind == "package_missing"
+
+
+# ------------------------------------------------------------------ M4: a missing working directory is no program
+
+_SUB = (("/usr/lib/python3.11/subprocess.py", 1026, "__init__", "self._execute_child(args, executable, preexec_fn,"),
+        ("/usr/lib/python3.11/subprocess.py", 1950, "_execute_child",
+         "raise child_exception_type(errno_num, err_msg, err_filename)"))
+
+
+@pytest.mark.parametrize("text", [
+    _tb(("train.py", 5, "<module>", "subprocess.run(['python','x.py'], cwd='out')"), *_SUB,
+        error="FileNotFoundError: [Errno 2] No such file or directory: 'out'"),
+    _tb(("t.py", 5, "<module>", "subprocess.run(cmd, cwd=out_dir)"), *_SUB,
+        error="FileNotFoundError: [Errno 2] No such file or directory: 'runs/exp1'"),
+    _tb(("train.py", 4, "<module>", "subprocess.Popen(cmd)  # then read log"), (_SITE + "/foo.py", 9, "load", "open(path)"),
+        error="FileNotFoundError: [Errno 2] No such file or directory: 'log.txt'"),
+])
+def test_a_missing_folder_or_file_is_no_missing_program(text):
+    assert explain(text).kind != "program_missing"
+
+
+@pytest.mark.parametrize("cwd", ["nbdebug_review6_missing_dir", "/nonexistent_nbdebug_review6/x"])
+def test_a_live_missing_working_directory_is_no_missing_program(cwd, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as info:
+        subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, check=False)
+    assert explain(info.value).kind != "program_missing"
+
+
+def test_a_program_a_library_runs_is_still_missing():
+    text = _tb(("train.py", 5, "<module>", "whisper.load_audio('a.mp3')"),
+               (_SITE + "/whisper/audio.py", 58, "load_audio", "out = run(cmd, capture_output=True, check=True).stdout"),
+               ("/usr/lib/python3.11/subprocess.py", 548, "run", "with Popen(*popenargs, **kwargs) as process:"), _SUB[1],
+               error="FileNotFoundError: [Errno 2] No such file or directory: 'ffmpeg'")
+    d = explain(text)
+    assert d.kind == "program_missing"
+    assert d.evidence["program"] == "ffmpeg"

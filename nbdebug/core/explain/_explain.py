@@ -52,6 +52,7 @@ from nbdebug.core.explain._match import (  # noqa: F401 - _compiled, _line_wrap_
     plausible,
 )
 from nbdebug.core.explain._normalize import last_exception_line, normalize
+from nbdebug.core.explain._raised_in import live_cwd_missing
 from nbdebug.core.explain._sequence import child_error
 from nbdebug.core.explain._structure import from_exception, read
 from nbdebug.errors import InvalidArgumentError
@@ -256,6 +257,9 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # structure may still place the error's family
         structure = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
         family = fallback(structure, raw[-_MAX_CHARS:], live=isinstance(error, BaseException))
+        if family is not None and family[0] == "program_missing" and isinstance(error, BaseException) and \
+                live_cwd_missing(error):
+            family = None  # subprocess names the missing working directory it was given, not a program
         # an error in the user's own code behind a wrapper: the wrapper's first step leads there (num_workers=0)
         if family is not None and (chosen is None or family[0] != "user_code_error"):
             chosen, placed = (by_slug(family[0]), None), family[1]

@@ -44,6 +44,13 @@ _ASSIGNMENT_RUN = re.compile(r"(?:^|: )[A-Za-z_]\w{0,80}=[^\s:]{0,200}: ?(?:comm
                              r"'[A-Z][A-Z0-9]*_[A-Z0-9_]+' is not recognized as an internal or external command")
 
 
+def _names_no_program(raw: str) -> bool:
+    from nbdebug.core.explain._raised_in import not_a_program
+
+    s = read(raw[-20_000:])
+    return not_a_program(s.message, [f.source for f in s.frames])
+
+
 def _on_loop(raw: str) -> bool:
     return loop_unpacks(read(raw[-20_000:])) is not None
 
@@ -281,6 +288,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # a library unpacking its own result; a for line unpacking the items it iterates (loop_items_unpack)
     if slug == "missing_key" and "[" in raw and option_lookup(read(raw[-20_000:])) is not None:
         return True  # a script's table looked up by a command-line option's value (script_choice_missing)
+    if slug == "program_missing" and "No such file" in raw and _names_no_program(raw):
+        return True  # a path or the cwd= the line passes: subprocess names the missing working directory
     if slug == "host_oom" and native_alloc_at_import(raw):
         return True  # no size, raised importing a library or calling torch.ops: an extension built for another torch
     if slug == "package_missing" and (_ARGUMENT_RUN.search(line) or _ASSIGNMENT_RUN.search(line)):

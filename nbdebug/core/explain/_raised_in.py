@@ -285,10 +285,44 @@ def raised_in_backward(raw: str) -> bool:
     return "backward" in raw and backward_raised(read(raw[-20_000:]), raw) is not None
 
 
+_NAMED_FILE = re.compile(r"No such file or directory: '(?P<name>[^'\n]{1,300})'")
+
+
+def not_a_program(message: str, sources: list[str]) -> bool:
+    """Whether the file subprocess could not find is no program: a path (a missing ``cwd``, a script's folder) or the
+    ``cwd=`` a line of the traceback passes (Python names the missing working directory, not the program)."""
+    m = _NAMED_FILE.search(message)
+    if m is None:
+        return False  # Windows' WinError 2 names nothing: a missing cwd is WinError 267 there
+    name = m.group("name")
+    if "/" in name or "\\" in name:
+        return True
+    cwd = re.compile(r"\bcwd\s*=\s*[rfb]?['\"]" + re.escape(name) + r"['\"]")
+    return any(cwd.search(source) for source in sources)
+
+
+def live_cwd_missing(error: BaseException) -> bool:
+    """Whether a live ``FileNotFoundError`` names the working directory subprocess was given, not its program."""
+    import os
+
+    tb, filename = error.__traceback__, getattr(error, "filename", None)
+    while tb is not None and filename is not None:
+        if tb.tb_frame.f_code.co_name == "_execute_child":
+            cwd = tb.tb_frame.f_locals.get("cwd")
+            try:
+                return cwd is not None and os.fsdecode(cwd) == os.fsdecode(filename)
+            except TypeError:
+                return False
+        tb = tb.tb_next
+    return False
+
+
 def program_start(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """A ``FileNotFoundError`` raised by subprocess starting a program (``_execute_child``): the program is missing or
     off PATH, whatever the language of the OS's message (a live exception's text has no frames to match)."""
     if s.short_type != "FileNotFoundError" or not any(f.func == "_execute_child" for f in s.frames[-3:]):
+        return None
+    if not_a_program(s.message, [f.source for f in s.frames]):
         return None
     m = re.search(r"No such file or directory: '(?P<program>[^'\n/\\]{1,80})'", s.message)
     return "program_missing", ({"program": m.group("program")} if m else {})

@@ -905,8 +905,9 @@ ENTRIES += (
         patterns=(
             r"FileNotFoundError: \[(?:Errno|WinError) 2\]",
         ),
-        # subprocess starting the program: its frame, or the Popen call a cut traceback still shows
-        extra={"requires": r"\b_execute_child\b|[/\\]subprocess\.py\b|\bPopen\(",
+        # subprocess starting the program: its frame among the innermost (a Popen( on another frame's line, or
+        # subprocess's frames further up, say nothing of the file a library's open() missed)
+        extra={"requires": r"\b_execute_child[ \t]*\r?\n(?:[^\n]*\n){0,5}?[^\n]*FileNotFoundError:",
                "family": "environment_version,install_build"},
         priority=52,
         facts=((r"No such file or directory: '(?P<program>[^'\n/\\]{1,80})'", {"program": "str"}),),
