@@ -155,3 +155,24 @@ def test_a_program_a_library_runs_is_still_missing():
     d = explain(text)
     assert d.kind == "program_missing"
     assert d.evidence["program"] == "ffmpeg"
+
+
+# ------------------------------------------------------------------ M5: a kind of data or a literal is no option
+
+@pytest.mark.parametrize("text", ["ValueError: Unknown label type: 'continuous'", "ValueError: Invalid literal: abc",
+                                  "ValueError: Unsupported image type uint16", "ValueError: Invalid value: 3"])
+def test_a_kind_of_data_refused_is_no_option(text):
+    assert explain(text).kind != "option_not_accepted"
+
+
+def test_a_refused_value_does_not_say_a_library_refused_it_nor_keeps_backticks():
+    from nbdebug.render.diagnosis import diagnosis_html, diagnosis_text
+
+    d = explain("ValueError: mode must be one of 'train' or 'eval'")
+    assert d.kind == "option_not_accepted"
+    assert not d.summary.startswith("The library")
+    d = explain("ValueError: Invalid `attn_implementation`: flash")
+    assert d.kind == "option_not_accepted"
+    assert d.evidence["option"] == "attn_implementation"
+    assert "`attn_implementation`" not in diagnosis_text(d) and "`attn_implementation`" not in diagnosis_html(d)
+    assert not any("packaging.python.org" in s for s in d.sources)

@@ -352,7 +352,9 @@ ENTRIES += (
 )
 
 # words after which a value is a device, a tensor's or a file's, never a library's option
-_NOT_AN_OPTION = r"(?!(?i:device|cuda|gpu|dtype|shape|size|checkpoint|file|path|key|header|magic|load)\b)"
+# (nor a kind of data or a literal a parser read: "Unknown label type: 'continuous'", "Invalid literal: abc")
+_NOT_AN_OPTION = (r"(?!(?i:device|cuda|gpu|dtype|shape|size|checkpoint|file|path|key|header|magic|load|label type|"
+                  r"image type|literal|value|type|format)\b)")
 
 ENTRIES += (
     Entry(
@@ -360,9 +362,9 @@ ENTRIES += (
         # metric 'acc'"): the value is misspelt or not one the call takes, or another release added or removed it
         slug="option_not_accepted",
         title="A library does not accept the value given for one of its options",
-        summary=("The library refused the value of an option[[ ({option})]]: it is not one of the values this "
-                 "release accepts (a misspelling, a value of another option, or one that another release added or "
-                 "removed)."),
+        summary=("The code or library that raised refused the value of an option[[ ({option})]]: it is not one of "
+                 "the values it accepts (a misspelling, a value of another option, or one that another release added "
+                 "or removed)."),
         keywords=("one of", "either", "choose from", "choose one from", "valid options", "valid choices", "valid values",
                   "available options", "available choices", "supported values", "supported options", "supported modes",
                   "invalid ", "unknown ", "unsupported ", "unrecognized ", "unrecognised "),
@@ -373,10 +375,10 @@ ENTRIES += (
             # the value named after the words that refuse it, as the whole message ("Unknown metric 'acc'", "Invalid
             # vad_method: None")
             r"^(?:[\w.]{1,100}(?:Error|Exception): )?(?:Invalid|Unknown|Unsupported|Unrecognized|Unrecognised) "
-            + _NOT_AN_OPTION + r"(?P<option>[\w`-]{1,40}(?: [\w`-]{1,40}){0,2}):? ['\"`]?[\w./-]{1,80}['\"`]?\.?$",
+            + _NOT_AN_OPTION + r"`?(?P<option>[\w-]{1,40}(?: [\w-]{1,40}){0,2})`?:? ['\"`]?[\w./-]{1,80}['\"`]?\.?$",
         ),
         priority=34,  # below every category that names what the value is (a registry's name, a model type, a device)
-        facts=((r"(?:Invalid|Unknown|Unsupported|Unrecognized|Unrecognised) (?P<option>[\w`-]{1,40}(?: [\w`-]{1,40}){0,2}):? "
+        facts=((r"(?:Invalid|Unknown|Unsupported|Unrecognized|Unrecognised) `?(?P<option>[\w-]{1,40}(?: [\w-]{1,40}){0,2})`?:? "
                 r"['\"`]?[\w./-]{1,80}['\"`]?\.?$", {"option": "str"}),),
         extra={"family": "library_api_misuse,environment_version"},
         causes=("The value is misspelt, or belongs to another option (a metric's name given as a loss).",
@@ -388,7 +390,7 @@ ENTRIES += (
         first_step="Compare the value with the ones the message (or the installed release's documentation for that "
         "call) lists: fix a misspelt value or use a listed one; if the code was written for another release that "
         "lists it, install that release.",
-        sources=("https://packaging.python.org/en/latest/tutorials/installing-packages/",
+        sources=("https://docs.python.org/3/library/exceptions.html#ValueError",
                  "https://docs.python.org/3/library/functions.html#help"),
     ),
 )
