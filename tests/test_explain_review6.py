@@ -176,3 +176,37 @@ def test_a_refused_value_does_not_say_a_library_refused_it_nor_keeps_backticks()
     assert d.evidence["option"] == "attn_implementation"
     assert "`attn_implementation`" not in diagnosis_text(d) and "`attn_implementation`" not in diagnosis_html(d)
     assert not any("packaging.python.org" in s for s in d.sources)
+
+
+# ------------------------------------------------------------------ M6: an array's dimensions are not a tensor's
+
+_SKLEARN_2D = ("ValueError: Expected 2D array, got 1D array instead:\narray=[1. 2. 3.].\nReshape your data either using "
+               "array.reshape(-1, 1) if your data has a single feature or array.reshape(1, -1) if it contains a single "
+               "sample.")
+
+
+def test_scikit_learns_array_check_is_no_tensor_shape():
+    d = explain(_SKLEARN_2D)
+    assert d.kind != "shape_reported"
+    assert "unsqueeze" not in str(d.fixes)
+
+
+@pytest.mark.parametrize("text", ["AssertionError: expected 3 dims, got 4",
+                                  "ValueError: Expected x to have 3 dimensions but got 2",
+                                  "ValueError: Expected 3D tensor, but got 2D"])
+def test_a_reported_dimension_count_is_still_the_shape_without_saying_a_library_or_einops(text):
+    d = explain(text)
+    assert d.kind == "shape_reported"
+    assert not d.summary.startswith("The library") and not any("einops" in s for s in d.sources)
+
+
+def test_a_live_assert_on_the_users_own_shape_does_not_blame_a_library():
+    import torch
+
+    x = torch.ones(2, 3)
+    try:
+        assert x.dim() == 3, f"expected 3 dims, got {x.dim()}"
+    except AssertionError as e:
+        d = explain(e)
+    assert d.kind == "shape_reported"
+    assert "library that raised" not in d.summary

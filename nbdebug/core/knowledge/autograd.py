@@ -121,8 +121,8 @@ ENTRIES: tuple[Entry, ...] = (
         # any library's own check of a tensor's shape (einops, gpytorch, botorch, captum, a model's assert): not torch's
         # wording, which shape_mismatch knows, but the same question -- the message names the shape it got
         slug="shape_reported",
-        title="A library rejected a tensor's shape",
-        summary=("The library that raised checked the shape of a tensor it was given[[ ({reported_shape})]] and "
+        title="The code that raised rejected a tensor's shape",
+        summary=("The code that raised (a library's, or the code's own check) checked the shape of a tensor it was given[[ ({reported_shape})]] and "
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."
                  "[[ An axis of length {axis_length} does not split into parts of {part_length}.]]"),
         keywords=("shape", "dim", "divide", "divisible", "broadcast", "to match", "have the same", "matrices",
@@ -132,7 +132,8 @@ ENTRIES: tuple[Entry, ...] = (
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")
             # "Expected 3D tensor, but got 2D", "Expected x to have ndim 3 but got 2", "Expected Y with dimension 2 (got
             # Y.dim()=1)")
-            r"\b[Ee]xpected [^\n]{0,60}?\b(?:\d{1,2} ?(?:dimensions?|dims?)\b|\d-?D\b|(?:dimension|ndim|dim)s? (?:of )?=?"
+            # (an array's: scikit-learn's check_array names the reshape to apply itself, for an ndarray)
+            r"\b[Ee]xpected (?![^\n]{0,60}?\barray\b)[^\n]{0,60}?\b(?:\d{1,2} ?(?:dimensions?|dims?)\b|\d-?D\b|(?:dimension|ndim|dim)s? (?:of )?=?"
             r"\d{1,2}\b)[^\n]{0,60}?\b(?i:got|received|but|instead)\b",
             # an old matrix product, an equation's subscripts against a tensor's dimensions (numpy's own "could not be
             # broadcast together" stays unknown: an array of the data's, not a tensor a library checked)
@@ -180,7 +181,8 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         first_step="Read the shape in the message against what the call expects (its pattern or documentation): add "
         "or remove the dimension that differs, or resize the input so that each size divides as the model needs.",
-        sources=("https://einops.rocks/api/rearrange/", "https://pytorch.org/docs/stable/notes/broadcasting.html"),
+        sources=("https://pytorch.org/docs/stable/generated/torch.unsqueeze.html",
+                 "https://pytorch.org/docs/stable/notes/broadcasting.html"),
     ),
     Entry(
         # placed by the traceback's structure (``_raised_in.backward_raised``): no message names it
