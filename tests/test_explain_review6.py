@@ -210,3 +210,20 @@ def test_a_live_assert_on_the_users_own_shape_does_not_blame_a_library():
         d = explain(e)
     assert d.kind == "shape_reported"
     assert "library that raised" not in d.summary
+
+
+# ------------------------------------------------------------------ M7: a tensor of the wrong rank or dtype is a tensor
+
+@pytest.mark.parametrize("text", ["ValueError: x must be a tensor of rank 2",
+                                  "TypeError: the value argument must be a Tensor with dtype float32",
+                                  "ValueError: input is not a tensor with 4 dimensions",
+                                  "TypeError: expected Tensor as element 0 in argument 0, but got Tensor"])
+def test_a_tensor_of_another_rank_or_dtype_is_no_missing_tensor(text):
+    assert explain(text).kind != "not_a_tensor"
+
+
+@pytest.mark.parametrize("text", ["TypeError: input must be a Tensor, got tuple",
+                                  "TypeError: x is not a torch.Tensor",
+                                  "TypeError: expected Tensor as element 1 in argument 0, but got list"])
+def test_a_value_that_is_no_tensor_still_is(text):
+    assert explain(text).kind == "not_a_tensor"

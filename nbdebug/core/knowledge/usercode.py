@@ -228,9 +228,9 @@ ENTRIES += (
                   "invalid combination of arguments"),
         patterns=(
             r"\bargument '\w+' \(position \d+\) must be Tensor, not (?P<got>[\w.]+)",
-            r"\bexpected Tensor as element \d+ in argument \d+, but got [\w.]+",
-            r"\b(?i:input|inputs|x|value|argument|tensor)\w{0,20} (?:must|should) be (?:a )?(?:torch\.)?Tensor\b",
-            r"\b(?i:input|inputs|x|value|argument)\w{0,20} is not (?:a )?(?:torch\.)?Tensor\b",
+            r"\bexpected Tensor as element \d+ in argument \d+, but got (?!Tensor\b)[\w.]+",
+            r"\b(?i:input|inputs|x|value|argument|tensor)\w{0,20} (?:must|should) be (?:a )?(?:torch\.)?Tensor\b(?! (?:of|with)\b)",
+            r"\b(?i:input|inputs|x|value|argument)\w{0,20} is not (?:a )?(?:torch\.)?Tensor\b(?! (?:of|with)\b)",
             r"\b(?i:inputs?|x|value) (?:must|should) be a tensor or a (?:tuple|list) of tensors\b",
             # torch's old parser, when the first argument given is no tensor at all
             r"received an invalid combination of arguments - got \((?:list|tuple|NoneType|numpy\.ndarray|str|dict)\b",
