@@ -227,3 +227,23 @@ def test_a_tensor_of_another_rank_or_dtype_is_no_missing_tensor(text):
                                   "TypeError: expected Tensor as element 1 in argument 0, but got list"])
 def test_a_value_that_is_no_tensor_still_is(text):
     assert explain(text).kind == "not_a_tensor"
+
+
+# ------------------------------------------------------------------ L8: a validator's words are not ComfyUI's graph
+
+@pytest.mark.parametrize("text", ["ValueError: Required input is missing: labels",
+                                  "jsonschema.exceptions.ValidationError: Required input is missing: name",
+                                  "ValueError: Return type mismatch between linked nodes: foo"])
+def test_a_validators_words_alone_are_no_workflow(text):
+    assert explain(text).kind != "workflow_invalid"
+
+
+@pytest.mark.parametrize("text, node", [
+    ("Prompt outputs failed validation\nKSampler 3:\n- Required input is missing: model", "KSampler 3"),
+    ("Failed to validate prompt for output 9:\n* CheckpointLoaderSimple 4:\n  - Value not in list: ckpt_name\n"
+     "Output will be ignored", "CheckpointLoaderSimple 4"),
+])
+def test_comfyuis_validation_is_still_the_workflow(text, node):
+    d = explain(text)
+    assert d.kind == "workflow_invalid"
+    assert d.evidence["node"] == node

@@ -336,8 +336,10 @@ ENTRIES += (
             r"Required input is missing: \w+",
         ),
         priority=50,
+        # ComfyUI's own words around the node's lines (a bare "Required input is missing" is any validator's)
+        extra={"requires": r"Prompt outputs failed validation|Failed to validate prompt|[/\\]execution\.py\b"},
         facts=((r"^\* ?(?P<node>[\w. -]{1,80} \d{1,6}):$", {"node": "str"}),
-               (r"^(?P<node>\w{1,80}):\n- (?:Return type mismatch|Required input is missing)", {"node": "str"})),
+               (r"^(?P<node>\w[\w. -]{0,79}):\n- (?:Return type mismatch|Required input is missing)", {"node": "str"})),
         causes=("An output node (or any node) has an input that is required and not connected.",
                 "Two linked nodes come from different node packs whose types differ in name (INSIGHTFACE against "
                 "INSIGHTFACEMODEL), or a node was updated and its types changed under an old link."),
