@@ -247,3 +247,19 @@ def test_comfyuis_validation_is_still_the_workflow(text, node):
     d = explain(text)
     assert d.kind == "workflow_invalid"
     assert d.evidence["node"] == node
+
+
+# ------------------------------------------------------------------ L9: a newer version of what saved no file
+
+def test_an_image_made_by_a_newer_library_is_no_checkpoint():
+    assert explain("Note: the image was created with a newer version of Pillow, colors may differ").kind != \
+        "checkpoint_other_release"
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: The model file was saved with a newer version of xgboost and cannot be read.",
+    "RuntimeError: This checkpoint was saved with pytorch-lightning 2.1.0, but you are running 1.9.5",
+    "RuntimeError: the weights were serialized with a newer version of the library",
+])
+def test_a_file_saved_by_another_release_is_still_one(text):
+    assert explain(text).kind == "checkpoint_other_release"
