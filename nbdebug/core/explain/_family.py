@@ -16,7 +16,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._guards import (  # noqa: F401 - contradicted, frames_deny: answered here too
     _COMPILER_CALL,
     _LOADING,
@@ -31,6 +30,7 @@ from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import unpacks_its_own
 from nbdebug.core.explain._sequence import ignored_exception
 from nbdebug.core.explain._structure import Frame, Structure
+from nbdebug.core.explain._structure import where as _where
 
 __all__ = ["fallback", "signal_kind", "contradicted", "final_class", "frames_deny"]
 
@@ -71,16 +71,6 @@ _USER_TYPES = ("NameError", "UnboundLocalError", "KeyError", "AttributeError", "
 _NAME_TYPES = ("NameError", "UnboundLocalError", "SyntaxError", "IndentationError")
 _LIBRARY_TYPES = ("ValueError", "TypeError", "KeyError", "AttributeError", "NotImplementedError", "AssertionError",
                   "IndexError")
-
-
-def _where(frame: Frame) -> str:
-    """The frame as the user knows it: ``In [12], line 3: code`` for a notebook cell, ``train.py, line 81, in main``."""
-    if frame.is_user and is_cell_file(frame.path):
-        return site_label(frame.path, frame.line)
-    if frame.path.startswith("Cell In"):  # a pasted IPython 8 traceback: "Cell In[3], line 2"
-        return f"{frame.path.removeprefix('Cell ')}, line {frame.line}"
-    name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{name}, line {frame.line}, in {frame.func}" if frame.line else f"{name}, in {frame.func}"
 
 
 def _user_code(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:

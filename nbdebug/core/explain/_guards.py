@@ -9,14 +9,22 @@ a script that also runs another framework, a value error raised inside IPython's
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
 from nbdebug.core.explain._normalize import last_exception_line
-from nbdebug.core.explain._raised_in import library_importing, spawned_child, unpacks_its_own
+from nbdebug.core.explain._raised_in import (
+    backward_raised,
+    library_importing,
+    not_a_program,
+    raised_in_backward,
+    spawned_child,
+    unpacks_its_own,
+)
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._source_line import loop_unpacks, native_alloc_at_import, option_lookup
-from nbdebug.core.explain._structure import Structure, read
+from nbdebug.core.explain._structure import Structure, from_exception, owner_of, read
 
 __all__ = ["contradicted", "frames_deny"]
 
@@ -44,15 +52,20 @@ _ASSIGNMENT_RUN = re.compile(r"(?:^|: )[A-Za-z_]\w{0,80}=[^\s:]{0,200}: ?(?:comm
                              r"'[A-Z][A-Z0-9]*_[A-Z0-9_]+' is not recognized as an internal or external command")
 
 
-def _names_no_program(raw: str) -> bool:
-    from nbdebug.core.explain._raised_in import not_a_program
+@functools.lru_cache(maxsize=2)
+def _tail(raw: str) -> Structure:
+    """The structure of a text's last 20,000 characters, read once for all the guards asked about one text."""
+    return read(raw[-20_000:])
 
-    s = read(raw[-20_000:])
+
+def _names_no_program(raw: str) -> bool:
+
+    s = _tail(raw)
     return not_a_program(s.message, [f.source for f in s.frames])
 
 
 def _on_loop(raw: str) -> bool:
-    return loop_unpacks(read(raw[-20_000:])) is not None
+    return loop_unpacks(_tail(raw)) is not None
 
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
@@ -74,9 +87,7 @@ def _library_lookup(raw: str) -> bool:
     whoever called them; a user's frame last keeps the user's reading, and a loader's frame (``torch.load`` reading a
     legacy archive) the file's.
     """
-    from nbdebug.core.explain._structure import read
-
-    return _raised_by_library(read(raw[-20_000:]))
+    return _raised_by_library(_tail(raw))
 
 
 # a library's lookup methods: a key missing there is the key the user's line asked for (``enc['labels']``,
@@ -106,9 +117,7 @@ _UNPICKLING = re.compile(r"(?i:pickl|serializ|load|find_class|restore)")
 
 def _not_unpickling(raw: str) -> bool:
     """Whether a whole traceback shows no frame reading a file: a ``.pt`` named elsewhere is no pickle being read."""
-    from nbdebug.core.explain._structure import read
-
-    s = read(raw[-20_000:])
+    s = _tail(raw)
     return bool(s.frames) and not s.cut and not any(
         _UNPICKLING.search(f.path.replace("\\", "/").rsplit("/", 1)[-1]) or _UNPICKLING.search(f.func)
         or _UNPICKLING.search(f.source) for f in s.frames)
@@ -118,8 +127,6 @@ def frames_deny(slug: str, error: BaseException) -> bool:
     """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
     if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted"}:
         return False
-    from nbdebug.core.explain._raised_in import backward_raised
-    from nbdebug.core.explain._structure import from_exception
 
     s = from_exception(error)
     if slug == "option_not_accepted":
@@ -131,17 +138,13 @@ def frames_deny(slug: str, error: BaseException) -> bool:
 
 def _framed(raw: str) -> bool:
     """Whether a text holds a whole traceback (frames, then the exception line)."""
-    from nbdebug.core.explain._structure import read
-
-    s = read(raw[-20_000:])
+    s = _tail(raw)
     return bool(s.frames) and not s.cut
 
 
 def _failing_line(raw: str) -> str:
     """The source line of the traceback's innermost frame (empty without frames)."""
-    from nbdebug.core.explain._structure import read
-
-    frame = read(raw[-20_000:]).innermost
+    frame = _tail(raw).innermost
     return frame.source if frame is not None else ""
 
 
@@ -152,11 +155,9 @@ _SHELL = frozenset({"IPython", "ipykernel", "jupyter_client"})
 
 def _shell_raised(raw: str) -> bool:
     """Whether the root cause of a traceback was raised inside IPython / ipykernel's own files."""
-    from nbdebug.core.explain._structure import read
-
     if "IPython" not in raw and "ipykernel" not in raw:
         return False
-    frame = read(raw[-20_000:]).innermost
+    frame = _tail(raw).innermost
     return frame is not None and frame.owner in _SHELL
 
 
@@ -200,7 +201,6 @@ _KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext",
 
 
 def _project_module(line: str) -> bool:
-    from nbdebug.core.explain._structure import owner_of
 
     m = _IMPORT_FROM.search(line)
     if m is None or m.group("module").split(".")[0] in _KNOWN_LIBRARIES:
@@ -218,9 +218,7 @@ def _later_exception(line: str, raw: str) -> bool:
     ``loss: nan`` logged before ``RuntimeError: mat1 and mat2 shapes cannot be multiplied``: the exception stopped the
     run and is the error to answer; a NaN in the log before it is background (a message naming NaN keeps it).
     """
-    from nbdebug.core.explain._structure import read
-
-    s = read(raw[-20_000:])
+    s = _tail(raw)
     if not s.exc_type or s.cut or not s.frames or _NAN_WORDS.search(s.message):  # (read() skips warnings' lines)
         return False
     return line not in s.message and line[:80] not in raw[s.frames[0].start:]
@@ -278,7 +276,6 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # an environment variable on a command line, before an error no XLA frame raised
     if slug in _VALUE_SLUGS and _COMPILER_CALL.search(_failing_line(raw)):
         return True
-    from nbdebug.core.explain._raised_in import raised_in_backward
 
     if slug in _VALUE_SLUGS | {"missing_key"} and raised_in_backward(raw):
         return True  # raised in a custom Function's backward that the engine ran: the autograd family's question
@@ -286,7 +283,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # a library's module failing in its own top-level code: its import (import_failed), no value
     if slug == "wrong_object_attribute" and "values to unpack" in line and (unpacks_its_own(raw) or _on_loop(raw)):
         return True  # a library unpacking its own result; a for line unpacking the items it iterates (loop_items_unpack)
-    if slug == "missing_key" and "[" in raw and option_lookup(read(raw[-20_000:])) is not None:
+    if slug == "missing_key" and "[" in raw and option_lookup(_tail(raw)) is not None:
         return True  # a script's table looked up by a command-line option's value (script_choice_missing)
     if slug == "program_missing" and "No such file" in raw and _names_no_program(raw):
         return True  # a path or the cwd= the line passes: subprocess names the missing working directory

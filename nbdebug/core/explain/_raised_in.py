@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nbdebug.core.explain._structure import Frame, Structure, read
+from nbdebug.core.explain._structure import Frame, Structure, read, where
 
 __all__ = ["checkpoint_load", "two_libraries", "collate", "distributed_call", "unpacks_its_own", "spawned_child", "library_importing",
            "cut_import", "backward_raised", "program_start", "lazy_import"]
@@ -78,7 +78,6 @@ def checkpoint_load(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     The loader is a library's frame among the last ones, or the user's last line calling one with the error raised
     below it, or the library that raised after its own notice that the model's files were not found or not loaded.
     """
-    from nbdebug.core.explain._family import _where as where
     from nbdebug.core.knowledge.io import LOAD_STEP
 
     if (s.short_type not in _LOAD_TYPES or _OTHER_FAMILY.search(s.message) or _PICKLED_CLASS.search(s.message)
@@ -124,7 +123,6 @@ def two_libraries(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     Not torch as the called library (its ``Module.__getattr__`` raises for the user's own modules), nor a ``None``
     or a tensor's attribute (a value, not a release).
     """
-    from nbdebug.core.explain._family import _where as where
     from nbdebug.core.explain._installed import distribution_of
     from nbdebug.core.knowledge.env import LIBRARIES_STEP
 
@@ -161,7 +159,6 @@ _COLLATE = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]_utils[/\\]collate\.py
 
 def collate(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """An error raised in the DataLoader's collate step (default_collate): the samples of a batch."""
-    from nbdebug.core.explain._family import _where as where
     from nbdebug.core.knowledge.data import COLLATE_GRAD, COLLATE_GRAD_STEP, COLLATE_STRUCTURE
 
     frames = [f for f in s.frames if f.owner != "stdlib"]
@@ -185,8 +182,6 @@ _REPORTS = re.compile(r"ChildFailedError|ProcessRaisedException|ProcessExitedExc
 
 def distributed_call(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """An error raised inside torch.distributed's own frames that no message names: the distributed family."""
-    from nbdebug.core.explain._family import _where as where
-
     frames = [f for f in s.frames if f.owner != "stdlib"]
     if not frames or frames[-1].owner != "torch" or not _DISTRIBUTED.search(frames[-1].path) or _REPORTS.search(
             s.exc_type):
@@ -231,8 +226,6 @@ def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     The class comes from IPython's header; classes that a device, the memory or the OS raise stay unknown.
     """
     from nbdebug.core.explain._family import _IMPORT_OF, _import_step
-    from nbdebug.core.explain._family import _where as where
-
     header = _HEADER_CLASS.search(raw)
     user = s.innermost_user
     if header is None or header.group("cls") not in _IMPORT_TIME_CLASSES or user is None or not s.cut:
@@ -263,8 +256,6 @@ def backward_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     printed below it only when Python sees them); a live one, or a full paste, shows the Function's ``backward``
     right below torch's call.  The last user frame is only the ``loss.backward()`` that started it.
     """
-    from nbdebug.core.explain._family import _where as where
-
     if s.short_type not in _CODE_CLASSES or s.message.startswith("Caught "):
         return None  # (torch's ExceptionWrapper re-raising a worker's or a replica's error: its own answer)
     engine = max((i for i, f in enumerate(s.frames) if f.owner == "torch" and f.func in _ENGINE_CALLS), default=-1)

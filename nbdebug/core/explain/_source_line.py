@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nbdebug.core.explain._structure import Frame, Structure, read
+from nbdebug.core.explain._structure import Frame, Structure, read, where
 
 __all__ = ["loop_unpacks", "loop_items", "option_lookup", "command_line_key", "native_alloc_at_import", "empty_loop"]
 
@@ -74,8 +74,6 @@ def loop_unpacks(s: Structure) -> Frame | None:
 
 def loop_items(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     """An unpacking error on a ``for`` line or a batch's assignment: the structure of the items (a loader's batches)."""
-    from nbdebug.core.explain._family import _where as where
-
     frame = loop_unpacks(s)
     if frame is None:
         return None

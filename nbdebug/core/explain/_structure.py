@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 from types import TracebackType
 
+from nbdebug.core._cells import is_cell_file, site_label
 from nbdebug.core.explain._normalize import EXC_LINE, normalize, strip_decorations
 
-__all__ = ["Frame", "Structure", "read", "from_exception", "owner_of"]
+__all__ = ["Frame", "Structure", "read", "from_exception", "owner_of", "where"]
 
 # Python's frame line (also squashed: File"x.py",line 3,in f), faulthandler's (no comma before "in"), IPython 8's
 # "File /x.py:3, in f(...)", IPython 7's "/x.py in f(...)" and rich's "/x.py:3 in f".
@@ -229,3 +230,13 @@ def _tb_frames(tb: TracebackType | None) -> list[Frame]:
         frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name, "", owner_of(code.co_filename), 0))
         tb = tb.tb_next
     return frames
+
+
+def where(frame: Frame) -> str:
+    """The frame as the user knows it: ``In [12], line 3: code`` for a notebook cell, ``train.py, line 81, in main``."""
+    if frame.is_user and is_cell_file(frame.path):
+        return site_label(frame.path, frame.line)
+    if frame.path.startswith("Cell In"):  # a pasted IPython 8 traceback: "Cell In[3], line 2"
+        return f"{frame.path.removeprefix('Cell ')}, line {frame.line}"
+    name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name}, line {frame.line}, in {frame.func}" if frame.line else f"{name}, in {frame.func}"

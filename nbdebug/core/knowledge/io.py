@@ -297,8 +297,8 @@ ENTRIES += (
                   "serialized by", "serialized using", "exported with", "exported by", "exported using"),
         patterns=(
             # (a checkpoint's, a model's, a file's: "the image was created with a newer version of Pillow" is no load)
-            r"(?i:checkpoint|model|file|weights|state)[^\n]{0,120}?\b(?i:saved|trained|created|written|serialized|"
-            r"exported) (?:with|by|using) (?:a |an )?(?:newer|older|later|earlier|different) (?:version|release)\b",
+            r"(?i:checkpoint|model|file|weights|state|index|archive|pickle|snapshot|dump)[^\n]{0,120}?\b(?i:saved|trained|"
+            r"created|written|serialized|exported) (?:with|by|using) (?:a |an )?(?:newer|older|later|earlier|different) (?:version|release)\b",
             r"\b(?i:saved|trained|created|written|serialized) (?:with|by|using) [A-Za-z][\w.-]{0,40} v?\d{1,4}\.\d{1,4}"
             r"[\w.+-]{0,20},? but (?:you are running|you're running|the installed|installed|this is|the current)",
         ),
