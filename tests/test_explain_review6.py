@@ -263,3 +263,12 @@ def test_an_image_made_by_a_newer_library_is_no_checkpoint():
 ])
 def test_a_file_saved_by_another_release_is_still_one(text):
     assert explain(text).kind == "checkpoint_other_release"
+
+
+# ------------------------------------------------------------------ L10: a long text's patterns search its end
+
+@pytest.mark.parametrize("prefix", ["step 1 loss 0.5\n" * 70_000, "x" * 400_000 + "\n", "y" * 400_000 + " "])
+def test_an_error_at_the_end_of_a_long_text_is_found(prefix):
+    assert explain(prefix + "ModuleNotFoundError: No module named 'timm'\n").kind == "package_missing"
+    assert explain(prefix + "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n    import timm\n"
+                   "ModuleNotFoundError: No module named 'timm'\n").kind == "package_missing"
