@@ -101,7 +101,7 @@ def _first(s: Session, cause: Finding) -> None:
     first = Fix(f"fix that first: {cause.fix or cause.title}", cause.fixes[0].code if cause.fixes else "")
     for i in caused:
         f = s.findings[i]
-        if "follows from the finding above" in f.message:
+        if f"follows from the finding above, {cause.title.lower()}" in f.message:
             continue  # the experiment that restored learning said so already
         s.findings[i] = finding(f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                                 f.where, severity="warning" if f.severity == "error" else f.severity,

@@ -179,8 +179,8 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
     by 0.01, its bias at 0) on a copy, trained as long as the user's run; a start that training pays off is an info
     (``_experiments._attach``), as the regression offset is."""
     f = next((f for f in s.findings if f.kind == "initial_loss_off" and f.evidence.get("last_layer")), None)
-    if f is None:
-        return []
+    if f is None or float(f.evidence["initial"]) >= threshold("init_loss_gross") * float(f.evidence["expected"]):
+        return []  # a start grossly off (twice chance or more) is a broken init or output scale whatever training does
     name = str(f.evidence["last_layer"])
 
     def make(s: Session) -> tuple[Any, Any, Any, Any]:

@@ -62,7 +62,7 @@ def init_scale(s: Session) -> None:
         return
     gain = seen[-1][2] / seen[0][1]
     scale = [(n, float(m.weight.detach().float().std()) / _default_std(m.weight)) for n, m in layers]
-    small = [(n, r) for n, r in scale if r < threshold("init_small_rel")]
+    small = [(n, r) for n, r in scale if 0 < r < threshold("init_small_rel")]  # a constant one is zero_init's
     s.init_large = [(n, r) for n, r in scale if r > threshold("init_large_rel")]
     s.check(CHECK, f"{gain:.3g}; {len(small)} of {len(layers)} layers under "
             f"{threshold('init_small_rel'):g} of the default scale")

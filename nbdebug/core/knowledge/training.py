@@ -631,6 +631,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "layer's output has lost the signal at init", PASCANU),
     Threshold("init_small_rel", 0.03, "share of the std of PyTorch's default init for a layer's fan-in under which "
               "a Linear/conv layer's weights start too small", CS231N_INIT),
+    Threshold("init_loss_gross", 2.0, "multiple of the chance loss at or above which a classifier's loss at init is a "
+              "broken init or output scale (a warning whatever training does); under it, a copy with the output layer "
+              "started small is trained as long as the user's run to judge it", KARPATHY),
     Threshold("init_large_rel", 5.0, "multiple of the std of PyTorch's default init for a layer's fan-in over which "
               "a Linear/conv layer's weights start too large", CS231N_INIT),
     Threshold("init_gain_min", 1e-3, "the output's spread over the samples against the input's at init under which "
