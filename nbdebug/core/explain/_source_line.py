@@ -52,7 +52,8 @@ def _generic_step(iterable: str) -> str:
     if iterable.startswith("zip("):
         hint = "zip yields one value per argument: unpack as many names as zip has arguments"
     elif re.fullmatch(r"[\w.]{1,80}", iterable):
-        hint = "a dict yields its keys only: iterate .items() for (key, value) pairs"
+        hint = ("a dict yields its keys only: iterate .items() for (key, value) pairs; a DataLoader yields what its "
+                "Dataset's __getitem__ returns, collated")
     else:
         hint = "enumerate adds an index in front: for i, (a, b) in enumerate(...)"
     return (f"Print one item of what the loop iterates (print(next(iter({iterable})))) and unpack as many names as it "
