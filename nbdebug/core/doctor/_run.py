@@ -338,6 +338,7 @@ def _consequences(s: Session) -> None:
     cause = causes[0]
     how = entry("consequence_of_another")
     first = how.fixes[0]
+    moved = len(s.findings)
     for i, f in enumerate(s.findings):
         if f.kind == "cannot_overfit" and s.explained:
             continue  # the experiments said what it follows from
@@ -350,6 +351,9 @@ def _consequences(s: Session) -> None:
                 fixes=(Fix(first.title.format(cause_title=cause.title.lower(), cause_fix=cause.fix or cause.title),
                            first.code), *f.fixes[:1]),
                 evidence=dict(f.evidence))
+            moved = min(moved, i)
+    if moved < s.findings.index(cause):  # the cause comes before what follows from it
+        s.findings.insert(moved, s.findings.pop(s.findings.index(cause)))
 
 
 def _report(s: Session) -> DoctorReport:
