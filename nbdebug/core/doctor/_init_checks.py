@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from nbdebug.core.doctor._init_loss import initial_loss
+from nbdebug.core.doctor._input_use import unchanged_by_zeroing
 from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, tensor_leaves
 from nbdebug.core.doctor._loss_probe import CLASS_LOSSES
 from nbdebug.core.doctor._session import Session, fixes_for
@@ -463,6 +464,8 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
                   "or detached)", (s.label(mod),))
             s.check("output depends on the input", "no: zero gradient at the first layer")
             return
+    if distinct_x and unchanged_by_zeroing(s):
+        return
     s.check("output depends on the input", "yes")
 
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.doctor._input_use import output_uses_input
 from nbdebug.core.doctor._inputs import batch_dim, step_optimizer, to_device
 from nbdebug.core.doctor._repro import check_reproducible, unseeded_generators
 from nbdebug.core.doctor._session import Session, fixes_for
@@ -451,6 +452,8 @@ def zero_input_baseline(s: Session) -> None:
     # and the real input must not end well under the zero input's loss: a regression's loss falls mostly by learning
     # the targets' mean, which a zero input learns too, and what the input adds is the rest (tiny inputs add slowly)
     if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap and zero - real <= margin * abs(zero):
+        if output_uses_input(s, work):
+            return
         how = "as low as" if zero <= real else f"{share:.0%} of the way to"
         s.add("ignores_input", f"with all inputs zeroed the model's loss goes from {init:.4g} to {zero:.4g}, "
               f"{how} the {real:.4g} it reaches with the real inputs: it learns the target statistics, not "

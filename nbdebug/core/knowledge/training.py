@@ -693,6 +693,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("dead_fraction", 0.5, "fraction of ReLU units silent on the whole batch that is reported", CS231N),
     Threshold("zero_input_margin", 0.2, "zero-input final loss must exceed this share of the initial loss gap",
               KARPATHY),
+    Threshold("input_use_rel", 1e-3, "relative change of the output with the inputs zeroed above which the model uses "
+              "its input (a forward on a constant or a cached tensor changes it by 0)", KARPATHY),
     Threshold("restores_rel", 0.25,
               "share of the initial loss an experiment must gain over the user's setup (at the same step) to count "
               "as restoring learning", KARPATHY),
