@@ -286,7 +286,7 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
                     _bias_at(name, mean), f"with torch.no_grad():\n    {s.options.name}.{name}.bias.fill_({mean:.4g})"))
     opt = s.user_opt
     wd = opt.param_groups[0].get("weight_decay") if isinstance(opt, torch.optim.Optimizer) else None
-    if stuck and isinstance(wd, (int, float)) and wd > 0:
+    if (stuck or unstable) and isinstance(wd, (int, float)) and wd > 0:
         out.append(("weight_decay_high", f"weight_decay=0 instead of {wd:g}", _wd_off,
                     "for g in opt.param_groups: g['weight_decay'] = 0.0"))
     if lr is None or not lr > 0 or (s.coverage_missing and len(s.coverage_missing) == sum(
