@@ -14,6 +14,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.doctor import _capacity as capacity
 from nbdebug.core.doctor import _constant_init as constant
 from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
@@ -262,6 +263,7 @@ def _run(s: Session) -> None:
     _safe(s, "ReLU units silent on the whole batch after training", training.dead_activations, s, probe2,
           "after training", skip_if_found=True)
     _safe(s, "experiments on the copy", experiments.run, s)
+    _safe(s, "the output against the input", capacity.linear_model, s)
     if s.options.dataloader is not None:
         _safe(s, LABELS_CHECK, generalisation, s, work)
     else:

@@ -605,6 +605,17 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="model_too_small",
+        title="A model too small for the batch: no non-linearity between input and output",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("add a hidden layer with a non-linearity between the input and the output layer",
+                "model = nn.Sequential(nn.Linear(d_in, 64), nn.ReLU(), nn.Linear(64, n_out))"),
+        ),
+        sources=(KARPATHY,),
+        contexts=(),
+    ),
+    Entry(
         slug="consequence_of_another",
         title="A finding caused by another finding",
         severity=Severity.WARNING,

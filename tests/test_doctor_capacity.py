@@ -1,0 +1,57 @@
+"""A model with no non-linearity between its inputs and its output that does not learn its batch is named as too
+small (measured: its output is affine in its input), never sent to look for a frozen layer or a detached tensor."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nbdebug import doctor
+from nbdebug.core._findings import sort_findings
+
+QUICK = dict(reproducibility=False, progress=False, time_budget=None)  # every step: the verdicts do not depend on load
+
+
+def loud(r):
+    return [f for f in sort_findings(r.findings) if f.severity != "info"]
+
+
+def xor_images(n=64, seed=0):
+    """4x4 one-channel images; the class is the XOR of the signs of two pixels: not linearly separable."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, 4, 4, generator=g)
+    y = ((x[:, 0, 0, 0] > 0) ^ (x[:, 0, 3, 3] > 0)).long()
+    return x, y
+
+
+def conv_net(act):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), act, nn.Flatten(), nn.Linear(128, 32), act, nn.Linear(32, 2))
+
+
+def test_a_conv_net_without_activations_on_xor_data_is_named_too_small():
+    x, y = xor_images()
+    m = conv_net(nn.Identity())
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "model_too_small" and "layer" in top.fix and "affine" in top.message, r
+    said = " ".join(f.message + " " + f.fix for f in r.findings)
+    assert "frozen layer" not in said and "detached tensor" not in said, said
+    assert dict(r.checks)["the output against the input"].startswith("affine"), r.checks
+
+
+def test_the_same_net_with_relus_is_healthy():
+    x, y = xor_images()
+    m = conv_net(nn.ReLU())
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    assert not loud(r), r
+
+
+def test_a_linear_model_on_linearly_separable_data_gets_no_finding():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    torch.manual_seed(0)
+    m = nn.Linear(8, 2)
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-1), **QUICK)
+    assert not loud(r) and not any(f.kind == "model_too_small" for f in r.findings), r
