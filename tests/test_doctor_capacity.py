@@ -3,7 +3,9 @@ small (measured: its output is affine in its input), never sent to look for a fr
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from nbdebug import doctor
@@ -55,3 +57,42 @@ def test_a_linear_model_on_linearly_separable_data_gets_no_finding():
     m = nn.Linear(8, 2)
     r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-1), **QUICK)
     assert not loud(r) and not any(f.kind == "model_too_small" for f in r.findings), r
+
+
+def digits(n=64):
+    datasets = pytest.importorskip("sklearn.datasets")
+    d = datasets.load_digits()
+    return torch.tensor(d.data[:n], dtype=torch.float32) / 16, torch.tensor(d.target[:n])
+
+
+def sigmoid_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 64), nn.Sigmoid(), nn.Linear(64, 10))
+
+
+def mse_on_softmax(out, y):
+    return F.mse_loss(out.softmax(1), F.one_hot(y, out.shape[1]).float())
+
+
+def test_mse_on_softmax_that_does_not_learn_is_told_to_use_cross_entropy_not_to_look_for_a_frozen_layer():
+    x, y = digits()
+    m = sigmoid_mlp()
+    r = doctor(m, (x, y), mse_on_softmax, torch.optim.SGD(m.parameters(), lr=0.1), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "cannot_overfit" and top.fix.startswith("use cross-entropy on the logits"), r
+    assert "frozen layer" not in " ".join(f.fix for f in r.findings), r
+
+
+def test_the_same_mlp_with_cross_entropy_is_healthy():
+    x, y = digits()
+    m = sigmoid_mlp()
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.5), **QUICK)
+    assert not loud(r), r
+
+
+def test_a_sigmoid_autoencoder_with_mse_is_never_told_to_use_cross_entropy():
+    x, _ = digits()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 64), nn.Sigmoid())
+    r = doctor(m, (x, x), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
+    assert "cross-entropy" not in " ".join(f.fix for f in r.findings), r

@@ -8,12 +8,14 @@ Only looked at when the batch is not learned, no experiment restored learning an
 
 from __future__ import annotations
 
+from typing import Any
+
 from nbdebug.core._findings import Fix
 from nbdebug.core.doctor._inputs import logits_of, sample_count
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import entry, finding
 
-__all__ = ["linear_model"]
+__all__ = ["linear_model", "plain_advice"]
 
 _AFFINE_REL = 1e-4  # departure from the midpoint rule, relative to the outputs' spread, that is float rounding
 # findings that already say why the batch is not learned: the model's size is not the question then
@@ -73,3 +75,42 @@ def linear_model(s: Session) -> None:
                              fixes=(Fix(f"fix that first: {cause.fix}", cause.fixes[0].code),), evidence=dict(stuck.evidence))
     s.findings.insert(0, cause)
     s.explained = True
+
+
+_REGRESSION_LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+
+
+def _labels(t: Any) -> bool:
+    """Targets that are labels: every value 0 or 1 (one-hot rows, binary labels), not values to regress."""
+    import torch
+
+    return isinstance(t, torch.Tensor) and t.numel() > 0 and bool(((t == 0) | (t == 1)).all())
+
+
+def plain_advice(s: Session) -> None:
+    """An unlearned batch keeps 'look for a frozen layer, a detached tensor' only where that can be so: with nothing
+    frozen and a gradient at every parameter the advice names what was measured instead (a regression loss on
+    class probabilities: cross-entropy on the logits)."""
+    at = next((i for i, f in enumerate(s.findings) if f.kind == "cannot_overfit" and f.severity != "info"), None)
+    if at is None:
+        return
+    f = s.findings[at]
+    generic = entry("cannot_overfit").fixes[0]
+    if not f.fixes or f.fixes[0] != generic:
+        return
+    frozen = any(not p.requires_grad and p.is_floating_point() for p in s.user_model.parameters())
+    flows = dict(s.checks).get("every parameter gets a gradient") == "yes"
+    if frozen or not flows:
+        return
+    call = s.loss_in
+    source = type(getattr(getattr(call, "input", None), "grad_fn", None)).__name__
+    if call is not None and call.name in _REGRESSION_LOSSES and source.startswith(("Softmax", "Sigmoid")) \
+            and _labels(call.target):
+        first = Fix(f"use cross-entropy on the logits, not {call.name} on the {source[:-len('Backward0')].lower()} "
+                    "probabilities: a regression loss on probabilities gives gradients that vanish as the output "
+                    "saturates", "loss = nn.CrossEntropyLoss()(logits, y)  # y: class indices")
+    else:
+        first = Fix("check that the loss matches the output and that the model can represent the batch (nothing is "
+                    "frozen and every parameter gets a gradient)")
+    s.findings[at] = finding(f.kind, f.message, f.where, severity=f.severity,
+                             fixes=(first,) + tuple(x for x in f.fixes if x != generic), evidence=dict(f.evidence))

@@ -264,6 +264,7 @@ def _run(s: Session) -> None:
           "after training", skip_if_found=True)
     _safe(s, "experiments on the copy", experiments.run, s)
     _safe(s, "the output against the input", capacity.linear_model, s)
+    _safe(s, "the advice for an unlearned batch", capacity.plain_advice, s)
     if s.options.dataloader is not None:
         _safe(s, LABELS_CHECK, generalisation, s, work)
     else:
