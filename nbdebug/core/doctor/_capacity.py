@@ -65,7 +65,7 @@ def linear_model(s: Session) -> None:
     cause = finding("model_too_small", "the model's output is an affine function of its input (measured on a copy: "
                     "the output at the midpoint of two samples' inputs is the midpoint of their outputs): it has no "
                     "non-linearity between its inputs and its output, so it fits only a linear boundary, and this "
-                    "batch is not fitted by one; nothing is frozen or detached and every parameter gets a gradient "
+                    "batch is not fitted by one; nothing is frozen and every parameter gets a gradient "
                     "(not tried on a copy: a hidden layer changes the model)", ("model",),
                     evidence={"affine_departure": rel})
     stuck = s.findings[at]
