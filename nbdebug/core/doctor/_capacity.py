@@ -96,11 +96,15 @@ def plain_advice(s: Session) -> None:
         return
     f = s.findings[at]
     generic = entry("cannot_overfit").fixes[0]
-    if not f.fixes or f.fixes[0] != generic:
+    if generic not in f.fixes:
         return
     frozen = any(not p.requires_grad and p.is_floating_point() for p in s.user_model.parameters())
     flows = dict(s.checks).get("every parameter gets a gradient") == "yes"
     if frozen or not flows:
+        return
+    if f.fixes[0] != generic:  # a measured fix comes first: the generic suspects go
+        s.findings[at] = finding(f.kind, f.message, f.where, severity=f.severity,
+                                 fixes=tuple(x for x in f.fixes if x != generic), evidence=dict(f.evidence))
         return
     call = s.loss_in
     source = type(getattr(getattr(call, "input", None), "grad_fn", None)).__name__

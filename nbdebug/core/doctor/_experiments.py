@@ -23,6 +23,7 @@ from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.doctor import _batch_axis, _init_loss, _init_scale
 from nbdebug.core.doctor._inputs import set_lr
 from nbdebug.core.doctor._loss_probe import LossCall, LossProbe
+from nbdebug.core.doctor._lr_range import typical_lr, usual_lr_that_moves
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
@@ -32,8 +33,6 @@ from nbdebug.core.knowledge import entry, finding, threshold
 __all__ = ["Experiment", "run", "loss_at"]
 
 # what each optimizer family trains a small problem with, for "lr up" when the user's is far below
-_TYPICAL_LR = {"SGD": 0.05, "ASGD": 0.05, "Adagrad": 0.01, "Rprop": 0.01, "LBFGS": 1.0}
-_ADAPTIVE_LR = 1e-3
 # findings that name a wiring fault outright: the batch cannot be learned whatever the learning rate
 _WIRING = ("probabilities_to_loss", "activation_on_logits", "no_gradient", "loss_below_minimum", "ignores_input")
 _MIN_STEPS = 10  # an experiment takes at least this many steps (fewer when the user's run took fewer)
@@ -241,14 +240,6 @@ def _map_first_float(obj: Any, fn: Any, done: list[bool] | None = None) -> Any:
     return obj
 
 
-def _typical_lr(s: Session) -> float:
-    import torch
-
-    opt = s.user_opt
-    name = type(opt).__name__ if isinstance(opt, torch.optim.Optimizer) else "Adam"
-    return _TYPICAL_LR.get(name, _ADAPTIVE_LR)
-
-
 def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str, Variant, str]]:
     """(cause, change in words, variant, fix code), the setup's suspects first, then the learning rate."""
     import torch
@@ -294,7 +285,7 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
         return out
     if s.has(*_WIRING):
         return out  # the wiring is wrong in a way no learning rate mends: that finding says what to fix
-    typical = _typical_lr(s)
+    typical = typical_lr(s)
     factors: list[float] = []
     if unstable or s.has("dead_activations"):
         factors = [typical / lr, 0.1] if lr > 3 * typical else [0.1, 0.01]
@@ -474,7 +465,7 @@ def _attach(s: Session) -> None:
         s.explained = True
         return
     share = s.learned_share()
-    if best.cause == "lr_too_low" and (share >= threshold("overfit_learns_rel") or _usual_lr_that_moves(s)):
+    if best.cause == "lr_too_low" and (share >= threshold("overfit_learns_rel") or usual_lr_that_moves(s)):
         # the user's own run learns, or moves at an lr in the range people train and fine-tune with: that a higher
         # lr memorises one batch faster is a suggestion, not a fault
         s.findings[idx] = _replace(
@@ -567,15 +558,6 @@ def _lr_claim_withdrawn(s: Session, f: Finding, tried: list[Experiment]) -> Find
                         evidence={**dict(f.evidence), "learned_share": round(share, 4)})
     return _replace(f, message=f"{overfit_said(s)}: {s.unstable}; {why}",
                     severity="warning" if f.severity == "error" else f.severity, fixes=entry("cannot_overfit").fixes)
-
-
-def _usual_lr_that_moves(s: Session) -> bool:
-    """The user's lr is within a hundredth of what its optimizer family typically trains with (AdamW at 2e-5 for a
-    fine-tune is), and the loss moved at it (more than ``overfit_still_rel``)."""
-    init = s.initial_loss if s.initial_loss is not None else s.losses[0]
-    final = min(s.losses[-max(1, len(s.losses) // 10):])
-    moved = (init - final) / abs(init) if init and math.isfinite(final) else 0.0
-    return s.lr_used is not None and s.lr_used >= _typical_lr(s) / 100 and moved >= threshold("overfit_still_rel")
 
 
 def _weight_decay_finding(s: Session, e: Experiment) -> Finding:
