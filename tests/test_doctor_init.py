@@ -128,3 +128,34 @@ def test_a_start_a_measured_fix_learns_with_is_not_put_before_that_fix():
     assert not any(f.kind == "zero_init" for f in r.findings), r.findings
     assert "by design" in dict(r.checks)["weights initialised to a constant"], r.checks
     assert not any("fix that first" in fix.title for f in r.findings for fix in f.fixes)
+
+
+class BareMLP(nn.Module):
+    """A hand-written MLP whose weight matrices are bare parameters (``x @ W1``), at zero (the bug) or random."""
+
+    def __init__(self, zeros: bool):
+        super().__init__()
+        make = torch.zeros if zeros else (lambda *shape: torch.randn(*shape) / shape[0] ** 0.5)
+        self.W1, self.b1 = nn.Parameter(make(8, 32)), nn.Parameter(torch.zeros(32))
+        self.W2, self.b2 = nn.Parameter(make(32, 3)), nn.Parameter(torch.zeros(3))
+
+    def forward(self, x):
+        return torch.relu(x @ self.W1 + self.b1) @ self.W2 + self.b2
+
+
+def test_bare_weight_matrices_at_zero_that_multiply_the_input_are_zero_init_first():
+    # review: a bare parameter not named "weight" was called "constant by design" (as a class token is), and the
+    # top finding became ignores_input; a matrix the input is multiplied by is a weight, whatever its name
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+    torch.manual_seed(0)
+    m = BareMLP(zeros=True)
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=100, **QUICK)
+    top = next(f for f in r.findings if f.severity != "info")
+    assert top.kind == "zero_init" and "model.W1" in top.where and "model.W2" in top.where, r.findings
+    assert "by design" not in dict(r.checks)["weights initialised to a constant"], r.checks
+    torch.manual_seed(0)
+    m = BareMLP(zeros=False)
+    healthy = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=100, **QUICK)
+    assert not any(f.kind == "zero_init" for f in healthy.findings), healthy.findings
+    assert dict(healthy.checks)["weights initialised to a constant"] == "none", healthy.checks

@@ -10,6 +10,8 @@ output layer, learned all the same) is an info.
 
 from __future__ import annotations
 
+from typing import Any
+
 from nbdebug.core._findings import Finding, Fix, Severity
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.knowledge import entry, finding
@@ -32,12 +34,19 @@ def constant_weights(s: Session) -> None:
             continue
         v = p.detach().reshape(-1)
         if bool(torch.isfinite(v[:1]).all()) and bool((v == v[0]).all()):
-            # a parameter added bare (a class token, a position embedding, LoRA's B) starts at zero by design: it
-            # multiplies no input, or adds to a path that a random matrix carries, so no symmetry is kept
             if name.rsplit(".", 1)[-1] == "weight":
                 found.append((name, float(v[0])))
             else:
                 bare.append(name)
+    if bare:
+        # a parameter added bare is a weight when the forward multiplies its input by it (``x @ W1``); a class
+        # token or a position embedding (added or concatenated) and LoRA's B (right after a random A) start at
+        # zero by design: no symmetry is kept
+        const = {n: v for n, v in ((n, float(p.detach().reshape(-1)[0])) for n, p in
+                                   s.user_model.named_parameters() if n in bare)}
+        weights = _multiplying(s, set(bare))
+        found += [(n, const[n]) for n in bare if n in weights]
+        bare = [n for n in bare if n not in weights]
     said_bare = f" ({len(bare)} parameter(s) added bare, not a layer's weight, start constant by design: " + \
         ", ".join(bare[:3]) + ")" if bare else ""
     if not found:
@@ -53,6 +62,49 @@ def constant_weights(s: Session) -> None:
           [f"{s.options.name}.{n.rsplit('.', 1)[0] if '.' in n else n}" for n, _ in found],
           evidence={"constant": {n: v for n, v in found}})
     s.check("weights initialised to a constant", f"{len(found)}: {said}{said_bare}")
+
+
+_PRODUCTS = ("matmul", "mm", "bmm", "mv", "linear", "einsum", "addmm", "tensordot", "__matmul__", "__rmatmul__",
+             "conv1d", "conv2d", "conv3d")
+
+
+def _multiplying(s: Session, names: set[str]) -> set[str]:
+    """Which of the named constant parameters one forward of a copy multiplies the input (or a hidden signal) by,
+    leaving out one applied right after a product with a random parameter (a low-rank pair, LoRA's B)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    work, _ = s.fresh()
+    storage = {p.untyped_storage().data_ptr(): n for n, p in work.named_parameters() if p.requires_grad}
+    const = {ptr for ptr, n in storage.items() if n in names}
+    low_rank: list[Any] = []  # outputs of a product with a random parameter (kept alive, compared by identity)
+    used: set[str] = set()
+
+    def tensors(obj: Any) -> list[Any]:
+        if isinstance(obj, (tuple, list)):
+            return [t for o in obj for t in tensors(o)]
+        return [obj] if isinstance(obj, torch.Tensor) else []
+
+    class _Products(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") in _PRODUCTS:
+                ts = tensors(list(args) + list((kwargs or {}).values()))
+                ptrs = [t.untyped_storage().data_ptr() for t in ts]
+                mine = [p for p in ptrs if p in const]
+                after_random = any(any(t is o for o in low_rank) for t in ts)
+                if mine and not after_random:
+                    used.update(storage[p] for p in mine)
+                if any(p in storage and p not in const for p in ptrs) and isinstance(out, torch.Tensor):
+                    low_rank.append(out)
+            return out
+
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]), _Products():
+            s.loss.forward(work, s.loss.inputs)
+    except Exception:  # a forward that fails here leaves the bare parameters as they were: not weights
+        return set()
+    return used
 
 
 def settle(s: Session) -> None:
