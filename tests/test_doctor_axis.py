@@ -142,6 +142,26 @@ def test_a_hand_written_bce_that_reaches_log_zero_is_found_in_the_loss_code_with
     assert "finite for" in dict(healthy.checks)[next(k for k, _ in healthy.checks if k.startswith("training on"))]
 
 
+def test_an_mse_that_overflows_on_diverged_outputs_is_put_on_the_learning_rate_not_the_loss_code():
+    # review: outputs ~1e19 (SGD lr=0.5) are finite and their square overflows in MSELoss; the loss code was named
+    # first with the user's doctor(...) line as its site, and the lr experiment that fitted the batch was demoted
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 8, generator=g)
+    y = (x @ torch.randn(8, 1, generator=g)) * 10
+
+    def run(lr):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+        return doctor(m, (x, y), nn.MSELoss(), torch.optim.SGD(m.parameters(), lr=lr), steps=100, **QUICK)
+
+    r = run(0.5)
+    assert not any(f.kind == "nonfinite_forward" for f in r.findings), r.findings
+    top = loud(r)[0]
+    assert top.kind in ("exploding_gradients", "lr_too_high") and "lower the learning rate" in top.fix, r.findings
+    assert "loss code" not in text(r) and "guard log" not in text(r), r
+    assert not any(f.kind == "nonfinite_forward" for f in run(0.01).findings)
+
+
 class TinyViT(nn.Module):
     """Patches, a class token and a position embedding that start at zero (the usual init), a transformer layer."""
 

@@ -546,9 +546,11 @@ def loss_site(s: Session, work: Any) -> tuple[str | None, str | None]:
     """The op and the line (as the user knows it) of the loss code that made the first non-finite value: the
     step is run again under a mode that notes the first op whose output is non-finite while its inputs are
     finite (the model's forward was finite, so that op is in the loss code)."""
+    import traceback
+
     import torch
 
-    from nbdebug.core.training._replay import _first_nonfinite_mode
+    from nbdebug.core.training._replay import _first_nonfinite_mode, _user_frame
 
     mode = _first_nonfinite_mode()
     try:
@@ -556,7 +558,9 @@ def loss_site(s: Session, work: Any) -> tuple[str | None, str | None]:
             s.loss.loss(work, s.loss.inputs)
     except Exception:  # the replay only adds detail; the finding stands without it
         return None, None
-    return mode.op, mode.source
+    # a loss module of torch's own (nn.MSELoss) has no line of the user's: the innermost user frame is then the
+    # call of the doctor itself, which is no site of the loss
+    return mode.op, None if mode.source == _user_frame(traceback.extract_stack()) else mode.source
 
 
 def _stats_text(stats: dict[str, Any]) -> str:

@@ -86,15 +86,37 @@ def in_the_run(s: Session) -> None:
                 + ("a finite loss there" if bool(torch.isfinite(loss).all()) else "non-finite outputs there"))
         return
     op, site = loss_site(s, work)
+    top = float(y.detach().abs().max()) if y.numel() else 0.0
+    if not _made_by_loss_code(op) or top >= _SANE:
+        # outputs that grew huge (an lr too high) overflow in any loss (their square in MSE): the divergence is
+        # the cause, found by the other checks, not the loss code
+        s.check(CHECK, f"the loss turned non-finite at step {k} from finite outputs (largest |output| {top:.3g}"
+                + (f", made by {op}" if op else "") + "): "
+                + ("outputs that diverged, not the loss code" if top >= _SANE else "not an op that is unsafe on "
+                   "sane inputs (log, division, square root), so not put on the loss code"))
+        return
     before = list(s.findings)
     _found(s, k, min([v for v in s.losses if math.isfinite(v)] or [math.nan]), op, site, fitted=False)
     cause = s.findings.pop()
     how = entry("consequence_of_another")
+    restored = {e.cause for e in s.experiments if e.restores}
     s.findings = [cause] + [finding(f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                                     f.where, severity="warning" if f.severity == "error" else f.severity,
                                     fixes=(cause.fixes[0],) if cause.fixes else f.fixes, evidence=dict(f.evidence))
-                            if f.severity != "info" else f for f in before]
+                            if f.severity != "info" and f.kind not in restored and not f.evidence.get("restores")
+                            else f for f in before]
     s.explained = True
+
+
+# ops that turn sane finite inputs non-finite: a log of 0, a division by 0, a square root of a negative, a negative
+# power of 0 (the loss code's own faults); anything else needs inputs that diverged first
+_UNSAFE = ("log", "div", "truediv", "true_divide", "rtruediv", "reciprocal", "sqrt", "rsqrt", "pow", "rpow", "xlogy")
+_SANE = 1e6  # outputs larger than this come from a divergence, not from the loss code
+
+
+def _made_by_loss_code(op: str | None) -> bool:
+    name = (op or "").rsplit(".", 1)[-1].strip("_")
+    return any(name == u or (u == "log" and name.startswith("log")) for u in _UNSAFE)
 
 
 def _found(s: Session, step: int, best: float, op: str | None, site: str | None, fitted: bool = True) -> None:
