@@ -263,6 +263,28 @@ def test_ids_cast_to_float_are_named_with_their_line_and_an_embedding_as_the_fix
     assert "looked up" in dict(healthy.checks)["integer ids cast to numbers in the forward"]
 
 
+class Pixels(nn.Module):
+    """Integer pixel values 0..16 (sklearn's digits as stored) cast to float and scaled in the forward: a quantity."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x.float() / 16)
+
+
+def test_integer_pixel_values_cast_to_float_are_not_ids():
+    # review: any integer input with 8+ distinct values cast to float was called ids (pixel ints, counts); an id
+    # field holds one value per sample (or a few), a feature vector of 64 integer columns is a quantity
+    d = sklearn.load_digits()
+    x, y = torch.tensor(d.data[:128], dtype=torch.int64), torch.tensor(d.target[:128])
+    torch.manual_seed(0)
+    r = doctor(Pixels(), (x, y), nn.CrossEntropyLoss(), **QUICK)
+    assert not any(f.kind == "ids_as_numbers" for f in r.findings), r.findings
+    assert dict(r.checks)["integer ids cast to numbers in the forward"].startswith("no integer id field"), r.checks
+
+
 def test_weights_initialised_far_too_large_are_named_for_the_loss_at_init_and_measured_reset():
     x, y = digits()
     torch.manual_seed(0)

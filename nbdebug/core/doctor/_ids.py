@@ -22,6 +22,14 @@ __all__ = ["ids_as_numbers", "CHECK"]
 CHECK = "integer ids cast to numbers in the forward"
 _CASTS = ("float", "double", "half", "bfloat16", "to", "type", "type_as")
 _MIN_DISTINCT = 8  # fewer distinct values: a mask, a type id or a small category set
+_MAX_FIELDS = 4  # an id field holds one value per sample, or a few; more columns are a feature vector (pixel ints)
+_NOT_IDS = ("position_ids", "attention_mask", "token_type_ids", "labels")
+
+
+def _id_shaped(t: Any) -> bool:
+    """One id per sample (``(N,)``, ``(N, 1)``) or a few id columns (``(N, k)``, small k); a feature vector of
+    many integer columns (pixel values, counts) is a quantity, not ids."""
+    return t.dim() == 1 or (t.dim() == 2 and t.shape[1] <= _MAX_FIELDS)
 
 
 def ids_as_numbers(s: Session) -> None:
@@ -30,11 +38,16 @@ def ids_as_numbers(s: Session) -> None:
 
     from nbdebug.core.training._replay import _user_frame
 
-    ids = [t for t in tensor_leaves(s.loss.model_inputs()) if isinstance(t, torch.Tensor)
-           and t.dtype in (torch.int16, torch.int32, torch.int64) and t.numel() > 1
+    inputs = s.loss.model_inputs()
+    if isinstance(inputs, dict):  # a Hugging Face batch: positions and masks are cast to float by design (RoPE)
+        inputs = {k: v for k, v in inputs.items() if k not in _NOT_IDS}
+    targets = {t.untyped_storage().data_ptr() for t in tensor_leaves(s.loss.targets) if isinstance(t, torch.Tensor)}
+    ids = [t for t in tensor_leaves(inputs) if isinstance(t, torch.Tensor)
+           and t.dtype in (torch.int16, torch.int32, torch.int64) and t.numel() > 1 and _id_shaped(t)
+           and t.untyped_storage().data_ptr() not in targets
            and int(t.min()) >= 0 and int(torch.unique(t).numel()) >= _MIN_DISTINCT]
     if not ids:
-        s.check(CHECK, "no integer input with many distinct values")
+        s.check(CHECK, "no integer id field (one value, or a few, per sample) with many distinct values")
         return
     ptrs = {t.untyped_storage().data_ptr(): t for t in ids}
     seen: list[tuple[Any, str | None]] = []
