@@ -159,3 +159,27 @@ def test_bare_weight_matrices_at_zero_that_multiply_the_input_are_zero_init_firs
     healthy = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), steps=100, **QUICK)
     assert not any(f.kind == "zero_init" for f in healthy.findings), healthy.findings
     assert dict(healthy.checks)["weights initialised to a constant"] == "none", healthy.checks
+
+
+def test_relus_dead_at_init_come_before_the_output_that_ignores_the_input():
+    # review: a first-layer bias of -100 silences every ReLU, so the output is the same for every sample; that
+    # was reported first as "the forward does not use its input" (a detached or cached tensor)
+    x, y = blobs()
+
+    def run(bias):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+        if bias is not None:
+            with torch.no_grad():
+                m[0].bias.fill_(bias)
+        return doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), steps=60, **QUICK)
+
+    r = run(-100.0)
+    top = next(f for f in r.findings if f.severity != "info")
+    assert top.kind == "dead_activations" and "bias" in top.fixes[0].title, r.findings
+    for f in r.findings:
+        if f.kind in ("ignores_input", "cannot_overfit"):
+            assert f.severity != "error" and f.fixes[0].title.startswith("fix that first"), f
+            assert "bias" in f.fixes[0].title and "detached" not in f.fixes[0].title, f
+    healthy = run(None)
+    assert not any(f.kind in ("dead_activations", "ignores_input") for f in healthy.findings), healthy.findings

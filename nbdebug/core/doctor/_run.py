@@ -284,6 +284,7 @@ def _run(s: Session) -> None:
         s.findings = [f for f in s.findings if f.kind not in ("feature_is_label", "labels_not_shifted",
                                                                    "labels_padded_with_pad_id")]
     _input_unused_first(s)
+    _dead_layer_first(s)
     _consequences(s)
 
 
@@ -296,6 +297,23 @@ def _input_unused_first(s: Session) -> None:
     s.findings = [unused] + [f if f.kind != "no_gradient" else _replace(
         f, message=f"{f.message}; they follow from the output ignoring its input (identical for every sample)")
         for f in s.findings if f is not unused]
+
+
+def _dead_layer_first(s: Session) -> None:
+    """A layer whose ReLUs are all silent at init (a large negative bias) passes nothing of the input on: outputs
+    that ignore the input follow from it, so the dead units come first with their bias/init fix."""
+    dead = next((f for f in s.findings if f.kind == "dead_activations" and f.severity == "error"
+                 and "at init" in f.message), None)
+    loud = {f.kind for f in s.findings if f.severity != "info"}
+    if dead is None or "ignores_input" not in loud or "zero_init" in loud:
+        return  # weights that start at zero silence the ReLUs too: they are the cause when found
+    how = entry("consequence_of_another")
+    first = Fix(f"fix that first: {dead.fix or dead.title}", dead.fixes[0].code if dead.fixes else "")
+    s.findings = [dead] + [finding(f.kind, how.summary.format(message=f.message, cause_title=dead.title.lower()),
+                                   f.where, severity="warning" if f.severity == "error" else f.severity,
+                                   fixes=(first,), evidence=dict(f.evidence))
+                           if f.kind == "ignores_input" and f.severity != "info" else f
+                           for f in s.findings if f is not dead]
 
 
 def _safe(s: Session, name: str, check: Any, *args: Any, **kwargs: Any) -> None:
