@@ -235,3 +235,36 @@ def test_label_smoothing_is_not_a_batch_that_cannot_be_fitted():
     r = doctor(net, (x, y), nn.CrossEntropyLoss(label_smoothing=0.1), torch.optim.Adam(net.parameters(), lr=1e-3),
                **QUICK)
     assert not loud(r), [(f.kind, f.message) for f in loud(r)]
+
+
+class SlowMLP(nn.Module):
+    """An MLP whose every forward takes a few milliseconds (a big model's step, in small)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+    def forward(self, x):
+        import time
+
+        time.sleep(0.01)
+        return self.net(x)
+
+
+def test_the_labels_control_stops_at_the_time_budget_and_gives_no_verdict():
+    # review: the control copy (trained on labels that follow from the inputs) trained with no deadline and could
+    # overrun time_budget; cut short, it gives no verdict instead of a finding it did not check
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (torch.tensor(d.data[:256], dtype=torch.float32) / 16.0 - 0.3) / 0.4
+    y = torch.tensor(d.target[:256])[torch.randperm(256, generator=torch.Generator().manual_seed(1))]
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64, shuffle=True,
+                                     generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    m = SlowMLP()
+    r = doctor(m, dl, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3e-3), steps=150, time_budget=4,
+               reproducibility=False, progress=False)
+    check = dict(r.checks)["labels against inputs (a second batch after fitting the first)"]
+    assert check.startswith("no verdict (time)"), r.checks
+    assert "labels_unrelated" not in r.kinds, r.findings

@@ -66,13 +66,18 @@ def generalisation(s: Session, work: Any) -> None:
             f"shuffled among them: {sum(perm) / len(perm):.0%}, p = {p:.2g})")
     if acc <= majority + threshold("generalise_margin"):
         control = _control(s, inputs, t.numel())
-        if control is not None and control[0] <= control[1] + threshold("generalise_margin"):
+        if control == "time":
+            s.check(CHECK, f"no verdict (time): accuracy {acc:.0%} on {t.numel()} {rows}, but the copy trained on "
+                    "labels that follow from the inputs (which says whether one batch can tell) was cut short by "
+                    "the time budget")
+            return
+        if isinstance(control, tuple) and control[0] <= control[1] + threshold("generalise_margin"):
             s.check(CHECK, f"no verdict: accuracy {acc:.0%} on {t.numel()} {rows}, but a copy trained the same way "
                     f"on labels that follow from the inputs by construction (a randomly initialised copy's "
                     f"predictions) predicts them no better ({control[0]:.0%}, commonest {control[1]:.0%}): this "
                     "model does not generalise from one batch, so one batch says nothing about the labels")
             return
-        said = "" if control is None else (f"; a copy trained the same way on labels that follow from the inputs "
+        said = "" if not isinstance(control, tuple) else (f"; a copy trained the same way on labels that follow from the inputs "
                                            f"(a random copy's predictions) reaches {control[0]:.0%} on them")
         s.add("labels_unrelated", f"after training on one batch ({learned_said(s, share)}), the model predicts "
               f"{t.numel()} {rows} with {acc:.0%} accuracy, no better than always guessing their commonest class "
@@ -134,11 +139,12 @@ def _predictions(s: Session, out: Any, targets: Any) -> tuple[Any, Any] | None:
     return pred[valid], targets[valid]
 
 
-def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | None:
+def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | str | None:
     """(accuracy, commonest class's rate) on the unseen samples of a fresh copy trained as long as the user's run
     on the fitted batch with labels that follow from the inputs by construction: a re-initialised copy's
     predictions (balanced: its logits less their mean over the batch).  A model that cannot generalise from one
-    batch even then says nothing about the user's labels.  None where the labels are not one class per sample."""
+    batch even then says nothing about the user's labels.  None where the labels are not one class per sample;
+    ``"time"`` when the time budget cut its training short."""
     import torch
 
     from nbdebug.core.doctor._train_checks import train
@@ -159,7 +165,10 @@ def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | None:
             return None
         work, opt = s.fresh()
         inputs = {**s.loss.inputs, "labels": seen_y} if s.loss.mode == "hf" else s.loss.inputs
-        train(s, work, opt, inputs, steps=len(s.losses), phase="labels: control", adapter=_Targets(s, seen_y))
+        done = train(s, work, opt, inputs, steps=len(s.losses), phase="labels: control", adapter=_Targets(s, seen_y),
+                     deadline=s.deadline(0.7), min_steps=len(s.losses))
+        if len(done) < len(s.losses):
+            return "time"
         with torch.no_grad():
             pred = _labels(s, logits_of(s.loss.forward(work, unseen)), centre=False)
     except Exception:  # noqa: BLE001 - no control: the verdict stands on the user's labels alone
