@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nbdebug.core._findings import Fix
+from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._session import Session, fixes_for
-from nbdebug.core.knowledge import threshold
+from nbdebug.core.knowledge import finding, threshold
 from nbdebug.core.training._dynamics import chance_loss
 
 __all__ = ["initial_loss", "candidates"]
@@ -48,8 +48,8 @@ def initial_loss(s: Session) -> None:
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the inputs span "
                   f"{lo:.4g}..{hi:.4g}, so the logits are as large as the inputs (see unnormalised_inputs)",
                   ("inputs",), fixes=s.input_fixes("input_scale_downstream"))
-        elif _large_start(s, loss, expected, label):
-            pass
+        elif (large := _large_start(s, loss, expected, label)) is not None:
+            s.findings.append(large)
         else:
             last = _last_layer(s)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
@@ -147,22 +147,23 @@ def _reinitialised_loss(s: Session) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _large_start(s: Session, loss: float, expected: float, label: str) -> bool:
+def _large_start(s: Session, loss: float, expected: float, label: str) -> Finding | None:
     """A loss far from chance at init with layers that start far above PyTorch's default scale (an initializer
     range of 1 typed for 0.02): the finding names them when a copy with them re-initialised starts near chance."""
     from nbdebug.core.doctor._init_scale import large_start
 
     found = large_start(s)
     if found is None or abs(found[1] - expected) > threshold("init_loss_rel") * expected:
-        return False
+        return None
     layers, fresh = found
     names = ", ".join(n for n, _ in layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
-    s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: {len(layers)} layers start at "
-          f"{min(r for _, r in layers):.2g}x to {max(r for _, r in layers):.2g}x the scale of PyTorch's default init "
-          f"for their fan-in ({names}), so the logits start large. Tried on a copy: with them re-initialised the "
-          f"loss at init is {fresh:.4g}", (s.last_module(),), fixes=fixes_for("init_too_large"),
-          evidence={"initial": loss, "expected": expected, "reinitialised": fresh, "large_layers": len(layers)})
-    return True
+    return finding("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: {len(layers)} layers "
+                   f"start at {min(r for _, r in layers):.2g}x to {max(r for _, r in layers):.2g}x the scale of "
+                   f"PyTorch's default init for their fan-in ({names}), so the logits start large. Tried on a copy: "
+                   f"with them re-initialised the loss at init is {fresh:.4g}", (s.last_module(),),
+                   fixes=fixes_for("init_too_large"),
+                   evidence={"initial": loss, "expected": expected, "reinitialised": fresh,
+                             "large_layers": len(layers)})
 
 
 def _last_layer(s: Session) -> str | None:
