@@ -452,6 +452,7 @@ def zero_input_baseline(s: Session) -> None:
     # and the real input must not end well under the zero input's loss: a regression's loss falls mostly by learning
     # the targets' mean, which a zero input learns too, and what the input adds is the rest (tiny inputs add slowly)
     if zero <= real + margin * gap and zero_gap >= (1 - margin) * gap and zero - real <= margin * abs(zero):
+        # reached only for an output moved by zeroing the inputs, but by under input_use_rel (an input that barely counts)
         if output_uses_input(s, work):
             return
         how = "as low as" if zero <= real else f"{share:.0%} of the way to"
