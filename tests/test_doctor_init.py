@@ -183,3 +183,17 @@ def test_relus_dead_at_init_come_before_the_output_that_ignores_the_input():
             assert "bias" in f.fixes[0].title and "detached" not in f.fixes[0].title, f
     healthy = run(None)
     assert not any(f.kind in ("dead_activations", "ignores_input") for f in healthy.findings), healthy.findings
+
+
+def test_the_init_fix_names_the_detected_last_layer_not_a_placeholder():
+    # review: the fix code said model.head.weight whatever the model's output layer is called
+    x, y = blobs()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2))
+    with torch.no_grad():
+        for layer in (m[0], m[2]):
+            layer.weight.normal_(0, 1.0)  # an initializer range of 1 typed for 0.02
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-3), steps=30, **QUICK)
+    f = next(f for f in r.findings if f.kind == "initial_loss_off")
+    codes = " ".join(x.code for x in f.fixes)
+    assert "model[2].bias" in codes and "model.head" not in codes, f.fixes

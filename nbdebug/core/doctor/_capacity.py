@@ -36,11 +36,17 @@ def affine_departure(s: Session) -> float | None:
     work.eval()
     g = torch.Generator(device="cpu").manual_seed(0)
     other = x[torch.randperm(n, generator=g).to(x.device)]
-    with torch.no_grad():
-        outs = [logits_of(s.loss.forward(work, v)) for v in (x, other, (x + other) / 2)]
+    try:  # in float64: outputs dominated by a bias would break the rule by float32 rounding alone
+        work.double()
+        with torch.no_grad():
+            outs = [logits_of(s.loss.forward(work, v.double())) for v in (x, other, (x + other) / 2)]
+    except (RuntimeError, TypeError):  # a layer without float64 kernels: the model's own precision
+        work.to(x.dtype)
+        with torch.no_grad():
+            outs = [logits_of(s.loss.forward(work, v)) for v in (x, other, (x + other) / 2)]
     if any(not isinstance(o, torch.Tensor) for o in outs):
         return None
-    a, b, mid = (o.float() for o in outs)
+    a, b, mid = (o.double() for o in outs)
     spread = float((a - a.mean(0, keepdim=True)).norm())
     if not spread > 0:
         return None
@@ -64,8 +70,8 @@ def linear_model(s: Session) -> None:
             f"their outputs (to {rel:.1g} of the spread)")
     cause = finding("model_too_small", "the model's output is an affine function of its input (measured on a copy: "
                     "the output at the midpoint of two samples' inputs is the midpoint of their outputs): it has no "
-                    "non-linearity between its inputs and its output, so it fits only a linear boundary, and this "
-                    "batch is not fitted by one; nothing is frozen and every parameter gets a gradient "
+                    "non-linearity between its inputs and its output, so it fits only a linear boundary, and the "
+                    "training did not fit this batch with one; nothing is frozen and every parameter gets a gradient "
                     "(not tried on a copy: a hidden layer changes the model)", ("model",),
                     evidence={"affine_departure": rel})
     stuck = s.findings[at]

@@ -54,7 +54,8 @@ def initial_loss(s: Session) -> None:
             last = _last_layer(s)
             s.add("initial_loss_off", f"the loss at init is {loss:.4g}, far from {label}: the initial "
                   "outputs are confidently wrong (bad initialisation or output scale)",
-                  (s.last_module(),), evidence={"initial": loss, "expected": expected, "last_layer": last or ""})
+                  (s.last_module(),), fixes=_named_head(s, fixes_for("initial_loss_off"), last),
+                  evidence={"initial": loss, "expected": expected, "last_layer": last or ""})
     s.check("loss at init", f"{loss:.4g} vs expected {expected:.4g}")
 
 
@@ -161,9 +162,17 @@ def _large_start(s: Session, loss: float, expected: float, label: str) -> Findin
                    f"start at {min(r for _, r in layers):.2g}x to {max(r for _, r in layers):.2g}x the scale of "
                    f"PyTorch's default init for their fan-in ({names}), so the logits start large. Tried on a copy: "
                    f"with them re-initialised the loss at init is {fresh:.4g}", (s.last_module(),),
-                   fixes=fixes_for("init_too_large"),
+                   fixes=_named_head(s, fixes_for("init_too_large"), _last_layer(s)),
                    evidence={"initial": loss, "expected": expected, "reinitialised": fresh,
                              "large_layers": len(layers)})
+
+
+def _named_head(s: Session, fixes: tuple[Fix, ...], last: str | None) -> tuple[Fix, ...]:
+    """The fixes with the code's placeholder output layer (``model.head``) named as the detected last layer."""
+    if not last:
+        return fixes
+    path = s.options.name + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in last.split("."))  # model[2]
+    return tuple(Fix(f.title, f.code.replace("model.head", path)) for f in fixes)
 
 
 def _last_layer(s: Session) -> str | None:
