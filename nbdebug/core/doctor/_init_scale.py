@@ -87,12 +87,7 @@ def candidates(s: Any) -> list[tuple[str, str, Any, str]]:
         return []
 
     def make(s: Any) -> tuple[Any, Any, Any, Any]:
-        import torch
-
-        work, opt = s.fresh()  # reset in place: the optimizer holds the same tensors
-        with torch.no_grad():
-            for n in names:
-                work.get_submodule(n).reset_parameters()
+        work, opt = _reset(s, names)  # reset in place: the optimizer holds the same tensors
         return work, opt, None, s.loss.inputs
 
     return [("vanishing_gradients", f"the {len(names)} layers re-initialised with PyTorch's default init",
@@ -107,13 +102,21 @@ def large_start(s: Session) -> tuple[list[tuple[str, float]], float] | None:
     if len(s.init_large) < 2:
         return None
     try:
-        work, _ = s.fresh()
-        with torch.no_grad():
-            for n, _ in s.init_large:
-                work.get_submodule(n).reset_parameters()
-            with torch.random.fork_rng(devices=[]):
-                _, loss = s.loss.loss(work, s.loss.inputs)
+        work, _ = _reset(s, [n for n, _ in s.init_large])
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            _, loss = s.loss.loss(work, s.loss.inputs)
         value = float(loss.detach().float())
     except Exception:  # noqa: BLE001 - no experiment: the observation stands alone
         return None
     return (s.init_large, value) if math.isfinite(value) else None
+
+
+def _reset(s: Session, names: list[str]) -> tuple[Any, Any]:
+    """A fresh copy and its optimizer with the named layers re-initialised by their own ``reset_parameters``."""
+    import torch
+
+    work, opt = s.fresh()
+    with torch.no_grad():
+        for n in names:
+            work.get_submodule(n).reset_parameters()
+    return work, opt
