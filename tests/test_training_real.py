@@ -20,7 +20,7 @@ sklearn = pytest.importorskip("sklearn.datasets", reason="scikit-learn is in the
 transformers = pytest.importorskip("transformers", reason="transformers is in the dev dependency group")
 
 QUICK = dict(reproducibility=False, time_budget=30)
-HEAVY = dict(reproducibility=False, time_budget=8)  # the big models: the verdict "still falling" is info only
+HEAVY = dict(reproducibility=False, time_budget=20)  # the big models (room for a loaded machine): "still falling" is info only
 
 
 # -- data -----------------------------------------------------------------------------------------------------

@@ -25,14 +25,16 @@ def _output(s: Session, model: Any, inputs: Any) -> Any:
     return None if not isinstance(lg, torch.Tensor) else lg.detach().float().reshape(-1)
 
 
-def output_change(s: Session, model: Any) -> float | None:
+def output_change(s: Session, model: Any, train: bool = False) -> float | None:
     """How far the output on zeroed inputs is from the output on the real inputs, relative to the output's size
-    (dropout off for both forwards, the model's mode and the global RNG restored); None when it cannot be measured."""
+    (in eval mode, dropout off, unless ``train``; the same seed for both forwards; the model's mode and the global
+    RNG restored); None when it cannot be measured, or when the output on the real inputs is all zeros (a model
+    whose head starts at zero, or whose normalisation in eval mode at init zeroes the features: no evidence)."""
     import torch
 
     was = model.training
     try:
-        model.eval()
+        model.train(train)
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)  # a forward that samples draws the same numbers for both inputs
             real = _output(s, model, s.loss.inputs)
@@ -46,7 +48,9 @@ def output_change(s: Session, model: Any) -> float | None:
         return None
     size = float(real.norm())
     change = float((real - zero).norm())
-    return change / size if size > 0 else (math.inf if change > 0 else 0.0)
+    if size == 0:
+        return math.inf if change > 0 else None
+    return change / size
 
 
 def unchanged_by_zeroing(s: Session) -> bool:
@@ -57,9 +61,14 @@ def unchanged_by_zeroing(s: Session) -> bool:
     leaves = [t for t in tensor_leaves(s.loss.model_inputs()) if isinstance(t, torch.Tensor)]
     if not leaves or not any(bool(t.any()) for t in leaves) or s.out_of_time("output with the inputs zeroed", 2):
         return False
-    change = output_change(s, s.fresh()[0])
-    if change is None or change > _UNCHANGED:
+    given = s.fresh()[0]
+    # in eval mode and in train mode (batch statistics, the same dropout masks for both forwards): a forward that
+    # does not use its input is unchanged in both; a model whose eval output at init is degenerate is not
+    changes = [output_change(s, given), output_change(s, given, train=True)]
+    measured = [c for c in changes if c is not None]
+    if not measured or max(measured) > _UNCHANGED:
         return False
+    change = max(measured)
     s.add("ignores_input", "with every input zeroed the output is unchanged (measured on a copy, dropout off): the "
           "forward pass does not depend on its input (a constant, or a tensor cached and detached, stands in for "
           "it)", ("inputs",), evidence={"output_change": change})
