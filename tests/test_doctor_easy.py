@@ -237,8 +237,11 @@ def test_label_smoothing_is_not_a_batch_that_cannot_be_fitted():
     assert not loud(r), [(f.kind, f.message) for f in loud(r)]
 
 
-class SlowMLP(nn.Module):
-    """An MLP whose every forward takes a few milliseconds (a big model's step, in small)."""
+class SlowingMLP(nn.Module):
+    """An MLP whose forward takes 1 ms longer at each call (over all its copies): the doctor's later runs, the
+    labels control among them, are slower per step than the user's run, so they cannot fit in what it left."""
+
+    calls = 0
 
     def __init__(self):
         super().__init__()
@@ -247,7 +250,8 @@ class SlowMLP(nn.Module):
     def forward(self, x):
         import time
 
-        time.sleep(0.01)
+        SlowingMLP.calls += 1
+        time.sleep(min(0.001 * SlowingMLP.calls, 0.2))
         return self.net(x)
 
 
@@ -262,8 +266,9 @@ def test_the_labels_control_stops_at_the_time_budget_and_gives_no_verdict():
     dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64, shuffle=True,
                                      generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    m = SlowMLP()
-    r = doctor(m, dl, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3e-3), steps=150, time_budget=4,
+    SlowingMLP.calls = 0
+    m = SlowingMLP()
+    r = doctor(m, dl, nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3e-3), steps=500, time_budget=3,
                reproducibility=False, progress=False)
     check = dict(r.checks)["labels against inputs (a second batch after fitting the first)"]
     assert check.startswith("no verdict (time)"), r.checks
