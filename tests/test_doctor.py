@@ -185,6 +185,9 @@ def _expected_severity_and_first_fix(kind):
 
         why, code = GRADIENT_GUARDS["sqrt"]
         return e.severity, Fix(GUARD_FIX.format(op="torch.sqrt", why=why), code)
+    if kind == "initial_loss_off":  # the init fix names the detected last layer (the mlp's Linear inside Scaled)
+        last = len(mlp()) - 1
+        return e.severity, Fix(e.fixes[0].title, e.fixes[0].code.replace("model.head", f"model.inner[{last}]"))
     if kind == "cannot_overfit":  # a Linear(2, 8) on random labels: affine, too small for them; that comes first
         small = knowledge.entry("model_too_small").fixes[0]
         return Severity.WARNING, Fix(f"fix that first: {small.title}", small.code)
