@@ -1,7 +1,7 @@
 """Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
 
-Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|heldout3|heldout4|heldout6|heldout7|heldout8|both|heldout5|heldout9]`` (default:
-tune; both: the eight opened for development).  For each item the text goes
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|...|heldout4|heldout6|...|heldout9|both|heldout5|heldout10]`` (default:
+tune; both: the nine opened for development).  For each item the text goes
 through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
 
 - right: the diagnosis's category belongs to the label's family (``FAMILIES`` below: the families each category's
@@ -11,9 +11,9 @@ through ``explain`` as a user would paste it.  An actionable item (``actionable:
 
 Items the label calls not actionable (a kernel-died notice, a wrapper that only says a child failed, a traceback cut
 before its message) are counted apart: a category there is not scored as right, and one of another family is wrong.
-The first held-out half and the later held-out samples (``heldout2`` to ``heldout4``, ``heldout6`` to ``heldout8``) were each run once for their
+The first held-out half and the later held-out samples (``heldout2`` to ``heldout4``, ``heldout6`` to ``heldout9``) were each run once for their
 figure and then opened for development (their misses are listed like the tune half's); two
-(``heldout5`` and ``heldout9``, ``FROZEN``) are run only to report their figures: their texts and labels are never
+(``heldout5`` and ``heldout10``, ``FROZEN``) are run only to report their figures: their texts and labels are never
 printed here.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WILD = REPO / "tests" / "data" / "errors_wild"
-FROZEN = frozenset({"heldout5", "heldout9"})  # samples nobody changing the explainer has seen: items never printed
+FROZEN = frozenset({"heldout5", "heldout10"})  # samples nobody changing the explainer has seen: items never printed
 
 _USER = frozenset({"user_code_python", "environment_version", "library_api_misuse"})
 # category -> the label families whose first step it gives (a category whose causes span several lists them all)
@@ -179,9 +179,9 @@ def score(paths: list[Path], *, show: bool) -> Counter[str]:
 
 def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else "tune"
-    halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout6", "heldout7", "heldout8") if which == "both" else (which,)
+    halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout6", "heldout7", "heldout8", "heldout9") if which == "both" else (which,)
     for half in halves:
-        # heldout2 ... heldout8: the later held-out samples (HELDOUT2.md ...), in the files their collectors
+        # heldout2 ... heldout10: the later held-out samples (HELDOUT2.md ...), in the files their collectors
         # wrote; the unopened ones (FROZEN) are never shown
         paths = sorted(WILD.glob(f"{half}*.jsonl")) if half[-1].isdigit() else [WILD / f"{half}.jsonl"]
         counts = score(paths, show=half not in FROZEN)
