@@ -35,8 +35,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     "cuda_oom": frozenset({"cuda_memory"}),
     "device_side_assert": frozenset({"device_assert"}),
     "illegal_memory_access": frozenset({"device_assert"}),
-    # its causes and analyser: an earlier async error, memory for the handle, a build without kernels for the GPU
-    "cublas_error": frozenset({"device_assert", "cuda_memory", "cuda_unavailable_or_driver"}),
+    # its causes and analyser: an earlier async error, memory for the handle, a build without kernels for the GPU (the
+    # analyser's first step when the text names a torch older than the GPU: install a release built for it, the step
+    # version_mismatch gives, whose families it shares)
+    "cublas_error": frozenset({"device_assert", "cuda_memory", "cuda_unavailable_or_driver", "environment_version"}),
     "cudnn_error": frozenset({"device_assert", "cuda_memory"}),
     "invalid_device_ordinal": frozenset({"cuda_unavailable_or_driver"}),
     "device_mismatch": frozenset({"device_mismatch"}),
@@ -74,7 +76,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "scheduler_order": frozenset({"library_api_misuse"}),
     "numpy_abi": frozenset({"environment_version"}),
     "native_library_missing": frozenset({"environment_version", "install_build", "cuda_unavailable_or_driver"}),
-    "undefined_symbol": frozenset({"environment_version"}),
+    # its first step: the package whose library lacks the symbol, reinstalled for this torch; torch's own library (under
+    # torch/lib) means reinstalling torch itself in a clean environment, the step install_build labels give
+    "undefined_symbol": frozenset({"environment_version", "install_build"}),
     # its first step looks the name up in the library's docs first (a name no release has: use the documented API),
     # then compares the release that added or removed it with the installed one
     "api_missing": frozenset({"environment_version", "library_api_misuse"}),

@@ -482,6 +482,14 @@ def _extension(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+def _symbol(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.env import TPU_LIBRARY_STEP
+
+    if str(facts.get("symbol", "")).startswith("Tpu") and "not available in this library" in text:
+        facts["first_step_detail"] = TPU_LIBRARY_STEP  # two libtpu builds in one process, not an extension's build
+    return [], []
+
+
 def _registry(facts: dict[str, Any], text: str) -> Analysis:
     from nbdebug.core.knowledge.library import REGISTRY_LISTS
 
@@ -557,6 +565,7 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "optimizer_setup": _optimizer,
     "library_raised": _library,
     "extension_build_failed": _extension,
+    "undefined_symbol": _symbol,
     "registry_name_missing": _registry,
     "libraries_disagree": _two_libraries,
 }

@@ -197,7 +197,26 @@ _IMPORT_FROM = re.compile(r"cannot import name '?\w{1,200}'? from '(?P<module>[\
 _KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "transformers",
                               "diffusers", "accelerate", "peft", "timm", "datasets", "huggingface_hub", "ultralytics",
                               "mmcv", "mmdet", "mmengine", "pytorch_lightning", "lightning", "torchmetrics",
-                              "deepspeed", "xformers", "triton", "detectron2", "allennlp", "fairseq", "sklearn"})
+                              "deepspeed", "xformers", "triton", "detectron2", "allennlp", "fairseq", "sklearn",
+                              "torch_xla", "torchao", "bitsandbytes", "flash_attn", "vllm", "trl", "tokenizers",
+                              "safetensors", "sentence_transformers", "onnx", "onnxruntime", "tensorflow", "jax", "keras",
+                              "cv2", "PIL", "pandas", "matplotlib", "einops", "torch_geometric", "open_clip", "mmseg",
+                              "mmpose", "mmdet3d", "apex", "tensorboard", "wandb", "gradio", "lightning_fabric",
+                              "torchdata", "torchtune", "torchrl", "kornia", "albumentations", "optimum", "evaluate"})
+
+
+# the same message without the file Python names (older Pythons, a retyped message, a title)
+_IMPORT_FROM_BARE = re.compile(r"cannot import name '?\w{1,200}'? from '(?P<module>[\w.]{1,200})'(?! \()")
+
+
+def _unplaced_module(line: str) -> bool:
+    """Whether a name is missing from a module that no known library owns: the project's own file, or a top-level
+    name with no file given (the project's folder as easily as another package of that name); a dotted module
+    without a file is a package's submodule, a release's question (api_missing)."""
+    if _project_module(line):
+        return True
+    m = _IMPORT_FROM_BARE.search(line)
+    return m is not None and "." not in m.group("module") and m.group("module") not in _KNOWN_LIBRARIES
 
 
 def _project_module(line: str) -> bool:
@@ -267,6 +286,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
         return True
+    if slug == "name_missing_in_module" and not _unplaced_module(line):
+        return True  # a known library's module, or an installed package's file: the release's question (api_missing)
     if slug in ("nan_loss", "checkpoint_load_failed", "version_required", "dataset_empty", "cli_usage") and line and _later_exception(
             line, raw[-20_000:]):
         return True

@@ -567,3 +567,43 @@ ENTRIES: tuple[Entry, ...] = (
                  "https://github.com/huggingface/transformers/issues/23170"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # torch's own C++ check inside the autograd engine (its source path names it): the engine's invariant broke,
+        # a torch bug (many fixed in later releases) or a use the engine does not support, not the user's shapes
+        slug="autograd_internal_assert",
+        title="An internal check of torch's autograd engine failed",
+        summary=("A consistency check inside torch's autograd engine failed during backward[[ ({check})]]: torch's "
+                 "own code found its graph in a state it does not expect."),
+        keywords=("autograd",),  # (the path's separators vary: /, \\, and doubled in a repr)
+        patterns=(
+            # "torch/csrc/autograd/input_buffer.cpp:14: add: Assertion `...` failed." (old releases), and
+            # "X INTERNAL ASSERT FAILED at ".../torch/csrc/autograd/variable.cpp":224" (later ones, any path separator)
+            r"torch[/\\]{1,2}csrc[/\\]{1,2}autograd[/\\]{1,2}[\w/\\.]{1,200}:\d+: \w+: Assertion",
+            r"INTERNAL ASSERT FAILED at \"?[^\n\"]{0,300}?torch[/\\]{1,2}csrc[/\\]{1,2}autograd[/\\]",
+            r"ASSERT FAILED at [^\n]{0,300}?torch/csrc/autograd/",
+        ),
+        priority=60,  # below the engine's messages that name the user's mistake (backward twice, in-place)
+        facts=((r"Assertion [`\"](?P<check>[^`\"\n]{1,200})[`\"] failed", {"check": "str"}),
+               (r"(?P<check>[^\n:]{1,200}) INTERNAL ASSERT FAILED", {"check": "str"})),
+        causes=(
+            "A bug of the installed torch release in the autograd engine (the message asks to report it; many such "
+            "checks were fixed in later releases).",
+            "A use the engine does not support: a custom autograd.Function or a C++ extension (built for another torch) "
+            "returning gradients or saved tensors the engine does not expect, or in-place changes to a saved tensor "
+            "under no_grad.",
+        ),
+        fixes=(
+            Fix("Install the current torch release (with its matching companions)",
+                "pip install -U torch torchvision torchaudio"),
+            Fix("Find the operation whose backward fails", "torch.autograd.set_detect_anomaly(True)  # then run the "
+                "step again: the traceback names the forward op"),
+        ),
+        first_step="Upgrade torch to the current release and run the step again (the check is torch's own; many were "
+        "fixed bugs); if it still fails, run it with torch.autograd.set_detect_anomaly(True) to find the operation "
+        "and check any custom autograd.Function or C++ extension it uses.",
+        sources=("https://pytorch.org/docs/stable/autograd.html#anomaly-detection",
+                 "https://pytorch.org/docs/stable/notes/extending.html"),
+    ),
+)

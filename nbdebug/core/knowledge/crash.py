@@ -74,7 +74,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Illegal instruction)",
             # faulthandler's report of a crash on Windows
             r"Windows fatal exception: (?:access violation|stack overflow|illegal instruction|code 0x[0-9a-fA-F]{8})",
-            r"^Aborted\b",
+            # the shell's notice ("Aborted", "Aborted (core dumped)"), not a status code's name ("Aborted: Session ... is
+            # not found", TensorFlow / XLA / gRPC's ABORTED status): that names the runtime's error, not a signal
+            r"^Aborted\b(?!:)",
             r"(?m)^Illegal instruction\b",
             r"\billegal hardware instruction\b",
             r"signal 11\b",

@@ -16,7 +16,7 @@ from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
 __all__ = ["ENTRIES", "IMPORT_STEP", "IMPORT_STEP_TORCH", "ADDED_IN", "NUMPY_2_FROM", "CUDA_INDEXES", "COMPANIONS", "RELEASES", "LIBRARIES_STEP",
-           "LIBRARIES_CODE", "NINJA_STEP", "REQUIREMENT_CHECKED"]
+           "LIBRARIES_CODE", "NINJA_STEP", "TPU_LIBRARY_STEP", "REQUIREMENT_CHECKED"]
 
 RELEASES = "https://github.com/pytorch/pytorch/releases"
 _PREVIOUS = "https://pytorch.org/get-started/previous-versions/"
@@ -154,7 +154,8 @@ ENTRIES: tuple[Entry, ...] = (
         title="A compiled extension does not match the installed torch",
         summary=("A compiled module was built against another version of torch (or of a library) than the one "
                  "installed: a symbol it needs[[ ({symbol})]] does not exist in the loaded library."),
-        keywords=("undefined symbol", "symbol not found", "procedure could not be found", "winerror 127"),
+        keywords=("undefined symbol", "symbol not found", "procedure could not be found", "winerror 127",
+                  "not available in this library"),
         patterns=(
             r"undefined symbol: ?_?\w+",
             # the loader's line naming the shared object, the symbol's name cut off
@@ -162,9 +163,13 @@ ENTRIES: tuple[Entry, ...] = (
             r"Symbol not found: \(?_?\w+",
             r"The specified procedure could not be found",
             r"\[WinError 127\]",
+            # TensorFlow's TPU loader (in torch_xla, TensorFlow, JAX) finding a function missing from the libtpu it
+            # loaded: two packages' libtpu builds in one process, or the VM's own /lib/libtpu.so
+            r"tpu_library_init_fns\.inc:\d+\] ?\w{1,200} not available in this library|\bTpu\w{1,200} not available in this library",
         ),
         priority=80,
-        facts=((r"(?:undefined symbol|Symbol not found): ?\(?(?P<symbol>_?\w{1,200})", {"symbol": "str"}),),
+        facts=((r"(?:undefined symbol|Symbol not found): ?\(?(?P<symbol>_?\w{1,200})", {"symbol": "str"}),
+               (r"(?P<symbol>\bTpu\w{1,200}) not available in this library", {"symbol": "str"})),
         causes=(
             "torch was upgraded or downgraded after an extension (torchvision, torchaudio, xformers, flash-attn, "
             "apex, a custom CUDA op) was built or installed.",
@@ -262,7 +267,7 @@ ENTRIES: tuple[Entry, ...] = (
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
         keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", "an internal or external command", ": not found", ":not found",
-                  "not installed", "not been installed", "nomodulename", "is not defined"),
+                  "not installed", "not been installed", "nomodulename", "is not defined", "commandnotfoundexception"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             # also as users retype it ("No Module name 'ultralytics'")
@@ -287,6 +292,8 @@ ENTRIES: tuple[Entry, ...] = (
             # the active environment (or the environment is not activated)
             r"\bsh: ?\d{1,6}: ?[\w.-]{1,60}: ?not found",
             r"The term '[^'\n]{1,200}' is not recognized as (?:the )?name of a cmdlet",
+            # ... and the error record PowerShell prints under it (all that is left when the first line is cut)
+            r"ObjectNotFound: \((?P<command>[^:()\n]{1,200}):String\) \[[^\]\n]{0,100}\], CommandNotFoundException",
             r"'[^'\n]{1,200}' is not recognized as an internal or external command",
             r"[\"'][^'\"\n]{1,200}[\"'] is not (?:recognized as )?an internal or external command",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
@@ -435,6 +442,12 @@ ENTRIES: tuple[Entry, ...] = (
 
 # The first step of ``extension_build_failed`` when torch's JIT extension loader (cpp_extension.load) finds no ninja:
 # nothing was compiled yet, and no wheel applies.
+# undefined_symbol's first step when the TPU library's loader names the function missing from the libtpu it loaded
+# (pytorch/xla #3786: TensorFlow, imported by torch.utils.tensorboard, loading torch_xla's libtpu)
+TPU_LIBRARY_STEP = ("Make one TPU library serve the process: do not let TensorFlow load its own (set TPU_LOAD_LIBRARY=0 "
+                    "before importing tensorflow or torch.utils.tensorboard, or uninstall tensorflow), do not mount or "
+                    "preload the VM's /lib/libtpu.so next to the libtpu torch_xla installed, and use the libtpu release "
+                    "that matches torch_xla.")
 NINJA_STEP = ("Install ninja (%pip install ninja), the build tool torch's JIT extension loader (torch.utils.cpp_extension"
               ".load) runs, then rerun: nothing was compiled yet.")
 
@@ -955,3 +968,32 @@ FRAME_CONFLICT_STEP = ("The libraries this error ran through do not fit the vers
                        "versions that fit (`{command}`), restart the kernel, and run the cell again; if the error "
                        "stays, read the library's message next.")
 FRAME_CONFLICT_SLUGS = frozenset({"unknown", "library_raised", "import_failed"})
+
+ENTRIES += (
+    Entry(
+        # "cannot import name 'X' from 'Y'" where Y is no library nbdebug knows and Python gave no installed file (a
+        # top-level name without a path, or the project's own file): whose module it is decides the step, not a release
+        slug="name_missing_in_module",
+        title="A module the code imports from does not define the name (whose module is it?)",
+        summary=("Python imported a module[[ '{module}']] that has no[[ '{name}']]: the project's own module (a file "
+                 "missing from the checkout, an older copy, a circular import) or another package of the same name "
+                 "found first on the path."),
+        keywords=("cannot import name",),
+        patterns=(r"cannot import name '?\w{1,200}'? from '[\w.]{1,200}'",),
+        priority=46,  # above api_missing: the guards keep it to modules that are not a known library's
+        extra={"family": "user_code_python,environment_version"},
+        facts=((r"cannot import name '?(?P<name>\w{1,200})'? from '(?P<module>[\w.]{1,200})'",
+                {"name": "str", "module": "str"}),),
+        causes=(
+            "The project's own module: a file or folder missing from the checkout, an older copy of it, or a circular "
+            "import between the project's modules.",
+            "Another module of the same name found first on sys.path (a pip package, a folder of another project).",
+        ),
+        fixes=(Fix("See which file Python imports", "import importlib.util\n"
+                   "print(importlib.util.find_spec('<module>').origin)  # the project's file, or another package's?"),),
+        first_step="Print which file Python imports for the module (importlib.util.find_spec(name).origin): the "
+        "project's own file must define the name (update the checkout, or fix the import); another package's file "
+        "means the project's module is not first on sys.path (run from the project's root, or rename the clash).",
+        sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
+    ),
+)

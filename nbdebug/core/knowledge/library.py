@@ -369,11 +369,12 @@ ENTRIES += (
                  "or removed)."),
         keywords=("one of", "either", "choose from", "choose one from", "valid options", "valid choices", "valid values",
                   "available options", "available choices", "supported values", "supported options", "supported modes",
+                  "valid settings", "valid names", "valid arguments",
                   "invalid ", "unknown ", "unsupported ", "unrecognized ", "unrecognised "),
         patterns=(
             r"\b(?:must|should|has to) be (?:one of|either)\b[^\n]{0,40}?(?:[\[{(:'\"`]|\b\w+ or \w+)",
             r"\b(?:[Ee]xpected one of|[Cc]hoose (?:one )?from|(?i:valid|available|supported) (?:options|choices|values|"
-            r"modes)(?: are| is|:))",
+            r"modes|settings|names|arguments)(?: are| is|:))",
             # the value named after the words that refuse it, as the whole message ("Unknown metric 'acc'", "Invalid
             # vad_method: None")
             r"^(?:[\w.]{1,100}(?:Error|Exception): )?(?:Invalid|Unknown|Unsupported|Unrecognized|Unrecognised) "

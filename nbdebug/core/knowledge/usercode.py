@@ -330,3 +330,38 @@ ENTRIES += (
                  "https://docs.python.org/3/library/exceptions.html#KeyError"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # a KeyError whose key Python prints as a tensor: tensors hash by identity, so a dict keyed by tensors (a
+        # parameter -> name map, an optimizer's state) finds only the very object it was built with
+        slug="tensor_key_missing",
+        title="A dict keyed by tensors (or parameters) does not hold this one",
+        summary=("The code looked a tensor up in a dict (or an optimizer's state) that does not hold it: tensors are "
+                 "dict keys by identity, not by value, so only the very object the dict was built with is found."),
+        keywords=("keyerror",),
+        # (also the tensor's str() used as the key: "tensor(159, device='cuda:0')")
+        patterns=(r"(?m)^KeyError: ?(?:Parameter containing:|[\"']?tensor\()",),
+        priority=32,  # above missing_key: the key is no name at all
+        extra={"family": "user_code_python,library_api_misuse"},
+        facts=((r"(?m)^KeyError: ?[\"']?(?P<key_kind>Parameter containing|tensor)", {"key_kind": "str"}),),
+        causes=(
+            "A dict (or an optimizer's state) built from one set of parameter objects and looked up with others: the "
+            "model was wrapped, copied, re-created or moved to another device (accelerate / DeepSpeed / DDP prepare, "
+            "deepcopy, a reloaded model) after the dict or optimizer was made.",
+            "A tensor used where its value was meant (a label tensor as a class-name key): the lookup compares "
+            "objects, not numbers.",
+        ),
+        fixes=(
+            Fix("Key by name, not by object", "names = {n: p for n, p in model.named_parameters()}  # and look up by n"),
+            Fix("Look a value up by its number", "label = classes[int(y)]  # or y.item()"),
+            Fix("Build the optimizer (or the dict) from the model as the loop uses it",
+                "model = accelerator.prepare(model)  # wrap first\noptimizer = torch.optim.AdamW(model.parameters())"),
+        ),
+        first_step="Find the dict the traceback's last frame indexes: for a tensor's value use int(t) / t.item() as the "
+        "key; for parameters, build the dict (or the optimizer) from the same model object the loop uses, after "
+        "wrapping or copying it, or key it by parameter name.",
+        sources=("https://docs.python.org/3/library/exceptions.html#KeyError",
+                 "https://pytorch.org/docs/stable/optim.html"),
+    ),
+)
