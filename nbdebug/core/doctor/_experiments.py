@@ -27,7 +27,7 @@ from nbdebug.core.doctor._lr_range import typical_lr, usual_lr_that_moves
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
-from nbdebug.core.doctor._verdicts import offset_still_costs, without_lr
+from nbdebug.core.doctor._verdicts import growth_tried, offset_still_costs, without_lr
 from nbdebug.core.knowledge import entry, finding, threshold
 
 __all__ = ["Experiment", "run", "loss_at"]
@@ -425,11 +425,10 @@ def _attach(s: Session) -> None:
                                      severity=Severity.INFO if quiet else f.severity)
     for i, f in enumerate(s.findings):
         if f.kind == "exploding_gradients" and "lr_too_high" in by_cause:
-            e = by_cause["lr_too_high"]
-            s.findings[i] = _replace(f, message=f"{f.message}. Tried on a copy: {e.said()}",
-                                     evidence={**dict(f.evidence), **e.evidence()},
-                                     fixes=(Fix(f"lower the learning rate ({e.change}, measured on a copy)", e.code),
-                                            *f.fixes) if e.restores else f.fixes)
+            stuck = bool(s.unstable) or any(g.kind == "cannot_overfit" and g.severity != "info" for g in s.findings)
+            s.findings[i] = growth_tried(f, by_cause["lr_too_high"], stuck)
+            if not by_cause["lr_too_high"].restores:
+                s.not_causes.add(f.kind)
     if best is not None:
         _symptoms_follow(s, best)
     idx = next((i for i, f in enumerate(s.findings) if f.kind == "cannot_overfit"), None)

@@ -1,6 +1,9 @@
-"""Labels against inputs, given a DataLoader: after fitting the first batch, are samples the model did not train
-on predicted better than their labels shuffled among them would be (a permutation test)?  Labels shuffled apart
-from their inputs can still be memorised, but never generalise.  The check is always listed: it ran, or why not.
+"""Labels against inputs: are samples the model did not train on predicted better than their labels shuffled among
+them would be (a permutation test)?  Given a DataLoader, after fitting the first batch, the samples are another
+batch's; with one batch, a copy is trained on half of it and predicts the other half.  Labels shuffled apart from
+their inputs can still be memorised, but never generalise.  A miss is a finding only when a control copy, trained
+the same way on labels that follow from the inputs by construction, does generalise.  The check is always listed:
+it ran, or why not.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._train_checks import learned_said
 from nbdebug.core.knowledge import threshold
 
-__all__ = ["generalisation", "CHECK"]
+__all__ = ["generalisation", "within_batch", "CHECK", "HALF_CHECK"]
 
 CHECK = "labels against inputs (a second batch after fitting the first)"
+HALF_CHECK = "labels against inputs (a copy trained on half the batch predicts the other half)"
+_HALF_MIN = 32  # samples the batch needs for the half it holds out to say anything
+_ALPHA = 0.05  # the permutation test's level, half a batch held out
 _ROWS = 64  # unseen samples wanted for a verdict
 _BATCHES = 8  # most batches read to find them
 _PERMUTATIONS = 200
@@ -25,19 +31,11 @@ def generalisation(s: Session, work: Any) -> None:
     commonest class's rate and with the accuracy of the same predictions against the labels shuffled."""
     import torch
 
-    if s.task not in ("classification", "binary"):
-        s.check(CHECK, f"skipped: the task is {s.task or 'not a classification'}, no class labels to compare")
-        return
-    if not s.losses or s.unstable:
-        s.check(CHECK, "skipped: " + ("the overfit run is unstable" if s.unstable else "no overfit run"))
+    why = _not_ready(s)
+    if why:
+        s.check(CHECK, why)
         return
     share = s.learned_share()
-    if s.final_loss() > s.fit_target() and share < threshold("generalise_learned_rel"):
-        # what counts is how much of the batch was learned, not whether it was memorised by the doctor's mark: a
-        # model that took the loss well down on one batch predicts others above chance when labels follow inputs
-        s.check(CHECK, f"skipped: the first batch is barely learned (the loss went down by {max(share, 0):.0%} of "
-                "its start), so there is nothing to generalise from")
-        return
     try:
         inputs, targets, rows = _unseen(s)
     except Exception as e:  # noqa: BLE001 - a DataLoader the doctor cannot read again: no verdict, said so
@@ -56,34 +54,139 @@ def generalisation(s: Session, work: Any) -> None:
     if got is None:
         s.check(CHECK, "skipped: the output does not give one class per label")
         return
+    _verdict(s, CHECK, got, rows, lambda: _control(s, s.loss.inputs, inputs, got[1].numel()),
+             f"after training on one batch ({learned_said(s, share)}), the model predicts",
+             "it learned the first batch's labels, which do not follow from the inputs", strict=False)
+
+
+def within_batch(s: Session) -> None:
+    """One batch only: a fresh copy trained on half of it (as many steps as the overfit run) predicts the other
+    half; labels that do not follow from the inputs are predicted no better than chance.  A verdict only where the
+    control (the same training on labels that follow from the inputs by construction) generalises."""
+    import torch
+
+    from nbdebug.core.doctor._train_checks import train
+
+    why = _not_ready(s)
+    if why:
+        s.check(HALF_CHECK, why)
+        return
+    halves = _halves(s)
+    if isinstance(halves, str):
+        s.check(HALF_CHECK, f"skipped: {halves}")
+        return
+    (xa, ta), (xb, tb) = halves
+    work, opt = s.fresh()
+    done = train(s, work, opt, xa, steps=len(s.losses), phase="labels: half the batch", adapter=_Targets(s, ta),
+                 deadline=s.deadline(0.3), min_steps=len(s.losses))
+    if len(done) < len(s.losses):
+        s.check(HALF_CHECK, "no verdict (time): the copy trained on half the batch was cut short by the time budget")
+        return
+    with torch.no_grad():
+        got = _predictions(s, s.loss.forward(work, xb), tb)
+    if got is None:
+        s.check(HALF_CHECK, "skipped: the output does not give one class per label")
+        return
+    trained = (f"a copy trained on {ta.numel()} samples of the batch (loss {done[0]:.4g} -> {done[-1]:.4g} in "
+               f"{len(done)} steps) predicts the")
+    _verdict(s, HALF_CHECK, got, "other samples of the batch", lambda: _control(s, xa, xb, tb.numel()), trained,
+             "the labels do not follow from the inputs (the batch can still be "
+             "memorised, as your run did, but nothing learned from some samples holds for the others)",
+             strict=True)
+
+
+def _halves(s: Session) -> tuple[tuple[Any, Any], tuple[Any, Any]] | str:
+    """((inputs, labels) of one half of the batch, those of the other half), drawn by a fixed permutation; or why
+    the batch cannot be split so."""
+    import torch
+
+    t = s.loss.targets
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
+        return "the labels are not one class per sample"
+    n = int(t.shape[0])
+    if n < _HALF_MIN:
+        return f"{n} samples, too few to hold half of them out (at least {_HALF_MIN})"
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0)).to(t.device)
+    idx = perm[: n // 2], perm[n // 2:]
+    try:
+        xs = [_rows(s.loss.inputs, i, n) for i in idx]
+    except ValueError as e:
+        return str(e)
+    if s.loss.mode == "hf":
+        return (xs[0], xs[0]["labels"]), (xs[1], xs[1]["labels"])
+    return (xs[0], t[idx[0]]), (xs[1], t[idx[1]])
+
+
+def _rows(obj: Any, idx: Any, n: int) -> Any:
+    """``obj`` with every tensor of the batch's ``n`` samples along its first dimension cut to the rows ``idx``."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0:
+            return obj
+        if int(obj.shape[0]) != n:
+            raise ValueError(f"an input of shape {tuple(obj.shape)} does not hold the {n} samples along its first "
+                             "dimension")
+        return obj[idx]
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_rows(o, idx, n) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _rows(v, idx, n) for k, v in obj.items()}
+    return obj
+
+
+def _verdict(s: Session, check: str, got: tuple[Any, Any], rows: str, control: Any, trained: str, meaning: str,
+             strict: bool) -> None:
+    """The accuracy of predictions on samples not trained on against the commonest class and the labels shuffled
+    among them; a miss is a ``labels_unrelated`` finding unless the control (``control()``) shows this model does
+    not generalise from what it trained on.  ``strict`` (half a batch held out: few samples, a small model's
+    guesses): the user's labels must also be predicted no better than shuffled ones by the permutation test, and the
+    control better than its shuffled labels (p < ``_ALPHA``); no control, no verdict."""
     pred, t = got
-    acc = float((pred == t).float().mean())
-    majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
-    g = torch.Generator().manual_seed(0)
-    perm = [float((pred == t[torch.randperm(t.numel(), generator=g)]).float().mean()) for _ in range(_PERMUTATIONS)]
-    p = (1 + sum(a >= acc for a in perm)) / (1 + _PERMUTATIONS)
-    s.check(CHECK, f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
-            f"shuffled among them: {sum(perm) / len(perm):.0%}, p = {p:.2g})")
-    if acc <= majority + threshold("generalise_margin"):
-        control = _control(s, inputs, t.numel())
-        if control == "time":
-            s.check(CHECK, f"no verdict (time): accuracy {acc:.0%} on {t.numel()} {rows}, but the copy trained on "
-                    "labels that follow from the inputs (which says whether one batch can tell) was cut short by "
-                    "the time budget")
-            return
-        if isinstance(control, tuple) and control[0] <= control[1] + threshold("generalise_margin"):
-            s.check(CHECK, f"no verdict: accuracy {acc:.0%} on {t.numel()} {rows}, but a copy trained the same way "
-                    f"on labels that follow from the inputs by construction (a randomly initialised copy's "
-                    f"predictions) predicts them no better ({control[0]:.0%}, commonest {control[1]:.0%}): this "
-                    "model does not generalise from one batch, so one batch says nothing about the labels")
-            return
-        said = "" if not isinstance(control, tuple) else (f"; a copy trained the same way on labels that follow from the inputs "
-                                           f"(a random copy's predictions) reaches {control[0]:.0%} on them")
-        s.add("labels_unrelated", f"after training on one batch ({learned_said(s, share)}), the model predicts "
-              f"{t.numel()} {rows} with {acc:.0%} accuracy, no better than always guessing their commonest class "
-              f"({majority:.0%}) or than their labels shuffled among them ({sum(perm) / len(perm):.0%}, p = {p:.2g}): "
-              f"it learned the first batch's labels, which do not follow from the inputs{said}", ("targets",),
-              evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel())})
+    acc, majority, shuffled, p = _scores(pred, t)
+    measured = (f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
+                f"shuffled among them: {shuffled:.0%}, p = {p:.2g})")
+    s.check(check, measured)
+    if acc > majority + threshold("generalise_margin") or (strict and p < _ALPHA):
+        return
+    c = control()
+    if c == "time":
+        s.check(check, f"no verdict (time): {measured}, but the copy trained on labels that follow from the inputs "
+                "(which says whether this can tell) was cut short by the time budget")
+        return
+    if isinstance(c, tuple) and (c[2] >= _ALPHA if strict else c[0] <= c[1] + threshold("generalise_margin")):
+        s.check(check, f"no verdict: {measured}, but a copy trained the same way on labels that follow from the "
+                f"inputs by construction (a randomly initialised copy's predictions) predicts them no better "
+                f"({c[0]:.0%}, commonest {c[1]:.0%}, p = {c[2]:.2g}): this model does not generalise from what it trained on, so "
+                "this says nothing about the labels")
+        return
+    if c is None and strict:
+        s.check(check, f"no verdict: {measured}, and no copy could be trained on labels that follow from the inputs "
+                "to show that this model generalises from what it trained on")
+        return
+    said = "" if not isinstance(c, tuple) else (
+        f"; a copy trained the same way on labels that follow from the inputs (a random copy's predictions) "
+        f"reaches {c[0]:.0%} on them (p = {c[2]:.2g})")
+    s.add("labels_unrelated", f"{trained} {t.numel()} {rows} with {acc:.0%} accuracy, no better than always "
+          f"guessing their commonest class ({majority:.0%}) or than their labels shuffled among them "
+          f"({shuffled:.0%}, p = {p:.2g}): {meaning}{said}", ("targets",),
+          evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel()),
+                    **({} if not isinstance(c, tuple) else {"control_accuracy": c[0]})})
+
+
+def _not_ready(s: Session) -> str:
+    """Why the labels cannot be compared with the inputs yet ('' when they can)."""
+    if s.task not in ("classification", "binary"):
+        return f"skipped: the task is {s.task or 'not a classification'}, no class labels to compare"
+    if not s.losses or s.unstable:
+        return "skipped: " + ("the overfit run is unstable" if s.unstable else "no overfit run")
+    share = s.learned_share()
+    if s.final_loss() > s.fit_target() and share < threshold("generalise_learned_rel"):
+        # what counts is how much of the batch was learned, not whether it was memorised by the doctor's mark: a
+        # model that took the loss well down on one batch predicts others above chance when labels follow inputs
+        return (f"skipped: the first batch is barely learned (the loss went down by {max(share, 0):.0%} of its "
+                "start), so there is nothing to generalise from")
+    return ""
 
 
 def _unseen(s: Session) -> tuple[Any, Any, str]:
@@ -139,9 +242,9 @@ def _predictions(s: Session, out: Any, targets: Any) -> tuple[Any, Any] | None:
     return pred[valid], targets[valid]
 
 
-def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | str | None:
-    """(accuracy, commonest class's rate) on the unseen samples of a fresh copy trained as long as the user's run
-    on the fitted batch with labels that follow from the inputs by construction: a re-initialised copy's
+def _control(s: Session, seen: Any, unseen: Any, rows: int) -> tuple[float, float, float] | str | None:
+    """(accuracy, commonest class's rate, permutation p-value) on the unseen samples of a fresh copy trained as long as the user's run
+    on ``seen`` (the fitted batch, or half of it) with labels that follow from the inputs by construction: a re-initialised copy's
     predictions (balanced: its logits less their mean over the batch).  A model that cannot generalise from one
     batch even then says nothing about the user's labels.  None where the labels are not one class per sample;
     ``"time"`` when the time budget cut its training short."""
@@ -150,7 +253,7 @@ def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | str | 
     from nbdebug.core.doctor._train_checks import train
 
     t = s.loss.targets
-    if not isinstance(t, torch.Tensor) or t.dim() != 1 or s.loss.mode not in ("fn", "hf"):
+    if not isinstance(t, torch.Tensor) or t.dim() != 1:
         return None
     try:
         teacher, _ = s.fresh()
@@ -160,11 +263,11 @@ def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | str | 
                 if callable(getattr(m, "reset_parameters", None)):
                     m.reset_parameters()
             teacher.eval()
-            seen_y, unseen_y = (_labels(s, logits_of(s.loss.forward(teacher, x))) for x in (s.loss.inputs, unseen))
-        if seen_y is None or unseen_y is None or seen_y.shape != t.shape or unseen_y.numel() != rows:
+            seen_y, unseen_y = (_labels(s, logits_of(s.loss.forward(teacher, x))) for x in (seen, unseen))
+        if seen_y is None or unseen_y is None or seen_y.dim() != 1 or unseen_y.numel() != rows:
             return None
         work, opt = s.fresh()
-        inputs = {**s.loss.inputs, "labels": seen_y} if s.loss.mode == "hf" else s.loss.inputs
+        inputs = {**seen, "labels": seen_y} if s.loss.mode == "hf" else seen
         done = train(s, work, opt, inputs, steps=len(s.losses), phase="labels: control", adapter=_Targets(s, seen_y),
                      deadline=s.deadline(0.7), min_steps=len(s.losses))
         if len(done) < len(s.losses):
@@ -175,8 +278,20 @@ def _control(s: Session, unseen: Any, rows: int) -> tuple[float, float] | str | 
         return None
     if pred is None or pred.shape != unseen_y.shape:
         return None
-    majority = float(torch.unique(unseen_y, return_counts=True)[1].max()) / unseen_y.numel()
-    return float((pred == unseen_y).float().mean()), majority
+    acc, majority, _, p = _scores(pred, unseen_y)
+    return acc, majority, p
+
+
+def _scores(pred: Any, t: Any) -> tuple[float, float, float, float]:
+    """(accuracy, the commonest class's rate, the mean accuracy with the labels shuffled among the samples, the
+    permutation test's p-value) of predictions against labels."""
+    import torch
+
+    acc = float((pred == t).float().mean())
+    majority = float(torch.unique(t, return_counts=True)[1].max()) / t.numel()
+    g = torch.Generator().manual_seed(0)
+    perm = [float((pred == t[torch.randperm(t.numel(), generator=g)]).float().mean()) for _ in range(_PERMUTATIONS)]
+    return acc, majority, sum(perm) / len(perm), (1 + sum(a >= acc for a in perm)) / (1 + _PERMUTATIONS)
 
 
 class _Targets:

@@ -27,7 +27,7 @@ from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _signal_scale as signal
 from nbdebug.core.doctor import _train_checks as training
 from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
-from nbdebug.core.doctor._generalise import generalisation
+from nbdebug.core.doctor._generalise import HALF_CHECK, generalisation, within_batch
 from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of, sample_count
 from nbdebug.core.doctor._report import DoctorReport
 from nbdebug.core.doctor._repro import RngGuard
@@ -269,7 +269,9 @@ def _run(s: Session) -> None:
         _safe(s, LABELS_CHECK, generalisation, s, work)
     else:
         # the one place a second batch would be compared (the batch inspector looked at this one before training)
-        s.check(LABELS_CHECK, "skipped: one batch only; pass dataloader= to compare a batch the model did not train on")
+        s.check(LABELS_CHECK, "skipped: one batch only; pass dataloader= to compare a batch the model did not train "
+                "on (half of this batch is held out instead)")
+        _safe(s, HALF_CHECK, within_batch, s)
     if s.options.baseline and not s.explained:
         _safe(s, "zero-input baseline", training.zero_input_baseline, s)
     if s.options.reproducibility:
