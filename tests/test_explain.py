@@ -105,7 +105,8 @@ def test_slugs_are_the_issue_contract():
         "shell_argument_run",
         # issue 23, the ninth sample's round: torch's own autograd check, a dict keyed by tensors, a name missing from
         # a module no known library owns
-        "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module",
+        "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module", "argparse_in_notebook",
+        "file_not_found",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

@@ -390,8 +390,14 @@ Traceback (most recent call last):
   File "/usr/lib/python3.10/site-packages/click/core.py", line 1157, in __call__
 '''
     assert explain(launcher).kind == "child_failed"  # the launcher's report alone: read the child's error above
-    assert explain(child + launcher).kind == "unknown"  # the child's error is there: no launcher answer
-    assert explain(child + launcher.split("\n")[0]).kind == "unknown"  # also with the launcher's report line alone
+    # the child's error is there: it is the answer (a missing file, since the ninth sample's round), not the launcher
+    assert explain(child + launcher).kind == "file_not_found"
+    assert explain(child + launcher.split("\n")[0]).kind == "file_not_found"  # also with the report line alone
+    # ... and a child's error no category or rule places stays unknown: no launcher answer
+    unplaced = child.replace("FileNotFoundError: [Errno 2] No such file or directory: 'configs/default.yaml'",
+                             "OSError: [Errno 5] Input/output error: 'configs/default.yaml'")
+    assert explain(unplaced + launcher).kind == "unknown"
+    assert explain(unplaced + launcher.split("\n")[0]).kind == "unknown"
     # a child's error the structure places is answered as that error
     placed = child.replace("FileNotFoundError: [Errno 2] No such file or directory: 'configs/default.yaml'",
                            "NameError: name 'cfg_dir' is not defined")

@@ -51,7 +51,7 @@ from nbdebug.core.explain._match import (  # noqa: F401 - _compiled, _line_wrap_
     parse_facts,
     plausible,
 )
-from nbdebug.core.explain._normalize import last_exception_line, normalize
+from nbdebug.core.explain._normalize import last_exception_line, normalize, unwrap
 from nbdebug.core.explain._raised_in import live_cwd_missing
 from nbdebug.core.explain._sequence import child_error
 from nbdebug.core.explain._structure import from_exception, read
@@ -241,6 +241,11 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     if not found:
         # users retype messages in issue titles and chats: "Cuda runtime error: out of memory"
         found = match_all(text, type_names, ignore_case=True, keyword_cache=keywords)
+    if not found and (unwrapped := unwrap(text)) != text:
+        # a message wrapped at a terminal's or an editor's width ("compiled with different\nCUDA versions"): read as
+        # one line (a fresh keyword cache: a keyword of two words may now be found)
+        found = match_all(unwrapped, type_names)
+        text = unwrapped if found else text
     found = plausible(found, raw[-_MAX_CHARS:], text)
     if isinstance(error, BaseException):  # the frames a live exception's text lacks
         found = [(c, m) for c, m in found if not _family.frames_deny(c.entry.slug, error)]

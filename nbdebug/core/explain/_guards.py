@@ -125,10 +125,13 @@ def _not_unpickling(raw: str) -> bool:
 
 def frames_deny(slug: str, error: BaseException) -> bool:
     """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
-    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted"}:
+    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted", "file_not_found"}:
         return False
 
     s = from_exception(error)
+    if slug == "file_not_found":  # subprocess starting a program (program_missing), a loader reading a model's file
+        return any(f.func == "_execute_child" for f in s.frames) or any(
+            f.func == "load" and f.owner == "torch" or _MODEL_LOADER.search(f.func) for f in s.frames[-4:])
     if slug == "option_not_accepted":
         return bool(s.frames)  # the frame that raised says whose check it was (the code's own, or a library's)
     if slug == "wrong_object_attribute" and loop_unpacks(s) is not None or slug == "missing_key" and option_lookup(s):
@@ -203,6 +206,21 @@ _KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext",
                               "cv2", "PIL", "pandas", "matplotlib", "einops", "torch_geometric", "open_clip", "mmseg",
                               "mmpose", "mmdet3d", "apex", "tensorboard", "wandb", "gradio", "lightning_fabric",
                               "torchdata", "torchtune", "torchrl", "kornia", "albumentations", "optimum", "evaluate"})
+
+
+# a model's file by its extension: a checkpoint (or a pretrained model's weights), not a data or config file
+_MODEL_FILE = re.compile(r"(?i:\.(?:pth?|ckpt|bin|safetensors|pkl|pickle|h5|onnx|tar|pb|gguf|engine)'|pytorch_model|"
+                         r"checkpoint)")
+
+
+_MODEL_LOADER = re.compile(r"(?i:from_pretrained|state_dict|checkpoint|ckpt|restore|safe_open|torch\.load\b)")
+
+
+def _loader_frames(raw: str) -> bool:
+    """Whether a traceback's innermost frames load a model or a checkpoint (torch.load, from_pretrained, restore);
+    a data file's reader (an image loader, yaml.safe_load) is no model's."""
+    return any(f.func == "load" and f.owner == "torch" or _MODEL_LOADER.search(f.func) or _MODEL_LOADER.search(f.source)
+               for f in _tail(raw).frames[-4:])
 
 
 # the same message without the file Python names (older Pythons, a retyped message, a title)
@@ -286,6 +304,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
         return True
+    if slug == "file_not_found" and (_MODEL_FILE.search(line) or _loader_frames(raw)):
+        return True  # a model file, or a loader's frames reading it: the checkpoint's question (checkpoint_load_failed)
     if slug == "name_missing_in_module" and not _unplaced_module(line):
         return True  # a known library's module, or an installed package's file: the release's question (api_missing)
     if slug in ("nan_loss", "checkpoint_load_failed", "version_required", "dataset_empty", "cli_usage") and line and _later_exception(

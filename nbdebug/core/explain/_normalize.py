@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize", "strip_decorations", "parse_shape", "last_exception_line", "EXC_LINE"]
+__all__ = ["unwrap", "normalize", "strip_decorations", "parse_shape", "last_exception_line", "EXC_LINE"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes that launchers and loggers put in front of every line; several may be stacked.
@@ -48,6 +48,29 @@ def normalize(text: str) -> str:
     if any(h in text for h in _BOX_HINT):
         text = _BOX.sub(" ", text)
     return _EDGES.sub("", _SPACES.sub(" ", text))
+
+
+# a line break a terminal or an editor put inside a sentence: after a long line that does not end a clause, before a
+# word ("... were compiled with different\nCUDA versions."); not before an indented line (a frame's source, a list) or
+# a new message ("RuntimeError: ...")
+_CONTINUES = re.compile(r"[A-Za-z(][\w.()='\"-]{0,40}(?:[ ,.]|$)")
+_NEW_MESSAGE = re.compile(r"[A-Z]\w{0,60}(?:Error|Exception|Warning)\b|File \"|Traceback")
+
+
+def unwrap(text: str) -> str:
+    """``text`` with the line breaks that wrapped one sentence over several lines replaced by spaces."""
+    if "\n" not in text:
+        return text
+    lines = text.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        before = out[-1].rstrip()
+        if (len(before) >= 60 and before[-1] not in ":.!?" and _CONTINUES.match(line)
+                and not _NEW_MESSAGE.match(line)):
+            out[-1] = before + " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def strip_decorations(text: str) -> str:

@@ -365,3 +365,68 @@ ENTRIES += (
                  "https://pytorch.org/docs/stable/optim.html"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # argparse run inside a notebook: sys.argv is the kernel's own command line ("-f .../kernel-....json"), so the
+        # script's options are missing or the kernel's are unrecognised; IPython shows the exit as "SystemExit: 2"
+        slug="argparse_in_notebook",
+        title="A script's argument parser ran inside the notebook and read the kernel's command line",
+        summary=("argparse parsed sys.argv, which in a notebook is the kernel's own command line[[ ({what})]]: the "
+                 "script's options are not there, so the parser printed a usage error and exited with status 2."),
+        keywords=("systemexit: 2", "kernel-", "--f=", "ipykernel_launcher", "colab_kernel_launcher", "xpython_launcher"),
+        patterns=(
+            # IPython's notice of that exit (its own line, then the status)
+            r"(?m)^SystemExit: 2[ \t]*$",
+            # the parser's error naming the kernel's connection file, or its program name as the kernel's launcher
+            r"unrecognized arguments: [^\n]{0,400}?(?:kernel-[\w-]{1,120}|--f=[^\s]{1,300})\.json",
+            r"(?m)^(?:ipykernel_launcher|colab_kernel_launcher|xpython_launcher)(?:\.py)?: error: ",
+        ),
+        priority=40,  # above cli_usage: the tool that rejected its arguments is the notebook's parser
+        extra={"family": "user_code_python"},
+        facts=((r"(?P<what>unrecognized arguments: [^\n]{1,300}|the following arguments are required: [^\n]{1,200})",
+                {"what": "str"}),),
+        causes=("Code written for the command line (parser.parse_args()) pasted or imported into a notebook cell: "
+                "the kernel was started with its own arguments, not the script's.",),
+        fixes=(
+            Fix("Give the parser the options explicitly", "args = parser.parse_args(['--dataroot', 'data/', '--epochs', "
+                "'10'])  # or: parser.parse_args(args=[]) for the defaults"),
+            Fix("Or run the script as a program from the notebook", "!python train.py --dataroot data/ --epochs 10"),
+        ),
+        first_step="In the notebook, call parser.parse_args([...]) with the options as a list (parse_args(args=[]) for "
+        "the defaults, or parse_known_args()) instead of reading sys.argv, or run the script with !python script.py "
+        "and its options.",
+        sources=("https://docs.python.org/3/library/argparse.html#argparse.ArgumentParser.parse_args",
+                 "https://docs.python.org/3/library/argparse.html#partial-parsing"),
+    ),
+    Entry(
+        # a file the code opens by a path that does not exist from where it runs: a relative path resolved against
+        # another working directory, a file not downloaded or not yet written, a typo (a model file's own loader frames
+        # are checkpoint_load_failed's: _guards keeps them there)
+        slug="file_not_found",
+        title="The code opens a file that does not exist at that path",
+        summary=("The code asked for a file[[ '{path}']] that does not exist at that path from where it runs: a "
+                 "relative path is resolved against the working directory, not the script's folder."),
+        keywords=("no such file or directory", "can't open file"),
+        patterns=(
+            r"(?:FileNotFoundError|IOError|OSError): \[Errno 2\] No such file or directory: '[^'\n]{1,500}'",
+            # python started on a script path that does not exist
+            r"can't open file '[^'\n]{1,500}': \[Errno 2\] No such file or directory",
+        ),
+        priority=28,  # below every category that knows the file (a checkpoint, a program, a library's own files)
+        extra={"family": "user_code_python,dataloader"},
+        facts=((r"No such file or directory: '(?P<path>[^'\n]{1,500})'", {"path": "str"}),
+               (r"can't open file '(?P<path>[^'\n]{1,500})'", {"path": "str"})),
+        causes=("A relative path, resolved against the working directory (where the notebook server or the script was "
+                "started), not the folder of the file that names it.",
+                "The file was never downloaded, generated or copied there (a dataset, a config, an input image), or "
+                "the path has a typo."),
+        fixes=(Fix("See where the code looks", "import os\nprint(os.getcwd())\nprint(os.path.exists('<the path>'))"),
+               Fix("Name the file from the script's own folder",
+                   "from pathlib import Path\npath = Path(__file__).parent / 'configs' / 'config.yaml'")),
+        first_step="Print os.getcwd() and os.path.exists(path) where the code opens the file: run from the folder the "
+        "relative path expects (or make the path absolute), or put the file (dataset, config, input) there first.",
+        sources=("https://docs.python.org/3/library/exceptions.html#FileNotFoundError",
+                 "https://docs.python.org/3/library/os.html#os.getcwd"),
+    ),
+)
