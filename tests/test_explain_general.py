@@ -296,9 +296,9 @@ def test_a_file_saved_by_another_release_names_the_release(text, saved_with):
     # torch.utils.cpp_extension's build, as the error it raises names it
     ("subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.",
      "extension_build_failed"),
-    # uv's resolver finding no releases that fit
+    # uv's resolver finding no releases that fit (pins that disagree: pip_conflict since the ninth sample's round)
     ("  × No solution found when resolving dependencies:\n  ╰─▶ Because torchaudio==2.1.0 depends on torch==2.1.0 and "
-     "you require torch==2.4.0, we can conclude that your requirements are unsatisfiable.", "no_matching_wheel"),
+     "you require torch==2.4.0, we can conclude that your requirements are unsatisfiable.", "pip_conflict"),
     # conda unable to reach its channel
     ("CondaHTTPError: HTTP 000 CONNECTION FAILED for url <https://conda.anaconda.org/conda-forge/linux-64/repodata.json>",
      "install_failed"),

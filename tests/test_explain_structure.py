@@ -330,7 +330,7 @@ def test_xla_runtime_wordings(text):
     ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
      "    PyTorch 2.0.1+cu118 with CUDA 1108 (you have 2.1.0+cu121)", "version_mismatch"),
     ("ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
-     "This behaviour is the source of the following dependency conflicts.", "no_matching_wheel"),
+     "This behaviour is the source of the following dependency conflicts.", "pip_conflict"),
 ])
 def test_companion_builds_and_pins_that_do_not_fit(text, kind):
     assert explain(text).kind == kind

@@ -23,8 +23,9 @@ __all__ = ["Frame", "Structure", "read", "from_exception", "owner_of", "where"]
 _FRAME = re.compile(
     r'^[ \t]*File ?"(?P<path>[^"\n]{1,500})", ?line ?(?P<line>\d{1,7}),? ?in (?P<func>[^\n]{1,200})'
     r"|^[ \t]*File (?P<path2>[^\n,]{1,500}\.py):(?P<line2>\d{1,7}), in (?P<func2>[\w.<>]{1,200})"
-    # (Colab names a cell's frame "<cell line: 3>")
-    r"|^[ \t]*(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>) in (?P<func3>[\w<>]{1,200}|<cell line: \d{1,7}>)(?:\(|[ \t]*$)"
+    # (Colab names a cell's frame "<cell line: 3>", and pasted into an issue keeps its link: "[path](https://...) in f")
+    r"|^[ \t]*\[?(?P<path3>(?:/|~|[A-Za-z]:\\)[^\n]{0,500}?\.py|<ipython-input-[\w-]{1,100}>)(?:\]\([^()\s]{0,300}\))? "
+    r"in (?P<func3>[\w<>]{1,200}|<cell line: \d{1,7}>)(?:\(|[ \t]*$)"
     r"|^[ \t]*(?P<path4>(?:/|~|[A-Za-z]:\\)[^\s:]{1,500}\.py):(?P<line4>\d{1,7}) in (?P<func4>[\w<>]{1,200})"
     # IPython 8's frame of a notebook cell
     r"|^[ \t]*(?P<path5>Cell In ?\[\d{1,7}\]), line (?P<line5>\d{1,7})"

@@ -17,7 +17,7 @@ ENTRIES: tuple[Entry, ...] = (
             "[[ The last guard that failed: {recompile_reason}.]]"
         ),
         keywords=("loweringexception", "recompilation cache limit", "dynamo", "inductor", "cache_size_limit", "recompile", "backendcompilerfailed", "cachelimitexceeded",
-                  "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile"),
+                  "cppcompileerror", "invalidcxxcompiler", "triton", "for torch.compile", "ptxas"),
         patterns=(
             r"torch\._dynamo\.exc\.\w+",
             r"torch\._inductor\.exc\.\w+",
@@ -36,6 +36,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"TORCHDYNAMO_VERBOSE=1 for more information",
             r"\b(?:CppCompileError|InvalidCxxCompiler)\b",
             r"Cannot find a working triton installation",
+            # Triton failing on the kernel the compiler generated (its PTX assembler, its codegen)
+            r"Internal Triton PTX codegen error",
+            r"\bPTXASError\b|ptxas fatal\s*:",
         ),
         # frames and source lines only the backend compiler runs (a paste that lost its error line, or the
         # frames Dynamo logs as warnings)

@@ -260,12 +260,15 @@ ENTRIES: tuple[Entry, ...] = (
         slug="device_mismatch",
         title="Tensors on different devices",
         summary="An operation received tensors on different devices[[ ({device_a} and {device_b})]][[ in {op}]].",
-        keywords=("is on cpu, but expected", "device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type"),
+        keywords=("is on cpu, but expected", "device", "backend", "weight type", "numpy", "but expected it to be on gpu", "expected object of type",
+                  "expected type torch."),
         patterns=(
             r"Expected all tensors to be on the same device",
             r"Expected object of backend \w+ but got backend \w+",
             r"Expected object of type torch\.(?:cuda\.\w+Tensor but found type torch\.(?!cuda)|(?!cuda)\w+Tensor but found type torch\.cuda\.)",
             r"Expected object of device type \w+ but got device type \w+",
+            # torch 0.x's wording ("expected type torch.FloatTensor but got torch.cuda.FloatTensor")
+            r"expected type torch\.(?:cuda\.\w+Tensor but got torch\.(?!cuda)|(?!cuda)\w+Tensor but got torch\.cuda\.)",
             r"Input type \(torch\.cuda\.\w+\) and weight type \(torch\.(?!cuda)\w+\)",
             r"Input type \(torch\.(?!cuda)\w+\) and weight type \(torch\.cuda\.\w+\)",
             r"Tensor on device \S+ is not on the expected device \S+",

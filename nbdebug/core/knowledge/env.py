@@ -329,8 +329,7 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("pip could not find a release of the package[[ ({package})]] built for this Python version and "
                  "platform."),
         keywords=("building torch", "building wheel for torch", "bdist_wheel for torch", 'name="torch"', "requires a different python", "satisfies the requirement", "no matching distribution", "not a supported wheel", "torch-0.1.2",
-                  "install with miniconda", "suitable distribution", "provide packages for pypi", "dependency resolver", "has requirement", "which is incompatible",
-                  "resolutionimpossible", "conflicting dependencies", "which is not installed", "no solution found"),
+                  "install with miniconda", "suitable distribution", "provide packages for pypi"),
         patterns=(
             r"requires a different Python: [\d.]+ not in",
             r"Could not find a version that satisfies the requirement",
@@ -345,15 +344,7 @@ ENTRIES: tuple[Entry, ...] = (
                   r"Could not find suitable distribution for Requirement",
                   # the placeholder on PyPI that pip takes when no wheel fits (torch 0.x's days)
                   r"PyTorch does not currently provide packages for PyPI",
-                  # packages pinned to versions that do not fit together
-                  r"has requirement [\w.-]+[<>=!~]=?[^\s,]{1,40}, but you(?:'ll| will) have",
-                  r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
-                  r"ResolutionImpossible",
-                  # uv's resolver: no set of releases fits the pins and this platform
-                  r"No solution found when resolving dependencies",
-                  r"pip's dependency resolver does not currently take into account all the packages that are installed",
-                  r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies",
-                  r"requires [\w.-]{1,60}[<>=!~]=?[^\s,;]{1,40}(?:; [^\n]{1,120})?, which is not installed"),
+                  ),
         priority=70,
         facts=((r"No matching distribution found for (?P<package>[\w.\-]+)", {"package": "str"}),),
         causes=("The Python version is newer (or older) than the releases of the package support.",
@@ -365,6 +356,42 @@ ENTRIES: tuple[Entry, ...] = (
         first_step="Check python --version against the Python versions the package release supports (its PyPI page); "
         "use a supported Python or another release.",
         sources=("https://pypi.org/project/torch/", _PREVIOUS),
+    ),
+    Entry(
+        # pip (or uv) naming installed or requested releases whose pins disagree: which versions fit together is the
+        # question, not a build for this platform (no_matching_wheel)
+        slug="pip_conflict",
+        title="Installed packages pin versions of each other that do not fit together",
+        summary=("pip found packages whose requirements disagree[[: {package} needs {requirement}]][[, but {installed} "
+                 "is installed]]."),
+        keywords=("dependency resolver", "has requirement", "which is incompatible", "resolutionimpossible",
+                  "conflicting dependencies", "which is not installed", "no solution found"),
+        patterns=(
+            # pip's old resolver (the line can be cut after the pin, in a title)
+            r"has requirement [\w.-]{1,60}(?:[<>=!~]=?|===)[^\s,]{1,40}",
+            r"but you have [\w.-]+ [\w.+-]+ which is incompatible",
+            r"ResolutionImpossible",
+            # uv's resolver: no set of releases fits the pins and this platform
+            r"No solution found when resolving dependencies",
+            r"pip's dependency resolver does not currently take into account all the packages that are installed",
+            r"Cannot install [^\n]{1,300} because these package versions have conflicting dependencies",
+            r"requires [\w.-]{1,60}[<>=!~]=?[^\s,;]{1,40}(?:; [^\n]{1,120})?, which is not installed",
+        ),
+        priority=70,
+        extra={"family": "install_build,environment_version"},
+        facts=((r"(?P<package>[\w.-]{1,60} [\w.+-]{1,40}) (?:has requirement|requires) (?P<requirement>[\w.-]{1,60}"
+                r"(?:[<>=!~]=?|===)[^\s,;]{1,40}),? but you(?:'ll| will)? have (?P<installed>[\w.-]{1,60} [\w.+-]{1,40})",
+                {"package": "str", "requirement": "str", "installed": "str"}),),
+        causes=("Packages installed one by one (torch first, then a torchvision that pins another torch), or from two "
+                "indexes (a nightly torch with a stable torchvision).",
+                "A project's requirements that pin versions which no release set satisfies together.",
+                "pip's old resolver installing what it was told and only warning afterwards."),
+        fixes=(Fix("Install the packages that pin each other in one command, at versions that fit",
+                   "pip install torch==2.4.1 torchvision==0.19.1  # the pair the message names\npip check"),),
+        first_step="Read the pin pip names (package X needs Y==v, but Y w is installed) and install the pair in one "
+        "command at versions that fit together (torchvision and torchaudio from the same torch release), then run "
+        "pip check; if the project pins both, follow its requirements file.",
+        sources=("https://pip.pypa.io/en/stable/topics/dependency-resolution/", _PREVIOUS),
     ),
     Entry(
         slug="extension_build_failed",

@@ -422,3 +422,33 @@ ENTRIES += (
         sources=("https://einops.rocks/api/rearrange/",),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # scaled_dot_product_attention with its backends restricted (sdpa_kernel, the enable_* flags) to ones that
+        # cannot run these inputs on this GPU: the warnings torch prints before the error say why each was refused
+        slug="sdpa_no_kernel",
+        title="scaled_dot_product_attention has no backend allowed that can run these inputs",
+        summary=("torch's scaled_dot_product_attention found no kernel among the backends the code allows (flash, "
+                 "memory-efficient, cuDNN, math) that supports these inputs on this device."),
+        keywords=("no available kernel",),
+        patterns=(r"No available kernel\. {1,2}Aborting execution",),
+        priority=60,
+        # the labels of this one message differ (library_api_misuse: a backend the code pins; other): both give the
+        # step it gives, allow the math / memory-efficient backends or a dtype and GPU the pinned one supports
+        extra={"family": "library_api_misuse,other"},
+        causes=("The code (or a library) pins a backend with torch.nn.attention.sdpa_kernel / "
+                "torch.backends.cuda.enable_*_sdp that cannot run here: flash attention on a GPU older than Ampere, in "
+                "float32, or with a head size or mask it does not support.",
+                "Inputs of a dtype or layout no allowed backend supports (float32 for flash, an unsupported mask)."),
+        fixes=(Fix("Allow the math and memory-efficient backends too",
+                   "from torch.nn.attention import sdpa_kernel, SDPBackend\n"
+                   "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):\n"
+                   "    out = F.scaled_dot_product_attention(q, k, v)"),),
+        first_step="Read the warnings printed just before the error (why each backend was not used), then allow the "
+        "math / memory-efficient backends where the code restricts them, or run the attention in fp16/bf16 on a GPU "
+        "the pinned backend supports.",
+        sources=("https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
+                 "https://pytorch.org/docs/stable/backends.html#torch.backends.cuda.sdp_kernel"),
+    ),
+)

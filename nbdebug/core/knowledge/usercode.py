@@ -430,3 +430,48 @@ ENTRIES += (
                  "https://docs.python.org/3/library/os.html#os.getcwd"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # a NameError quoted without its frames (a title, a logger's line): the code uses a name no line before it
+        # defined or imported (a whole traceback is placed by its frames: user_code_error for the user's own line)
+        slug="name_not_defined",
+        title="The code uses a name that was never defined or imported",
+        summary="The code uses[[ '{name}']], which no line before it defined or imported in that scope.",
+        keywords=("is not defined",),
+        patterns=(r"(?<![\w'])name '(?P<name>\w{1,200})' is not defined",),
+        priority=26,  # below package_missing's flags of optional imports (is_x_available) and every named category
+        extra={"family": "user_code_python"},
+        facts=((r"name '(?P<name>\w{1,200})' is not defined", {"name": "str"}),),
+        causes=("A missing import (import numpy as np, import torch_xla) in the file or cell that uses the name.",
+                "A typo, or a variable defined in a cell (or a branch) that did not run before this one.",
+                "A name defined inside a function or an if __name__ == '__main__' block and used outside it."),
+        fixes=(Fix("Import or define it before the line that uses it", "import numpy as np  # the module the name "
+                   "stands for"),),
+        first_step="Find where the name should come from: add its import (or definition) above the line that uses it, "
+        "fix the spelling, or run the cell that defines it first (Restart & Run All shows the order).",
+        sources=("https://docs.python.org/3/library/exceptions.html#NameError",),
+    ),
+    Entry(
+        # next() on an iterator with nothing left: a DataLoader / dataset that yielded no batch (no files found, a
+        # batch larger than the data with drop_last=True), or an iterator used up by an earlier loop
+        slug="iterator_empty",
+        title="next() found the iterator (a DataLoader, a dataset) empty",
+        summary=("next() was called on an iterator that had nothing (left) to give, so Python raised StopIteration: "
+                 "the data it iterates is empty, or an earlier loop used it up."),
+        keywords=("stopiteration",),
+        patterns=(r"(?m)^(?:builtins\.)?StopIteration:?[ \t]*$",),
+        priority=24,
+        extra={"family": "dataloader,user_code_python"},
+        causes=("The dataset is empty: its folder or file list matched nothing, or a filter removed every sample.",
+                "drop_last=True with a batch size larger than the dataset, so the loader yields no batch.",
+                "An iterator (iter(loader), a generator) that an earlier loop already exhausted."),
+        fixes=(Fix("Check what the loader holds", "print(len(dataset), len(loader))  # 0 batches: nothing to iterate"),
+               Fix("Take a fresh iterator for each pass", "batch = next(iter(loader))  # not one iterator kept across "
+                   "epochs")),
+        first_step="Print len(dataset) and len(loader) where next() is called: 0 means the data was not found or the "
+        "batch is larger than the dataset with drop_last=True; otherwise make a fresh iter() for each pass.",
+        sources=("https://docs.python.org/3/library/exceptions.html#StopIteration",
+                 "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"),
+    ),
+)
