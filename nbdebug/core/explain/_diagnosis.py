@@ -30,7 +30,7 @@ _AUTHORITIES = (
     "pip.pypa.io", "docs.conda.io", "docs.docker.com", "protobuf.dev",
     # libraries whose own messages the explainer names: their documentation and their own repository
     "einops.rocks", "github.com/arogozhnikov/einops", "docs.comfy.org", "github.com/comfyanonymous/ComfyUI",
-    "github.com/Comfy-Org/",
+    "github.com/Comfy-Org/", "www.gradio.app", "github.com/gradio-app/", "www.uvicorn.org", "github.com/encode/uvicorn",
 )
 
 

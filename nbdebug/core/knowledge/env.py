@@ -1024,3 +1024,35 @@ ENTRIES += (
         sources=("https://docs.python.org/3/reference/import.html#the-module-search-path",),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # a web app's server (uvicorn, aiohttp, gradio: asyncio's create_server words it so) finding its port taken: a
+        # copy of the app still running, or another program on that port -- not torch.distributed's rendezvous port
+        # (address_in_use), which c10d reports in its own words
+        slug="server_port_in_use",
+        title="A web app's server could not listen on its port: another process holds it",
+        summary="The app's web server could not listen on[[ port {port}]]: another process (often an earlier copy of "
+                "the same app) already uses it.",
+        keywords=("error while attempting to bind on address", "cannot find empty port"),
+        patterns=(
+            r"\[Errno (?:98|48|10048)\] error while attempting to bind on address \(",
+            r"Cannot find empty port in range: \d{1,5}-\d{1,5}",
+        ),
+        priority=56,  # above address_in_use: the words of a web server's bind, not a process group's store
+        extra={"family": "other"},
+        facts=((r"bind on address \('[^'\n]{0,100}', (?P<port>\d{2,5})", {"port": "int"}),
+               (r"Cannot find empty port in range: (?P<port>\d{2,5})", {"port": "int"})),
+        causes=("The same app (a web UI, a demo) is still running from an earlier start, in another terminal or as a "
+                "kernel that was not shut down.",
+                "Another program listens on that port."),
+        fixes=(Fix("See which process holds the port", "lsof -i :7860      # Windows: netstat -ano | findstr :7860"),
+               Fix("Or start the app on a free port", "demo.launch(server_port=7861)  # or the app's --port option / "
+                   "GRADIO_SERVER_PORT")),
+        first_step="Stop the process that holds the port (lsof -i :<port>, or netstat -ano on Windows: often an earlier "
+        "copy of the same app), or start the app on another port (its --port option, server_port=, "
+        "GRADIO_SERVER_PORT).",
+        sources=("https://www.gradio.app/docs/gradio/blocks#blocks-launch",
+                 "https://www.uvicorn.org/settings/#socket-binding"),
+    ),
+)
