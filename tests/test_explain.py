@@ -107,7 +107,7 @@ def test_slugs_are_the_issue_contract():
         # a module no known library owns
         "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module", "argparse_in_notebook",
         "file_not_found", "pip_conflict", "name_not_defined", "iterator_empty", "sdpa_no_kernel",
-        "server_port_in_use",
+        "server_port_in_use", "local_service_unreachable",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

@@ -126,11 +126,14 @@ ENTRIES: tuple[Entry, ...] = (
                  "refused it: a dimension is missing or extra, or a size does not fit what the operation needs."
                  "[[ An axis of length {axis_length} does not split into parts of {part_length}.]]"),
         keywords=("shape", "dim", "divide", "divisible", "broadcast", "to match", "have the same", "matrices",
-                  "expected", "no elements", "does not have an identity"),
+                  "expected", "no elements", "does not have an identity", "thnn", "thcunn"),
         patterns=(
             # a reduction with no identity (max, min, argmax) over an empty tensor: a batch, a selection or a detection
             # list that came out empty
             r"\boperation does not have an identity\b",
+            # the old THNN / THCUNN kernels' own checks of a size ("Assertion `THIndexTensor_(size)(target, 0) ==
+            # batch_size' failed"): a dimension of one input that disagrees with another's
+            r"Assertion `[^`'\n]{0,200}\b(?:size|batch_size|nDimension|dim)\b[^`'\n]{0,200}' failed\.? {1,3}at [^\n]{0,300}TH(?:C|CU)?NN",
             r"\bExpected reduction dim \d+ to have non-zero size\b",
             # a count of dimensions against the expected one ("Expected 4 dimensions, got 5", "expected 3 dims.
             # Received 2-dim tensor", "expected input to have 3 dimensions but got 2")

@@ -334,7 +334,7 @@ ENTRIES: tuple[Entry, ...] = (
                   "not compiled with cuda", "undefined symbol",
                   "compiled with different cuda", "does not exist", "numpy 1.x", "version incompatibility", "ptx",
                   "cannot open shared object file", "mismatches the version", "custom c++ ops", "numpy is not available",
-                  "from the 'cuda' backend"),
+                  "from the 'cuda' backend", "but was built for sm"),
         patterns=(
             r"no kernel image is available for execution on the device",
             # the CUDA error number alone (35 = insufficient driver, 209 = no kernel image, 222 = PTX toolchain)
@@ -361,6 +361,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
             r"PyTorch no longer supports this GPU because it is too old",
+            # a prebuilt kernel (xformers' cutlass, flash attention) compiled for another GPU architecture than this one
+            r"this function is for sm_?\d{2,3}, but was built for sm_?\d{2,4}",
             r"(?<!\w)lib(?:cudart|cublas|cublasLt|cudnn\w*|nvrtc|cusparse|cufft|curand|nccl|c10_cuda|torch_cuda\w*)"
             r"\.so(?:\.[0-9]+)*: cannot open shared object file",
             r"detected CUDA version \([\d.]+\) mismatches the version that was used to compile\s+PyTorch",

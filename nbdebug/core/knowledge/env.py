@@ -1056,3 +1056,30 @@ ENTRIES += (
                  "https://www.uvicorn.org/settings/#socket-binding"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # an HTTP client (requests / urllib3) refused by a server on this machine: the local service the script talks
+        # to (Visdom's 8097, a model server, a dashboard) is not running -- no process group's rendezvous
+        slug="local_service_unreachable",
+        title="A server on this machine that the code talks to is not running",
+        summary=("The code sent a request to a server on this machine[[ (port {port})]] and nothing answered: the "
+                 "service (a dashboard such as Visdom, a local model or API server) was not started, or listens "
+                 "elsewhere."),
+        keywords=("connectionpool(host='localhost'", "connectionpool(host='127.0.0.1'", "connectionpool(host='0.0.0.0'"),
+        patterns=(r"HTTPS?ConnectionPool\(host='(?:localhost|127\.0\.0\.1|0\.0\.0\.0)', port=\d{1,5}\): Max retries "
+                  r"exceeded",),
+        priority=58,  # above connection_refused (a process group's store): an HTTP client's words
+        extra={"family": "other"},
+        facts=((r"ConnectionPool\(host='[^'\n]{1,60}', port=(?P<port>\d{1,5})\)", {"port": "int"}),),
+        causes=("The server was never started (Visdom's dashboard on port 8097 needs python -m visdom.server running "
+                "before training).",
+                "It runs on another machine or port than the code's settings say, or it stopped."),
+        fixes=(Fix("Start the server first (Visdom as the example)", "python -m visdom.server  # then start training"),
+               Fix("See whether anything listens there", "lsof -i :8097      # Windows: netstat -ano | findstr :8097")),
+        first_step="Start the service on that port before running the code (port 8097 is Visdom: python -m "
+        "visdom.server), point the code at where it really runs, or turn that logging/reporting option off.",
+        sources=("https://github.com/fossasia/visdom#usage",
+                 "https://docs.python.org/3/library/exceptions.html#ConnectionRefusedError"),
+    ),
+)

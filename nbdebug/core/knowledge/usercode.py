@@ -440,6 +440,7 @@ ENTRIES += (
         summary="The code uses[[ '{name}']], which no line before it defined or imported in that scope.",
         keywords=("is not defined",),
         patterns=(r"(?<![\w'])name '(?P<name>\w{1,200})' is not defined",),
+        exception_types=("NameError",),  # (a message retyped with a typo still names its class)
         priority=26,  # below package_missing's flags of optional imports (is_x_available) and every named category
         extra={"family": "user_code_python"},
         facts=((r"name '(?P<name>\w{1,200})' is not defined", {"name": "str"}),),

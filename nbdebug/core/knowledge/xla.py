@@ -12,7 +12,8 @@ ENTRIES: tuple[Entry, ...] = (
         slug="xla_error",
         title="PyTorch/XLA (TPU) error",
         summary="The XLA runtime reported an error[[: {xla_status}]].",
-        keywords=("computation requires more parameters", "xrtcompile", "cannot replicate if number of devices", "xla", "tpu", "hbm", "pjrt", "statusor", "equal rank"),
+        keywords=("computation requires more parameters", "xrtcompile", "cannot replicate if number of devices", "xla", "tpu", "hbm", "pjrt", "statusor", "equal rank",
+                  "mesh master", "hlo"),
         patterns=(
             r"is not a TPU device",
             r"Exception in device=TPU:\d+",
@@ -34,6 +35,10 @@ ENTRIES: tuple[Entry, ...] = (
             r"Do not use the XLA device before calling xmp\.spawn",
             # the runtime finding no TPU, or fewer devices than asked for
             r"Failed to get global TPU topology",
+            # XRT's multi-process setup: a worker that cannot reach the master process's mesh service
+            r"Failed to connect to client mesh master",
+            # XLA's compiler failing on the graph (its own advice: dump the HLO and report it)
+            r"HLO -> LLVM IR lowering|Rerun with --xla_dump_to",
             r"TPU initialization failed",
             r"Cannot replicate if number of devices \(\d+\) is different from \d+",
             r"XLA tensors do not have storage",
@@ -67,8 +72,10 @@ ENTRIES += (
         title="A tensor on the CPU reached an operation on the XLA device",
         summary=("An operation on the XLA device received a tensor that is still on the CPU[[ ({cpu_type})]]: the "
                  "model (or one tensor) was moved to the XLA device and its input was not."),
-        keywords=("not an xla tensor",),
-        patterns=(r"Input tensor is not an XLA tensor",),
+        keywords=("not an xla tensor", "check failed: xtensor"),
+        patterns=(r"Input tensor is not an XLA tensor",
+                  # torch_xla 1.x's wording of the same check, in its bridge's GetXlaTensor
+                  r"aten_xla_bridge\.cpp:\d+ : Check failed: xtensor\b"),
         priority=56,
         extra={"family": "device_mismatch"},
         facts=((r"Input tensor is not an XLA tensor: (?P<cpu_type>[\w.]{1,80})", {"cpu_type": "str"}),),
