@@ -108,6 +108,7 @@ def test_slugs_are_the_issue_contract():
         "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module", "argparse_in_notebook",
         "file_not_found", "pip_conflict", "name_not_defined", "iterator_empty", "sdpa_no_kernel",
         "server_port_in_use", "local_service_unreachable",
+        "unsloth_compiled_cache",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

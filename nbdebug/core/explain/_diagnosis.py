@@ -31,7 +31,7 @@ _AUTHORITIES = (
     # libraries whose own messages the explainer names: their documentation and their own repository
     "einops.rocks", "github.com/arogozhnikov/einops", "docs.comfy.org", "github.com/comfyanonymous/ComfyUI",
     "github.com/Comfy-Org/", "www.gradio.app", "github.com/gradio-app/", "www.uvicorn.org", "github.com/encode/uvicorn",
-    "github.com/fossasia/visdom",
+    "github.com/fossasia/visdom", "github.com/unslothai/unsloth", "docs.unsloth.ai",
 )
 
 

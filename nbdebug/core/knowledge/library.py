@@ -452,3 +452,39 @@ ENTRIES += (
                  "https://pytorch.org/docs/stable/backends.html#torch.backends.cuda.sdp_kernel"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # Unsloth rewrites the installed TRL / transformers sources into its compiled cache at import; a release pair
+        # it was not written for gives code that does not compile (a SyntaxError in UnslothGKDTrainer.py, "non-default
+        # argument follows default argument"), or a model type its compiler does not handle
+        slug="unsloth_compiled_cache",
+        title="Unsloth's generated code for the installed TRL / transformers does not load",
+        summary=("Unsloth could not load the module it generates from the installed libraries' sources[[ "
+                 "({module})]]: its release does not match the installed TRL / transformers, or a stale cache from "
+                 "another release is still there."),
+        keywords=("unsloth",),
+        patterns=(
+            r"Direct module loading failed for (?:Unsloth\w{1,80}|unsloth_compiled_module_\w{1,80})",
+            r"Standard import failed for Unsloth\w{1,80}:",
+            r"Unsloth: Cannot import unsloth_compiled_cache",
+            r"\bSyntaxError in Unsloth\w{1,80}\.py\b",
+        ),
+        priority=60,
+        extra={"family": "environment_version,library_api_misuse"},
+        facts=((r"(?:loading failed for|import failed for|SyntaxError in) (?P<module>(?:Unsloth|unsloth_compiled_module_)"
+                r"\w{1,80})", {"module": "str"}),),
+        causes=("unsloth / unsloth_zoo older (or newer) than the installed TRL or transformers: the source it rewrites "
+                "changed, so the generated file is not valid Python.",
+                "A compiled cache (unsloth_compiled_cache) left from another release.",
+                "A model type Unsloth's compiler does not handle yet."),
+        fixes=(Fix("Upgrade the pair together and clear the cache",
+                   "pip install --upgrade unsloth unsloth_zoo\nrm -rf unsloth_compiled_cache  # in the working directory"),
+               Fix("Or pin TRL / transformers to the releases this Unsloth supports",
+                   "pip install 'trl==<the release its notes name>'")),
+        first_step="Upgrade unsloth and unsloth_zoo together (pip install --upgrade unsloth unsloth_zoo), delete the "
+        "unsloth_compiled_cache folder, and import again; if it still fails, pin TRL / transformers to the releases "
+        "that Unsloth release supports.",
+        sources=("https://github.com/unslothai/unsloth#-installation-instructions",),
+    ),
+)
