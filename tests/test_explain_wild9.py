@@ -75,9 +75,9 @@ def test_a_missing_data_file_is_file_not_found_but_a_model_file_stays_the_checkp
                  "with _open_file_like(f, 'rb') as opened_file:"),
                 error="FileNotFoundError: [Errno 2] No such file or directory: 'runs/best.pt'")
     assert explain(model).kind == "checkpoint_load_failed"
-    # a bare model file's path is not a data file's
-    assert explain("FileNotFoundError: [Errno 2] No such file or directory: 'weights/model.pth'").kind != \
-        "file_not_found"
+    # a bare model file's path (weights, a tokenizer's files) is not a data file's, nor a program's bare name
+    for path in ("weights/model.pth", "llama/tokenizer_config.json", "ffmpeg"):
+        assert explain(f"FileNotFoundError: [Errno 2] No such file or directory: '{path}'").kind != "file_not_found"
 
 
 def test_a_live_missing_program_is_no_missing_file():

@@ -218,7 +218,10 @@ _KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext",
 
 # a model's file by its extension: a checkpoint (or a pretrained model's weights), not a data or config file
 _MODEL_FILE = re.compile(r"(?i:\.(?:pth?|ckpt|bin|safetensors|pkl|pickle|h5|onnx|tar|pb|gguf|engine)'|pytorch_model|"
-                         r"checkpoint)")
+                         r"checkpoint|(?:tokenizer|adapter|generation|preprocessor)_config\.json'|tokenizer\.(?:json|model)'|"
+                         r"model_index\.json')")
+# a "file" with no folder and no extension ('ffmpeg', 'git'): a program a library ran (program_missing's question)
+_PROGRAM_NAME = re.compile(r"No such file or directory: '[\w-]{1,60}'")
 
 
 _MODEL_LOADER = re.compile(r"(?i:from_pretrained|state_dict|checkpoint|ckpt|restore|safe_open|torch\.load\b)")
@@ -316,7 +319,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # raised in a library's frame: the structure's question (import_failed, library_raised, unknown)
     if slug == "name_not_defined" and _framed(raw):
         return True  # a whole traceback ending in the user's line: user_code_error answers it with that line
-    if slug == "file_not_found" and (_MODEL_FILE.search(line) or _loader_frames(raw)):
+    if slug == "file_not_found" and (_MODEL_FILE.search(line) or _PROGRAM_NAME.search(line) or _loader_frames(raw)):
         return True  # a model file, or a loader's frames reading it: the checkpoint's question (checkpoint_load_failed)
     if slug == "name_missing_in_module" and not _unplaced_module(line):
         return True  # a known library's module, or an installed package's file: the release's question (api_missing)

@@ -82,6 +82,7 @@ ENTRIES: tuple[Entry, ...] = (
                  "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
                  "instead of a tensor, ...)."),
         keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack", "is not iterable", "has no attribute",
+                  "must derive from baseexception",
                   "cannot assign"),
         patterns=(
             r"unsupported operand type\(s\) for",
@@ -94,6 +95,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"argument of type '\w{1,80}' is not iterable",
                   r"'\w{1,80}' object is not (?:iterable|subscriptable|callable)",
                   r"(?:too many|not enough) values to unpack \(expected \d+",
+                  # a raise of a value that is no exception (a string, None, a class that is not one)
+                  r"exceptions must derive from BaseException",
                   # nn.Module refusing a value of another kind for a registered sub-module or parameter (a class
                   # given instead of an instance, a tensor for a Parameter)
                   r"cannot assign '[^'\n]{1,200}' as (?:child module|parameter|buffer) '\w+'"),
