@@ -64,7 +64,9 @@ def test_corpus_is_big_enough():
     # (issue 23's loader rule placed two former unknowns, a missing checkpoint and a tokenizer folder without its files,
     # the build rule a CMake error building torch from source, and checkpoint_module_missing two pickles of a class the
     # saving script defined in __main__)
-    assert counts["unknown"] >= 18
+    # (the ninth sample's round placed two more: transformers' "Can't load tokenizer", a model's files that did not
+    # come from the Hub, checkpoint_load_failed)
+    assert counts["unknown"] >= 16
     assert counts["cuda_oom"] >= 8
 
 
@@ -108,7 +110,7 @@ def test_slugs_are_the_issue_contract():
         "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module", "argparse_in_notebook",
         "file_not_found", "pip_conflict", "name_not_defined", "iterator_empty", "sdpa_no_kernel",
         "server_port_in_use", "local_service_unreachable",
-        "unsloth_compiled_cache",
+        "unsloth_compiled_cache", "spawn_main_guard",
     } | LIBRARY
     assert len(SLUGS) == len(set(SLUGS))
 

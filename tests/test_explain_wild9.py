@@ -243,3 +243,22 @@ def test_the_round_runs_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", "from nbdebug.core.explain import explain; "
                           "print(explain('KeyError: tensor(1)').kind)"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "tensor_key_missing"
+
+
+def test_workers_started_before_the_main_guard():
+    text = ("RuntimeError: \n        An attempt has been made to start a new process before the\n        current process "
+            "has finished its bootstrapping phase.")
+    d = explain(text)
+    assert d.kind == "spawn_main_guard" and "__main__" in d.first_step
+
+
+@pytest.mark.parametrize("text", [
+    "OSError: Can't load tokenizer for 'org/some-model'. If you were trying to load it from "
+    "'https://huggingface.co/models', make sure you don't have a local directory with the same name.",
+    "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
+    "https://huggingface.co/org/some-model/resolve/main/config.json.",
+])
+def test_the_hub_refusing_a_models_files_is_the_checkpoints_question_with_the_hubs_step(text):
+    d = explain(text)
+    assert d.kind == "checkpoint_load_failed"
+    assert "huggingface-cli login" in d.first_step

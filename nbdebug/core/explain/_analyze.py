@@ -490,6 +490,18 @@ def _symbol(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+_HUB_REFUSED = re.compile(r"GatedRepoError|RepositoryNotFoundError|gated repo|Can't load (?:the )?\w[\w ]{0,30} for '"
+                          r"|\b40[13] Client Error")
+
+
+def _hub(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.io import HUB_ACCESS_STEP
+
+    if _HUB_REFUSED.search(text):
+        facts["first_step_detail"] = HUB_ACCESS_STEP  # the Hub's access and the name, before the files' contents
+    return [], []
+
+
 def _registry(facts: dict[str, Any], text: str) -> Analysis:
     from nbdebug.core.knowledge.library import REGISTRY_LISTS
 
@@ -566,6 +578,7 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "library_raised": _library,
     "extension_build_failed": _extension,
     "undefined_symbol": _symbol,
+    "checkpoint_load_failed": _hub,
     "registry_name_missing": _registry,
     "libraries_disagree": _two_libraries,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES", "LOAD_STEP"]
+__all__ = ["ENTRIES", "LOAD_STEP", "HUB_ACCESS_STEP"]
 
 # installed libraries whose modules a pickle may name: a class or submodule missing there is the library's release
 # (``api_missing``), not the project's code that saved the checkpoint
@@ -252,6 +252,11 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 # The first step of ``checkpoint_load_failed``, filled with the loader's frame and the user's call into it.
+# checkpoint_load_failed's first step when the Hub refused the download (a gated or private model, a wrong name)
+HUB_ACCESS_STEP = ("The model's files did not come from the Hub: check the name, make sure no local folder of the same "
+                   "name shadows the Hub id, accept the model's license on its page if it is gated and log in with "
+                   "huggingface-cli login (or pass token=); on a machine that cannot reach huggingface.co, download "
+                   "the files elsewhere and load them from their folder.")
 LOAD_STEP = ("Check what {call} asked {loader} to read: that the path (or model name) exists from where the code runs, "
              "that the folder holds every file the loader needs (config.json, the weights, the tokenizer's files) and "
              "that each file is complete (its size against the published one); download or save it again if not. "
@@ -263,11 +268,16 @@ ENTRIES += (
         title="Loading a checkpoint or a pretrained model's files failed",
         summary=("Loading a model's files failed[[: {exc_type} was raised while {loader} was reading them]][[ "
                  "({where})]][[, called at {user_where}]]: the file or folder is missing, incomplete or not what the loader expects."),
-        keywords=("checkpoint", "weights", "model file"),
+        keywords=("checkpoint", "weights", "model file", "can't load", "gated", "repositorynotfound"),
         patterns=(
             # a program's own notice that the checkpoint is not where it looks
             r"(?i:checkpoint|pretrained weights?|weights? file|model file)[^\n]{0,60}?(?:does ?n[o']t exist|not "
             r"exist(?:ed|s)?\b|(?:was |were )?not found|is missing)",
+            # transformers / diffusers finding no files for a model name (a local folder that shadows it, a gated or
+            # private model, a typo), and the Hub refusing the download
+            r"Can't load (?:the )?(?:tokenizer|model|config(?:uration)?|feature extractor|image processor|processor) "
+            r"for '[^'\n]{1,200}'",
+            r"\b(?:GatedRepoError|RepositoryNotFoundError)\b|You are trying to access a gated repo|Cannot access gated repo",
         ),
         priority=30,
         causes=("The path or model name does not exist where the code runs (a relative path, another working "

@@ -479,3 +479,29 @@ ENTRIES += (
                  "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        # worker processes started with 'spawn' (Windows, macOS) re-run the main script; without the
+        # if __name__ == '__main__': guard each worker tries to start workers of its own and multiprocessing refuses
+        slug="spawn_main_guard",
+        title="Worker processes started before the script's main guard (spawn re-runs the script)",
+        summary=("A worker process (a DataLoader with num_workers > 0, a Pool) was started from code that runs at "
+                 "import time: with the 'spawn' start method (Windows, macOS) each worker re-imports the main script, "
+                 "reaches the same line and would start workers again, so Python stops it."),
+        keywords=("bootstrapping phase",),
+        patterns=(r"An attempt has been made to start a new process before the\s+current process has finished its\s+"
+                  r"bootstrapping phase",),
+        priority=62,
+        extra={"family": "dataloader,user_code_python"},
+        causes=("A training script whose loop (and its DataLoader with num_workers > 0) runs at module level, not "
+                "under if __name__ == '__main__':, run on Windows or macOS.",),
+        fixes=(Fix("Put the script's work under the main guard", "def main():\n    loader = DataLoader(ds, batch_size=32, "
+                   "num_workers=4)\n    train(loader)\n\nif __name__ == '__main__':\n    main()"),
+               Fix("Or load in the main process", "DataLoader(ds, batch_size=32, num_workers=0)")),
+        first_step="Move the script's top-level work (building the DataLoader and the training loop) into a main() "
+        "called under if __name__ == '__main__':, or set num_workers=0 to confirm.",
+        sources=("https://pytorch.org/docs/stable/data.html#platform-specific-behaviors",
+                 "https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-start-methods"),
+    ),
+)
