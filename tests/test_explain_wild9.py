@@ -76,7 +76,8 @@ def test_a_missing_data_file_is_file_not_found_but_a_model_file_stays_the_checkp
                 error="FileNotFoundError: [Errno 2] No such file or directory: 'runs/best.pt'")
     assert explain(model).kind == "checkpoint_load_failed"
     # a bare model file's path (weights, a tokenizer's files) is not a data file's, nor a program's bare name
-    for path in ("weights/model.pth", "llama/tokenizer_config.json", "ffmpeg"):
+    for path in ("weights/model.pth", "llama/tokenizer_config.json", "ffmpeg", "/usr/local/cuda/bin/nvcc",
+                 "./pretrained/resnet50"):
         assert explain(f"FileNotFoundError: [Errno 2] No such file or directory: '{path}'").kind != "file_not_found"
 
 

@@ -219,9 +219,12 @@ _KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext",
 # a model's file by its extension: a checkpoint (or a pretrained model's weights), not a data or config file
 _MODEL_FILE = re.compile(r"(?i:\.(?:pth?|ckpt|bin|safetensors|pkl|pickle|h5|onnx|tar|pb|gguf|engine)'|pytorch_model|"
                          r"checkpoint|(?:tokenizer|adapter|generation|preprocessor)_config\.json'|tokenizer\.(?:json|model)'|"
-                         r"model_index\.json')")
-# a "file" with no folder and no extension ('ffmpeg', 'git'): a program a library ran (program_missing's question)
-_PROGRAM_NAME = re.compile(r"No such file or directory: '[\w-]{1,60}'")
+                         r"model_index\.json'|pretrain|weights?\b|[/\\]models?[/\\]|model_zoo|"
+                         r"\.cache[/\\](?:torch|huggingface))")
+# a "file" with no folder and no extension ('ffmpeg', 'git'), or one in a bin folder or a .exe: a program a library
+# ran (program_missing's, or the toolkit's install: /usr/local/cuda/bin/nvcc)
+_PROGRAM_NAME = re.compile(r"No such file or directory: '(?:[^'\n]{0,300}[/\\]bin[/\\][\w.-]{1,60}|[\w-]{1,60}|"
+                           r"[^'\n]{0,300}\.exe)'")
 
 
 _MODEL_LOADER = re.compile(r"(?i:from_pretrained|state_dict|checkpoint|ckpt|restore|safe_open|torch\.load\b)")
