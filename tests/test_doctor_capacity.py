@@ -96,3 +96,19 @@ def test_a_sigmoid_autoencoder_with_mse_is_never_told_to_use_cross_entropy():
     m = nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 64), nn.Sigmoid())
     r = doctor(m, (x, x), nn.MSELoss(), torch.optim.Adam(m.parameters(), lr=1e-3), **QUICK)
     assert "cross-entropy" not in " ".join(f.fix for f in r.findings), r
+
+
+def test_a_tanh_net_on_inputs_too_small_for_its_non_linearity_is_not_called_linear():
+    # review: a tanh hidden layer on inputs of std 3e-4 works in tanh's linear range, so the output is affine at
+    # that scale; the model has its non-linearity, and standardised inputs (tried on a copy) learn the batch better
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 2, generator=g) * 3e-4
+    y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).long()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(2, 32), nn.Tanh(), nn.Linear(32, 2))
+    r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), 1e-3), steps=150, baseline=False,
+               **QUICK)
+    assert "model_too_small" not in r.kinds and "no non-linearity" not in " ".join(f.message for f in r.findings), r
+    top = loud(r)[0]
+    assert top.kind == "unnormalised_inputs" and "standardise" in top.fix, r
+    assert top.evidence["tried"] == "the inputs standardised to mean 0, std 1" and top.evidence["restores"], top

@@ -39,6 +39,7 @@ def test_one_batch_with_labels_shuffled_apart_is_found_by_holding_half_out():
     r = doctor(m, (x, shuffled), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=3e-3), **QUICK)
     top = loud(r)[0]
     assert top.kind == "labels_unrelated" and "label" in top.fixes[0].title, r
+    assert top.evidence["mean_loss"] >= 0.95 * top.evidence["mean_loss_permuted"], top.evidence
     assert "other samples of the batch" in top.message and "control_accuracy" in top.evidence, top
     assert top.evidence["control_accuracy"] > top.evidence["accuracy"], top.evidence
     # the same batch with its labels in place: the check runs, and finds nothing
@@ -75,3 +76,23 @@ def test_a_model_that_does_not_generalise_from_half_a_batch_gives_no_verdict():
     r = doctor(m, (torch.arange(64), y), nn.CrossEntropyLoss(), torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
     assert "labels_unrelated" not in r.kinds, r
     assert dict(r.checks)[HALF].startswith("no verdict"), r.checks
+
+
+def test_gradients_that_grew_are_not_blamed_on_the_lr_when_a_lower_lr_learns_worse():
+    # doctor_cases8's DeiT on wrongly annotated labels: the norm grew 1e4x while the batch was memorised, and
+    # lr/10 tried on a copy learned it worse (2.311 -> 1.686 against 0.178): no error saying "lower the lr"
+    from nbdebug.core.doctor._experiments import Experiment
+    from nbdebug.core.doctor._verdicts import growth_tried
+    from nbdebug.core.knowledge import finding
+
+    f = finding("exploding_gradients", "the gradient norm grew 9.81e+03x during training (lr=0.001)")
+    worse = Experiment(cause="lr_too_high", change="lr=0.0001 instead of 0.001", steps=170, start=2.311,
+                       before=0.1782, after=1.686, fitted=False, restores=False, code="g['lr'] = 0.0001")
+    for stuck, severity in ((False, "info"), (True, "warning")):
+        g = growth_tried(f, worse, stuck)
+        assert g.severity == severity and "lower the learning rate" not in " ".join(x.title for x in g.fixes), g
+        assert "worse than yours" in g.message and g.evidence["after"].startswith("2.311 -> 1.686"), g
+    better = Experiment(cause="lr_too_high", change="lr=0.05 instead of 10000", steps=50, start=1.4, before=9.0,
+                        after=0.05, fitted=True, restores=True, code="g['lr'] = 0.05")
+    g = growth_tried(f, better, True)
+    assert g.severity == "error" and g.fixes[0].title.startswith("lower the learning rate (lr=0.05"), g

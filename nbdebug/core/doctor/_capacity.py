@@ -23,15 +23,17 @@ _EXPLAINED = ("frozen_parameters", "no_gradient", "ignores_input", "probabilitie
               "loss_broadcast", "optimizer_coverage", "eval_mode", "zero_init", "labels_unrelated")
 
 
-def affine_departure(s: Session) -> float | None:
-    """How far a copy of the model (dropout off) is from affine in its input on this batch; None when the input is
-    not one floating tensor with the samples first."""
+def affine_departure(s: Session, standardise: bool = False) -> float | None:
+    """How far a copy of the model (dropout off) is from affine in its input on this batch (``standardise``: on the
+    batch brought to mean 0, std 1); None when the input is not one floating tensor with the samples first."""
     import torch
 
     x = s.loss.inputs
     n = sample_count(s.loss.targets)
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2 or n != x.shape[0] or n < 2:
         return None
+    if standardise:
+        x = (x - x.mean()) / x.std().clamp_min(1e-12)
     work, _ = s.fresh()
     work.eval()
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -66,6 +68,10 @@ def linear_model(s: Session) -> None:
     if rel > _AFFINE_REL:
         s.check("the output against the input", f"not affine (the midpoint rule is off by {rel:.2g} of the spread)")
         return
+    unit = affine_departure(s, standardise=True)
+    if unit is not None and unit > _AFFINE_REL:
+        _linear_range(s, at, rel, unit)
+        return
     s.check("the output against the input", f"affine: the output at the midpoint of two inputs is the midpoint of "
             f"their outputs (to {rel:.1g} of the spread)")
     cause = finding("model_too_small", "the model's output is an affine function of its input (measured on a copy: "
@@ -74,6 +80,36 @@ def linear_model(s: Session) -> None:
                     "training did not fit this batch with one; nothing is frozen and every parameter gets a gradient "
                     "(not tried on a copy: a hidden layer changes the model)", ("model",),
                     evidence={"affine_departure": rel})
+    _first(s, at, cause)
+
+
+def _linear_range(s: Session, at: int, rel: float, unit: float) -> None:
+    """Affine at the batch's own input scale, not with the inputs standardised: the model has non-linearities, and
+    inputs so small keep them in their linear range (tanh near 0).  The standardised inputs are tried on a copy:
+    where they learn the batch better, the input scale is the cause; where not, nothing is claimed."""
+    from nbdebug.core.doctor import _experiments as experiments
+
+    said = (f"affine at this input scale (the midpoint rule holds to {rel:.1g} of the spread), not with the inputs "
+            f"standardised (off by {unit:.2g}): the non-linearities work in their linear range")
+    code = s.input_fixes("unnormalised_inputs")[-1].code
+    ex = experiments.trial(s, "unnormalised_inputs", "the inputs standardised to mean 0, std 1",
+                           experiments.standardised, code)
+    if ex is None or not ex.restores:
+        s.check("the output against the input", said + ("" if ex is None else f"; standardised inputs did not learn "
+                                                         f"the batch better ({ex.start:.4g} -> {ex.after:.4g})"))
+        return
+    s.check("the output against the input", said)
+    lo, hi, _, std = s.input_stats or (0.0, 0.0, 0.0, 0.0)
+    cause = finding("unnormalised_inputs", f"the inputs span only {lo:.3g}..{hi:.3g} (std {std:.3g}): at that scale "
+                    f"the model's output is an affine function of its input (measured on a copy: {said}), so it fits "
+                    f"only a linear boundary. Tried on a copy: {ex.said()}", ("inputs",), severity="error",
+                    fixes=tuple(reversed(s.input_fixes("unnormalised_inputs"))),
+                    evidence={"affine_departure": rel, "standardised_departure": unit, **ex.evidence()})
+    _first(s, at, cause)
+
+
+def _first(s: Session, at: int, cause: Any) -> None:
+    """``cause`` goes first, and the unlearned batch at ``at`` says that it follows from it."""
     stuck = s.findings[at]
     how = entry("consequence_of_another")
     s.findings[at] = finding(stuck.kind, how.summary.format(message=stuck.message, cause_title=cause.title.lower()),

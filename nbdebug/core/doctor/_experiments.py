@@ -30,7 +30,7 @@ from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
 from nbdebug.core.doctor._verdicts import growth_tried, offset_still_costs, without_lr
 from nbdebug.core.knowledge import entry, finding, threshold
 
-__all__ = ["Experiment", "run", "loss_at"]
+__all__ = ["Experiment", "run", "loss_at", "trial", "standardised"]
 
 # what each optimizer family trains a small problem with, for "lr up" when the user's is far below
 # findings that name a wiring fault outright: the batch cannot be learned whatever the learning rate
@@ -341,6 +341,18 @@ def _try(s: Session, cause: str, change: str, variant: Variant, code: str, steps
                     restores=bool(restores), code=code, base_start=base)
     s.check(f"experiment: {change}", ex.said())
     return ex
+
+
+def trial(s: Session, cause: str, change: str, variant: Variant, code: str) -> Experiment | None:
+    """One fix tried on a copy after the differential (a check that found its suspect later), trained as long as
+    the user's run; listed with the other experiments."""
+    ex = _try(s, cause, change, variant, code, len(s.losses), s.deadline(0.5))
+    if ex is not None:
+        s.experiments = [*s.experiments, ex]
+    return ex
+
+
+standardised = _standardised
 
 
 def run(s: Session) -> None:

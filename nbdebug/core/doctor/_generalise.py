@@ -13,7 +13,7 @@ from typing import Any
 from nbdebug.core.doctor._inputs import batch_dim, logits_of, sample_count, to_device
 from nbdebug.core.doctor._session import Session
 from nbdebug.core.doctor._train_checks import learned_said
-from nbdebug.core.knowledge import threshold
+from nbdebug.core.knowledge import entry, threshold
 
 __all__ = ["generalisation", "within_batch", "CHECK", "HALF_CHECK"]
 
@@ -21,6 +21,8 @@ CHECK = "labels against inputs (a second batch after fitting the first)"
 HALF_CHECK = "labels against inputs (a copy trained on half the batch predicts the other half)"
 _HALF_MIN = 32  # samples the batch needs for the half it holds out to say anything
 _ALPHA = 0.05  # the permutation test's level, half a batch held out
+_PERMUTED_RUNS = 2
+_PACE = 0.95  # labels learned with a mean loss under this share of their permutation's have a structure the model uses
 _ROWS = 64  # unseen samples wanted for a verdict
 _BATCHES = 8  # most batches read to find them
 _PERMUTATIONS = 200
@@ -95,6 +97,34 @@ def within_batch(s: Session) -> None:
              strict=True)
 
 
+def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
+    """(the user's run's mean loss, fresh copies' mean loss over as many steps with the labels permuted among the
+    samples, averaged over ``_PERMUTED_RUNS`` permutations: one pairing's pace varies by about a tenth): labels that
+    follow from the inputs are learned faster than permutations of them (the pairing has a structure to use);
+    labels unrelated to their inputs are just another permutation.  ``"time"`` when cut short."""
+    import torch
+
+    from nbdebug.core.doctor._train_checks import train
+
+    t = s.loss.targets
+    k = len(s.losses)
+    means = []
+    for i in range(_PERMUTED_RUNS):
+        perm = torch.randperm(int(t.shape[0]), generator=torch.Generator().manual_seed(1 + i)).to(t.device)
+        permuted = t[perm]
+        work, opt = s.fresh()
+        inputs = {**s.loss.inputs, "labels": permuted} if s.loss.mode == "hf" else s.loss.inputs
+        try:
+            curve = train(s, work, opt, inputs, steps=k, phase="labels: permuted", adapter=_Targets(s, permuted),
+                          deadline=s.deadline(0.8 / (_PERMUTED_RUNS - i)), min_steps=k)
+        except Exception:  # noqa: BLE001 - no pace: no verdict
+            return None
+        if len(curve) < k:
+            return "time"
+        means.append(sum(curve) / k)
+    return sum(s.losses) / k, sum(means) / len(means)
+
+
 def _halves(s: Session) -> tuple[tuple[Any, Any], tuple[Any, Any]] | str:
     """((inputs, labels) of one half of the batch, those of the other half), drawn by a fixed permutation; or why
     the batch cannot be split so."""
@@ -154,7 +184,8 @@ def _verdict(s: Session, check: str, got: tuple[Any, Any], rows: str, control: A
         s.check(check, f"no verdict (time): {measured}, but the copy trained on labels that follow from the inputs "
                 "(which says whether this can tell) was cut short by the time budget")
         return
-    if isinstance(c, tuple) and (c[2] >= _ALPHA if strict else c[0] <= c[1] + threshold("generalise_margin")):
+    if isinstance(c, tuple) and ((c[2] >= _ALPHA or c[0] <= c[1]) if strict
+                                 else c[0] <= c[1] + threshold("generalise_margin")):
         s.check(check, f"no verdict: {measured}, but a copy trained the same way on labels that follow from the "
                 f"inputs by construction (a randomly initialised copy's predictions) predicts them no better "
                 f"({c[0]:.0%}, commonest {c[1]:.0%}, p = {c[2]:.2g}): this model does not generalise from what it trained on, so "
@@ -164,14 +195,31 @@ def _verdict(s: Session, check: str, got: tuple[Any, Any], rows: str, control: A
         s.check(check, f"no verdict: {measured}, and no copy could be trained on labels that follow from the inputs "
                 "to show that this model generalises from what it trained on")
         return
+    pace = _pace_against_permuted(s) if strict else None
+    if strict and not isinstance(pace, tuple):
+        s.check(check, f"no verdict{' (time)' if pace == 'time' else ''}: {measured}, but "
+                + ("a copy trained on the labels permuted among the samples was cut short by the time budget"
+                   if pace == "time" else "no copy could be trained on the labels permuted among the samples"))
+        return
+    if isinstance(pace, tuple) and pace[0] < _PACE * pace[1]:
+        s.check(check, f"no verdict: {measured}, but your labels are learned faster than the same labels permuted "
+                f"among the samples (mean loss over {len(s.losses)} steps {pace[0]:.4g} against {pace[1]:.4g}): "
+                "they hold a structure this model uses, which half the batch is too few samples to generalise")
+        return
+    if isinstance(pace, tuple):
+        meaning += (f"; and they are learned no faster than the same labels permuted among the samples (mean loss "
+                    f"over {len(s.losses)} steps {pace[0]:.4g}, permuted {pace[1]:.4g})")
     said = "" if not isinstance(c, tuple) else (
         f"; a copy trained the same way on labels that follow from the inputs (a random copy's predictions) "
         f"reaches {c[0]:.0%} on them (p = {c[2]:.2g})")
     s.add("labels_unrelated", f"{trained} {t.numel()} {rows} with {acc:.0%} accuracy, no better than always "
           f"guessing their commonest class ({majority:.0%}) or than their labels shuffled among them "
           f"({shuffled:.0%}, p = {p:.2g}): {meaning}{said}", ("targets",),
+          # one batch, no DataLoader to shuffle: what the labels are is looked at first
+          fixes=tuple(reversed(entry("labels_unrelated").fixes)) if strict else None,
           evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel()),
-                    **({} if not isinstance(c, tuple) else {"control_accuracy": c[0]})})
+                    **({} if not isinstance(c, tuple) else {"control_accuracy": c[0]}),
+                    **({} if not isinstance(pace, tuple) else {"mean_loss": pace[0], "mean_loss_permuted": pace[1]})})
 
 
 def _not_ready(s: Session) -> str:

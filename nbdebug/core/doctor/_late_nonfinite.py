@@ -24,7 +24,7 @@ def keep_training(s: Session, work: Any, opt: Any) -> None:
 
     import torch
 
-    from nbdebug.core.doctor._init_checks import loss_site
+    from nbdebug.core.doctor._nonfinite_site import loss_site
 
     done = len(s.losses)
     left = s.options.steps - done
@@ -69,7 +69,7 @@ def in_the_run(s: Session) -> None:
     a probability), which comes first, and what diverged with it follows from it."""
     import torch
 
-    from nbdebug.core.doctor._init_checks import loss_site
+    from nbdebug.core.doctor._nonfinite_site import loss_site
     from nbdebug.core.doctor._train_checks import one_step
     from nbdebug.core.knowledge import entry, finding
 

@@ -23,7 +23,9 @@ from nbdebug.core.doctor import _init_checks as init
 from nbdebug.core.doctor import _init_scale as init_scale
 from nbdebug.core.doctor import _late_nonfinite as late
 from nbdebug.core.doctor import _mixing as mixing
+from nbdebug.core.doctor import _nonfinite_site as site
 from nbdebug.core.doctor import _setup_checks as setup
+from nbdebug.core.doctor import _side_runs as side
 from nbdebug.core.doctor import _signal_scale as signal
 from nbdebug.core.doctor import _train_checks as training
 from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
@@ -184,7 +186,7 @@ def _run(s: Session) -> None:
             out, probe_loss, probe = s.loss.probe(work, s.loss.inputs)
             sentinel.check()
     except NonFiniteError as e:
-        init.nonfinite(s, "nonfinite_forward", "the first forward pass produces NaN/Inf", e)
+        site.nonfinite(s, "nonfinite_forward", "the first forward pass produces NaN/Inf", e)
         s.check("forward", "non-finite")
         return
     except ValueError as e:
@@ -214,7 +216,7 @@ def _run(s: Session) -> None:
         with nan_sentinel(work) as sentinel:
             out, loss = s.loss.loss(work, s.loss.inputs)
             if not torch.isfinite(loss).all():
-                op, source = init.loss_site(s, work)
+                op, source = site.loss_site(s, work)
                 raise NonFiniteError("loss", module="(loss)", step=0, phase="forward", op=op, source=source,
                                      stats={"loss": float(loss.detach().float().mean())})
             opt.zero_grad(set_to_none=True)
@@ -225,8 +227,8 @@ def _run(s: Session) -> None:
     except NonFiniteError as e:
         kind = "nonfinite_forward" if e.phase == "forward" else "nonfinite_gradient"
         if kind == "nonfinite_gradient" and not e.op:
-            e.op, e.source = init.gradient_site(s, work)
-        init.nonfinite(s, kind, f"non-finite values in the {e.phase} pass of the first step", e)
+            e.op, e.source = site.gradient_site(s, work)
+        site.nonfinite(s, kind, f"non-finite values in the {e.phase} pass of the first step", e)
         s.check("first step", f"non-finite {e.phase}")
         return
     except (IndexError, RuntimeError, ValueError) as e:
@@ -273,11 +275,11 @@ def _run(s: Session) -> None:
                 "on (half of this batch is held out instead)")
         _safe(s, HALF_CHECK, within_batch, s)
     if s.options.baseline and not s.explained:
-        _safe(s, "zero-input baseline", training.zero_input_baseline, s)
+        _safe(s, "zero-input baseline", side.zero_input_baseline, s)
     if s.options.reproducibility:
-        _safe(s, "two seeded runs", training.reproducibility, s)
+        _safe(s, "two seeded runs", side.reproducibility, s)
     if s.options.dataloader is not None:
-        _safe(s, "dataloader wait", training.dataloader_wait, s)
+        _safe(s, "dataloader wait", side.dataloader_wait, s)
     if s.losses and not all(map(math.isfinite, s.losses)):
         _safe(s, late.CHECK, late.in_the_run, s)
     else:
