@@ -92,8 +92,9 @@ def within_batch(s: Session) -> None:
     trained = (f"a copy trained on {ta.numel()} samples of the batch (loss {done[0]:.4g} -> {done[-1]:.4g} in "
                f"{len(done)} steps) predicts the")
     _verdict(s, HALF_CHECK, got, "other samples of the batch", lambda: _control(s, xa, xb, tb.numel()), trained,
-             "the labels do not follow from the inputs (the batch can still be "
-             "memorised, as your run did, but nothing learned from some samples holds for the others)",
+             "the labels do not follow from the inputs (shuffled apart from them, or "
+             "annotated wrongly: the batch can still be memorised, as your run did, but nothing learned from some "
+             "samples holds for the others)",
              strict=True)
 
 
