@@ -305,7 +305,14 @@ def _shape(facts: dict[str, Any], text: str) -> Analysis:
     return notes, fixes
 
 
+_PTXAS = re.compile(r"ptxas fatal\s*:|\bPTXASError\b|Internal Triton PTX codegen error")
+
+
 def _compile(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.compile import PTX_STEP, PTXAS_STEP
+
+    if _PTXAS.search(text):  # the assembler (and the GPU it does not know), not what Dynamo traced
+        facts["first_step_detail"] = PTXAS_STEP if "for option 'gpu-name'" in text else PTX_STEP
     notes = []
     if "limit_name" in facts:
         notes.append("cache_size_limit was renamed recompile_limit (torch._dynamo.config.recompile_limit); past the "
@@ -502,6 +509,14 @@ def _hub(facts: dict[str, Any], text: str) -> Analysis:
     return [], []
 
 
+def _local_service(facts: dict[str, Any], text: str) -> Analysis:
+    from nbdebug.core.knowledge.env import VISDOM_PORT, VISDOM_STEP
+
+    if facts.get("port") == VISDOM_PORT:
+        facts["first_step_detail"] = VISDOM_STEP  # Visdom's default port: its dashboard was not started
+    return [], []
+
+
 def _registry(facts: dict[str, Any], text: str) -> Analysis:
     from nbdebug.core.knowledge.library import REGISTRY_LISTS
 
@@ -579,6 +594,7 @@ ANALYSERS: dict[str, Callable[[dict[str, Any], str], Analysis]] = {
     "extension_build_failed": _extension,
     "undefined_symbol": _symbol,
     "checkpoint_load_failed": _hub,
+    "local_service_unreachable": _local_service,
     "registry_name_missing": _registry,
     "libraries_disagree": _two_libraries,
 }

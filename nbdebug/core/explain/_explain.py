@@ -246,7 +246,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # one line (a fresh keyword cache: a keyword of two words may now be found)
         found = match_all(unwrapped, type_names)
         text = unwrapped if found else text
-    found = plausible(found, raw[-_MAX_CHARS:], text)
+    live = error if isinstance(error, BaseException) else None
+    found = plausible(found, raw[-_MAX_CHARS:], text, live)
     if isinstance(error, BaseException):  # the frames a live exception's text lacks
         found = [(c, m) for c, m in found if not _family.frames_deny(c.entry.slug, error)]
     if not found:
@@ -254,7 +255,7 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         # are only frames, or a frame that says more than the message (a KeyError inside transformers' Auto mapping)
         found, frame_line = match_frames(raw[-_MAX_CHARS:])
         raise_line = frame_line or raise_line
-        found = plausible(found, raw[-_MAX_CHARS:], text)
+        found = plausible(found, raw[-_MAX_CHARS:], text, live)
     chosen = choose(found)
     placed: dict[str, Any] = {}
     if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):

@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Sequence
 
+from nbdebug.core.explain._claims import lacks_evidence, next_over_parameters
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import (
     backward_raised,
@@ -125,10 +126,13 @@ def _not_unpickling(raw: str) -> bool:
 
 def frames_deny(slug: str, error: BaseException) -> bool:
     """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
-    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted", "file_not_found", "name_not_defined"}:
+    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted", "file_not_found", "name_not_defined",
+                                   "iterator_empty"}:
         return False
 
     s = from_exception(error)
+    if slug == "iterator_empty":
+        return next_over_parameters(s)  # next() over a module's parameters: a module without any, no empty loader
     if slug == "name_not_defined":
         return bool(s.frames)  # a live NameError has its frames: user_code_error (or the library's import) answers
     if slug == "file_not_found":  # subprocess starting a program (program_missing), a loader reading a model's file
@@ -237,18 +241,36 @@ def _loader_frames(raw: str) -> bool:
                for f in _tail(raw).frames[-4:])
 
 
+# a top-level module named like a project's own folder (models, utils, nets): with no file named, the only evidence
+# that the module is the project's (markupsafe, typing_extensions: an installed package's release)
+_PROJECT_FOLDER = re.compile(_PROJECT_NAMES, re.IGNORECASE)
 # the same message without the file Python names (older Pythons, a retyped message, a title)
 _IMPORT_FROM_BARE = re.compile(r"cannot import name '?\w{1,200}'? from '(?P<module>[\w.]{1,200})'(?! \()")
 
 
 def _unplaced_module(line: str) -> bool:
-    """Whether a name is missing from a module that no known library owns: the project's own file, or a top-level
-    name with no file given (the project's folder as easily as another package of that name); a dotted module
-    without a file is a package's submodule, a release's question (api_missing)."""
+    """Whether a name is missing from the project's own module: its file is the project's (or a folder without
+    ``__init__.py``), or, with no file given, the module is named like a project's folder (``nets``, ``utils``) or no
+    package of that name exists (the standard library's, a known library's, one installed here: markupsafe,
+    typing_extensions are a release's question); a dotted module without a file is a package's submodule
+    (api_missing)."""
     if _project_module(line):
         return True
     m = _IMPORT_FROM_BARE.search(line)
-    return m is not None and "." not in m.group("module") and m.group("module") not in _KNOWN_LIBRARIES
+    if m is None or "." in m.group("module"):
+        return False
+    module = m.group("module")
+    return _PROJECT_FOLDER.fullmatch(module) is not None or not _a_package_of_that_name(module)
+
+
+def _a_package_of_that_name(module: str) -> bool:
+    """Whether a top-level import name is the standard library's, a known library's, or an installed distribution's
+    in this environment (markupsafe, typing_extensions): a package's release as likely as the project's file."""
+    import sys
+
+    from nbdebug.core.explain._installed import owns_import_name
+
+    return module in sys.stdlib_module_names or module in _KNOWN_LIBRARIES or owns_import_name(module)
 
 
 def _project_module(line: str) -> bool:
@@ -275,7 +297,8 @@ def _later_exception(line: str, raw: str) -> bool:
     return line not in s.message and line[:80] not in raw[s.frames[0].start:]
 
 
-def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str) -> bool:
+def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw: str, text: str,
+                 live: BaseException | None = None) -> bool:
     """Whether the text's structure contradicts a category matched on ``line``.
 
     - a match on a warning's line, when the text ends with an exception of another kind that the category's
@@ -302,8 +325,11 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
       when a whole traceback shows no frame that loads or unpickles, nor a '__main__' class a spawned worker rebuilds;
     - a compiler's error in torch.compile's generated code (inductor): the compile family, not an extension's build;
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
-      error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's.
+      error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's;
+    - a category whose evidence the text does not show (``_claims.lacks_evidence``).
     """
+    if lacks_evidence(slug, line, raw, live):
+        return True
     if slug in _SHAPE_SLUGS and _OPTIMIZER_STATE.search(raw):
         return True
     if slug in _VALUE_SLUGS | {"missing_key"} and ignored_exception(raw, line):

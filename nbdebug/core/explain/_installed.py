@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 
 __all__ = ["frame_distributions", "traceback_conflicts", "requirement_conflicts", "owner", "distribution_of",
-           "installed_version", "install_command"]
+           "installed_version", "install_command", "owns_import_name"]
 
 _SITE = re.compile(r"[/\\](?:site|dist)-packages[/\\](?P<top>[A-Za-z0-9_.\-]+)")
 _MAX_FRAMES = 200  # a deep recursion's traceback is not walked to its end
@@ -31,6 +31,11 @@ def _top_to_dists() -> dict[str, list[str]]:
         return {k: list(v) for k, v in metadata.packages_distributions().items()}
     except Exception:  # noqa: BLE001 - a broken install's metadata must not break the answer
         return {}
+
+
+def owns_import_name(top: str) -> bool:
+    """Whether an installed distribution provides the top-level import name ``top``."""
+    return top in _top_to_dists()
 
 
 def owner(top: str) -> str | None:

@@ -215,7 +215,7 @@ def choose(found: list[tuple[_Compiled, re.Match[str] | None]]) -> tuple[_Compil
 
 
 def plausible(found: list[tuple[_Compiled, re.Match[str] | None]], raw: str, text: str,
-               ) -> list[tuple[_Compiled, re.Match[str] | None]]:
+              live: BaseException | None = None) -> list[tuple[_Compiled, re.Match[str] | None]]:
     """Drop matches whose required context is missing, and warnings that an error follows.
 
     A warning that signals a bug (``loss_broadcast``, ...) is the diagnosis of a text only when no exception
@@ -223,7 +223,7 @@ def plausible(found: list[tuple[_Compiled, re.Match[str] | None]], raw: str, tex
     ``unknown`` is better than blaming it.
     """
     kept = [(c, m) for c, m in found if c.allowed(raw) and (c.is_warning or not contradicted(
-        c.entry.slug, line_at(text, m.start()) if m is not None else "", c.patterns, raw, text))]
+        c.entry.slug, line_at(text, m.start()) if m is not None else "", c.patterns, raw, text, live))]
     if any(c.is_warning for c, _ in kept):
         exc_type, exc_message = last_exception_line(text)
         if exc_type and not exc_type.endswith("Warning"):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["unwrap", "normalize", "strip_decorations", "parse_shape", "last_exception_line", "EXC_LINE"]
+__all__ = ["unwrap", "normalize", "strip_decorations", "parse_shape", "last_exception_line", "last_exception_start",
+           "EXC_LINE"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Prefixes that launchers and loggers put in front of every line; several may be stacked.
@@ -54,13 +55,18 @@ def normalize(text: str) -> str:
 # word ("... were compiled with different\nCUDA versions."); not before an indented line (a frame's source, a list) or
 # a new message ("RuntimeError: ...")
 _CONTINUES = re.compile(r"[A-Za-z(][\w.()='\"-]{0,40}(?:[ ,.]|$)")
-_NEW_MESSAGE = re.compile(r"[A-Z]\w{0,60}(?:Error|Exception|Warning)\b|File \"|Traceback")
+_NEW_MESSAGE = re.compile(r"[A-Z]\w{0,60}(?:Error|Exception|Warning)\b|File [\"~/]|Cell In ?\[|Traceback")
 
 
 def unwrap(text: str) -> str:
-    """``text`` with the line breaks that wrapped one sentence over several lines replaced by spaces."""
+    """``text`` with the line breaks that wrapped one sentence over several lines replaced by spaces: only in the last
+    exception's message (its line and the lines after it), or the whole text when it names no exception; log lines
+    before it (pip's, a launcher's) stay lines of their own."""
     if "\n" not in text:
         return text
+    last = last_exception_start(text)
+    if last > 0:
+        return text[:last] + unwrap(text[last:])
     lines = text.split("\n")
     out = [lines[0]]
     for line in lines[1:]:
@@ -94,6 +100,14 @@ EXC_LINE = re.compile(
     r"^(?:\S+:\d+: )?(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failed|Exceeded|Hit|Unsupported|Warning|Interrupt|Exit)"
     r"|Exception))"
     r"(?::[ \t]*(?P<msg>[^\n]*))?$", re.MULTILINE)
+
+
+def last_exception_start(text: str) -> int:
+    """Where the last ``SomeError: message`` line of a text starts; -1 if it has none."""
+    start = -1
+    for m in EXC_LINE.finditer(text):
+        start = m.start()
+    return start
 
 
 def last_exception_line(text: str) -> tuple[str, str]:

@@ -82,6 +82,16 @@ ENTRIES: tuple[Entry, ...] = (
     ),
 )
 
+# Triton's PTX assembler refusing the kernel it generated: its bundled ptxas predates this GPU's architecture
+# ("Value 'sm_120a' is not defined for option 'gpu-name'"), which no compile log or graph break explains
+PTXAS_STEP = ("Triton's bundled ptxas does not know this GPU's architecture (the sm_ value in the message): upgrade "
+              "triton (with a torch release built for this GPU), or set TRITON_PTXAS_PATH to the ptxas of a CUDA "
+              "toolkit that supports it; torch.compile(model, backend='eager') runs without Triton meanwhile.")
+# any other failure of that assembler (or of Triton's PTX code generation) on a generated kernel
+PTX_STEP = ("Read ptxas's own error in the message (the kernel Triton generated failed to assemble): upgrade triton to "
+            "the release your torch pins, and run torch.compile(model, backend='aot_eager') to confirm that the "
+            "failure is in Triton's code generation.")
+
 # --- what ``compile_check`` / ``%%compilecheck`` find: the kinds of their findings ------------------------------
 
 _TROUBLESHOOTING = "https://pytorch.org/docs/stable/torch.compiler_troubleshooting.html"

@@ -1077,9 +1077,14 @@ ENTRIES += (
                 "It runs on another machine or port than the code's settings say, or it stopped."),
         fixes=(Fix("Start the server first (Visdom as the example)", "python -m visdom.server  # then start training"),
                Fix("See whether anything listens there", "lsof -i :8097      # Windows: netstat -ano | findstr :8097")),
-        first_step="Start the service on that port before running the code (port 8097 is Visdom: python -m "
-        "visdom.server), point the code at where it really runs, or turn that logging/reporting option off.",
-        sources=("https://github.com/fossasia/visdom#usage",
-                 "https://docs.python.org/3/library/exceptions.html#ConnectionRefusedError"),
+        first_step="Start the server the code talks to on that port before running the code (lsof -i :<port> shows "
+        "whether anything listens), point the code at where it really runs, or turn that logging/reporting option "
+        "off.",
+        sources=("https://docs.python.org/3/library/exceptions.html#ConnectionRefusedError",),
     ),
 )
+
+# Visdom's dashboard, the commonest local server a training script reports to (its default port)
+VISDOM_PORT = 8097
+VISDOM_STEP = ("Start Visdom's server before training (python -m visdom.server, which listens on port 8097), or turn "
+               "the script's Visdom option off.")
