@@ -108,7 +108,7 @@ def test_slugs_are_the_issue_contract():
         # issue 23, the ninth sample's round: torch's own autograd check, a dict keyed by tensors, a name missing from
         # a module no known library owns
         "autograd_internal_assert", "tensor_key_missing", "name_missing_in_module", "argparse_in_notebook",
-        "file_not_found", "pip_conflict", "name_not_defined", "iterator_empty", "sdpa_no_kernel",
+        "file_not_found", "pip_conflict", "iterator_empty", "sdpa_no_kernel",
         "server_port_in_use", "local_service_unreachable",
         "unsloth_compiled_cache", "spawn_main_guard",
     } | LIBRARY

@@ -123,21 +123,24 @@ def test_colab_frames_kept_as_markdown_links_are_read():
 
 # --- NameError and StopIteration -------------------------------------------------------------------------------------
 
-def test_a_name_error_without_frames_is_a_missing_import_or_definition():
-    assert explain("NameError: name 'np' is not defined").kind == "name_not_defined"
-    assert explain("12:00:00 ERROR    Exception: name 'torch' is not defined").kind == "name_not_defined"
+def test_a_name_error_without_frames_is_not_guessed():
+    # a NameError quoted without its frames (a title, an app's log line) shows nothing of whose code used the name:
+    # a library's own missing import (pyg's 'Tensor'), an app whose torch import failed ('torch' in its log), the
+    # user's cell; such guesses were wrong on unopened samples, so the text stays unknown (live: its frames answer)
+    assert explain("NameError: name 'np' is not defined").kind == "unknown"
+    assert explain("12:00:00 ERROR    Exception: name 'torch' is not defined").kind == "unknown"
     # raised in a library's own file while it imports: not the user's missing import
     lib = _tb(("/home/u/app/run.py", 1, "<module>", "import somelib"),
               ("/env/lib/python3.10/site-packages/somelib/__init__.py", 12, "<module>", "for name in dir(_C):"),
               error="NameError: name '_C' is not defined")
-    assert explain(lib).kind != "name_not_defined"
+    assert explain(lib).kind != "user_code_error"
 
 
 def test_a_live_name_error_is_answered_by_its_frame():
     try:
         exec("undefined_name_nbdebug_9 + 1", {})  # noqa: S102 - a NameError raised by real code
     except NameError as e:
-        assert explain(e).kind != "name_not_defined"
+        assert explain(e).kind in {"unknown", "user_code_error"}  # its frame, never a guessed category
 
 
 def test_next_on_an_empty_loader():

@@ -42,10 +42,6 @@ _BARE_STOP = re.compile(r"(?m)^(?:builtins\.)?StopIteration:?[ \t]*$")
 _PSEUDO_FILE = re.compile(r"No such file or directory: '(?:[^'\n]{0,300}[/\\])?<\w{1,40}>'")
 _SUBPROCESS = re.compile(r", in (?:_execute_child|check_output|check_call|Popen|_fork_exec)\b")
 
-# the class that owns a NameError's words: NameError itself, or no class (a title), or a logger's generic Exception
-_NAME_LINE_CLASS = re.compile(r"(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*:[^\n]{0,400}?"
-                              r"(?<![\w'])name '\w{1,200}' is not defined")
-_PRIVATE_NAME = re.compile(r"(?<![\w'])name '_[A-Za-z0-9]\w{0,200}' is not defined")
 
 # the kernel's own command line: its connection file, its -f option, a kernel launcher as the parser's prog
 _KERNEL_WORDS = re.compile(r"kernel-[\w-]{1,120}\.json|--f=|(?:ipykernel|colab_kernel|xpython)_launcher")
@@ -103,18 +99,16 @@ def _stop_iteration_not_final(raw: str) -> bool:
     return next_over_parameters(read(raw[-20_000:]))
 
 
-def _not_the_codes_file(line: str, raw: str) -> bool:
+def _not_the_codes_file(line: str, raw: str, live: bool) -> bool:
+    """Whether a missing file is not shown to be one the code itself opened: a pseudo-file, a subprocess starting a
+    program, or a text without the frames that opened it (a quoted message can be any program's or package's missing
+    file; a live exception's frames are judged by ``_guards.frames_deny``)."""
     if _PSEUDO_FILE.search(line) or _SUBPROCESS.search(raw):
         return True
+    if live:
+        return False
     s = read(raw[-20_000:])
-    return bool(s.frames) and not s.cut and not any(f.is_user for f in s.frames)
-
-
-def _name_not_owned(line: str) -> bool:
-    m = _NAME_LINE_CLASS.search(line)
-    if m is not None and m.group("cls").rsplit(".", 1)[-1] not in ("NameError", "Exception"):
-        return True
-    return _PRIVATE_NAME.search(line) is not None
+    return not s.frames or not s.cut and not any(f.is_user for f in s.frames)
 
 
 def _another_exit(raw: str) -> bool:
@@ -159,9 +153,7 @@ def lacks_evidence(slug: str, line: str, raw: str, live: BaseException | None = 
     if slug == "iterator_empty":
         return _stop_iteration_not_final(raw)
     if slug == "file_not_found":
-        return _not_the_codes_file(line, raw)
-    if slug == "name_not_defined":
-        return _name_not_owned(line)
+        return _not_the_codes_file(line, raw, live is not None)
     if slug == "argparse_in_notebook":
         if live is not None:  # its frames hold the parser: the kernel's launcher as its program, or not
             return not _kernel_parser(live)

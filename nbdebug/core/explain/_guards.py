@@ -126,15 +126,12 @@ def _not_unpickling(raw: str) -> bool:
 
 def frames_deny(slug: str, error: BaseException) -> bool:
     """``contradicted`` for what a live exception's frames show (its text holds the messages only)."""
-    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted", "file_not_found", "name_not_defined",
-                                   "iterator_empty"}:
+    if slug not in _VALUE_SLUGS | {"missing_key", "option_not_accepted", "file_not_found", "iterator_empty"}:
         return False
 
     s = from_exception(error)
     if slug == "iterator_empty":
         return next_over_parameters(s)  # next() over a module's parameters: a module without any, no empty loader
-    if slug == "name_not_defined":
-        return bool(s.frames)  # a live NameError has its frames: user_code_error (or the library's import) answers
     if slug == "file_not_found":  # subprocess starting a program (program_missing), a loader reading a model's file
         return any(f.func == "_execute_child" for f in s.frames) or any(
             f.func == "load" and f.owner == "torch" or _MODEL_LOADER.search(f.func) for f in s.frames[-4:])
@@ -143,12 +140,6 @@ def frames_deny(slug: str, error: BaseException) -> bool:
     if slug == "wrong_object_attribute" and loop_unpacks(s) is not None or slug == "missing_key" and option_lookup(s):
         return True  # the for line's items, a command-line option's value: placed by their own rules
     return backward_raised(s, "") is not None or slug == "missing_key" and _raised_by_library(s)
-
-
-def _user_raised(raw: str) -> bool:
-    """Whether the innermost frame of a text's traceback (past the standard library's) is the user's own code."""
-    frame = next((f for f in reversed(_tail(raw).frames) if f.owner != "stdlib"), None)
-    return frame is not None and frame.owner == "user"
 
 
 def _framed(raw: str) -> bool:
@@ -344,10 +335,6 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True
     if slug == "api_missing" and (_project_module(line) or _PROJECT_ATTRIBUTE.search(line)):
         return True
-    if slug == "name_not_defined" and _tail(raw).frames and not _user_raised(raw):
-        return True  # raised in a library's frame: the structure's question (import_failed, library_raised, unknown)
-    if slug == "name_not_defined" and _framed(raw):
-        return True  # a whole traceback ending in the user's line: user_code_error answers it with that line
     if slug == "file_not_found" and (_MODEL_FILE.search(line) or _PROGRAM_NAME.search(line) or _loader_frames(raw)):
         return True  # a model file, or a loader's frames reading it: the checkpoint's question (checkpoint_load_failed)
     if slug == "name_missing_in_module" and not _unplaced_module(line):

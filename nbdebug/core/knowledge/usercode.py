@@ -436,27 +436,6 @@ ENTRIES += (
 
 ENTRIES += (
     Entry(
-        # a NameError quoted without its frames (a title, a logger's line): the code uses a name no line before it
-        # defined or imported (a whole traceback is placed by its frames: user_code_error for the user's own line)
-        slug="name_not_defined",
-        title="The code uses a name that was never defined or imported",
-        summary="The code uses[[ '{name}']], which no line before it defined or imported in that scope.",
-        keywords=("is not defined",),
-        patterns=(r"(?<![\w'])name '(?P<name>\w{1,200})' is not defined",),
-        exception_types=("NameError",),  # (a message retyped with a typo still names its class)
-        priority=26,  # below package_missing's flags of optional imports (is_x_available) and every named category
-        extra={"family": "user_code_python"},
-        facts=((r"name '(?P<name>\w{1,200})' is not defined", {"name": "str"}),),
-        causes=("A missing import (import numpy as np, import torch_xla) in the file or cell that uses the name.",
-                "A typo, or a variable defined in a cell (or a branch) that did not run before this one.",
-                "A name defined inside a function or an if __name__ == '__main__' block and used outside it."),
-        fixes=(Fix("Import or define it before the line that uses it", "import numpy as np  # the module the name "
-                   "stands for"),),
-        first_step="Find where the name should come from: add its import (or definition) above the line that uses it, "
-        "fix the spelling, or run the cell that defines it first (Restart & Run All shows the order).",
-        sources=("https://docs.python.org/3/library/exceptions.html#NameError",),
-    ),
-    Entry(
         # next() on an iterator with nothing left: a DataLoader / dataset that yielded no batch (no files found, a
         # batch larger than the data with drop_last=True), or an iterator used up by an earlier loop
         slug="iterator_empty",
