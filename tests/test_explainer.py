@@ -173,3 +173,36 @@ def test_explain_survives_unprintable_exceptions_directly():
 
     d = explain(Unprintable())
     assert d.exception_type.endswith("Unprintable") and not d.known
+
+
+KERNEL_ARGV = ["/env/lib/python3.11/site-packages/ipykernel_launcher.py", "-f",
+               "/home/u/.local/share/jupyter/runtime/kernel-0a1b2c3d-0000-4000-8000-000000000000.json"]
+
+
+def test_argparse_reading_the_kernels_command_line_gets_its_panel(ip, monkeypatch):
+    # the commonest notebook SystemExit: a script's parser pasted into a cell reads the kernel's own argv
+    monkeypatch.setattr("sys.argv", KERNEL_ARGV)
+    cell = ("import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr', type=float, default=0.1)\n"
+            "args = p.parse_args()\n")
+    with capture_output() as out:
+        result = ip.run_cell(cell)
+    assert isinstance(result.error_in_exec, SystemExit)
+    assert "unrecognized arguments: -f" in out.stderr  # argparse's own message, untouched
+    (shown,) = _diagnoses(out)
+    assert "argparse_in_notebook" in shown.data["text/plain"]
+    assert "parse_args" in shown.data["text/plain"]
+
+
+def test_a_cells_own_sys_exit_gets_no_panel_even_with_explain_all(ip, monkeypatch):
+    monkeypatch.setattr("sys.argv", KERNEL_ARGV)
+    ip.run_line_magic("nbdebug", "explain all")
+    try:
+        for cell in ("import sys\nsys.exit(2)", "raise SystemExit('done')", "import sys\nsys.exit(0)"):
+            with capture_output() as out:
+                result = ip.run_cell(cell)
+            assert isinstance(result.error_in_exec, SystemExit)
+            assert _diagnoses(out) == []
+    finally:
+        from nbdebug.ipython._extension import get_state
+
+        get_state(ip).explainer.show_unknown = False

@@ -17,8 +17,9 @@ from IPython.core.error import UsageError
 from nbdebug.errors import describe_exception
 from nbdebug.ipython._state import ExtensionState
 
-# Errors that are the user stopping work, or a magic's one-line usage message: nothing to explain.
-_SKIP = (KeyboardInterrupt, SystemExit, UsageError)
+# Errors that are the user stopping work, or a magic's one-line usage message: nothing to explain (a SystemExit gets a
+# panel only with a known cause: argparse reading the kernel's own command line).
+_SKIP = (KeyboardInterrupt, UsageError)
 
 
 def module_roots(namespace: Mapping[str, Any]) -> dict[str, Any]:
@@ -110,6 +111,8 @@ class Explainer:
                     diagnosis = dataclasses.replace(diagnosis, sections=(*diagnosis.sections, full))
             else:
                 diagnosis = diagnose_exception(self.state, exc)
+            if isinstance(exc, SystemExit) and not diagnosis.known:
+                return  # sys.exit() in a cell is no error: only a known cause (argparse reading the kernel's argv)
             if not diagnosis.known and not self.show_unknown and not _telling(diagnosis):
                 return
             from IPython.display import display

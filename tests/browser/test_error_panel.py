@@ -134,3 +134,33 @@ def test_an_unknown_error_with_libraries_that_do_not_fit_shows_the_mismatch_firs
     panel.first.scroll_into_view_if_needed()
     page.screenshot(path=shot(f"library_conflict_{name}.png"), full_page=False)
     assert not low, "\n".join(f"{r['ratio']:.2f} {r['cls']}: {r['text']!r}" for r in low[:10])
+
+
+ARGPARSE_CELLS = [
+    "%load_ext nbdebug",
+    # a training script's parser pasted into a cell: in a notebook sys.argv is the kernel's own command line
+    "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr', type=float, default=0.1)\n"
+    "args = parser.parse_args()",
+]
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_argparse_reading_the_kernels_command_line_gets_a_panel(lab, page, theme):
+    # IPython shows only "SystemExit: 2" and "To exit: use 'exit'": the panel says what happened and the fix
+    from tests.browser.test_themes import CONTRAST_JS, _set_theme
+
+    name = theme.split()[-1].lower()
+    run_notebook(lab, page, ARGPARSE_CELLS, f"argparse_{name}.ipynb")
+    _set_theme(page, theme)
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert "unrecognized arguments: -f" in stderr.first.inner_text()  # argparse's own message, kept
+    panel = page.locator("details.nbd-diagnosis")
+    panel.first.wait_for(state="visible", timeout=30_000)
+    text = panel.first.inner_text()
+    assert "argparse_in_notebook" in text and "parse_args(" in text and "!python" in text
+    assert text.index("First step") > 0
+    found = [r for r in page.evaluate(CONTRAST_JS) if r["text"]]
+    low = [r for r in found if r["ratio"] < 4.5 and "nbd" in r["cls"]]
+    panel.first.scroll_into_view_if_needed()
+    page.screenshot(path=shot(f"argparse_{name}.png"), full_page=False)
+    assert not low, "\n".join(f"{r['ratio']:.2f} {r['cls']}: {r['text']!r}" for r in low[:10])
