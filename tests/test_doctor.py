@@ -518,7 +518,8 @@ def test_doctor_keeps_adamw_settings_and_lr_override():
 
 
 class SlowStep(nn.Module):
-    """A step that takes at least 20 ms, so that a 0.5 s budget ends the overfit run at its minimum of 20 steps."""
+    """A step that takes at least 20 ms, so that a 1.5 s budget (the checks at init take some tenths of a second
+    of these forwards) ends the overfit run after a few steps."""
 
     def __init__(self):
         super().__init__()
@@ -533,7 +534,7 @@ def test_time_budget_stops_the_overfit_run_and_says_there_is_no_verdict():
     x, y = _cls_batch(64)
     m = SlowStep()
     r = doctor(m, (x, y), nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=5e-2), steps=100_000,
-               time_budget=0.5, reproducibility=False, progress=False)
+               time_budget=1.5, reproducibility=False, progress=False)
     assert 8 <= len(r.losses) < 100_000 and r.steps == len(r.losses)  # slow steps: as few as 8, not 20
     f = next(f for f in r.findings if f.kind == "cannot_overfit")
     assert f.severity == "info" and "time budget" in f.message and "time_budget=None" in f.fixes[0].code
