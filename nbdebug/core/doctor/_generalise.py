@@ -21,8 +21,8 @@ CHECK = "labels against inputs (a second batch after fitting the first)"
 HALF_CHECK = "labels against inputs (a copy trained on half the batch predicts the other half)"
 _HALF_MIN = 32  # samples the batch needs for the half it holds out to say anything
 _ALPHA = 0.05  # the permutation test's level, half a batch held out
-_PERMUTED_RUNS = 2
-_PACE = 0.95  # labels learned with a mean loss under this share of their permutation's have a structure the model uses
+_PERMUTED_RUNS = 4  # the user's labels faster than every one of them: a structure the model uses, no verdict
+_Z = 2.33  # the two-proportion test's one-sided 1 % level: the user's held-out accuracy below the control's
 _ROWS = 64  # unseen samples wanted for a verdict
 _BATCHES = 8  # most batches read to find them
 _PERMUTATIONS = 200
@@ -58,16 +58,17 @@ def generalisation(s: Session, work: Any) -> None:
         return
     _verdict(s, CHECK, got, rows, lambda: _control(s, s.loss.inputs, inputs, got[1].numel()),
              f"after training on one batch ({learned_said(s, share)}), the model predicts",
-             "it learned the first batch's labels, which do not follow from the inputs", strict=False)
+             "it learned the first batch's labels, which do not follow from the inputs")
 
 
 def within_batch(s: Session) -> None:
-    """One batch only: a fresh copy trained on half of it (as many steps as the overfit run) predicts the other
-    half; labels that do not follow from the inputs are predicted no better than chance.  A verdict only where the
-    control (the same training on labels that follow from the inputs by construction) generalises."""
+    """One batch only: a fresh copy trained on one half of it (as many steps as the overfit run) predicts the other
+    half, both ways round.  One batch is few samples: labels hard to learn look like labels unrelated to the inputs,
+    so a finding needs positive evidence, all of: the user's pooled accuracy is no better than chance, it is
+    significantly below a control's (the same training on labels that follow from the inputs by construction, a
+    two-proportion test), and the user's labels are learned no faster than the fastest of ``_PERMUTED_RUNS``
+    permutations of them.  Then a warning that the labels are not shown to follow from the inputs, never an error."""
     import torch
-
-    from nbdebug.core.doctor._train_checks import train
 
     why = _not_ready(s)
     if why:
@@ -77,39 +78,110 @@ def within_batch(s: Session) -> None:
     if isinstance(halves, str):
         s.check(HALF_CHECK, f"skipped: {halves}")
         return
-    (xa, ta), (xb, tb) = halves
+    a, b = halves
+    preds, labels, curves = [], [], []
+    for i, (seen, unseen) in enumerate(((a, b), (b, a))):
+        r = _half_run(s, seen, unseen, s.deadline(0.3 / (2 - i)))
+        if isinstance(r, str):
+            s.check(HALF_CHECK, r)
+            return
+        preds.append(r[0])
+        labels.append(r[1])
+        curves.append(r[2])
+    pred, t = torch.cat(preds), torch.cat(labels)
+    acc, majority, shuffled, p = _scores(pred, t)
+    n = int(t.numel())
+    rows = f"held-out samples of the batch (a copy trained on each half predicts the other; {n} in all)"
+    measured = (f"accuracy {acc:.0%} on {n} {rows} (commonest class: {majority:.0%}; with the labels "
+                f"shuffled among them: {shuffled:.0%}, p = {p:.2g})")
+    s.check(HALF_CHECK, measured)
+    if acc > majority + threshold("generalise_margin") or p < _ALPHA:
+        return
+    controls = [_control(s, a[0], b[0], int(b[1].numel())), _control(s, b[0], a[0], int(a[1].numel()))]
+    if any(c == "time" for c in controls):
+        s.check(HALF_CHECK, f"no verdict (time): {measured}, but the copy trained on labels that follow from the "
+                "inputs (which says whether this can tell) was cut short by the time budget")
+        return
+    if not all(isinstance(c, tuple) for c in controls):
+        s.check(HALF_CHECK, f"no verdict: {measured}, and no copy could be trained on labels that follow from the "
+                "inputs to show that this model generalises from what it trained on")
+        return
+    c_n = sum(c[3] for c in controls)
+    c_acc = sum(c[0] * c[3] for c in controls) / c_n
+    z = _below(acc, n, c_acc, c_n)
+    if z < _Z:
+        s.check(HALF_CHECK, f"no verdict: {measured}; a copy trained the same way on labels that follow from the "
+                f"inputs by construction (a randomly initialised copy's predictions) reaches {c_acc:.0%}, not "
+                f"significantly better (z = {z:.2g}): labels this hard to learn from {n // 2} samples look the same")
+        return
+    pace = _pace_against_permuted(s)
+    if not isinstance(pace, tuple):
+        s.check(HALF_CHECK, f"no verdict{' (time)' if pace == 'time' else ''}: {measured}, but "
+                + ("a copy trained on the labels permuted among the samples was cut short by the time budget"
+                   if pace == "time" else "no copy could be trained on the labels permuted among the samples"))
+        return
+    if pace[0] < pace[1]:
+        s.check(HALF_CHECK, f"no verdict: {measured}, but your labels are learned faster than each of "
+                f"{_PERMUTED_RUNS} permutations of them among the samples (mean loss over {len(s.losses)} steps "
+                f"{pace[0]:.4g}, the fastest permutation {pace[1]:.4g}): they hold a structure this model uses")
+        return
+    s.add("labels_unrelated", f"copies trained on half of the batch each (loss {curves[0][0]:.4g} -> "
+          f"{curves[0][-1]:.4g} in {len(curves[0])} steps) predict the other half with {acc:.0%} accuracy over {n} "
+          f"samples, no better than always guessing their commonest class ({majority:.0%}) or than their labels "
+          f"shuffled among them ({shuffled:.0%}, p = {p:.2g}); trained the same way on labels that follow from "
+          f"the inputs by construction (a random copy's predictions), they reach {c_acc:.0%} (z = {z:.2g}); and "
+          f"your labels are learned no faster than the same labels permuted among the samples (mean loss over "
+          f"{len(s.losses)} steps {pace[0]:.4g}, a permutation {pace[1]:.4g}). The labels are not shown to follow "
+          f"from the inputs: they may be shuffled apart from them or annotated wrongly (the batch can still be "
+          f"memorised, as your run did); {n} held-out samples are few, and labels this hard to learn from "
+          f"{n // 2} samples look the same", ("targets",), severity="warning",
+          # one batch, no DataLoader to shuffle: what the labels are is looked at first
+          fixes=tuple(reversed(entry("labels_unrelated").fixes)),
+          evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": n, "control_accuracy": c_acc,
+                    "z": z, "mean_loss": pace[0], "mean_loss_permuted": pace[1]})
+
+
+def _half_run(s: Session, seen: tuple[Any, Any], unseen: tuple[Any, Any],
+              deadline: float | None) -> tuple[Any, Any, list[float]] | str:
+    """(predicted classes, labels, loss curve) of a fresh copy trained on ``seen`` (inputs, labels) as many steps as
+    the overfit run, predicting ``unseen``; or the check line that says why not."""
+    import torch
+
+    from nbdebug.core.doctor._train_checks import train
+
     work, opt = s.fresh()
-    done = train(s, work, opt, xa, steps=len(s.losses), phase="labels: half the batch", adapter=_Targets(s, ta),
-                 deadline=s.deadline(0.3), min_steps=len(s.losses))
+    done = train(s, work, opt, seen[0], steps=len(s.losses), phase="labels: half the batch",
+                 adapter=_Targets(s, seen[1]), deadline=deadline, min_steps=len(s.losses))
     if len(done) < len(s.losses):
-        s.check(HALF_CHECK, "no verdict (time): the copy trained on half the batch was cut short by the time budget")
-        return
+        return "no verdict (time): the copy trained on half the batch was cut short by the time budget"
     with torch.no_grad():
-        got = _predictions(s, s.loss.forward(work, xb), tb)
+        got = _predictions(s, s.loss.forward(work, unseen[0]), unseen[1])
     if got is None:
-        s.check(HALF_CHECK, "skipped: the output does not give one class per label")
-        return
-    trained = (f"a copy trained on {ta.numel()} samples of the batch (loss {done[0]:.4g} -> {done[-1]:.4g} in "
-               f"{len(done)} steps) predicts the")
-    _verdict(s, HALF_CHECK, got, "other samples of the batch", lambda: _control(s, xa, xb, tb.numel()), trained,
-             "the labels do not follow from the inputs (shuffled apart from them, or "
-             "annotated wrongly: the batch can still be memorised, as your run did, but nothing learned from some "
-             "samples holds for the others)",
-             strict=True)
+        return "skipped: the output does not give one class per label"
+    return got[0], got[1], done
+
+
+def _below(acc: float, n: int, c_acc: float, c_n: int) -> float:
+    """The two-proportion z statistic of ``acc`` (over ``n``) below ``c_acc`` (over ``c_n``); 0 when both agree."""
+    pooled = (acc * n + c_acc * c_n) / (n + c_n)
+    se = (pooled * (1 - pooled) * (1 / n + 1 / c_n)) ** 0.5
+    return 0.0 if se == 0 else (c_acc - acc) / se
 
 
 def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
-    """(the user's run's mean loss, fresh copies' mean loss over as many steps with the labels permuted among the
-    samples, averaged over ``_PERMUTED_RUNS`` permutations: one pairing's pace varies by about a tenth): labels that
-    follow from the inputs are learned faster than permutations of them (the pairing has a structure to use);
-    labels unrelated to their inputs are just another permutation.  ``"time"`` when cut short."""
+    """(the user's run's mean loss, the lowest mean loss of fresh copies trained as many steps on the labels
+    permuted among the samples, over up to ``_PERMUTED_RUNS`` permutations): labels that follow from the inputs are
+    learned faster than permutations of them (the pairing has a structure to use); labels unrelated to their inputs
+    are just another permutation, so some permutation is as fast (the runs stop at the first).  ``"time"`` when
+    cut short."""
     import torch
 
     from nbdebug.core.doctor._train_checks import train
 
     t = s.loss.targets
     k = len(s.losses)
-    means = []
+    mine = sum(s.losses) / k
+    best = float("inf")
     for i in range(_PERMUTED_RUNS):
         perm = torch.randperm(int(t.shape[0]), generator=torch.Generator().manual_seed(1 + i)).to(t.device)
         permuted = t[perm]
@@ -122,8 +194,10 @@ def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
             return None
         if len(curve) < k:
             return "time"
-        means.append(sum(curve) / k)
-    return sum(s.losses) / k, sum(means) / len(means)
+        best = min(best, sum(curve) / k)
+        if best <= mine:
+            break
+    return mine, best
 
 
 def _halves(s: Session) -> tuple[tuple[Any, Any], tuple[Any, Any]] | str:
@@ -132,7 +206,7 @@ def _halves(s: Session) -> tuple[tuple[Any, Any], tuple[Any, Any]] | str:
     import torch
 
     t = s.loss.targets
-    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
+    if not _one_per_sample(s, t):
         return "the labels are not one class per sample"
     n = int(t.shape[0])
     if n < _HALF_MIN:
@@ -166,61 +240,37 @@ def _rows(obj: Any, idx: Any, n: int) -> Any:
     return obj
 
 
-def _verdict(s: Session, check: str, got: tuple[Any, Any], rows: str, control: Any, trained: str, meaning: str,
-             strict: bool) -> None:
+def _verdict(s: Session, check: str, got: tuple[Any, Any], rows: str, control: Any, trained: str,
+             meaning: str) -> None:
     """The accuracy of predictions on samples not trained on against the commonest class and the labels shuffled
     among them; a miss is a ``labels_unrelated`` finding unless the control (``control()``) shows this model does
-    not generalise from what it trained on.  ``strict`` (half a batch held out: few samples, a small model's
-    guesses): the user's labels must also be predicted no better than shuffled ones by the permutation test, and the
-    control better than its shuffled labels (p < ``_ALPHA``); no control, no verdict."""
+    not generalise from what it trained on."""
     pred, t = got
     acc, majority, shuffled, p = _scores(pred, t)
     measured = (f"accuracy {acc:.0%} on {t.numel()} {rows} (commonest class: {majority:.0%}; with the labels "
                 f"shuffled among them: {shuffled:.0%}, p = {p:.2g})")
     s.check(check, measured)
-    if acc > majority + threshold("generalise_margin") or (strict and p < _ALPHA):
+    if acc > majority + threshold("generalise_margin"):
         return
     c = control()
     if c == "time":
         s.check(check, f"no verdict (time): {measured}, but the copy trained on labels that follow from the inputs "
                 "(which says whether this can tell) was cut short by the time budget")
         return
-    if isinstance(c, tuple) and ((c[2] >= _ALPHA or c[0] <= c[1]) if strict
-                                 else c[0] <= c[1] + threshold("generalise_margin")):
+    if isinstance(c, tuple) and c[0] <= c[1] + threshold("generalise_margin"):
         s.check(check, f"no verdict: {measured}, but a copy trained the same way on labels that follow from the "
                 f"inputs by construction (a randomly initialised copy's predictions) predicts them no better "
-                f"({c[0]:.0%}, commonest {c[1]:.0%}, p = {c[2]:.2g}): this model does not generalise from what it trained on, so "
-                "this says nothing about the labels")
+                f"({c[0]:.0%}, commonest {c[1]:.0%}, p = {c[2]:.2g}): this model does not generalise from what it "
+                "trained on, so this says nothing about the labels")
         return
-    if c is None and strict:
-        s.check(check, f"no verdict: {measured}, and no copy could be trained on labels that follow from the inputs "
-                "to show that this model generalises from what it trained on")
-        return
-    pace = _pace_against_permuted(s) if strict else None
-    if strict and not isinstance(pace, tuple):
-        s.check(check, f"no verdict{' (time)' if pace == 'time' else ''}: {measured}, but "
-                + ("a copy trained on the labels permuted among the samples was cut short by the time budget"
-                   if pace == "time" else "no copy could be trained on the labels permuted among the samples"))
-        return
-    if isinstance(pace, tuple) and pace[0] < _PACE * pace[1]:
-        s.check(check, f"no verdict: {measured}, but your labels are learned faster than the same labels permuted "
-                f"among the samples (mean loss over {len(s.losses)} steps {pace[0]:.4g} against {pace[1]:.4g}): "
-                "they hold a structure this model uses, which half the batch is too few samples to generalise")
-        return
-    if isinstance(pace, tuple):
-        meaning += (f"; and they are learned no faster than the same labels permuted among the samples (mean loss "
-                    f"over {len(s.losses)} steps {pace[0]:.4g}, permuted {pace[1]:.4g})")
     said = "" if not isinstance(c, tuple) else (
         f"; a copy trained the same way on labels that follow from the inputs (a random copy's predictions) "
         f"reaches {c[0]:.0%} on them (p = {c[2]:.2g})")
     s.add("labels_unrelated", f"{trained} {t.numel()} {rows} with {acc:.0%} accuracy, no better than always "
           f"guessing their commonest class ({majority:.0%}) or than their labels shuffled among them "
           f"({shuffled:.0%}, p = {p:.2g}): {meaning}{said}", ("targets",),
-          # one batch, no DataLoader to shuffle: what the labels are is looked at first
-          fixes=tuple(reversed(entry("labels_unrelated").fixes)) if strict else None,
           evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": int(t.numel()),
-                    **({} if not isinstance(c, tuple) else {"control_accuracy": c[0]}),
-                    **({} if not isinstance(pace, tuple) else {"mean_loss": pace[0], "mean_loss_permuted": pace[1]})})
+                    **({} if not isinstance(c, tuple) else {"control_accuracy": c[0]})})
 
 
 def _not_ready(s: Session) -> str:
@@ -291,8 +341,21 @@ def _predictions(s: Session, out: Any, targets: Any) -> tuple[Any, Any] | None:
     return pred[valid], targets[valid]
 
 
-def _control(s: Session, seen: Any, unseen: Any, rows: int) -> tuple[float, float, float] | str | None:
-    """(accuracy, commonest class's rate, permutation p-value) on the unseen samples of a fresh copy trained as long as the user's run
+def _one_per_sample(s: Session, t: Any) -> bool:
+    """Whether ``t`` holds one class per sample: integer classes of shape (N,), or a binary task's 0/1 targets of
+    shape (N,) or (N, 1) (float ones too, as BCEWithLogitsLoss takes them)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        return False
+    if t.dim() == 1 and not t.is_floating_point():
+        return True
+    return s.task == "binary" and (t.dim() == 1 or (t.dim() == 2 and t.shape[1] == 1)) \
+        and bool(((t == 0) | (t == 1)).all())
+
+
+def _control(s: Session, seen: Any, unseen: Any, rows: int) -> tuple[float, float, float, int] | str | None:
+    """(accuracy, commonest class's rate, permutation p-value, samples) on the unseen samples of a fresh copy trained as long as the user's run
     on ``seen`` (the fitted batch, or half of it) with labels that follow from the inputs by construction: a re-initialised copy's
     predictions (balanced: its logits less their mean over the batch).  A model that cannot generalise from one
     batch even then says nothing about the user's labels.  None where the labels are not one class per sample;
@@ -301,8 +364,7 @@ def _control(s: Session, seen: Any, unseen: Any, rows: int) -> tuple[float, floa
 
     from nbdebug.core.doctor._train_checks import train
 
-    t = s.loss.targets
-    if not isinstance(t, torch.Tensor) or t.dim() != 1:
+    if not _one_per_sample(s, s.loss.targets):
         return None
     try:
         teacher, _ = s.fresh()
@@ -328,7 +390,7 @@ def _control(s: Session, seen: Any, unseen: Any, rows: int) -> tuple[float, floa
     if pred is None or pred.shape != unseen_y.shape:
         return None
     acc, majority, _, p = _scores(pred, unseen_y)
-    return acc, majority, p
+    return acc, majority, p, rows
 
 
 def _scores(pred: Any, t: Any) -> tuple[float, float, float, float]:
@@ -352,7 +414,8 @@ class _Targets:
     def loss(self, work: Any, inputs: Any, targets: Any = None) -> tuple[Any, Any]:
         if self.s.loss.mode == "hf":
             return self.s.loss.loss(work, {**inputs, "labels": self.targets})
-        return self.s.loss.loss(work, inputs, self.targets.to(self.s.loss.targets.dtype))
+        t = self.s.loss.targets
+        return self.s.loss.loss(work, inputs, self.targets.to(t.dtype).reshape((-1, *t.shape[1:])))
 
 
 def _labels(s: Session, y: Any, centre: bool = True) -> Any:

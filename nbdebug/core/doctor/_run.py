@@ -120,8 +120,9 @@ def doctor(
     options = Options(steps=steps, lr=lr, num_classes=num_classes, dataloader=dataloader, seed=seed,
                       baseline=baseline, reproducibility=reproducibility, data_batches=data_batches,
                       time_budget=time_budget, progress=progress, name=name, frozen=frozen)
-    batch, options, lightning = checked(model, batch, loss_fn, optimizer, options)
     with RngGuard(), torch.random.fork_rng(devices=[]):
+        # inside the guard: the first batch of a shuffling DataLoader draws from the global RNG
+        batch, options, lightning = checked(model, batch, loss_fn, optimizer, options)
         s = Session(model, batch, loss_fn, optimizer, options, lightning)
         caught: list[Any] = []
         try:
