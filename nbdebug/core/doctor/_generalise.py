@@ -21,8 +21,8 @@ CHECK = "labels against inputs (a second batch after fitting the first)"
 HALF_CHECK = "labels against inputs (a copy trained on half the batch predicts the other half)"
 _HALF_MIN = 32  # samples the batch needs for the half it holds out to say anything
 _ALPHA = 0.05  # the permutation test's level, half a batch held out
-_PERMUTED_RUNS = 4  # the user's labels faster than every one of them: a structure the model uses, no verdict
-_Z = 2.33  # the two-proportion test's one-sided 1 % level: the user's held-out accuracy below the control's
+_PERMUTED_RUNS = 4  # the user's labels faster than most of them: a structure the model uses, no verdict
+_Z = 3.09  # the two-proportion test's one-sided 0.1 % level (one batch: few samples, a control easier than most labels)
 _ROWS = 64  # unseen samples wanted for a verdict
 _BATCHES = 8  # most batches read to find them
 _PERMUTATIONS = 200
@@ -66,7 +66,7 @@ def within_batch(s: Session) -> None:
     half, both ways round.  One batch is few samples: labels hard to learn look like labels unrelated to the inputs,
     so a finding needs positive evidence, all of: the user's pooled accuracy is no better than chance, it is
     significantly below a control's (the same training on labels that follow from the inputs by construction, a
-    two-proportion test), and the user's labels are learned no faster than the fastest of ``_PERMUTED_RUNS``
+    two-proportion test), and the user's labels are learned no faster than the median of ``_PERMUTED_RUNS``
     permutations of them.  Then a warning that the labels are not shown to follow from the inputs, never an error."""
     import torch
 
@@ -121,9 +121,9 @@ def within_batch(s: Session) -> None:
                    if pace == "time" else "no copy could be trained on the labels permuted among the samples"))
         return
     if pace[0] < pace[1]:
-        s.check(HALF_CHECK, f"no verdict: {measured}, but your labels are learned faster than each of "
+        s.check(HALF_CHECK, f"no verdict: {measured}, but your labels are learned faster than most of "
                 f"{_PERMUTED_RUNS} permutations of them among the samples (mean loss over {len(s.losses)} steps "
-                f"{pace[0]:.4g}, the fastest permutation {pace[1]:.4g}): they hold a structure this model uses")
+                f"{pace[0]:.4g}, the median permutation {pace[1]:.4g}): they may hold a structure this model uses")
         return
     s.add("labels_unrelated", f"copies trained on half of the batch each (loss {curves[0][0]:.4g} -> "
           f"{curves[0][-1]:.4g} in {len(curves[0])} steps) predict the other half with {acc:.0%} accuracy over {n} "
@@ -131,7 +131,7 @@ def within_batch(s: Session) -> None:
           f"shuffled among them ({shuffled:.0%}, p = {p:.2g}); trained the same way on labels that follow from "
           f"the inputs by construction (a random copy's predictions), they reach {c_acc:.0%} (z = {z:.2g}); and "
           f"your labels are learned no faster than the same labels permuted among the samples (mean loss over "
-          f"{len(s.losses)} steps {pace[0]:.4g}, a permutation {pace[1]:.4g}). The labels are not shown to follow "
+          f"{len(s.losses)} steps {pace[0]:.4g}, the median permutation {pace[1]:.4g}). The labels are not shown to follow "
           f"from the inputs: they may be shuffled apart from them or annotated wrongly (the batch can still be "
           f"memorised, as your run did); {n} held-out samples are few, and labels this hard to learn from "
           f"{n // 2} samples look the same", ("targets",), severity="warning",
@@ -169,11 +169,12 @@ def _below(acc: float, n: int, c_acc: float, c_n: int) -> float:
 
 
 def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
-    """(the user's run's mean loss, the lowest mean loss of fresh copies trained as many steps on the labels
-    permuted among the samples, over up to ``_PERMUTED_RUNS`` permutations): labels that follow from the inputs are
-    learned faster than permutations of them (the pairing has a structure to use); labels unrelated to their inputs
-    are just another permutation, so some permutation is as fast (the runs stop at the first).  ``"time"`` when
-    cut short."""
+    """(the user's run's mean loss, the median pace of fresh copies trained as many steps on the labels permuted
+    among the samples: the ``_PERMUTED_RUNS // 2``-th lowest mean loss of ``_PERMUTED_RUNS`` permutations): labels
+    that follow from the inputs are learned faster than permutations of them (the pairing has a structure to use);
+    labels unrelated to their inputs are just another permutation, as fast as a typical one.  One run's pace varies
+    (on a dropout transformer it is mostly noise), so the user's must be no faster than the median, not the fastest;
+    the runs stop once that is decided.  ``"time"`` when cut short."""
     import torch
 
     from nbdebug.core.doctor._train_checks import train
@@ -181,7 +182,8 @@ def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
     t = s.loss.targets
     k = len(s.losses)
     mine = sum(s.losses) / k
-    best = float("inf")
+    need = _PERMUTED_RUNS // 2
+    means: list[float] = []
     for i in range(_PERMUTED_RUNS):
         perm = torch.randperm(int(t.shape[0]), generator=torch.Generator().manual_seed(1 + i)).to(t.device)
         permuted = t[perm]
@@ -194,10 +196,11 @@ def _pace_against_permuted(s: Session) -> tuple[float, float] | str | None:
             return None
         if len(curve) < k:
             return "time"
-        best = min(best, sum(curve) / k)
-        if best <= mine:
+        means.append(sum(curve) / k)
+        as_fast = sum(m <= mine for m in means)
+        if as_fast >= need or len(means) - as_fast > _PERMUTED_RUNS - need:
             break
-    return mine, best
+    return mine, sorted(means)[need - 1]
 
 
 def _halves(s: Session) -> tuple[tuple[Any, Any], tuple[Any, Any]] | str:
