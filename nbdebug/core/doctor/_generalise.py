@@ -106,8 +106,9 @@ def within_batch(s: Session) -> None:
         s.check(HALF_CHECK, f"no verdict: {measured}, and no copy could be trained on labels that follow from the "
                 "inputs to show that this model generalises from what it trained on")
         return
-    c_n = sum(c[3] for c in controls)
-    c_acc = sum(c[0] * c[3] for c in controls) / c_n
+    done = [c for c in controls if isinstance(c, tuple)]
+    c_n = sum(c[3] for c in done)
+    c_acc = sum(c[0] * c[3] for c in done) / c_n
     z = _below(acc, n, c_acc, c_n)
     if z < _Z:
         s.check(HALF_CHECK, f"no verdict: {measured}; a copy trained the same way on labels that follow from the "
