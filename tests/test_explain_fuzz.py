@@ -25,9 +25,10 @@ from nbdebug.core.explain import Diagnosis, explain
 from nbdebug.core.knowledge import entries
 from nbdebug.errors import InvalidArgumentError, NbdebugError
 
-# with the family-level categories that a traceback's structure places (issue 23)
-SLUGS = {e.slug for e in entries("explain")} | {"unknown", "user_code_error", "library_raised", "import_failed",
-                                                "bus_error"}
+# every explainer category, those placed by where an error was raised (no pattern of their own: collate_failed,
+# checkpoint_load_failed, ...) included, with the family-level categories that a traceback's structure places
+SLUGS = {e.slug for e in entries() if "explain" in e.contexts} | {"unknown", "user_code_error", "library_raised",
+                                                                   "import_failed", "bus_error"}
 TEXTS = [p.read_text(errors="replace") for p in sorted((Path(__file__).parent / "data").glob("errors*/*.txt"))]
 BOUND_S = 2.0  # one call; texts here are at most ~60k characters
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
