@@ -126,16 +126,16 @@ def within_batch(s: Session) -> None:
                 f"{_PERMUTED_RUNS} permutations of them among the samples (mean loss over {len(s.losses)} steps "
                 f"{pace[0]:.4g}, the median permutation {pace[1]:.4g}): they may hold a structure this model uses")
         return
-    s.add("labels_unrelated", f"copies trained on half of the batch each (loss {curves[0][0]:.4g} -> "
-          f"{curves[0][-1]:.4g} in {len(curves[0])} steps) predict the other half with {acc:.0%} accuracy over {n} "
-          f"samples, no better than always guessing their commonest class ({majority:.0%}) or than their labels "
-          f"shuffled among them ({shuffled:.0%}, p = {p:.2g}); trained the same way on labels that follow from "
-          f"the inputs by construction (a random copy's predictions), they reach {c_acc:.0%} (z = {z:.2g}); and "
-          f"your labels are learned no faster than the same labels permuted among the samples (mean loss over "
-          f"{len(s.losses)} steps {pace[0]:.4g}, the median permutation {pace[1]:.4g}). The labels are not shown to follow "
-          f"from the inputs: they may be shuffled apart from them or annotated wrongly (the batch can still be "
-          f"memorised, as your run did); {n} held-out samples are few, and labels this hard to learn from "
-          f"{n // 2} samples look the same", ("targets",), severity="warning",
+    s.add("labels_unrelated", "the labels are not shown to follow from the inputs: they may be shuffled apart from "
+          f"them or annotated wrongly (the batch can still be memorised, as your run did). Copies trained on half of "
+          f"the batch each (loss {curves[0][0]:.4g} -> {curves[0][-1]:.4g} in {len(curves[0])} steps) predict the "
+          f"other half with {acc:.0%} accuracy over {n} samples, no better than always guessing their commonest class "
+          f"({majority:.0%}) or than their labels shuffled among them ({shuffled:.0%}, p = {p:.2g}); trained the same "
+          f"way on labels that follow from the inputs by construction (a random copy's predictions), they reach "
+          f"{c_acc:.0%} (z = {z:.2g}); and your labels are learned no faster than the same labels permuted among the "
+          f"samples (mean loss over {len(s.losses)} steps {pace[0]:.4g}, the median permutation {pace[1]:.4g}). "
+          f"{n} held-out samples are few, and labels this hard to learn from {n // 2} samples look the same",
+          ("targets",), severity="warning",
           # one batch, no DataLoader to shuffle: what the labels are is looked at first
           fixes=tuple(reversed(entry("labels_unrelated").fixes)),
           evidence={"accuracy": acc, "majority": majority, "p_value": p, "samples": n, "control_accuracy": c_acc,

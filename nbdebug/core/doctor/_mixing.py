@@ -59,7 +59,7 @@ def mixes_batch(s: Session, work: Any) -> None:
         return
     n = n or int(x.shape[bx])
     if any(sum(int(d) == n for d in t.shape) >= 2 for t in leaves):
-        s.check(CHECK, f"skipped: an input relates the {n} samples to each other (an {n} x {n} tensor, a graph)")
+        s.check(CHECK, f"skipped: an input relates the {n} samples to each other (a tensor of {n} x {n}, a graph)")
         return
     was = work.training
 
