@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbdebug.core._findings import Finding, Fix, Severity
-from nbdebug.core.doctor import _batch_axis, _init_loss, _init_scale
+from nbdebug.core.doctor import _batch_axis, _depth_fixes, _init_loss, _init_scale
 from nbdebug.core.doctor._inputs import set_lr
 from nbdebug.core.doctor._loss_probe import LossCall, LossProbe
 from nbdebug.core.doctor._lr_range import typical_lr, usual_lr_that_moves
@@ -249,7 +249,8 @@ def _candidates(s: Session, stuck: bool, unstable: bool) -> list[tuple[str, str,
     if s.has("optimizer_coverage") and s.coverage_missing:
         out.append(("optimizer_coverage", "an optimizer over every trainable parameter", _full_optimizer,
                     entry("optimizer_coverage").fixes[0].code))
-    out.extend(_batch_axis.candidates(s) + _init_scale.candidates(s) + _init_loss.candidates(s))
+    out.extend(_batch_axis.candidates(s) + _init_scale.candidates(s) + _depth_fixes.candidates(s)
+               + _init_loss.candidates(s))
     if s.has("eval_mode"):
         out.append(("eval_mode", "the model in train mode", _train_mode, "model.train()"))
     if s.broadcast is not None:

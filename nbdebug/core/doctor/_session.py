@@ -95,6 +95,7 @@ class Session:
         self.batch_axis: Any = None  # (samples, Suspect): the call that mixes the batch (its fix ends the mixing)
         self.not_causes: set[str] = set()  # kinds whose fix was tried on a copy and did not move the result
         self.explained = False  # an experiment found why the batch is not learned
+        self.depth_fixes: dict[str, Fix] = {}  # a vanishing signal's fixes tried on a copy, by the change's words
         self.skipped: set[str] = set()  # phases that did not start: their steps did not fit in the time budget
         self.t0 = time.perf_counter()
         self.progress = Progress(options.progress)

@@ -59,6 +59,21 @@ GRADIENT_GUARDS: dict[str, tuple[str, str]] = {
 }
 
 
+# a signal that vanishes with depth: the fixes the doctor tries on a copy (``doctor/_depth_fixes``), in words; the
+# one that restores learning comes first, with what it measured.  "{what}" names the layers, "{init}" the init.
+DEPTH_FIXES: dict[str, tuple[str, str]] = {
+    "activation": ("replace the saturating activations ({what}) with ReLU (or SELU in a self-normalising net: "
+                   "LeCun-normal init, no BatchNorm)", "nn.ReLU()  # in place of each {kind}"),
+    "init": ("initialise the weights with a scale matched to the activation ({init}, std about 1/sqrt(fan_in)) "
+             "instead of the current one ({what})", "{code}"),
+}
+# the variance-preserving init for the activation a net uses: (name, code of one layer)
+MATCHED_INIT: dict[str, tuple[str, str]] = {
+    "selu": ("LeCun normal", "nn.init.normal_(layer.weight, 0.0, (1 / layer.in_features) ** 0.5)"),
+    "relu": ("He (kaiming) normal", _KAIMING),
+    "saturating": ("Glorot (xavier) normal", "nn.init.xavier_normal_(layer.weight)"),
+}
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="label_negative",
