@@ -345,10 +345,16 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
     quiet = not same_y and distinct_x and _same_without_dropout(s, work, by, n)
     same_y = same_y or quiet
     if distinct_x and same_y:
-        s.add("ignores_input", f"the output is identical{' with dropout off' if quiet else ''} for all {n} "
-              "samples of the batch although their "
-              "inputs differ: the forward pass does not depend on its input", ("inputs",),
-              evidence={"samples": n})
+        located = _lost_where(s, quiet, n)
+        if located is not None:
+            message, fixes, evidence = located
+            s.add("ignores_input", message, (evidence["module"], *((evidence["line"],) if evidence["line"] else ())),
+                  fixes=fixes, evidence=evidence)
+        else:
+            s.add("ignores_input", f"the output is identical{' with dropout off' if quiet else ''} for all {n} "
+                  "samples of the batch although their "
+                  "inputs differ: the forward pass does not depend on its input", ("inputs",),
+                  evidence={"samples": n})
         s.check("output depends on the input", "no: identical outputs")
         return
     first = next(((nm, p) for nm, p in work.named_parameters() if p.requires_grad and p.dim() >= 2), None)
@@ -365,6 +371,27 @@ def input_dependence(s: Session, y: Any, work: Any) -> None:
     if distinct_x and unchanged_by_zeroing(s):
         return
     s.check("output depends on the input", "yes")
+
+
+def _lost_where(s: Session, quiet: bool, n: int) -> tuple[str, Any, dict[str, Any]] | None:
+    """Where the forward of a copy stops depending on its input (``_lost_dependence``): the finding's message,
+    fixes and evidence; None when no op is found (the general advice stands)."""
+    from nbdebug.core.doctor import _lost_dependence as lost
+
+    try:
+        work, _ = s.fresh()
+        if quiet:
+            work.eval()
+        cut = lost.locate(s, work, n)
+    except Exception as e:  # noqa: BLE001 - no place found: the observation stands with its general advice
+        s.check("where the output stops depending on the input", f"skipped: {type(e).__name__}: {e}"[:200])
+        return None
+    if cut is None:
+        s.check("where the output stops depending on the input", "no op found on the output's path that reads "
+                "the input (a constant, a cached or a detached tensor)")
+        return None
+    s.check("where the output stops depending on the input", cut.detail)
+    return lost.said(s, cut, n)
 
 
 def _gradient_after_a_step(s: Session, name: str) -> bool:

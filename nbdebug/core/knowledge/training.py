@@ -74,6 +74,26 @@ MATCHED_INIT: dict[str, tuple[str, str]] = {
     "saturating": ("Glorot (xavier) normal", "nn.init.xavier_normal_(layer.weight)"),
 }
 
+# where a forward stops depending on its input (``doctor/_lost_dependence``): the op met walking back from the
+# output whose result is the same for every sample: (why, in words; the first fix; its code)
+LOST_DEPENDENCE: dict[str, tuple[str, str, str]] = {
+    "softmax_one": ("A softmax over a single unit is 1.0 whatever its input (it normalises one value against "
+                    "itself), and its gradient is exactly zero",
+                    "replace the softmax over the single output unit with a sigmoid (or give the raw logit to "
+                    "BCEWithLogitsLoss), or use two output units with softmax / CrossEntropyLoss",
+                    "prob = torch.sigmoid(logit)  # or: loss = nn.BCEWithLogitsLoss()(logit, y)"),
+    "zero_factor": ("A product with a factor that is zero (a scale, a gate or a mask of zeros) is zero for every "
+                    "sample", "find why the factor is zero (a scale initialised to 0, a mask of zeros, a gate "
+                    "that is closed) and give it a non-zero start", ""),
+    "zero_width": ("A layer with no output features passes nothing of the input on",
+                   "give the layer its intended width (its out_features / out_channels is 0)", ""),
+    "constant_like": ("The tensor is replaced by a constant of its shape, so what follows never sees the input",
+                      "use the input itself where the constant (zeros_like, ones_like, fill_) stands", ""),
+    "op": ("From here on every sample gives the same value",
+           "check this op's arguments (the dimension it reduces or normalises over, a clamp or a constant it "
+           "uses): it maps every sample's input to the same output", ""),
+}
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="label_negative",
