@@ -26,6 +26,7 @@ from nbdebug.core.explain._guards import (  # noqa: F401 - contradicted, frames_
     frames_deny,
 )
 from nbdebug.core.explain._installed import distribution_of
+from nbdebug.core.explain._machinery import compiler_call, deepspeed_line, distributed_wrapper, launch_assert
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import unpacks_its_own
 from nbdebug.core.explain._sequence import ignored_exception
@@ -270,6 +271,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         from nbdebug.core.explain._raised_in import cut_import
 
         return cut_import(s, raw)  # a notebook's cut paste whose cell imports the package that raised; else unknown
+    if not s.frames and not s.cut and (placed := deepspeed_line(raw)) is not None:
+        return placed  # a title or log line whose exception names DeepSpeed's internal objects
     if not s.exc_type or ignored_exception(raw):
         return None  # no final exception (or one Python only ignored): nothing to place
     if s.exc_type.endswith("Warning") or _OTHER_FRAMEWORK.search(raw):
@@ -280,7 +283,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
     from nbdebug.core.explain._source_line import command_line_key, empty_loop, loop_items
 
     rules = (_tensor_types, at.program_start, loop_items, command_line_key, empty_loop, at.lazy_import, _import,
-             at.checkpoint_load, at.two_libraries, at.collate, at.distributed_call)
+             at.checkpoint_load, at.two_libraries, at.collate, at.distributed_call, distributed_wrapper,
+             compiler_call, launch_assert)
     for rule in rules + ((_library,) if live else (_user_code, _library)):
         placed = rule(s, raw)
         if placed is not None:

@@ -235,9 +235,15 @@ def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if m is None or not below:
         return None
     package = m.group("from") or m.group("mod")
+    site = user
     if any(f.owner not in (package, "stdlib") for f in below):
-        return None  # another library's frames below the import: which one failed is not known without the message
-    return "import_failed", {"package": package, "where": where(user), "exc_type": header.group("cls"),
+        # another library's frames below the import: known to be an import only when every frame is a module's
+        # top-level code (torch's __init__ importing tqdm, whose own import failed): the innermost module's package
+        chain = [f for f in below if f.owner != "stdlib"]
+        if not chain or any(f.func != "<module>" or f.is_user for f in chain):
+            return None  # a library called at import time: which one failed is not known without the message
+        package, site = chain[-1].owner, chain[-1]
+    return "import_failed", {"package": package, "where": where(site), "exc_type": header.group("cls"),
                              "first_step_detail": _import_step(package)}
 
 

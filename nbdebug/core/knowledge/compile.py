@@ -276,3 +276,25 @@ ENTRIES += (
                  "https://pytorch.org/docs/stable/export.html"),
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="compiler_call_rejected",
+        title="The code's call into torch's compiler or exporter does not fit this torch",
+        summary=("{exc_type} was raised at {where}, on the value {api} returned or was given: that API of the "
+                 "installed torch does not return or take what the code expects."),
+        causes=("Code written for another torch release, whose compiler or exporter API returned something else "
+                "(torch.jit.trace once returned a (trace, output) pair; torch.onnx.export and torch.export changed "
+                "their arguments and results between releases).",
+                "A decorator form used as a call, or a call used as a decorator (torch.jit.script, torch.compile)."),
+        fixes=(Fix("See what the call returns in this torch", "import torch\nprint(torch.__version__)\n"
+                   "out = torch.jit.trace(model, example)\nprint(type(out))"),),
+        first_step=("Print what {api} returns in the installed torch (type(...)) and read that function's "
+                    "documentation for this release: use the result as it documents (or install the torch release "
+                    "the code was written for)."),
+        sources=("https://pytorch.org/docs/stable/generated/torch.jit.trace.html",
+                 "https://pytorch.org/docs/stable/onnx.html",
+                 "https://pytorch.org/docs/stable/export.html"),
+        extra={"family": "compile"},
+    ),
+)

@@ -710,3 +710,52 @@ ENTRIES += (
         extra={"family": "distributed"},
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="distributed_wrapper_raised",
+        title="DeepSpeed (or its integration) refused the run's setup",
+        summary=("{exc_type} was raised inside {package}'s own code[[ ({where})]][[, called from the code at "
+                 "{user_where}]]: the distributed-training wrapper checked its configuration or the model it wraps, "
+                 "and refused them."),
+        causes=("A DeepSpeed config value that does not fit the run (a batch size or precision left unset or "
+                "disagreeing with the Trainer's or accelerate's arguments, a stage's option, an empty module name to "
+                "wrap).",
+                "Something ZeRO does not allow: parameters of mixed dtypes or devices gathered together, a module "
+                "added or changed after deepspeed.initialize / accelerator.prepare, weights touched while partitioned.",
+                "The model, optimizer or DataLoader passed to deepspeed.initialize or accelerator.prepare, in an order "
+                "or a state the wrapper does not expect."),
+        fixes=(Fix("Print the configuration DeepSpeed was given, as it read it",
+                   "import json\nprint(json.dumps(ds_config, indent=2, default=str))"),
+               Fix("Rerun on one GPU without DeepSpeed: if the error goes, it is the wrapper's setup"),),
+        first_step=("Read the message DeepSpeed raised at the last frame of the traceback: it names the config value, "
+                    "the parameter or the step it refused; fix that in the DeepSpeed config (or the accelerate / "
+                    "Trainer arguments that fill it) or in what is passed to deepspeed.initialize / "
+                    "accelerator.prepare, and rerun on one GPU without DeepSpeed to confirm the rest of the run is "
+                    "fine."),
+        sources=("https://www.deepspeed.ai/docs/config-json/",
+                 "https://huggingface.co/docs/accelerate/usage_guides/deepspeed",
+                 "https://huggingface.co/docs/transformers/main/en/deepspeed"),
+        extra={"family": "distributed"},
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        slug="distributed_launch_check",
+        title="The script's check on how it was launched failed",
+        summary=("The assert at {where} checks what the launcher set ({condition}): the run was started with another "
+                 "number of processes (or without the launcher) than the script requires."),
+        causes=("A setting that must divide by the number of processes (gradient accumulation steps, the batch "
+                "size) does not, for the number of processes launched.",
+                "The script run with python instead of torchrun / accelerate launch (one process, no process group), "
+                "or with --nproc_per_node / --num_processes other than it expects."),
+        fixes=(Fix("Launch the number of processes the script expects",
+                   "torchrun --nproc_per_node=<N> train.py ...   # or: accelerate launch --num_processes <N> ..."),),
+        first_step=("Read the condition at {where}: change the setting it checks (to a multiple of the world size, "
+                    "for one) or launch the number of processes it requires (torchrun --nproc_per_node / accelerate "
+                    "launch --num_processes)."),
+        sources=("https://pytorch.org/docs/stable/elastic/run.html",),
+        extra={"family": "distributed"},
+    ),
+)

@@ -404,7 +404,7 @@ ENTRIES: tuple[Entry, ...] = (
                   "error building extension", "cuda_home does not exist", "command errored out",
                   "failed with error code", "running setup.py install", "error:", "错误", "エラー", "error c",
                   "not declared in this scope", "is undefined", "cmake error", "exit status", "command line error", "lnk",
-                  "ninja is required"),
+                  "ninja is required", "ds_opt_adam"),
         patterns=(
             r"Could not build wheels for [\w.-]+",
             r"metadata-generation-failed",
@@ -449,6 +449,9 @@ ENTRIES: tuple[Entry, ...] = (
             r"Command line error D\d{4}",
             r"fatal error LNK\d{4}",
             r"Ninja is required to load C\+\+ extensions",
+            # DeepSpeed's CPU Adam whose op was never built (its JIT build failed, or the wheel has no ops): the
+            # half-made optimizer has no handle to the op (deepspeed issues 1846, Megatron-DeepSpeed 333)
+            r"'DeepSpeed\w{0,40}Adam' object has no attribute 'ds_opt_adam'",
         ),
         priority=68,
         facts=((r"(?P<reason>CUDA_HOME environment variable is not set|Microsoft Visual C\+\+ 14\.0[^\n]{0,40}"

@@ -1,0 +1,138 @@
+"""Family-level answers for errors raised inside a framework's own machinery, read from a traceback's structure.
+
+``_family`` places an error raised in the user's file (``user_code_error``), in a library checking its arguments
+(``library_raised``) or in a package's import (``import_failed``); both of the first two step aside when the text
+names distributed training, and the user's rule steps aside for a line that calls a compiler, because those errors
+belong to families of their own.  These rules answer them, each from the evidence it needs and nothing less:
+
+- ``distributed_wrapper_raised``: a complete traceback whose innermost frame (below the standard library's) is
+  DeepSpeed's own code, or accelerate's / transformers' DeepSpeed integration, raising one of Python's check
+  classes (a config, a partitioned parameter, a step ZeRO does not allow); or, with no frames, an exception line whose
+  message names DeepSpeed (its internal objects, its name or its config), and no file.  Not a cut traceback (its error may be any family's: a cut backward
+  through ZeRO was labelled autograd, a cut ``deepspeed.initialize`` an install that did not fit), not an import, an
+  ``AttributeError`` (a DeepSpeed op that was never built, a release without a name), a recursion, nor a message
+  naming an install, a build, a version, memory or a device-side fault.
+- ``compiler_call_rejected``: a Python error raised in the user's own line that calls torch's compiler or exporter
+  (``torch.jit.trace``, ``torch.compile``, ``torch.onnx.export``, ``torch.export``), about the value that call
+  returned or takes ("'function' object is not iterable" after ``a, b = torch.jit.trace(...)``): the compiler API of
+  the installed torch is not the one the code was written for.  Not a message about tensors, an install or a file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nbdebug.core.explain._structure import Frame, Structure, where
+
+__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "launch_assert"]
+
+# packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
+_WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
+# a library's integration of DeepSpeed: accelerate's plugin and prepare step, transformers' Trainer integration
+_WRAPPER_PATH = re.compile(r"[/\\]accelerate[/\\]utils[/\\](?:deepspeed|megatron_lm)\.py$"
+                           r"|[/\\]transformers[/\\](?:integrations[/\\])?deepspeed\.py$")
+_WRAPPER_FUNC = re.compile(r"^(?:_prepare_deepspeed|_prepare_megatron_lm|deepspeed_init|deepspeed_config)$")
+# the classes a wrapper's own checks raise (and DeepSpeed's own exception classes)
+_CHECK_CLASSES = frozenset({"ValueError", "AssertionError", "RuntimeError", "NotImplementedError", "TypeError",
+                            "KeyError", "IndexError"})
+# another family's evidence in the message: an install or build, a release, memory, a device-side fault
+_NOT_THE_WRAPPER = re.compile(r"(?i:\binstall|\bpip\b|\bconda\b|cuda_home|\bnvcc\b|\bninja\b|\bbuild|compil|"
+                              r"undefined symbol|\.so\b|\bversions?\b|out of memory|\boom\b|device-side|"
+                              r"illegal memory|cublas|cudnn|no kernel image|not supported on this gpu)")
+# DeepSpeed's internal objects named in a message: its parameter conversion, its engine and optimizers, ZeRO's
+# per-parameter attributes and status
+_DEEPSPEED_OBJECTS = re.compile(r"_convert_to_deepspeed_param|\bDeepSpeed(?:Engine|ZeroOptimizer\w*|ZeRo\w*)\b|"
+                                r"\bdeepspeed\.(?:runtime|ops|moe|zero)\.|\bds_(?:tensor|id|status|numel|shape)\b|"
+                                r"\bZeroParamStatus\b|\bpartition_parameters\b")
+# DeepSpeed named in a message: its internal objects, its name, its config and the config's own keys
+_DEEPSPEED_NAMED = re.compile(_DEEPSPEED_OBJECTS.pattern + r"|(?i:\bdeepspeed\b|deepspeed_config|\bds_config\b)"
+                              r"|\b(?:train_micro_batch_size_per_gpu|micro_batch_per_gpu|zero_optimization)\b")
+_FILE_IN_MESSAGE = re.compile(r"[\w-]\.(?:json|ya?ml|py|pt|bin)\b|No such file")
+# an exception line anywhere in a line (a title: "DeepSpeed+LoRA got RuntimeError: ...")
+_EXCEPTION_IN_LINE = re.compile(r"\b(?P<cls>ValueError|AssertionError|RuntimeError|NotImplementedError|TypeError|"
+                                r"KeyError|IndexError)\b:? (?P<msg>[^\n]{1,1000})")
+
+
+def _is_wrapper(frame: Frame) -> bool:
+    return (frame.owner in _WRAPPER_OWNERS or bool(_WRAPPER_PATH.search(frame.path))
+            or frame.owner in ("accelerate", "transformers") and bool(_WRAPPER_FUNC.match(frame.func)))
+
+
+def _facts(s: Structure, frame: Frame) -> dict[str, Any]:
+    facts: dict[str, Any] = {"exc_type": s.short_type, "package": frame.owner, "where": where(frame)}
+    user = s.innermost_user
+    if user is not None:
+        facts["user_where"] = where(user)
+    return facts
+
+
+def distributed_wrapper(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error a distributed-training wrapper's own code raised (DeepSpeed, accelerate's or transformers' DeepSpeed
+    integration): its configuration or a step it does not allow, whatever the model."""
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if not frames or s.cut or not _is_wrapper(frames[-1]):
+        return None
+    own_class = s.exc_type.startswith(f"{frames[-1].owner}.")
+    if s.short_type not in _CHECK_CLASSES and not own_class or _NOT_THE_WRAPPER.search(s.message):
+        return None
+    last_user = max((i for i, f in enumerate(frames) if f.is_user), default=-1)
+    if any(f.func == "<module>" for f in frames[last_user + 1:]):
+        return None  # raised while the wrapper's package was being imported: import_failed's question
+    return "distributed_wrapper_raised", _facts(s, frames[-1])
+
+
+def deepspeed_line(raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A text without frames whose exception line names DeepSpeed's internal objects (an issue's title, a log line):
+    DeepSpeed's own code raised it."""
+    tail = raw[-4000:]
+    found = None
+    for found in _EXCEPTION_IN_LINE.finditer(tail):
+        pass
+    if found is None or not _DEEPSPEED_NAMED.search(found.group("msg")) or _NOT_THE_WRAPPER.search(found.group(0)):
+        return None
+    if _FILE_IN_MESSAGE.search(found.group("msg")):
+        return None  # a config file that is not where the code says: the path's question, not the wrapper's
+    return "distributed_wrapper_raised", {"exc_type": found.group("cls"), "package": "deepspeed"}
+
+
+# the user's line calls torch's tracer, compiler or exporter
+_COMPILER_API = re.compile(r"\btorch\.(?:jit\.(?:trace(?:_module)?|script)|compile|onnx\.export|export\.export)\s*\(")
+_CALL_CLASSES = frozenset({"TypeError", "ValueError", "AttributeError"})
+# what the message must be about: the object the call returned or was given (not a tensor, a file or an install)
+_RETURNED_VALUE = re.compile(r"(?:'\w{1,100}' object is not (?:iterable|subscriptable|callable)|cannot unpack "
+                             r"non-iterable|values to unpack|'\w{1,100}' object has no attribute '\w{1,100}')")
+
+
+def compiler_call(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A Python error raised in the user's line that calls torch's compiler or exporter, about the value the call
+    returned or was given: the compiler API of the installed torch is not the one the code was written for."""
+    frame = s.innermost
+    if frame is None or not frame.is_user or s.short_type not in _CALL_CLASSES or s.chained:
+        return None
+    m = _COMPILER_API.search(frame.source)
+    if m is None or not _RETURNED_VALUE.search(s.message):
+        return None
+    api = m.group(0).rstrip("( ")
+    return "compiler_call_rejected", {"exc_type": s.short_type, "api": api, "where": where(frame)}
+
+
+# the quantities a launcher sets: the number of processes and this process's place among them
+_LAUNCH_NAMES = re.compile(r"\b(?:world_size|local_rank|global_rank|node_rank|num_processes|nproc_per_node|num_nodes|"
+                           r"WORLD_SIZE|LOCAL_RANK|get_world_size\(\)|get_rank\(\)|is_initialized\(\))")
+# the GPU's own count or presence: the CUDA family's question, not the launch's
+_DEVICE_NAMES = re.compile(r"(?i:cuda|gpu|device)")
+
+
+def launch_assert(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An ``assert`` in the user's own code whose condition reads what the launcher set (the world size, a rank,
+    whether the process group exists): the run was launched with fewer or more processes, or without the launcher,
+    than the script requires."""
+    frame = s.innermost
+    if frame is None or not frame.is_user or s.short_type != "AssertionError" or s.chained:
+        return None
+    if not frame.source.startswith("assert ") or not _LAUNCH_NAMES.search(frame.source):
+        return None
+    if _DEVICE_NAMES.search(frame.source):
+        return None  # the GPUs' count or availability: the CUDA family's question
+    return "distributed_launch_check", {"where": where(frame), "condition": frame.source[len("assert "):].strip()}
