@@ -391,6 +391,12 @@ def _lost_where(s: Session, quiet: bool, n: int) -> tuple[str, Any, dict[str, An
                 "the input (a constant, a cached or a detached tensor)")
         return None
     s.check("where the output stops depending on the input", cut.detail)
+    fading = next((f for f in s.findings if f.kind == "vanishing_gradients" and "activation_scale" in f.evidence), None)
+    if cut.kind == "op" and fading is not None:
+        # no op of its own: the signal fades layer by layer until one layer's output no longer varies
+        message, _, evidence = lost.said(s, cut, n)
+        return (message.split(". ")[0] + "; the signal fades with depth (the finding above) until there",
+                fading.fixes, evidence)
     return lost.said(s, cut, n)
 
 

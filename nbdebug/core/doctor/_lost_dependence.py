@@ -110,12 +110,16 @@ def _trace(s: Session, work: Any, n: int) -> tuple[list[_Op], Any]:
     for name, m in work.named_modules():
         handles.append(m.register_forward_pre_hook(enter(name)))
         handles.append(m.register_forward_hook(leave))
+    here = _user_frame(traceback.extract_stack())  # a torch module's op has no line of the user's: this one
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]), _Calls():
             out = s.loss.forward(work, s.loss.inputs)
     finally:
         for h in handles:
             h.remove()
+    for op in ops:
+        if op.site == here:
+            op.site = None
     return ops, out
 
 
@@ -164,7 +168,7 @@ def _describe(op: _Op, n: int) -> tuple[str, str, float, float | None]:
         return "zero_factor", f"{name} by a factor that is zero", spread, value
     if short in _LIKE:
         return "constant_like", f"{name}: the input replaced by a constant", spread, value
-    return "op", f"{name} gives the same value for every sample", spread, value
+    return "op", f"{name}, which gives the same value for every sample", spread, value
 
 
 def locate(s: Session, work: Any, n: int) -> Cut | None:

@@ -54,10 +54,11 @@ def signal_scale(s: Session) -> None:
             and rho <= -threshold("vanish_depth_correlation")):
         return
     name = vals[low_at][0]
+    smaller = f"{1 / ratio:.3g}x smaller" if ratio > 0 else "to nothing"
     s.add("vanishing_gradients", f"the signal vanishes with depth at init: how much a layer's output varies over "
           f"the samples falls from {first:.3g} after {s.label(vals[0][0])} to {vals[low_at][1]:.3g} after "
-          f"{s.label(name)}, {low_at + 1} weighted layers deep ({1 / ratio:.3g}x smaller, steadily: rank "
+          f"{s.label(name)}, {low_at + 1} weighted layers deep ({smaller}, steadily: rank "
           f"correlation with depth {rho:.2f}), so the output barely depends on the input and the gradients "
-          "shrink the same way on their way back", [s.label(n) for n, _ in vals[1: low_at + 1]],
+          "shrink the same way on their way back", [s.label(n) for n, _ in vals[: low_at + 1]],
           severity="error", fixes=fixes_for("vanishing_signal"),
           evidence={"activation_scale": {n: round(v, 8) for n, v in vals[: low_at + 1]}, "ratio": ratio})
