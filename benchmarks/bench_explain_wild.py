@@ -1,6 +1,6 @@
 """Score the explainer on the wild sample (tests/data/errors_wild): errors people really hit, labelled before any run.
 
-Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|...|heldout4|heldout6|...|heldout9|both|heldout5|heldout10|heldout11]`` (default:
+Run: ``python benchmarks/bench_explain_wild.py [tune|heldout|heldout2|...|heldout4|heldout6|...|heldout9|tune11|both|heldout5|heldout10|heldout11]`` (default:
 tune; both: the nine opened for development).  For each item the text goes
 through ``explain`` as a user would paste it.  An actionable item (``actionable: true`` in its label) counts as
 
@@ -185,7 +185,7 @@ def score(paths: list[Path], *, show: bool) -> Counter[str]:
 
 def main() -> int:
     which = sys.argv[1] if len(sys.argv) > 1 else "tune"
-    halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout6", "heldout7", "heldout8", "heldout9") if which == "both" else (which,)
+    halves = ("tune", "heldout", "heldout2", "heldout3", "heldout4", "heldout6", "heldout7", "heldout8", "heldout9", "tune11") if which == "both" else (which,)
     for half in halves:
         # heldout2 ... heldout10: the later held-out samples (HELDOUT2.md ...), in the files their collectors
         # wrote; the unopened ones (FROZEN) are never shown
