@@ -18,7 +18,8 @@ lines, the class that owns the matched line, the exception that ends it):
 - ``ptxas`` failing is Triton's (torch.compile's family) only with Triton's or Inductor's words in the text;
 - a web server's port is held by another process only when the text says the address is in use;
 - XLA's compiler failing is not PyTorch/XLA's when the text names TensorFlow or JAX (they print the same advice);
-- a PowerShell command that is a path is a script that is not there, not a package;
+- a PowerShell command that is a path is a script that is not there, not a package, and a shell refusing several
+  different commands in one text is a batch file misread (its encoding or line endings), not a missing program;
 - the Hub refusing a repository is a model's files only for a download: an upload or a dataset's repository is not;
 - a log line (Unsloth's fallback notice, a kernel's printf, pip's resolver) is background when a whole traceback
   after it ends in an exception that is not about it.
@@ -82,6 +83,21 @@ _LOG_SLUGS = frozenset({"unsloth_compiled_cache", "pip_conflict"})
 _DEVICE_PRINTF = re.compile(r"^FATAL: ")
 # pip's resolver report, whichever category matched its words ("requires torch==2.1.0, which is not installed")
 _RESOLVER_LINE = re.compile(r"pip's dependency resolver|, which is (?:not installed|incompatible)\.?$|has requirement ")
+
+
+# a Windows shell refusing a command, in any display language: the command's name
+_NOT_RECOGNISED = re.compile(
+    r"[‘'\"“](?P<name>[^'\"’”\n]{1,200})[’'\"”] ?(?:is not (?:recognized as )?an internal or external command|"
+    r"不是[内內]部或外部命令|は、内部コマンド|은\(는\) 내부|n.est pas reconnu|no se reconoce|não é reconhecido|"
+    r"не является внутренней|ist entweder falsch)"
+    r"|The term '(?P<term>[^'\n]{1,200})' is not recognized|无法将[“\"'](?P<zh>[^”\"'\n]{1,200})[”\"']项识别为")
+
+
+def _several_commands(raw: str) -> bool:
+    """Whether a shell refused several different commands in one text: a batch file read in the wrong encoding or with
+    the wrong line endings (its words taken for commands), not one program that is not installed."""
+    names = {m.group("name") or m.group("term") or m.group("zh") for m in _NOT_RECOGNISED.finditer(raw[-20_000:])}
+    return len(names) >= 2
 
 
 def next_over_parameters(s: Structure) -> bool:
@@ -166,7 +182,8 @@ def lacks_evidence(slug: str, line: str, raw: str, live: BaseException | None = 
         return not _IN_USE.search(raw)
     if slug == "xla_error" and _XLA_COMPILER_LINE.search(line):
         return _OTHER_XLA.search(raw) is not None
-    if slug == "package_missing" and _COMMAND_PATH.search(line):
+    if slug == "package_missing" and (_COMMAND_PATH.search(line) or _NOT_RECOGNISED.search(line) and
+                                      _several_commands(raw)):
         return True
     if slug == "checkpoint_load_failed" and _HUB_REFUSAL.search(raw):
         return _NOT_A_MODEL_DOWNLOAD.search(raw) is not None

@@ -26,7 +26,14 @@ from nbdebug.core.explain._guards import (  # noqa: F401 - contradicted, frames_
     frames_deny,
 )
 from nbdebug.core.explain._installed import distribution_of
-from nbdebug.core.explain._machinery import compiler_call, deepspeed_line, distributed_wrapper, launch_assert
+from nbdebug.core.explain._machinery import (
+    compiler_call,
+    deepspeed_line,
+    distributed_wrapper,
+    exporter_line,
+    exporter_raised,
+    launch_assert,
+)
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import unpacks_its_own
 from nbdebug.core.explain._sequence import ignored_exception
@@ -267,6 +274,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
 
     if (placed := backward_raised(s, raw)) is not None:
         return placed  # a custom Function's backward failed: the autograd family, cut paste or not
+    if (s.cut or not s.frames) and not live and (placed := exporter_line(raw)) is not None:
+        return placed  # the ONNX exporter's words or class on an exception line the structure could not place
     if s.cut and not live:
         from nbdebug.core.explain._raised_in import cut_import
 
@@ -284,7 +293,7 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
 
     rules = (_tensor_types, at.program_start, loop_items, command_line_key, empty_loop, at.lazy_import, _import,
              at.checkpoint_load, at.two_libraries, at.collate, at.distributed_call, distributed_wrapper,
-             compiler_call, launch_assert)
+             compiler_call, launch_assert, exporter_raised)
     for rule in rules + ((_library,) if live else (_user_code, _library)):
         placed = rule(s, raw)
         if placed is not None:

@@ -16,6 +16,11 @@ belong to families of their own.  These rules answer them, each from the evidenc
   (``torch.jit.trace``, ``torch.compile``, ``torch.onnx.export``, ``torch.export``), about the value that call
   returned or takes ("'function' object is not iterable" after ``a, b = torch.jit.trace(...)``): the compiler API of
   the installed torch is not the one the code was written for.  Not a message about tensors, an install or a file.
+- ``distributed_launch_check``: an ``assert`` in the user's own code whose condition reads what the launcher set (the
+  world size, a rank, whether the process group exists), not the GPUs' count.
+- ``onnx_export_failed``: an error raised in torch's ONNX exporter's own frames (or, without frames, its classes and
+  words): an operator or construct it cannot convert at the opset asked for.  Not an ``AttributeError`` or an import
+  (releases that do not fit), an install or memory.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, where
 
-__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "launch_assert"]
+__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised", "launch_assert"]
 
 # packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
 _WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
@@ -83,12 +88,11 @@ def distributed_wrapper(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | 
 
 
 def deepspeed_line(raw: str) -> tuple[str, dict[str, Any]] | None:
-    """A text without frames whose exception line names DeepSpeed's internal objects (an issue's title, a log line):
-    DeepSpeed's own code raised it."""
-    tail = raw[-4000:]
+    """A text without frames whose last exception line names DeepSpeed (its internal objects, its name, its config's
+    keys; an issue's title, a log line) and no file: DeepSpeed's own code, or its integration's, raised it."""
     found = None
-    for found in _EXCEPTION_IN_LINE.finditer(tail):
-        pass
+    for m in _EXCEPTION_IN_LINE.finditer(raw[-4000:]):
+        found = m  # the last exception line: the error that ended the text
     if found is None or not _DEEPSPEED_NAMED.search(found.group("msg")) or _NOT_THE_WRAPPER.search(found.group(0)):
         return None
     if _FILE_IN_MESSAGE.search(found.group("msg")):
@@ -136,3 +140,51 @@ def launch_assert(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     if _DEVICE_NAMES.search(frame.source):
         return None  # the GPUs' count or availability: the CUDA family's question
     return "distributed_launch_check", {"where": where(frame), "condition": frame.source[len("assert "):].strip()}
+
+
+# torch's ONNX exporter (the TorchScript-based one and the dynamo-based one) and onnxscript, which the latter calls
+_EXPORTER_PATH = re.compile(r"[/\\]torch[/\\]onnx[/\\]")
+_EXPORTER_OWNERS = frozenset({"onnxscript"})
+# the exporter's own words: an operator it cannot convert at an opset, an export it gave up on
+_EXPORTER_WORDS = re.compile(r"Exporting the operator [^\n]{1,200} to ONNX opset version \d{1,3}|"
+                             r"\bONNX export (?:of|failed)\b|Unsupported: ONNX export")
+# an exception line (anywhere in a line: a test runner's "E   RuntimeError: ...") in the exporter's words or classes
+_EXCEPTION_ANYWHERE = re.compile(r"(?P<cls>\b(?:torch\.onnx\.(?:errors\.)?)?[A-Z]\w{0,60}(?:Error|Exception)): "
+                                 r"(?P<msg>[^\n]{1,1000})")
+_OPSET = re.compile(r"opset version (\d{1,3})")
+_NOT_THE_EXPORTER = re.compile(r"(?i:\binstall|\bpip\b|\bconda\b|out of memory|no module named)")
+
+
+def exporter_line(raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A text whose structure says nothing (no frames, or an exception line printed before its frames) with an
+    exception line in the exporter's own words or classes: torch's ONNX exporter raised it."""
+    found = None
+    for m in _EXCEPTION_ANYWHERE.finditer(raw[-4000:]):
+        if m.group("cls").startswith("torch.onnx.") or _EXPORTER_WORDS.search(m.group("msg")):
+            found = m
+    if found is None or _NOT_THE_EXPORTER.search(found.group(0)):
+        return None
+    facts: dict[str, Any] = {"exc_type": found.group("cls").rsplit(".", 1)[-1]}
+    opset = _OPSET.search(found.group(0))
+    if opset is not None:
+        facts["opset"] = int(opset.group(1))
+    return "onnx_export_failed", facts
+
+
+def exporter_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """An error torch's ONNX exporter raised: an operator or construct of the model it cannot convert at the opset
+    asked for.  Read from its frames (the innermost below the standard library's is ``torch/onnx``'s or onnxscript's,
+    a complete traceback; ``exporter_line`` reads a text without them); not an ``AttributeError`` or an import (a
+    release of onnxscript or onnx that does not fit torch's), nor a message about an install or memory."""
+    if s.cut or s.short_type in ("AttributeError", "ImportError", "ModuleNotFoundError"):
+        return None
+    if _NOT_THE_EXPORTER.search(s.message):
+        return None
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if not frames or not (_EXPORTER_PATH.search(frames[-1].path) or frames[-1].owner in _EXPORTER_OWNERS):
+        return None
+    facts = _facts(s, frames[-1])
+    opset = _OPSET.search(s.message)
+    if opset is not None:
+        facts["opset"] = int(opset.group(1))
+    return "onnx_export_failed", facts

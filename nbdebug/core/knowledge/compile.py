@@ -298,3 +298,29 @@ ENTRIES += (
         extra={"family": "compile"},
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="onnx_export_failed",
+        title="torch.onnx.export could not convert the model",
+        facts=((r"to ONNX opset version (?P<opset>\d{1,3})", {"opset": "int"}),),
+        summary=("{exc_type} was raised by torch's ONNX exporter[[ ({where})]][[, called from the code at "
+                 "{user_where}]]: an operator or construct of the model has no ONNX conversion[[ at opset "
+                 "{opset}]]."),
+        causes=("An operator added to ONNX only in a later opset than the one asked for (the message names the "
+                "opset that added it).",
+                "An operator or a Python construct the exporter has no conversion for at any opset (a custom "
+                "operator, data-dependent control flow, an in-place op on a view).",
+                "The older TorchScript-based exporter, where the dynamo-based one (torch.onnx.export(..., "
+                "dynamo=True)) converts more."),
+        fixes=(Fix("Export at the opset the message names, or with the newer exporter",
+                   "torch.onnx.export(model, args, 'model.onnx', opset_version=17)\n"
+                   "# or: torch.onnx.export(model, args, 'model.onnx', dynamo=True)"),),
+        first_step=("Read the operator and opset the exporter names: export with opset_version at least the one it "
+                    "says added the operator (or try torch.onnx.export(..., dynamo=True)); with no opset that has "
+                    "it, replace that operation in the model's forward for the export."),
+        sources=("https://pytorch.org/docs/stable/onnx.html",
+                 "https://pytorch.org/docs/stable/onnx_torchscript_supported_aten_ops.html"),
+        extra={"family": "compile"},
+    ),
+)

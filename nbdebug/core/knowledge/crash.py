@@ -81,7 +81,7 @@ ENTRIES: tuple[Entry, ...] = (
             r"\billegal hardware instruction\b",
             r"signal 11\b",
             r"\bSIGBUS\b",
-            r"interrupted by signal \d+: SIG\w+",
+            r"interrupted by signal \d+: ?SIG\w+",
             r"terminate called after throwing an instance of 'c10::Error'",
             r"ucrtbase!abort",
             # tcmalloc (preloaded on TPU VMs) aborting on a pointer another allocator returned

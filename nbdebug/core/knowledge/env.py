@@ -155,12 +155,15 @@ ENTRIES: tuple[Entry, ...] = (
         summary=("A compiled module was built against another version of torch (or of a library) than the one "
                  "installed: a symbol it needs[[ ({symbol})]] does not exist in the loaded library."),
         keywords=("undefined symbol", "symbol not found", "procedure could not be found", "winerror 127",
-                  "not available in this library"),
+                  "not available in this library", "with link time reference"),
         patterns=(
             r"undefined symbol: ?_?\w+",
             # the loader's line naming the shared object, the symbol's name cut off
             r"\.so(?:\.[\d.]{1,20})?: undefined symbol",
             r"Symbol not found: \(?_?\w+",
+            # the loader's wording for a versioned symbol the library found first does not define (two builds of one
+            # library on the path: libcublas.so.11 with another libcublasLt.so.11)
+            r"symbol \w{1,200} version \S{1,100} not defined in file \S{1,200} with link time reference",
             r"The specified procedure could not be found",
             r"\[WinError 127\]",
             # TensorFlow's TPU loader (in torch_xla, TensorFlow, JAX) finding a function missing from the libtpu it
@@ -169,6 +172,7 @@ ENTRIES: tuple[Entry, ...] = (
         ),
         priority=80,
         facts=((r"(?:undefined symbol|Symbol not found): ?\(?(?P<symbol>_?\w{1,200})", {"symbol": "str"}),
+               (r"symbol (?P<symbol>\w{1,200}) version \S{1,100} not defined in file", {"symbol": "str"}),
                (r"(?P<symbol>\bTpu\w{1,200}) not available in this library", {"symbol": "str"})),
         causes=(
             "torch was upgraded or downgraded after an extension (torchvision, torchaudio, xformers, flash-attn, "
@@ -267,7 +271,10 @@ ENTRIES: tuple[Entry, ...] = (
         title="A package is not installed in the kernel's environment",
         summary="Python cannot import[[ '{module}']]: it is not installed in the environment this kernel or script runs in.",
         keywords=("please install", "no module name", "were not found in your environment", "seems to be not installed", "you tried to install", "no module named", "pip install", "but it was not found", "command not found", "未找到命令", "not recognized as", "an internal or external command", ": not found", ":not found",
-                  "not installed", "not been installed", "nomodulename", "is not defined", "commandnotfoundexception"),
+                  "not installed", "not been installed", "nomodulename", "is not defined", "commandnotfoundexception",
+                  "项识别为", "部或外部命令", "内部コマンドまたは外部コマンド", "コマンドレット", "내부 또는 외부 명령",
+                  "falsch geschrieben", "als name eines cmdlet", "commande interne", "comando interno",
+                  "внутренней или внешней"),
         patterns=(
             # not the optional import a library reports and goes on without ("Error caught was: No module named")
             # also as users retype it ("No Module name 'ultralytics'")
@@ -296,6 +303,24 @@ ENTRIES: tuple[Entry, ...] = (
             r"ObjectNotFound: \((?P<command>[^:()\n]{1,200}):String\) \[[^\]\n]{0,100}\], CommandNotFoundException",
             r"'[^'\n]{1,200}' is not recognized as an internal or external command",
             r"[\"'][^'\"\n]{1,200}[\"'] is not (?:recognized as )?an internal or external command",
+            # the same two shells in other Windows display languages (zh-CN, zh-TW, ja, ko, de, fr, es, pt, ru): the name
+            # of a program, not a path (a script that is not there) nor a word of a batch file read in the wrong
+            # encoding (several names in one text: _claims drops those)
+            r"无法将[“\"']?[A-Za-z][\w.-]{1,60}[”\"']?项识别为 ?cmdlet",
+            r"[‘'\"][A-Za-z][\w.-]{1,60}[’'\"] ?不是[内內]部或外部命令",
+            r"[‘'\"][A-Za-z][\w.-]{1,60}[’'\"] ?は、内部コマンドまたは外部コマンド",
+            r"用語 '[A-Za-z][\w.-]{1,60}' は、コマンドレット",
+            r"'[A-Za-z][\w.-]{1,60}'은\(는\) 내부 또는 외부 명령",
+            r"Der Befehl \"[A-Za-z][\w.-]{1,60}\" ist entweder falsch geschrieben",
+            r"Die Benennung \"[A-Za-z][\w.-]{1,60}\" wurde (?:nicht )?als Name eines Cmdlet",
+            r"'[A-Za-z][\w.-]{1,60}' n.est pas reconnu en tant que commande interne",
+            r"'[A-Za-z][\w.-]{1,60}' no se reconoce como un comando interno",
+            r"'[A-Za-z][\w.-]{1,60}' não é reconhecido como um comando interno",
+            r"\"[A-Za-z][\w.-]{1,60}\" не является внутренней или внешней",
+            # a library's check that names the package it needs and then how to install that same package ("torchao not
+            # installed. Please follow the instructions at <url> to install torchao.")
+            r"\b(?P<module>(?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w.-]{1,40}) "
+            r"(?:is )?not (?:been )?installed\b[^\n]{0,300}(?:\n[^\n]{0,300}){0,3}?\binstall (?:the )?(?P=module)\b",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
             # a flag a module defines only when its optional import succeeded ("try: import accelerate;
