@@ -117,8 +117,11 @@ def compiler_call(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     m = _COMPILER_API.search(frame.source)
     if m is None or not _RETURNED_VALUE.search(s.message):
         return None
+    from nbdebug.core.knowledge.compile import COMPILER_CALL_STEP
+
     api = m.group(0).rstrip("( ")
-    return "compiler_call_rejected", {"exc_type": s.short_type, "api": api, "where": where(frame)}
+    return "compiler_call_rejected", {"exc_type": s.short_type, "api": api, "where": where(frame),
+                                      "first_step_detail": COMPILER_CALL_STEP.format(api=api)}
 
 
 # the quantities a launcher sets: the number of processes and this process's place among them
@@ -139,7 +142,11 @@ def launch_assert(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if _DEVICE_NAMES.search(frame.source):
         return None  # the GPUs' count or availability: the CUDA family's question
-    return "distributed_launch_check", {"where": where(frame), "condition": frame.source[len("assert "):].strip()}
+    from nbdebug.core.knowledge.dist import LAUNCH_CHECK_STEP
+
+    site = where(frame)
+    return "distributed_launch_check", {"where": site, "condition": frame.source[len("assert "):].strip(),
+                                        "first_step_detail": LAUNCH_CHECK_STEP.format(where=site)}
 
 
 # torch's ONNX exporter (the TorchScript-based one and the dynamo-based one) and onnxscript, which the latter calls

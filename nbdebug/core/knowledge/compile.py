@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry
 
-__all__ = ["ENTRIES"]
+__all__ = ["COMPILER_CALL_STEP", "ENTRIES"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -277,6 +277,10 @@ ENTRIES += (
     ),
 )
 
+# the first step, with the call the code's line makes
+COMPILER_CALL_STEP = ("Print what {api} returns in the installed torch (type(...)) and read that function's "
+                      "documentation for this release: use the result as it documents (or install the torch release "
+                      "the code was written for).")
 ENTRIES += (
     Entry(
         slug="compiler_call_rejected",
@@ -289,9 +293,7 @@ ENTRIES += (
                 "A decorator form used as a call, or a call used as a decorator (torch.jit.script, torch.compile)."),
         fixes=(Fix("See what the call returns in this torch", "import torch\nprint(torch.__version__)\n"
                    "out = torch.jit.trace(model, example)\nprint(type(out))"),),
-        first_step=("Print what {api} returns in the installed torch (type(...)) and read that function's "
-                    "documentation for this release: use the result as it documents (or install the torch release "
-                    "the code was written for)."),
+        first_step=COMPILER_CALL_STEP.format(api="the compiler or exporter call"),
         sources=("https://pytorch.org/docs/stable/generated/torch.jit.trace.html",
                  "https://pytorch.org/docs/stable/onnx.html",
                  "https://pytorch.org/docs/stable/export.html"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from nbdebug.core._findings import Fix, Severity
 from nbdebug.core.knowledge._schema import Entry, Threshold
 
-__all__ = ["ENTRIES", "THRESHOLDS"]
+__all__ = ["ENTRIES", "LAUNCH_CHECK_STEP", "THRESHOLDS"]
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(
@@ -740,6 +740,10 @@ ENTRIES += (
     ),
 )
 
+# the first step, with the assert's place
+LAUNCH_CHECK_STEP = ("Read the condition at {where}: change the setting it checks (to a multiple of the world size, "
+                     "for one) or launch the number of processes it requires (torchrun --nproc_per_node / accelerate "
+                     "launch --num_processes).")
 ENTRIES += (
     Entry(
         slug="distributed_launch_check",
@@ -752,9 +756,7 @@ ENTRIES += (
                 "or with --nproc_per_node / --num_processes other than it expects."),
         fixes=(Fix("Launch the number of processes the script expects",
                    "torchrun --nproc_per_node=<N> train.py ...   # or: accelerate launch --num_processes <N> ..."),),
-        first_step=("Read the condition at {where}: change the setting it checks (to a multiple of the world size, "
-                    "for one) or launch the number of processes it requires (torchrun --nproc_per_node / accelerate "
-                    "launch --num_processes)."),
+        first_step=LAUNCH_CHECK_STEP.format(where="the failing assert"),
         sources=("https://pytorch.org/docs/stable/elastic/run.html",),
         extra={"family": "distributed"},
     ),

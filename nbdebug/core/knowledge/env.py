@@ -617,7 +617,9 @@ ENTRIES += (
                   r"conflicting)|unrecognized arguments: |the following arguments are required: )",
                   r"^Error: (?:No such (?:command|option)|Got unexpected extra arguments?|Invalid value for) "),
         priority=30,  # below every error a program raised: a usage line is printed before anything runs
-        extra={"family": "environment_version,library_api_misuse"},
+        # (its first step, read the error under the usage, is the step for a typo too, which labels file as "other":
+        # an em dash typed for "--", tune11 q010)
+        extra={"family": "environment_version,library_api_misuse,other"},
         facts=((r"^(?P<prog>[\w.-]{1,100}): error: ", {"prog": "str"}),
                (r"^[Uu]sage: (?P<prog>[\w.-]{1,100}) ", {"prog": "str"}),
                (r"(?:error: |Error: )(?P<what>(?:argument [\w./-]{1,200}|unrecognized arguments: [^\n]{1,200}|No such "
