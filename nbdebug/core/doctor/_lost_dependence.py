@@ -185,14 +185,26 @@ def locate(s: Session, work: Any, n: int) -> Cut | None:
         return None
     kind, detail, spread, value = _describe(op, n)
     cut = Cut(kind, detail.split(" ")[0], op.module, op.site, detail, spread, value)
-    if kind == "softmax_one":
-        cut.experiment = _sigmoid_instead(s)
+    if kind in _MENDS:
+        cut.experiment = _mended(s, kind)
     return cut
 
 
-class _SigmoidForSoftmaxOverOne:
-    """The user's way of making the loss, with every softmax over a dimension of size 1 made a sigmoid (a
-    log_softmax a log-sigmoid): what one output unit needs."""
+# what the fix of a cut does, tried on a copy: (the change in words)
+_MENDS = {"softmax_one": "a sigmoid in the softmax's place", "zero_factor": "the zero factor made 1"}
+
+
+def _zero(t: Any) -> bool:
+    import torch
+
+    return (isinstance(t, torch.Tensor) and t.numel() > 0 and not bool(t.any())) or (
+        isinstance(t, (int, float)) and t == 0)
+
+
+class _Mended:
+    """The user's way of making the loss, with the cut mended in every call like it: a softmax over a dimension of
+    size 1 made a sigmoid (a log_softmax a log-sigmoid), what one output unit needs; a product with a factor that
+    is all zeros made the other factor (the zero made 1)."""
 
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
@@ -205,6 +217,11 @@ class _SigmoidForSoftmaxOverOne:
             def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 short = getattr(func, "__name__", "")
+                if short in _MUL and len(args) == 2 and isinstance(args[0], torch.Tensor | float | int) \
+                        and _zero(args[0]) != _zero(args[1]):
+                    other = args[1] if _zero(args[0]) else args[0]
+                    if isinstance(other, torch.Tensor):
+                        return other.clone() if short.endswith("_") else other * 1
                 if short in ("softmax", "log_softmax") and args and isinstance(args[0], torch.Tensor):
                     dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
                     if isinstance(dim, int) and int(args[0].shape[dim]) == 1:
@@ -216,23 +233,23 @@ class _SigmoidForSoftmaxOverOne:
             return self.adapter.loss(work, inputs, targets)
 
 
-def _sigmoid_instead(s: Session) -> dict[str, Any]:
-    """The user's setup and the same with a sigmoid in the softmax's place, each trained on the batch on a copy for
-    the same steps: their losses at the start and the end."""
+def _mended(s: Session, kind: str) -> dict[str, Any]:
+    """The user's setup and the same with the cut mended, each trained on the batch on a copy for the same steps:
+    their losses at the start and the end."""
     from nbdebug.core.doctor._train_checks import train
 
     steps = min(s.options.steps, 60)
     runs = {}
-    for key, adapter in (("before", None), ("after", _SigmoidForSoftmaxOverOne(s.loss))):
+    for key, adapter in (("before", None), ("after", _Mended(s.loss))):
         work, opt = s.fresh()
-        curve = train(s, work, opt, s.loss.inputs, steps=steps, phase="experiment: a sigmoid in the softmax's place",
+        curve = train(s, work, opt, s.loss.inputs, steps=steps, phase=f"experiment: {_MENDS[kind]}",
                       early_stop=key == "after", deadline=s.deadline(0.15), adapter=adapter)
         if not curve:
             return {}
         runs[key] = curve
     k = min(len(runs["before"]), len(runs["after"]))
     return {"steps": len(runs["after"]), "before": (runs["before"][0], runs["before"][k - 1]),
-            "after": (runs["after"][0], runs["after"][-1])}
+            "after": (runs["after"][0], runs["after"][-1]), "change": _MENDS[kind]}
 
 
 def said(s: Session, cut: Cut, n: int) -> tuple[str, tuple[Fix, ...], dict[str, Any]]:
@@ -250,9 +267,9 @@ def said(s: Session, cut: Cut, n: int) -> tuple[str, tuple[Fix, ...], dict[str, 
     ex = cut.experiment
     if ex:
         (b0, b1), (a0, a1) = ex["before"], ex["after"]
-        message += (f". Tried on a copy: with a sigmoid in its place the loss went {a0:.4g} -> {a1:.4g} in "
+        message += (f". Tried on a copy: with {ex['change']} the loss went {a0:.4g} -> {a1:.4g} in "
                     f"{ex['steps']} steps; as you have it, {b0:.4g} -> {b1:.4g}")
-        evidence.update({"tried": "a sigmoid in the softmax's place", "before": f"{b0:.4g} -> {b1:.4g}",
+        evidence.update({"tried": ex["change"], "before": f"{b0:.4g} -> {b1:.4g}",
                          "after": f"{a0:.4g} -> {a1:.4g} in {ex['steps']} steps"})
     title, code = LOST_DEPENDENCE[cut.kind][1:]
     return message, (Fix(title, code),), evidence

@@ -16,6 +16,7 @@ from typing import Any
 from nbdebug.core._findings import Fix
 from nbdebug.core.doctor import _capacity as capacity
 from nbdebug.core.doctor import _constant_init as constant
+from nbdebug.core.doctor import _dead_units as dead
 from nbdebug.core.doctor import _depth_fixes as depth
 from nbdebug.core.doctor import _easy_checks as easy
 from nbdebug.core.doctor import _experiments as experiments
@@ -268,6 +269,7 @@ def _run(s: Session) -> None:
           "after training", skip_if_found=True)
     _safe(s, "experiments on the copy", experiments.run, s)
     _safe(s, "the fixes of a vanishing signal tried on a copy", depth.settle, s)
+    _safe(s, "whether the ReLU units silent at init matter", dead.settle, s)
     _safe(s, "the output against the input", capacity.linear_model, s)
     _safe(s, "the advice for an unlearned batch", capacity.plain_advice, s)
     if s.options.dataloader is not None:
