@@ -250,3 +250,21 @@ TypeError                                 Traceback (most recent call last)
     # a library's function (not a module's top-level code) below the import: which one failed is not known
     called = text.replace("tqdm/auto.py in <module>", "tqdm/auto.py in make_bar")
     assert explain(called).kind != "import_failed"
+
+
+
+def test_a_cut_paste_whose_frames_stop_in_a_modules_top_level_code() -> None:
+    # the error printed above its traceback (a library's "Original error:" wrapper), the paste cut where torch's
+    # __init__ was running: the failure came while torch was being imported
+    text = ("OSError: Cannot find data file.\nOriginal error:\ndlopen: cannot load any more object with static TLS\n\n"
+            "Traceback (most recent call last):\n"
+            "  File \"/env/lib/python3.8/site-packages/somelib/features.py\", line 165, in cast\n"
+            "    import torch\n"
+            "  File \"/env/lib/python3.8/site-packages/torch/__init__.py\", line 188, in <module>")
+    d = explain(text)
+    assert d.kind == "import_failed" and d.evidence["package"] == "torch"
+    # cut in a library's function instead: which call failed is not known
+    assert explain(text.replace(", in <module>", ", in _load_global_deps")).kind != "import_failed"
+    # an import that touches the GPU is the CUDA family's question, not the install's
+    assert explain(text.replace("dlopen: cannot load any more object with static TLS",
+                                "CUDA driver initialization failed")).kind != "import_failed"

@@ -229,7 +229,7 @@ def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
     header = _HEADER_CLASS.search(raw)
     user = s.innermost_user
     if header is None or header.group("cls") not in _IMPORT_TIME_CLASSES or user is None or not s.cut:
-        return None
+        return _cut_in_module(s, raw)
     m = _IMPORT_OF.match(user.source)
     below = s.frames[s.frames.index(user) + 1:]
     if m is None or not below:
@@ -244,6 +244,22 @@ def cut_import(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
             return None  # a library called at import time: which one failed is not known without the message
         package, site = chain[-1].owner, chain[-1]
     return "import_failed", {"package": package, "where": where(site), "exc_type": header.group("cls"),
+                             "first_step_detail": _import_step(package)}
+
+
+def _cut_in_module(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A pasted traceback cut at a library's module-level frame, its exception printed before it ("OSError: Cannot
+    find data file. Original error: dlopen: ..." above the frames): the failure came while that library was being
+    imported.  Not when the message names the GPU, memory or distributed setup (an import that touches them)."""
+    from nbdebug.core.explain._family import _DISTRIBUTED_WORDS, _IMPORT_TIME_WORDS, _import_step
+
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    if not s.cut or not s.exc_type or not frames or frames[-1].func != "<module>" or frames[-1].is_user:
+        return None
+    if _IMPORT_TIME_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
+        return None
+    package = frames[-1].owner
+    return "import_failed", {"package": package, "where": where(frames[-1]), "exc_type": s.short_type,
                              "first_step_detail": _import_step(package)}
 
 
