@@ -3,7 +3,8 @@
 The rules (``nbdebug/core/explain/_machinery.py``): DeepSpeed and its accelerate / transformers integration raising
 (``distributed_wrapper_raised``), the user's line calling torch's tracer or exporter (``compiler_call_rejected``),
 the user's ``assert`` on what the launcher set (``distributed_launch_check``), torch's ONNX exporter
-(``onnx_export_failed``); and a notebook's cut import chain of module frames.
+(``onnx_export_failed``), ExecuTorch's runtime without a kernel (``runtime_operator_missing``); and a notebook's cut
+import chain of module frames.
 
 ``PROBES`` are public texts that share each rule's evidence, with their threads' addresses and the family written for
 each before the explainer ran on it (the over-reach check).  Positives: the rule answers them (none was answered
@@ -24,7 +25,7 @@ from nbdebug.core.explain import explain
 from nbdebug.core.knowledge import entry
 
 NEW = frozenset({"distributed_wrapper_raised", "compiler_call_rejected", "distributed_launch_check",
-                 "onnx_export_failed"})
+                 "onnx_export_failed", "runtime_operator_missing"})
 
 # (address, family labelled before running, the answer, text)
 PROBES: tuple[tuple[str, str, str, str], ...] = (
@@ -102,6 +103,16 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
      'ValueError: Unsupported ONNX opset version: 17'),
     ('https://github.com/pytorch/pytorch/issues/97160', 'compile', 'unknown',
      'line 605, in _optimize_graph\n    _C._jit_pass_peephole(graph, True)\nIndexError: Argument passed to at() was not in the map.'),
+    ('https://github.com/pytorch/executorch/issues/15673', 'install_build', 'runtime_operator_missing',
+     "[operator_registry.cpp:256] kernel 'aten::bitwise_right_shift.Tensor_out' not found."),
+    ('https://github.com/pytorch/executorch/issues/20270', 'install_build', 'runtime_operator_missing',
+     "kernel 'aten::bucketize.Tensor_out' not found."),
+    ('https://github.com/pytorch/torchchat/issues/385', 'install_build', 'runtime_operator_missing',
+     'I 00:00:00.000395 executorch:program.cpp:129] InternalConsistency verification requested but not available\nE 00:00:00.056349 executorch:method.cpp:536] Missing operator: [13] aten::view_copy.dtype_out\nE 00:00:00.057316 executorch:method.cpp:719] There are 1 instructions don\'t have corresponding operator registered. See logs for details\nTraceback (most recent call last):\n  File "/home/runner/work/torchchat/torchchat/build/builder.py", line 364, in _initialize_model\n    model = PTEModel(model_.config, builder_args.pte_path)\n            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  File "/home/runner/work/torchchat/torchchat/build/model_et.py", line 10, in __init__\n    self.model_ = exec_lib._load_for_executorch(str(path))\n                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\nRuntimeError: loading method forward failed with error 0x14'),
+    ('https://github.com/pytorch/executorch/issues/1199', 'install_build', 'runtime_operator_missing',
+     '11-24 09:35:11.099: I/ETLOG(3388): Missing operator: [4] aten::native_dropout.out\n11-24 09:35:11.099: I/ETLOG(3388): Missing operator: [4] aten::native_dropout.out'),
+    ('https://github.com/pytorch/executorch/issues/2533', 'environment_version', 'unknown',
+     "I executorch:main.cpp:68] Model PTE file loaded. Size: 960 bytes.\nE executorch:program.cpp:108] Program identifier 'X' != expected 'ET12'\nI executorch:main.cpp:72] Program loading failed @ 0x0x20000E20: 0x23\nF executorch:result.h:165] In function CheckOk(), assert failed: hasValue_"),
 )
 
 

@@ -33,6 +33,7 @@ from nbdebug.core.explain._machinery import (
     exporter_line,
     exporter_raised,
     launch_assert,
+    runtime_operator_missing,
 )
 from nbdebug.core.explain._normalize import last_exception_line
 from nbdebug.core.explain._raised_in import unpacks_its_own
@@ -276,6 +277,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         return placed  # a custom Function's backward failed: the autograd family, cut paste or not
     if (s.cut or not s.frames) and not live and (placed := exporter_line(raw)) is not None:
         return placed  # the ONNX exporter's words or class on an exception line the structure could not place
+    if (placed := runtime_operator_missing(raw)) is not None:
+        return placed  # ExecuTorch's runtime naming an operator without a kernel: the cause of what follows
     if s.cut and not live:
         from nbdebug.core.explain._raised_in import cut_import
 

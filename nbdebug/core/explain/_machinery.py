@@ -21,6 +21,9 @@ belong to families of their own.  These rules answer them, each from the evidenc
 - ``onnx_export_failed``: an error raised in torch's ONNX exporter's own frames (or, without frames, its classes and
   words): an operator or construct it cannot convert at the opset asked for.  Not an ``AttributeError`` or an import
   (releases that do not fit), an install or memory.
+- ``runtime_operator_missing``: the ExecuTorch runtime's own words for an operator with no registered kernel (``kernel
+  'aten::x.out' not found``, ``Missing operator: [4] aten::x.out``, ``OperatorMissing``), an operator named with its
+  namespace.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, where
 
-__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised", "launch_assert"]
+__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised", "launch_assert",
+           "runtime_operator_missing"]
 
 # packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
 _WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
@@ -195,3 +199,21 @@ def exporter_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     if opset is not None:
         facts["opset"] = int(opset.group(1))
     return "onnx_export_failed", facts
+
+
+# the ExecuTorch runtime's words for an operator no kernel is registered for (its operator registry, a method's load)
+_ET_OPERATOR_MISSING = re.compile(r"kernel '(?P<op>\w{1,60}::[\w.]{1,200})' not found"
+                                  r"|Missing operator: \[\d{1,6}\] (?P<op2>\w{1,60}::[\w.]{1,200})"
+                                  r"|\bOperatorMissing\b")
+
+
+def runtime_operator_missing(raw: str) -> tuple[str, dict[str, Any]] | None:
+    """The ExecuTorch runtime saying an operator of the program has no kernel registered (in its log or its error,
+    whatever the traceback that follows): the runner was built without that kernel library, or no library has it."""
+    found = None
+    for m in _ET_OPERATOR_MISSING.finditer(raw[-8000:]):
+        found = m
+    if found is None:
+        return None
+    op = found.group("op") or found.group("op2")
+    return "runtime_operator_missing", ({"operator": op} if op else {})

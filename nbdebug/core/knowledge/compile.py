@@ -326,3 +326,27 @@ ENTRIES += (
         extra={"family": "compile"},
     ),
 )
+
+ENTRIES += (
+    Entry(
+        slug="runtime_operator_missing",
+        title="The ExecuTorch runtime has no kernel for an operator of the program",
+        summary=("The program (.pte) uses an operator[[ ({operator})]] for which the runtime that loads it has no "
+                 "kernel registered, so the method cannot load or run."),
+        causes=("The runner was linked without the kernel libraries (the portable or optimized ops library without "
+                "--whole-archive, the selective-build operator library generated for another model, or without "
+                "executorch's prim ops).",
+                "A runtime built from another ExecuTorch version than the one that exported the program.",
+                "No kernel library has that operator (the portable library lacks it): the export left it on the CPU."),
+        fixes=(Fix("Link the kernel libraries whole into the runner",
+                   "target_link_libraries(app PRIVATE executorch -Wl,--whole-archive portable_ops_lib "
+                   "-Wl,--no-whole-archive portable_kernels)"),),
+        first_step=("Link the kernel libraries into the runner that loads the program (the portable or optimized ops "
+                    "library with --whole-archive, or the selective-build library generated for this model, with "
+                    "executorch's prim ops), built from the same ExecuTorch version as the export; if no kernel "
+                    "library has the operator it names, lower it to a backend or replace it before export."),
+        sources=("https://pytorch.org/executorch/stable/getting-started-faqs.html",
+                 "https://pytorch.org/executorch/stable/kernel-library-selective-build.html"),
+        extra={"family": "install_build,compile"},
+    ),
+)
