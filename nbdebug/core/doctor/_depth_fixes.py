@@ -62,6 +62,12 @@ def _matched_std(weight: Any, family: str) -> float:
     return math.sqrt(2.0 / (fan_in + fan_out))
 
 
+def _off_scale(work: Any, family: str) -> bool:
+    """Whether most Linear/conv layers start off the scale that ``family``'s activation keeps."""
+    ratios = [float(m.weight.detach().float().std()) / _matched_std(m.weight, family) for _, m in _layers(work)]
+    return len([r for r in ratios if not (1 / _OFF_SCALE <= r <= _OFF_SCALE)]) * 2 > len(ratios) > 0
+
+
 def _reinit(work: Any, family: str) -> None:
     import torch
 
@@ -112,14 +118,19 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
         kinds = sorted({type(work.get_submodule(n)).__name__ for n in hidden})
         what = f"{len(hidden)} x {'/'.join(kinds)}"
 
+        # ReLU keeps a signal's variance only at He init's scale: layers drawn off it get that init with it
+        he = _off_scale(work, "relu")
+
         def swapped(s: Session) -> tuple[Any, Any, Any, Any]:
             w, opt = s.fresh()
             for n in hidden:
                 parent, _, leaf = n.rpartition(".")
                 setattr(w.get_submodule(parent) if parent else w, leaf, nn.ReLU())
+            if he:
+                _reinit(w, "relu")
             return w, opt, None, s.loss.inputs
 
-        change = f"the {what} activations replaced by ReLU"
+        change = f"the {what} activations replaced by ReLU" + (" (with the He init ReLU needs)" if he else "")
         title, code = DEPTH_FIXES["activation"]
         s.depth_fixes[change] = Fix(title.format(what=what), code.format(kind=kinds[0]))
         out.append(("vanishing_gradients", change, swapped, s.depth_fixes[change].code))
@@ -127,8 +138,7 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
     layers = _layers(work)
     if family is not None and layers:
         ratios = [float(m.weight.detach().float().std()) / _matched_std(m.weight, family) for _, m in layers]
-        off = [r for r in ratios if not (1 / _OFF_SCALE <= r <= _OFF_SCALE)]
-        if len(off) * 2 > len(ratios):  # most layers start off the scale their activation keeps
+        if _off_scale(work, family):
             init, code = MATCHED_INIT[family]
             stds = sorted(float(m.weight.detach().float().std()) for _, m in layers)
             what = f"weight std {stds[len(stds) // 2]:.2g}, {min(ratios):.2g}x to {max(ratios):.2g}x the matched scale"

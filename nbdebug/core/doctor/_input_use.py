@@ -69,9 +69,15 @@ def unchanged_by_zeroing(s: Session) -> bool:
     if not measured or max(measured) > _UNCHANGED:
         return False
     change = max(measured)
-    s.add("ignores_input", "with every input zeroed the output is unchanged (measured on a copy, dropout off): the "
-          "forward pass does not depend on its input (a constant, or a tensor cached and detached, stands in for "
-          "it)", ("inputs",), evidence={"output_change": change})
+    fading = next((f for f in s.findings if f.kind == "vanishing_gradients" and "activation_scale" in f.evidence), None)
+    if fading is not None:  # the signal fades layer by layer: the input is used, and lost on the way
+        s.add("ignores_input", f"with every input zeroed the output is unchanged (by {change:.2g} of its size, "
+              "measured on a copy): the signal fades with depth (the finding above) before it reaches the output",
+              ("inputs",), fixes=fading.fixes, evidence={"output_change": change})
+    else:
+        s.add("ignores_input", "with every input zeroed the output is unchanged (measured on a copy, dropout off): "
+              "the forward pass does not depend on its input (a constant, or a tensor cached and detached, stands "
+              "in for it)", ("inputs",), evidence={"output_change": change})
     s.check("output depends on the input", "no: the output is the same with the inputs zeroed")
     return True
 
