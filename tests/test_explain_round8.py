@@ -113,6 +113,37 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
      '11-24 09:35:11.099: I/ETLOG(3388): Missing operator: [4] aten::native_dropout.out\n11-24 09:35:11.099: I/ETLOG(3388): Missing operator: [4] aten::native_dropout.out'),
     ('https://github.com/pytorch/executorch/issues/2533', 'environment_version', 'unknown',
      "I executorch:main.cpp:68] Model PTE file loaded. Size: 960 bytes.\nE executorch:program.cpp:108] Program identifier 'X' != expected 'ET12'\nI executorch:main.cpp:72] Program loading failed @ 0x0x20000E20: 0x23\nF executorch:result.h:165] In function CheckOk(), assert failed: hasValue_"),
+    # PowerShell's and cmd.exe's refusals in Chinese (the localised shell patterns, and the misread batch file)
+    ('https://github.com/neolee/pilot/issues/73', 'install_build', 'package_missing',
+     'PS C:\\Users\\hp> iwr -useb get.scoop.sh | iex\n无法将“iwr”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。请检查名称的拼\n写，如果包括路径，请确保路径正确，然后重试。\n所在位置 行:1 字符: 4\n+ iwr <<<<  -useb get.scoop.sh | iex\n    + CategoryInfo          : ObjectNotFound: (iwr:String) [], CommandNotFound\n   Exception\n    + FullyQualifiedErrorId : CommandNotFoundException'),
+    ('https://github.com/safebuffer/vulnerable-AD/issues/16', 'install_build', 'package_missing',
+     'Invoke-VulnAD : 无法将“Invoke-VulnAD”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。请检查名称的拼写，如果包括路\n径，请确保路径正确，然后再试一次。\n所在位置 行:1 字符: 1\n+ Invoke-VulnAD -UsersLimit 100 -DomainName "tdslab.local"\n+ ~~~~~~~~~~~~~\n    + CategoryInfo          : ObjectNotFound: (Invoke-VulnAD:String) [], CommandNotFoundException\n    + FullyQualifiedErrorId : CommandNotFoundException'),
+    ('https://github.com/FirPE-Team/DriverIndexer/issues/4', 'install_build', 'package_missing',
+     'DriverIndexer.exe : 无法将“DriverIndexer.exe”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。请检查名称的拼写，如\n果包括路径，请确保路径正确，然后再试一次。\n所在位置 行:1 字符: 1\n+ DriverIndexer.exe create-index D:\\netcard index.json\n+ ~~~~~~~~~~~~~~~~~\n    + CategoryInfo          : ObjectNotFound: (DriverIndexer.exe:String) [], CommandNotFoundException\n    + FullyQualifiedErrorId : CommandNotFoundException'),
+    ('https://github.com/microsoft/vscode-docs/issues/2548', 'other', 'unknown',
+     "/K : 无法将“/K”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。请检查名称的拼写，如果包括路径，请确保路径正确，然后再试一次。\n所在位置 行:1 字符: 1\n+ /K chcp 65001 >nul -Command clang++ 'd:\\Code\\code of VS code\\C C++\\1. ...\n+ ~~\n    + CategoryInfo          : ObjectNotFound: (/K:String) [], CommandNotFoundException\n    + FullyQualifiedErrorId : CommandNotFoundException"),
+    ('https://github.com/delta-mpc/python-psi/issues/17', 'other', 'unknown',
+     'PSI_CONFIG=config/config.yaml : 无法将“PSI_CONFIG=config/config.yaml”项识别为 cmdlet、函数、脚本文件或可运行程序的名 称。请检查名称的拼写，如果包括路径，请确保路径正确，然后再试一次。'),
+    ('https://github.com/mos9527/pyncm/issues/58', 'other', 'unknown',
+     "'userid' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/CXingL/MBT_CX/issues/2', 'other', 'unknown',
+     "'.currentElementName'' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/juzhijian/QT.help/issues/3', 'other', 'unknown',
+     "'/f' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'1' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'delims' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'/a' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'qhp' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/MrXiaoM/Lapis/issues/3', 'other', 'unknown',
+     "'version' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'ion' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'D' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/chroblert/JC-jEnv/issues/3', 'install_build', 'unknown',
+     "'jenv' 不是内部或外部命令，也不是可运行的程序\n或批处理文件"),
+    ('https://github.com/tasy5kg/MiCameraVideoExporter/issues/3', 'other', 'unknown',
+     "'o' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'再次输入。' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'71519。' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/ZiHuixi/QQgroup-annual-report-analyzer/issues/12', 'other', 'unknown',
+     "'venv\\Scripts\\activate.bat' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/Kitware/paraviewweb/issues/541', 'other', 'unknown',
+     "'.' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"),
+    ('https://github.com/chroblert/JC-jEnv/issues/1', 'other', 'unknown',
+     "'as' 不是内部或外部命令，也不是可运行的程序\n或批处理文件"),
+    ('https://github.com/schizobulia/fc/issues/2', 'install_build', 'package_missing',
+     '无法将“weapp_fc”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。需要全局配置吗'),
 )
 
 
@@ -207,13 +238,17 @@ def test_live_unpacking_what_the_tracer_returns(tmp_path: Path) -> None:
 
 # --- pasted texts: the mechanisms on both sides ----------------------------------------------------------------
 
-def test_a_shell_refusing_one_command_in_another_language_is_a_program_not_installed() -> None:
+def test_powershell_refusing_one_command_in_another_language_is_a_program_not_installed() -> None:
     for text in ("mycli : 无法将“mycli”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。请检查名称的拼写，如果包括路径，"
                  "请确保路径正确，然后再试一次。",
-                 "'mycli' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。",
-                 "'mycli' は、内部コマンドまたは外部コマンド、\n操作可能なプログラムまたはバッチ ファイルとして認識されていません。",
-                 "Der Befehl \"mycli\" ist entweder falsch geschrieben oder\nkonnte nicht gefunden werden."):
+                 "mycli : 用語 'mycli' は、コマンドレット、関数、スクリプト ファイル、または操作可能なプログラムの名前として"
+                 "認識されません。",
+                 "mycli : Die Benennung \"mycli\" wurde nicht als Name eines Cmdlet, einer Funktion, einer Skriptdatei "
+                 "oder eines ausführbaren Programms erkannt."):
         assert explain(text).kind == "package_missing", text
+    # cmd.exe's refusal in Chinese names a word as often as a program (https://github.com/chroblert/JC-jEnv/issues/1,
+    # a batch file's "as"; https://github.com/mos9527/pyncm/issues/58, a URL split at "&"): not answered
+    assert explain("'as' 不是内部或外部命令，也不是可运行的程序\n或批处理文件").kind == "unknown"
 
 
 def test_a_shell_refusing_several_commands_is_a_batch_file_misread() -> None:
