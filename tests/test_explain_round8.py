@@ -265,8 +265,10 @@ def test_a_library_saying_a_package_is_missing_and_how_to_install_it() -> None:
                 "to install somepkg.")
     assert d.kind == "package_missing"
     assert explain("somepkg is not installed. Please install somepkg.").kind == "package_missing"
-    # a notice that goes on without it names no install of it
+    # a notice that goes on without it is no error, even when it says how to install it
     assert explain("somepkg not installed, falling back to the slow path").kind != "package_missing"
+    assert explain("flash_attn is not installed. Please install flash_attn for faster attention; falling back to "
+                   "sdpa.").kind != "package_missing"
 
 
 def test_the_loaders_versioned_symbol_and_a_signal_without_a_space() -> None:

@@ -309,8 +309,11 @@ ENTRIES: tuple[Entry, ...] = (
             r"Die Benennung \"[A-Za-z][\w.-]{1,60}\" wurde (?:nicht )?als Name eines Cmdlet",
             # a library's check that names the package it needs and then how to install that same package ("torchao not
             # installed. Please follow the instructions at <url> to install torchao.")
+            # (not a notice that the run goes on without it: "...; falling back to sdpa", "using X instead")
             r"\b(?P<module>(?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w.-]{1,40}) "
-            r"(?:is )?not (?:been )?installed\b[^\n]{0,300}(?:\n[^\n]{0,300}){0,3}?\binstall (?:the )?(?P=module)\b",
+            r"(?:is )?not (?:been )?installed\b(?:(?!(?i:fall(?:ing)? ?back|instead|optional))[^\n]){0,300}"
+            r"(?:\n(?:(?!(?i:fall(?:ing)? ?back|instead|optional))[^\n]){0,300}){0,3}?\binstall (?:the )?(?P=module)\b"
+            r"(?![^\n]{0,200}(?i:fall(?:ing)? ?back|instead|optional))",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
             # a flag a module defines only when its optional import succeeded ("try: import accelerate;
