@@ -144,6 +144,15 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
      "'as' 不是内部或外部命令，也不是可运行的程序\n或批处理文件"),
     ('https://github.com/schizobulia/fc/issues/2', 'install_build', 'package_missing',
      '无法将“weapp_fc”项识别为 cmdlet、函数、脚本文件或可运行程序的名称。需要全局配置吗'),
+    # the process group's absence said by DeepSpeed (its words) or by torch / vllm frames (no rule's evidence)
+    ('https://github.com/facebookresearch/maskrcnn-benchmark/issues/540', 'distributed', 'unknown',
+     'Traceback (most recent call last):\n  File "tools/train_net.py", line 176, in <module>\n    main()\n  File "tools/train_net.py", line 169, in main\n    model = train(cfg, args.local_rank, args.distributed)\n  File "tools/train_net.py", line 60, in train\n    start_iter=arguments["iteration"],\n  File "/home/zlk/project/maskscoring_rcnn/maskrcnn_benchmark/data/build.py", line 153, in make_data_loader\n    sampler = make_data_sampler(dataset, shuffle, is_distributed)\n  File "/home/zlk/project/maskscoring_rcnn/maskrcnn_benchmark/data/build.py", line 58, in make_data_sampler\n    return samplers.DistributedSampler(dataset, shuffle=shuffle)\n  File "/home/zlk/project/maskscoring_rcnn/maskrcnn_benchmark/data/samplers/distributed.py", line 30, in __init__\n    num_replicas = dist.get_world_size()\n  File "/home/zlk/miniconda3/envs/python36/lib/python3.6/site-packages/torch/distributed/deprecated/__init__.py", line 177, in get_world_size\n    assert torch.distributed.deprecated._initialized'),
+    ('https://github.com/Oneflow-Inc/one-glm/issues/20', 'distributed', 'distributed_wrapper_raised',
+     'AssertionError: Distributed Backend is not initialized Please set dist_init_required to True or initialize before calling deepspeed.initialize()'),
+    ('https://github.com/MCG-NJU/VideoMAE/issues/90', 'distributed', 'distributed_wrapper_raised',
+     'AssertionError: Distributed backend is not initialized. Please set dist_init_required to True or initialize before calling deepspeed.initialize()'),
+    ('https://github.com/vllm-project/vllm-omni/issues/7616', 'distributed', 'unknown',
+     '(DiffusionWorker pid=1098)   File "/workspace/build/buildkite/vllm_omni/diffusion/worker/diffusion_worker.py", line 1063, in __init__\n(DiffusionWorker pid=1097) AssertionError: distributed environment is not initialized'),
 )
 
 
