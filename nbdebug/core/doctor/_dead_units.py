@@ -53,6 +53,8 @@ def settle(s: Session) -> None:
                                   "measurable (many healthy nets have units that one batch never fires)",
                                   Severity.INFO, {})
         return
+    if "follows from the finding above" in f.message:
+        return  # a symptom of a cause already measured: that cause's fix comes first
     layers = _feeding(s.user_model, [str(w).split(" = ")[0].removeprefix(f"{s.options.name}.") for w in f.where])
     if not layers:
         return

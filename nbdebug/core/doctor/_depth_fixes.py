@@ -62,6 +62,14 @@ def _matched_std(weight: Any, family: str) -> float:
     return math.sqrt(2.0 / (fan_in + fan_out))
 
 
+def _at_default_init(model: Any) -> bool:
+    """Whether most Linear/conv layers are at the scale of PyTorch's default init for their fan-in."""
+    from nbdebug.core.doctor._init_scale import _default_std
+
+    ratios = [float(m.weight.detach().float().std()) / _default_std(m.weight) for _, m in _layers(model)]
+    return len([r for r in ratios if 1 / _OFF_SCALE <= r <= _OFF_SCALE]) * 2 > len(ratios) > 0
+
+
 def _off_scale(work: Any, family: str) -> bool:
     """Whether most Linear/conv layers start off the scale that ``family``'s activation keeps."""
     ratios = [float(m.weight.detach().float().std()) / _matched_std(m.weight, family) for _, m in _layers(work)]
@@ -170,12 +178,17 @@ def settle(s: Session) -> None:
     fixes = tuple(Fix(f"{s.depth_fixes[e.change].title} (measured on a copy: {e.start:.4g} -> {e.after:.4g} "
                       f"in {e.steps} steps, yours {e.user_start:.4g} -> {e.before:.4g})", s.depth_fixes[e.change].code)
                   for e in won)
+    if won[0].change.startswith("every Linear/conv layer") and _at_default_init(s.user_model):
+        # the layers are at PyTorch's default init, which nets this deep are built with beside normalisation or
+        # residual connections: the plain depth is the deviation, so its fix stays first and the measured init
+        # comes next, as what also mends it
+        fixes = (*f.fixes[:1], *fixes)
     others = "; ".join(e.said() for e in mine if e is not won[0])
     message = f.message if won[0].said() in f.message else f"{f.message}. Tried on a copy: {won[0].said()}"
     message += f"; also tried: {others}" if others else ""
     evidence = {**dict(f.evidence), **won[0].evidence(),
                 "fixes_tried": "; ".join(f"{e.change}: {e.after:.4g}" for e in mine)}
-    new = _rebuilt(f, message=message, fixes=(*fixes, *f.fixes[:1]), evidence=evidence)
+    new = _rebuilt(f, message=message, fixes=tuple(dict.fromkeys((*fixes, *f.fixes[:1]))), evidence=evidence)
     s.findings = [new if g is f else _repointed(g, old, fixes[0].title) for g in s.findings]
     s.not_causes.discard("vanishing_gradients")
 
