@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from nbdebug.core.explain._evidence import qualified_name
 from nbdebug.errors import describe_exception
 
 __all__ = ["exception_text", "exception_type_name", "module_context", "module_layout", "index_context",
@@ -70,21 +71,6 @@ def _module_label(m: Any) -> str:
     return f"{type(m).__name__}({extra})"
 
 
-def _qualified_name(target: Any, roots: Mapping[str, Any], fallback_root: Any) -> str | None:
-    for root_name, root in roots.items():
-        try:
-            for name, sub in root.named_modules():
-                if sub is target:
-                    return f"{root_name}.{name}" if name else root_name
-        except Exception:
-            continue
-    if fallback_root is not None and fallback_root is not target:
-        for name, sub in fallback_root.named_modules():
-            if sub is target:
-                return f"<{type(fallback_root).__name__}>.{name}"
-    return None
-
-
 def module_context(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
     """Facts and notes about the innermost ``nn.Module.forward`` the exception went through (empty if none)."""
     torch = sys.modules.get("torch")
@@ -98,12 +84,12 @@ def module_context(exc: BaseException, roots: Mapping[str, Any] | None) -> tuple
         owner = frame.f_locals.get("self")
         if isinstance(owner, module_type) and frame.f_code.co_name in _FORWARD_NAMES:
             if outermost is None:
-                outermost = owner
+                outermost = getattr(owner, "_orig_mod", owner)  # torch.compile's wrapper: the model it wraps
             innermost, inner_frame = owner, frame
     if innermost is None or inner_frame is None:
         return {}, []
     facts: dict[str, Any] = {"module_type": _module_label(innermost)}
-    name = _qualified_name(innermost, roots or {}, outermost)
+    name = qualified_name(innermost, roots or {}, outermost)
     if name:
         facts["module"] = name
     inputs = {k: _describe_tensor(v) for k, v in inner_frame.f_locals.items()

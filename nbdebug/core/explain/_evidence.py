@@ -225,17 +225,24 @@ def qualified_name(target: Any, roots: Mapping[str, Any], fallback: Any = None) 
                 return root_name
             for name, sub in root.named_modules():
                 if sub is target:
-                    return f"{root_name}.{name}"
+                    return _joined(root_name, name)
         except Exception:  # noqa: BLE001 - a model whose modules cannot be listed names nothing
             continue
     if fallback is not None and fallback is not target:
         try:
             for name, sub in fallback.named_modules():
                 if sub is target:
-                    return f"<{type(fallback).__name__}>.{name}"
+                    return _joined(f"<{type(fallback).__name__}>", name)
         except Exception:  # noqa: BLE001
             return ""
     return ""
+
+
+def _joined(root_name: str, name: str) -> str:
+    # a compiled model (torch.compile's OptimizedModule) holds the user's model as `_orig_mod` and passes attribute
+    # reads through to it, so `model.fc` names what `named_modules()` calls `model._orig_mod.fc`
+    parts = [part for part in name.split(".") if part and part != "_orig_mod"]
+    return ".".join([root_name, *parts])
 
 
 def _parameters(module: Any) -> str:
@@ -324,7 +331,8 @@ def live_evidence(exc: BaseException, roots: Mapping[str, Any] | None = None) ->
     for frame, _ in frames:
         owner = frame.f_locals.get("self") if frame.f_code.co_varnames[:1] == ("self",) else None
         if isinstance(owner, module_type):
-            outermost = outermost or owner
+            if outermost is None:  # not `or`: a module's truth is its len() (an empty Sequential, a compiled model)
+                outermost = getattr(owner, "_orig_mod", owner)  # torch.compile's wrapper: the model it wraps
             innermost = owner
     module = module_label = params = ""
     if innermost is not None:
