@@ -49,7 +49,9 @@ def score(case_id: str, label: dict) -> dict:
         verdict = "unknown"
     else:
         fix = (top.fixes[0].title + " " + top.fixes[0].code).lower() if top.fixes else ""
-        verdict = "right" if top.kind in label["expect"] and label["first_fix"].lower() in fix else "wrong"
+        # a label may list other words a right first fix could use (set 12 onwards: `first_fix_also`)
+        phrases = [label["first_fix"], *label.get("first_fix_also", ())]
+        verdict = "right" if top.kind in label["expect"] and any(p.lower() in fix for p in phrases) else "wrong"
     return {"case": case_id, "verdict": verdict, "top": f"{top.severity.value} {top.kind}: {top.fix}" if top else "-",
             "seconds": round(secs, 1), "misleading": misleading, "untouched": untouched}
 
