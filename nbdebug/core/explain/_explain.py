@@ -29,6 +29,8 @@ from nbdebug._units import fmt_bytes
 from nbdebug.core._findings import Severity
 from nbdebug.core.explain import _family
 from nbdebug.core.explain._analyze import ANALYSERS, relative_import_runner
+from nbdebug.core.explain._build_log import claim as build_claim
+from nbdebug.core.explain._build_log import detail as build_detail
 from nbdebug.core.explain._context import (
     ddp_unused_context,
     exception_text,
@@ -258,6 +260,8 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         found = plausible(found, raw[-_MAX_CHARS:], text, live)
     chosen = choose(found)
     placed: dict[str, Any] = {}
+    if chosen is None and isinstance(error, str) and (cause := build_claim(raw[-_MAX_CHARS:])) is not None:
+        chosen, placed = (by_slug(cause[0]), None), cause[1]  # a build's or installer's own cause line in a pasted log
     if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):
         # no message matched (or only a wrapper's, whose text may carry the inner traceback): the traceback's
         # structure may still place the error's family
@@ -294,6 +298,10 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
         more_notes, more_fixes = analyse(facts, text)
         notes += more_notes
         first_fixes += more_fixes
+    if not facts.get("first_step_detail") and not isinstance(error, warnings.WarningMessage):
+        # an install, build or load category: the log's own cause line (the compiler's first error, the header, the
+        # library, the Python version) makes the first step exact; the line is kept as evidence
+        facts |= {k: v for k, v in build_detail(raw[-_MAX_CHARS:], entry.slug).items() if k not in facts}
     for other, _ in found:
         if other.entry.wrapper and other is not compiled:
             facts.setdefault("reported_through", other.entry.slug)

@@ -1,0 +1,225 @@
+"""A bounded reader for install, build and environment output: the line that holds the cause, and what it names.
+
+pip's last lines (``error: subprocess-exited-with-error``, ``Failed building wheel for X``) only say that a build
+failed; the cause is a line above them: the compiler's or setup.py's own first error, a tool or header that is
+missing, a package manager that found no release for this Python or platform, a library that does not load.  The
+reader takes the first ``CauseLine`` of ``knowledge.install`` (in its order of precedence) whose line is in the text
+and whose other evidence (``needs``) is there too, reads the context the text shows (the package being built, the
+Python version, the platform, torch's version) and fills that line's first step with them.
+
+It answers what it can read and nothing else:
+
+- a line found only makes the answer's first step specific, and is shown as the evidence (``cause_line``);
+- it places a text that no message matched only with a line that is itself a build's or installer's cause
+  (``claims``), and never a live exception of the kernel (those are not logs);
+- a fact the text does not show is left out of the step (``[[...]]``), never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from nbdebug.core.knowledge.install import (
+    CAUSES,
+    COMPILER_ADVICE,
+    HEADERS,
+    LINKER_LIBRARIES,
+    STANDARD_HEADERS,
+    SYSTEM_LIBRARIES,
+    CauseLine,
+)
+
+__all__ = ["read", "claim", "detail", "SLUGS"]
+
+# the categories each group of cause lines can make specific: a build's lines for an install answer, a library's
+# lines for a load failure
+_BUILD_SLUGS = frozenset({"extension_build_failed", "install_failed", "conda_not_found", "no_matching_wheel"})
+_LOAD_SLUGS = frozenset({"native_library_missing", "undefined_symbol", "package_missing"})
+SLUGS = _BUILD_SLUGS | _LOAD_SLUGS
+_MAX = 200_000  # the tail of a very long log: the cause is near the failure pip reports
+
+# the package being built or installed, in the order pip's and setup.py's lines name it most surely
+_PACKAGE = (
+    re.compile(r"Failed building wheel for (?P<p>[A-Za-z][\w.-]{0,100})"),
+    re.compile(r"Building wheel for (?P<p>[A-Za-z][\w.-]{0,100}) \("),
+    re.compile(r"Running setup\.py (?:install|develop) for (?P<p>[A-Za-z][\w.-]{0,100})"),
+    re.compile(r"Could not build wheels for (?P<p>[A-Za-z][\w.-]{0,100})"),
+    re.compile(r"(?<![\w-])pip3? install(?: {1,4}-{1,2}[\w-]{1,40}(?:=[^\s]{1,200})?)* {1,4}['\"]?(?P<p>[A-Za-z][\w.-]{0,100})"),
+    re.compile(r"Collecting (?P<p>[A-Za-z][\w.-]{0,100})(?=[=<>!~ \n]|$)", re.M),
+)
+_VERSION_TAIL = re.compile(r"(?:==|>=|<=|~=|-\d)[^\s]*$")
+_PYTHON = (
+    re.compile(r"cpython-3(?P<minor>\d{1,2})\b"),
+    re.compile(r"\bcp3(?P<minor>\d{1,2})-(?:cp3\d{1,2}|abi3|none)"),
+    re.compile(r"[Pp]ython ?3\.(?P<minor>\d{1,2})(?=[/\\.\s*:)]|$)", re.M),
+    re.compile(r"[Pp]ython3(?P<minor>\d{2})[/\\]"),
+)
+_WINDOWS = re.compile(r"win[_-]amd64|\bwin32\b|\bwin-64\b|(?<![\w])[A-Z]:\\|\bWinError\b|\.exe\b")
+_MACOS = re.compile(r"macosx|/private/var/folders|\bdarwin\b|\bosx-(?:64|arm64)\b|\.dylib\b")
+_LINUX = re.compile(r"linux_x86_64|linux_aarch64|linux-x86_64|\blinux-(?:64|aarch64)\b|/home/|/usr/|/opt/conda")
+# the installed torch (not a requirement's pin: torch==X names what is asked for)
+_TORCH = re.compile(r"torch\.__version__ *= *(?P<a>\d[\w.+]{0,30})|\bPyTorch:? {1,20}(?P<c>\d+\.\d+[\w.+]{0,30})")
+_OWNER = re.compile(r"site-packages[/\\](?P<owner>[A-Za-z_]\w{0,60})[/\\]", re.I)
+_MSVC = re.compile(r"error C\d{4}|cl\.exe|MSVC")
+_OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.DOTALL)
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+@cache
+def _compiled() -> tuple[tuple[CauseLine, re.Pattern[str], re.Pattern[str] | None], ...]:
+    return tuple((c, re.compile(c.line, re.M), re.compile(c.needs) if c.needs else None) for c in CAUSES)
+
+
+def _first(patterns: tuple[re.Pattern[str], ...], text: str) -> str:
+    for pattern in patterns:
+        m = pattern.search(text)
+        if m:
+            return next(v for v in m.groups() if v)
+    return ""
+
+
+def _context(text: str) -> dict[str, str]:
+    """What the log shows about the build: the package, the Python version, the platform, torch's version."""
+    facts: dict[str, str] = {}
+    package = _VERSION_TAIL.sub("", _first(_PACKAGE, text)).strip(".-")
+    if package and package.lower() not in ("git", "http", "https", "install", "pip", "python", "requirements"):
+        facts["package"] = package
+    if minor := _first(_PYTHON, text):
+        facts["python"] = f"3.{minor}"
+    platform = next((name for name, p in (("Windows", _WINDOWS), ("macOS", _MACOS), ("Linux", _LINUX)) if p.search(text)),
+                    "")
+    if platform:
+        facts["platform"] = platform
+    if m := _TORCH.search(text):
+        facts["torch"] = "torch " + next(v for v in m.groups() if v)
+    return facts
+
+
+def _basename(path: str) -> str:
+    return re.split(r"[/\\]", path)[-1]
+
+
+def _wheel_tags(wheel: str) -> str:
+    parts = wheel.removesuffix(".whl").split("-")
+    return f"{parts[-3]} on {parts[-1]}" if len(parts) >= 5 else "another Python or platform"
+
+
+def _versions_advice(found: dict[str, str]) -> str:
+    listed = [v.strip() for v in found.get("versions", "").split(",") if v.strip() and v.strip() != "none"]
+    if not listed:
+        return ("pip found no release of {wanted} that installs here[[ ({setup})]]: the "
+                "package publishes no files for this Python version and platform. Check the Python versions and "
+                "platforms its releases support (its PyPI page's files, or the project's own wheel index for torch / "
+                "CUDA builds), then use a Python and platform it supports, or the index the project documents.")
+    tail = ", ".join(listed[-3:])
+    pin = found.get("pin", "")
+    wanted = _release(pin)
+    if wanted and all(_release(v) < wanted for v in listed):
+        # the releases pip can install here stop below the pin: the pinned one has no files for this Python or platform,
+        # or was never published (a typo in a requirements file)
+        return (f"{{wanted}}{{pin}} is newer than every release pip can install here (the newest: {listed[-1]})"
+                "[[, for {setup}]]: either it publishes no files for this Python or platform (use a 64-bit Python "
+                "version and a platform it supports), or no such release exists (check the version the project meant "
+                "on the package's PyPI page).")
+    if wanted and all(_release(v) > wanted for v in listed):
+        return (f"{{wanted}}{{pin}} is older than every release pip can install here (the oldest: {listed[0]})"
+                "[[, for {setup}]]: that release publishes no files for this Python version; use the older Python it "
+                f"supports, or pin {listed[0]} or newer (with the versions of the other packages that go with it).")
+    if pin:
+        return (f"{{wanted}}{{pin}} is not among the releases pip can install here (the newest it sees: {tail}): pin "
+                "one of those, or use a Python version the wanted release supports[[ (this is {setup})]].")
+    return (f"pip sees releases of {{wanted}} (the newest: {tail}) but none that installs here: their files need "
+            "another Python version or platform[[ than {setup}]]; use one they support.")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A version's leading numbers (``==1.7.0`` -> (1, 7, 0)); () when it names none."""
+    m = re.search(r"\d+(?:\.\d+){0,3}", version)
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()
+
+
+def _derived(cause: CauseLine, found: dict[str, str], text: str) -> dict[str, str]:
+    """The sentences and names a step's template uses, from what the line and the context found."""
+    package = found.get("package", "")
+    owners = [m.group("owner") for m in _OWNER.finditer(text[-20_000:])]
+    if "load_library" in text:  # torch's loader opening another package's library: torch is not the one at fault
+        owners = [o for o in owners if o != "torch"]
+    owner = owners[-1] if owners else package or "the package"
+    setup = ", ".join(f"Python {v}" if k == "python" else v for k in ("python", "platform", "torch") if (v := found.get(k)))
+    more = {"package_pip": package or "the package", "package_or_it": package or "The package", "owner": owner,
+            "setup": setup, "owner_named": owners[-1] if owners else "", "wanted": found.get("wanted") or found.get("wanted2") or package or "the package",
+            "wanted_or_needed": found.get("wanted") or found.get("needed") or "the package"}
+    if "header" in found:
+        header = found["header"]
+        key = header if header in HEADERS else _basename(header) if _basename(header) in HEADERS else \
+            "*standard" if header in STANDARD_HEADERS else "*"
+        more["header_advice"] = HEADERS[key]
+    if "file" in found:
+        more["file_name"] = _basename(found["file"])
+        more["file"] = _basename(found["file"])
+        windows = found.get("platform") == "Windows" or _MSVC.search(text)
+        more["compiler_advice"] = COMPILER_ADVICE["windows" if windows else "*"]
+    if "lib" in found:
+        more["lib_advice"] = LINKER_LIBRARIES.get(found["lib"], LINKER_LIBRARIES["*"]).replace("{lib}", found["lib"])
+    if "library" in found:
+        key = re.sub(r"(?:\.\d{1,4})+$", "", found["library"])
+        more["library_advice"] = SYSTEM_LIBRARIES.get(key, SYSTEM_LIBRARIES["*"]).replace("{library}", found["library"])
+    if "wheel" in found:
+        more["wheel_tags"] = _wheel_tags(found["wheel"])
+    if cause.name == "no_release_for_python":
+        more["versions_advice"] = _versions_advice(found)
+    more["dll_or_a_dll"] = _basename(found["dll_path"]) if found.get("dll_path") else "a DLL"
+    return more
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    """The template with its fields filled; a ``[[...]]`` segment naming a missing fact is dropped."""
+    def segment(m: re.Match[str]) -> str:
+        body = m.group(1)
+        return body if all(values.get(f) for f in _FIELD.findall(body)) else ""
+
+    text = _OPTIONAL.sub(segment, template)
+    for _ in range(2):  # a derived sentence (versions_advice) holds fields of its own
+        text = _OPTIONAL.sub(segment, _FIELD.sub(lambda m: values.get(m.group(1), m.group(0)), text))
+    return text
+
+
+def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[str, Any]] | None:
+    """The first cause line of the text (in the table's precedence) among ``slugs``' lines, with its facts.
+
+    The facts hold ``cause_line`` (the line as the text has it), what the line's groups and the context name, and
+    ``first_step_detail``, the line's first step filled with them.
+    """
+    tail = text[-_MAX:]
+    for cause, line, needs in _compiled():
+        if cause.slug not in slugs:
+            continue
+        m = line.search(tail)
+        if m is None or (needs is not None and not needs.search(tail)):
+            continue
+        found = _context(tail) | {k: v for k, v in m.groupdict().items() if v}
+        start = tail.rfind("\n", 0, m.start()) + 1
+        end = tail.find("\n", m.end())
+        facts: dict[str, Any] = {k: v for k, v in found.items() if k in ("package", "python", "platform", "torch")}
+        facts["cause_line"] = tail[start:end if end != -1 else len(tail)].strip()[:300]
+        facts["first_step_detail"] = _fill(cause.step, found | _derived(cause, found, tail))
+        return cause, facts
+    return None
+
+
+def claim(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The category and facts for a pasted log no message matched, when its cause line places it; else None."""
+    found = read(text)
+    if found is None or not found[0].claims:
+        return None
+    return found[0].slug, found[1]
+
+
+def detail(text: str, slug: str) -> dict[str, Any]:
+    """The facts of the text's cause line for an answer of category ``slug`` (nothing for another category)."""
+    if slug not in SLUGS:
+        return {}
+    found = read(text, slugs=_BUILD_SLUGS if slug in _BUILD_SLUGS else _LOAD_SLUGS)
+    return found[1] if found is not None else {}
