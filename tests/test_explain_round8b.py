@@ -12,8 +12,10 @@ without what the line names.  Negatives: texts that share a line's words but not
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,21 @@ PROBES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("https://github.com/pytorch/pytorch/issues/8329", "extension_build_failed", ("cuda.h", "CUDA toolkit"),
      "c:\\anaconda2\\envs\\python3\\lib\\site-packages\\torch\\lib\\include\\thc\\THCGeneral.h(12): fatal error "
      "C1083: can not open or include such file: \u201ccuda.h\u201d: No such file or directory"),
+    # torch's extension builder comparing nvcc with torch's CUDA, inside pip's build output
+    ("https://github.com/lipzh5/ResearchProgress/issues/11", "version_mismatch",
+     ("CUDA 10.1", "CUDA 12.1 toolkit", "CUDA_HOME"),
+     "      _check_cuda_version(compiler_name, compiler_version)\n        File \"/mnt/sdd/PycharmProjects/distilled-"
+     "feature-fields/venv/lib/python3.9/site-packages/torch/utils/cpp_extension.py\", line 413, in _check_cuda_version"
+     "\n          raise RuntimeError(CUDA_MISMATCH_MESSAGE.format(cuda_str_version, torch.version.cuda))\n      "
+     "RuntimeError:\n      The detected CUDA version (10.1) mismatches the version that was used to compile\n      "
+     "PyTorch (12.1). Please make sure to use the same CUDA versions.\n      \n      [end of output]\n  \n  note: This "
+     "error originates from a subprocess, and is likely not a problem with pip.\n  ERROR: Failed building wheel for "
+     "torch-scatter\n  Running setup.py clean for torch-scatter\nFailed to build torch-scatter"),
+    ("https://github.com/facebookresearch/pytorch3d/issues/1786", "version_mismatch", ("CUDA 11.7 toolkit", "/cu120"),
+     "      RuntimeError:\n      The detected CUDA version (12.0) mismatches the version that was used to compile\n"
+     "      PyTorch (11.7). Please make sure to use the same CUDA versions.\n\n      [end of output]\n\n  note: This "
+     "error originates from a subprocess, and is likely not a problem with pip.\n  ERROR: Failed building wheel for "
+     "pytorch3d"),
     ("https://github.com/PeterL1n/BackgroundMattingV2/issues/30", "no_matching_wheel",
      ("torch==1.7.0 is newer than every release", "0.1.2.post2", "64-bit"),
      "Collecting torch==1.7.0 (from -r requirements.txt (line 3))\n  ERROR: Could not find a version that satisfies "
@@ -130,7 +147,7 @@ def test_inductors_generated_code_failing_to_compile_stays_torch_compiles() -> N
 
 
 def test_a_requirement_pin_is_not_the_installed_torch() -> None:
-    step = explain(PROBES[-2][3]).first_step
+    step = explain(next(p[3] for p in PROBES if 'BackgroundMattingV2' in p[0])).first_step
     assert "torch 1.7.0" not in step  # torch==1.7.0 is what was asked for, not what is installed
 
 
@@ -164,3 +181,36 @@ def test_the_held_out_half_gets_no_answer_of_another_family() -> None:
         if item_id in HELDOUT:
             d = explain(text)
             assert not d.known or family in bench.family_of(d.kind), address
+
+
+def _reader_patterns() -> list[tuple[str, str]]:
+    from nbdebug.core.explain import _build_log
+    from nbdebug.core.knowledge.install import CAUSES
+
+    found = [(f"install.{c.name}.line", c.line) for c in CAUSES]
+    found += [(f"install.{c.name}.needs", c.needs) for c in CAUSES if c.needs]
+    for name, value in vars(_build_log).items():
+        for pattern in value if isinstance(value, tuple) else (value,):
+            if isinstance(pattern, re.Pattern):
+                found.append((f"_build_log.{name}", pattern.pattern))
+    return found
+
+
+@pytest.mark.parametrize(("where", "pattern"), _reader_patterns())
+def test_the_readers_patterns_are_linear_on_adversarial_lines(where: str, pattern: str) -> None:
+    # the same complexity check as test_patterns_redos (a ratio to a linear scan, not a time) on the reader's lines
+    from test_patterns_redos import _BOUND, _slowest
+
+    ratio, n, _ = _slowest(re.compile(pattern, re.MULTILINE), pattern)
+    assert ratio < _BOUND, (where, ratio, n)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux loader's wording")
+def test_a_live_library_that_does_not_load_is_named_in_the_first_step() -> None:
+    try:
+        ctypes.CDLL("libnbdebug_absent_for_test.so.3")
+    except OSError as exc:  # the loader's own error, raised for real
+        d = explain(exc)
+    assert d.kind == "native_library_missing"
+    assert "libnbdebug_absent_for_test.so" in d.first_step
+    assert "libnbdebug_absent_for_test.so.3" in d.evidence["cause_line"]

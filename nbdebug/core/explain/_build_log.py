@@ -37,11 +37,12 @@ __all__ = ["read", "claim", "detail", "SLUGS"]
 # lines for a load failure
 _BUILD_SLUGS = frozenset({"extension_build_failed", "install_failed", "conda_not_found", "no_matching_wheel"})
 _LOAD_SLUGS = frozenset({"native_library_missing", "undefined_symbol", "package_missing"})
-SLUGS = _BUILD_SLUGS | _LOAD_SLUGS
+SLUGS = _BUILD_SLUGS | _LOAD_SLUGS | {"version_mismatch"}
 _MAX = 200_000  # the tail of a very long log: the cause is near the failure pip reports
 
 # the package being built or installed, in the order pip's and setup.py's lines name it most surely
 _PACKAGE = (
+    re.compile(r"Package '(?P<p>[A-Za-z][\w.-]{0,100})' requires a different Python"),
     re.compile(r"Failed building wheel for (?P<p>[A-Za-z][\w.-]{0,100})"),
     re.compile(r"Building wheel for (?P<p>[A-Za-z][\w.-]{0,100}) \("),
     re.compile(r"Running setup\.py (?:install|develop) for (?P<p>[A-Za-z][\w.-]{0,100})"),
@@ -166,6 +167,8 @@ def _derived(cause: CauseLine, found: dict[str, str], text: str) -> dict[str, st
     if "library" in found:
         key = re.sub(r"(?:\.\d{1,4})+$", "", found["library"])
         more["library_advice"] = SYSTEM_LIBRARIES.get(key, SYSTEM_LIBRARIES["*"]).replace("{library}", found["library"])
+    if "toolkit" in found:
+        more["toolkit_tag"] = found["toolkit"].replace(".", "")
     if "wheel" in found:
         more["wheel_tags"] = _wheel_tags(found["wheel"])
     if cause.name == "no_release_for_python":
@@ -199,7 +202,9 @@ def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[s
         m = line.search(tail)
         if m is None or (needs is not None and not needs.search(tail)):
             continue
-        found = _context(tail) | {k: v for k, v in m.groupdict().items() if v}
+        found = _context(tail) | {k: v.rstrip(". ") if k == "why" else v for k, v in m.groupdict().items() if v}
+        if cause.name == "wheel_tags_differ":
+            found.pop("python", None)  # the wheel's own tag, not the interpreter's version
         start = tail.rfind("\n", 0, m.start()) + 1
         end = tail.find("\n", m.end())
         facts: dict[str, Any] = {k: v for k, v in found.items() if k in ("package", "python", "platform", "torch")}
@@ -221,5 +226,6 @@ def detail(text: str, slug: str) -> dict[str, Any]:
     """The facts of the text's cause line for an answer of category ``slug`` (nothing for another category)."""
     if slug not in SLUGS:
         return {}
-    found = read(text, slugs=_BUILD_SLUGS if slug in _BUILD_SLUGS else _LOAD_SLUGS)
+    group = _BUILD_SLUGS if slug in _BUILD_SLUGS else _LOAD_SLUGS if slug in _LOAD_SLUGS else frozenset({slug})
+    found = read(text, slugs=group)
     return found[1] if found is not None else {}

@@ -27,6 +27,8 @@ __all__ = ["CauseLine", "CAUSES", "HEADERS", "SYSTEM_LIBRARIES", "PIP_WORDS"]
 
 @dataclass(frozen=True)
 class CauseLine:
+    """One line that holds a cause: what it must say, what else the text must show, and the first step it calls for."""
+
     name: str
     slug: str
     line: str
@@ -179,7 +181,7 @@ CAUSES: tuple[CauseLine, ...] = (
         "then retry."),
     CauseLine(
         "conda_package_absent", "conda_not_found",
-        r"(?P<wanted>[\w.-]{1,100}) does not exist \(perhaps a typo or a missing channel\)|"
+        r"(?<![\w.-])(?P<wanted>[\w.-]{1,100}) does not exist \(perhaps a typo or a missing channel\)|"
         r"nothing provides (?:requested )?(?P<needed>[\w.-]{1,100})",
         "The channels conda (mamba) searched have no {wanted_or_needed} for this platform[[ ({platform})]] and "
         "Python[[ {python}]]: name the channel that publishes it (-c ...), use a Python version and platform it has "
@@ -196,16 +198,26 @@ CAUSES: tuple[CauseLine, ...] = (
         "{versions_advice}"),
     CauseLine(
         "wheel_tags_differ", "no_matching_wheel",
-        r"(?P<wheel>[\w.+-]{1,200}\.whl) is not a supported wheel on this platform",
-        "The wheel {wheel} is built for {wheel_tags}[[, and this interpreter is Python {python}]]: download the wheel "
-        "whose Python (cpXY) and platform tags match this interpreter (python -m pip debug --verbose lists the tags it "
-        "accepts), or use the Python the wheel was built for."),
+        r"(?<![\w.+-])(?P<wheel>[\w.+-]{1,200}\.whl) is not a supported wheel on this platform",
+        "The wheel {wheel} is built for {wheel_tags}, which this interpreter does not accept (another Python "
+        "version, a 32-bit Python, or another platform): download the wheel whose Python (cpXY) and platform tags "
+        "match it (python -m pip debug --verbose lists the tags it accepts), or use the Python the wheel was built "
+        "for."),
     CauseLine(
         "python_outside_range", "no_matching_wheel",
         r"requires a different Python: (?P<have>[\d.]{1,20}) not in '(?P<spec>[^'\n]{1,60})'",
         "{package_or_it} needs Python {spec}, and this is Python {have}: create an environment with a Python in that "
         "range (conda create -n env python=3.X, or uv venv --python 3.X), or pin an older release of the package that "
         "supports {have}."),
+    CauseLine(
+        "toolkit_not_torchs_cuda", "version_mismatch",
+        r"The detected CUDA version \((?P<toolkit>\d{1,2}\.\d{1,2})\) mismatches the version that was used to "
+        r"compile\s{1,8}PyTorch \((?P<torch_cuda>\d{1,2}\.\d{1,2})\)",
+        "The CUDA toolkit that compiles the extension (nvcc, CUDA {toolkit}) is not the CUDA torch was built with "
+        "({torch_cuda}): point CUDA_HOME at a CUDA {torch_cuda} toolkit (it can sit next to the other), or install "
+        "the torch build for CUDA {toolkit} (its index URL ends in /cu{toolkit_tag}), then rebuild with "
+        "--no-build-isolation.",
+        claims=False),
     # what a library that fails to load names: these only make an answer's first step exact
     CauseLine(
         "compiled_part_missing", "package_missing",
@@ -243,6 +255,14 @@ CAUSES: tuple[CauseLine, ...] = (
         "The virtual environment is incomplete (its pyvenv.cfg is missing: half-deleted, copied, or made by another "
         "tool): delete its folder, create it again (python -m venv <folder>) in a folder you can write to, then "
         "install into it."),
+    CauseLine(
+        "dll_load_failed", "native_library_missing",
+        r"DLL load failed(?: while importing (?P<module>\w{1,60}))?: (?P<why>[^\n]{1,120})",
+        "Windows could not load the compiled module[[ {module}]][[ of {owner_named}]] or a DLL it needs ({why}): "
+        "install the latest Microsoft Visual C++ Redistributable (x64) and restart; if it still fails, the package "
+        "was built for another Python, torch or CUDA: reinstall {owner} from one source, built for this Python and the "
+        "installed torch.",
+        claims=False),
     CauseLine(
         "windows_dll", "native_library_missing",
         r"\[WinError 126\][^\n]{0,200}?(?:Error loading \"(?P<dll_path>[^\"\n]{1,300}\.dll)\"|$)",
