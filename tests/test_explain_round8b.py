@@ -94,6 +94,19 @@ PROBES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "      PyTorch (11.7). Please make sure to use the same CUDA versions.\n\n      [end of output]\n\n  note: This "
      "error originates from a subprocess, and is likely not a problem with pip.\n  ERROR: Failed building wheel for "
      "pytorch3d"),
+    ("https://github.com/myshell-ai/OpenVoice/issues/450", "extension_build_failed",
+     ("libavformat", "pkg-config", "-dev"),
+     "Collecting av==10.* (from faster-whisper==0.9.0->MyShell-OpenVoice==0.0.0)\n  Using cached av-10.0.0.tar.gz (2.4 "
+     "MB)\n  Installing build dependencies ... done\n  Getting requirements to build wheel ... error\n  error: "
+     "subprocess-exited-with-error\n  \n  \u00d7 Getting requirements to build wheel did not run successfully.\n  "
+     "\u2502 exit code: 1\n  \u2570\u2500> [29 lines of output]\n      Package libavformat was not found in the "
+     "pkg-config search path.\n      Perhaps you should add the directory containing `libavformat.pc'\n      to the "
+     "PKG_CONFIG_PATH environment variable\n      No package 'libavformat' found"),
+    # torch's JIT extension loader on Windows looking for MSVC's compiler
+    ("https://github.com/HRNet/HRNet-Semantic-Segmentation/issues/176", "extension_build_failed",
+     ("no C++ compiler", "Build Tools"),
+     "When I run train.py, it raise \"subprocess.CalledProcessError: Command '['where', 'cl']' returned non-zero exit "
+     "status 1.\". How to solve this problem?"),
     ("https://github.com/PeterL1n/BackgroundMattingV2/issues/30", "no_matching_wheel",
      ("torch==1.7.0 is newer than every release", "0.1.2.post2", "64-bit"),
      "Collecting torch==1.7.0 (from -r requirements.txt (line 3))\n  ERROR: Could not find a version that satisfies "

@@ -167,6 +167,8 @@ def _derived(cause: CauseLine, found: dict[str, str], text: str) -> dict[str, st
     if "library" in found:
         key = re.sub(r"(?:\.\d{1,4})+$", "", found["library"])
         more["library_advice"] = SYSTEM_LIBRARIES.get(key, SYSTEM_LIBRARIES["*"]).replace("{library}", found["library"])
+    if pc := found.get("pc") or found.get("pcs") or found.get("pc1"):
+        more["pc"] = pc.replace("'", "")
     if "toolkit" in found:
         more["toolkit_tag"] = found["toolkit"].replace(".", "")
     if "wheel" in found:

@@ -56,7 +56,7 @@ CAUSES: tuple[CauseLine, ...] = (
         r"nvcc was not found|command '[^'\n]{0,300}nvcc(?:\.exe)?' failed: No such file|"
         r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist|^[ \t]*assert cuda_home\b|"
         r"name 'bare_metal_version' is not defined|nvcc: (?:command )?not found|Could not find nvcc|"
-        r"No CUDA toolkit found",
+        r"No CUDA toolkit found|No such file or directory: '[^'\n]{0,300}[/\\]nvcc(?:\.exe)?'",
         "The build needs the CUDA compiler (nvcc) and did not find it: install the CUDA toolkit of the version torch "
         "was built with (python -c \"import torch; print(torch.version.cuda)\")[[, {torch}]], set CUDA_HOME to it "
         "(nvcc --version must work in the same shell), and rerun with --no-build-isolation; or install a prebuilt "
@@ -82,10 +82,31 @@ CAUSES: tuple[CauseLine, ...] = (
     CauseLine(
         "msvc_missing", "extension_build_failed",
         r"Microsoft Visual C\+\+ 14\.0 (?:or greater )?is required|'cl(?:\.exe)?' is not recognized|"
-        r"error: command 'cl\.exe' failed: (?:None|No such file)",
+        r"error: command 'cl\.exe' failed: (?:None|No such file)|Command '\['where', 'cl'\]' returned non-zero|"
+        r"Error checking compiler version for cl\b",
         "There is no C++ compiler for this Windows Python: install Microsoft C++ Build Tools with the \"Desktop "
         "development with C++\" workload, open a new shell and rerun; or install a prebuilt wheel of {package_pip} "
         "for[[ Python {python} on]] Windows, so that nothing is compiled."),
+    CauseLine(
+        "compiler_missing", "extension_build_failed",
+        r"command '[^'\n]{0,200}?(?:gcc|g\+\+|c\+\+|cc|clang)(?:-\d{1,2})?' failed: No such file|"
+        r"unable to execute '[^'\n]{0,200}?(?:gcc|g\+\+|cc|c\+\+)'|(?m:^[^\n]{0,40}\b(?:gcc|g\+\+|c\+\+): "
+        r"(?:command )?not found)",
+        "There is no C/C++ compiler where the build runs: install one (apt install build-essential, dnf groupinstall "
+        "'Development Tools', or conda install -c conda-forge gxx) and rerun; or install a prebuilt wheel of "
+        "{package_pip}[[ for Python {python}]], so that nothing is compiled."),
+    CauseLine(
+        "pkgconfig_missing", "extension_build_failed",
+        r"Package (?P<pc>[\w+.-]{1,80}) was not found in the pkg-config search path|"
+        r"pkg-config could not find libraries \[(?P<pcs>[^\]\n]{1,200})\]|Could not find (?P<pc1>lib\w{1,60}) with pkg-config",
+        "The build needs the C library {pc} and pkg-config cannot find its development files ({pc}.pc): install its "
+        "-dev / -devel package (or the conda package, then add its lib/pkgconfig to PKG_CONFIG_PATH), or install a "
+        "prebuilt wheel of {package_pip} that bundles it."),
+    CauseLine(
+        "wheel_missing", "extension_build_failed",
+        r"invalid command 'bdist_wheel'",
+        "The Python that builds {package_pip} has no 'wheel' package (an old pip or setuptools): pip install -U pip "
+        "setuptools wheel, then install again."),
     CauseLine(
         "header_missing", "extension_build_failed",
         r"fatal error:? ?(?:C1083: [^'\"‘“\n]{0,60})?['\"‘“]?(?P<header>[\w/.+-]{1,120}?)['\"’”]?"
