@@ -138,7 +138,7 @@ CAUSES: tuple[CauseLine, ...] = (
     CauseLine(
         "torch_headers_reject", "extension_build_failed",
         r"[/\\]torch[/\\](?:lib[/\\])?include[/\\][^\n]{1,300}?(?::\d{1,6}:\d{1,6}:|\(\d{1,6}\):) "
-        r"(?:fatal )?(?:error|note)\b",
+        r"(?:(?:fatal )?error\b|note: {1,4}candidate)",  # not a warning's "note: declared here"
         "The compiler's messages point into torch's own headers: the extension's source is written for another "
         "torch release[[ than {torch}]] (an API torch changed or removed). Install the torch release the project "
         "names, or a release of {package_pip} that supports the installed torch.",
