@@ -107,6 +107,25 @@ PROBES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      ("no C++ compiler", "Build Tools"),
      "When I run train.py, it raise \"subprocess.CalledProcessError: Command '['where', 'cl']' returned non-zero exit "
      "status 1.\". How to solve this problem?"),
+    ("https://github.com/m-bain/whisperX/issues/1235", "native_library_missing",
+     ("fbgemm.dll", "Visual C++ Redistributable", "reinstall torch"),
+     "Traceback (most recent call last):\n  File \"C:\\Users\\cwol2\\whisperx\\Kit-Whisperx\\app.py\", line 2, in "
+     "<module>\n    import torch\n  File \"C:\\Users\\cwol2\\miniconda3\\envs\\whisperx-web-ui\\lib\\site-packages\\"
+     "torch\\__init__.py\", line 130, in <module>\n    raise err\nOSError: [WinError 182] The operating system cannot "
+     "run %1. Error loading \"C:\\Users\\cwol2\\miniconda3\\envs\\whisperx-web-ui\\lib\\site-packages\\torch\\lib\\"
+     "fbgemm.dll\" or one of its dependencies."),
+    # cmd.exe's code for a command it cannot find, the message in the user's language
+    ("https://github.com/Delcos/Hentai-Diffusion/issues/6", "program_missing", ("exit code 9009", "python.org"),
+     "\"exit code: 9009\n\nstderr:\nNo se encontr\u00be Python; ejecuta sin argumentos para instalar desde Microsoft "
+     "Store o deshabilita este acceso directo en Configuraci\u00be > Administrar alias de ejecuci\u00be de la "
+     "aplicaci\u00be.\""),
+    # pip's box behind a launcher's prefixes (ComfyUI-Manager): the step that failed, whatever starts the line
+    ("https://github.com/sipie800/ComfyUI-PuLID-Flux-Enhanced/issues/10", "extension_build_failed",
+     ("first error line above",),
+     "[2024-10-28 14:45:53.066]    Downloading filterpy-1.4.5.zip (177 kB)\n[2024-10-28 14:45:53.143]    Preparing "
+     "metadata (setup.py): started\n[2024-10-28 14:45:53.366]    Preparing metadata (setup.py): finished with status "
+     "'error'\n[2024-10-28 14:45:53.610] [!]   error: subprocess-exited-with-error\n[2024-10-28 14:45:53.614] [!]   "
+     "\n[2024-10-28 14:45:53.614] [!]   python setup.py egg_info did not run successfully"),
     ("https://github.com/PeterL1n/BackgroundMattingV2/issues/30", "no_matching_wheel",
      ("torch==1.7.0 is newer than every release", "0.1.2.post2", "64-bit"),
      "Collecting torch==1.7.0 (from -r requirements.txt (line 3))\n  ERROR: Could not find a version that satisfies "

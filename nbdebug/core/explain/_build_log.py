@@ -218,7 +218,7 @@ def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[s
 
 def claim(text: str) -> tuple[str, dict[str, Any]] | None:
     """The category and facts for a pasted log no message matched, when its cause line places it; else None."""
-    found = read(text)
+    found = read(text, slugs=frozenset(c.slug for c in CAUSES))
     if found is None or not found[0].claims:
         return None
     return found[0].slug, found[1]

@@ -178,13 +178,21 @@ CAUSES: tuple[CauseLine, ...] = (
     CauseLine(
         "build_summary", "extension_build_failed",
         r"Failed building wheel for (?P<wanted>[A-Za-z][\w.-]{0,100})|Could not build wheels for "
-        r"(?P<wanted2>[A-Za-z][\w.-]{0,100})",
-        "pip only reports that building {package_pip} failed: the cause is the build's first error line above (run "
-        "pip install -v {package_pip} to see the whole build). A missing CUDA toolkit, compiler or header is to be "
+        r"(?P<wanted2>[A-Za-z][\w.-]{0,100})|(?:python setup\.py (?:egg_info|bdist_wheel|develop|install)|Getting "
+        r"requirements to build wheel|Preparing metadata \(pyproject\.toml\)) did not run successfully",
+        "pip only reports that building {package_pip} failed: the cause is the build's first error line above[[ (run "
+        "pip install -v {package} to see the whole build)]]. A missing CUDA toolkit, compiler or header is to be "
         "installed; otherwise install a prebuilt wheel of {package_pip} for[[ Python {python},]] the installed torch and "
-        "CUDA instead of compiling.",
-        claims=False),
+        "CUDA instead of compiling."),
     # the package manager's answers: nothing was built
+    CauseLine(
+        "windows_python_missing", "program_missing",
+        r"Python was not found; run without arguments to install from the Microsoft Store|"
+        r"(?:exit code|Error code|errorlevel)[: =]{1,3}9009\b",
+        "Windows could not run Python (exit code 9009: the command was not found — the Microsoft Store's python.exe "
+        "alias, or no Python on PATH): install Python from python.org in the version the project names, with \"Add "
+        "python.exe to PATH\" ticked (or turn off the python.exe / python3.exe App execution aliases in Settings), "
+        "then open a new shell and rerun."),
     CauseLine(
         "requirement_quoted", "install_failed",
         r"Invalid requirement: [\"']?(?P<req>'[^'\n]{1,300}'|\"[^\"\n]{1,300}\")",
@@ -286,7 +294,8 @@ CAUSES: tuple[CauseLine, ...] = (
         claims=False),
     CauseLine(
         "windows_dll", "native_library_missing",
-        r"\[WinError 126\][^\n]{0,200}?(?:Error loading \"(?P<dll_path>[^\"\n]{1,300}\.dll)\"|$)",
+        r"(?:\[WinError (?:126|182|1114)\][^\n]{0,200}?)?Error loading \"(?P<dll_path>[^\"\n]{1,300}\.dll)\" or one of its "
+        r"dependencies|\[WinError 126\]",
         "Windows could not load {dll_or_a_dll} or a DLL it depends on: install the latest Microsoft Visual C++ "
         "Redistributable (x64) and restart the shell; if it still fails, reinstall {owner} from one source for this "
         "Python (pip uninstall until pip finds none, then install it once).",
