@@ -18,6 +18,7 @@ It answers what it can read and nothing else:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = ["read", "claim", "detail", "SLUGS"]
 _BUILD_SLUGS = frozenset({"extension_build_failed", "install_failed", "conda_not_found", "no_matching_wheel"})
 _LOAD_SLUGS = frozenset({"native_library_missing", "undefined_symbol", "package_missing"})
 SLUGS = _BUILD_SLUGS | _LOAD_SLUGS | {"version_mismatch"}
+_ALL_SLUGS = frozenset(c.slug for c in CAUSES)
 _MAX = 200_000  # the tail of a very long log: the cause is near the failure pip reports
 
 # the package being built or installed, in the order pip's and setup.py's lines name it most surely
@@ -191,6 +193,25 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return text
 
 
+def _matches(tail: str, slugs: frozenset[str]) -> Iterator[tuple[CauseLine, re.Match[str]]]:
+    """The cause lines of ``slugs`` the text holds, with their evidence, in the table's precedence."""
+    for cause, line, needs in _compiled():
+        if cause.slug in slugs and (m := line.search(tail)) is not None and (needs is None or needs.search(tail)):
+            yield cause, m
+
+
+def _facts(cause: CauseLine, m: re.Match[str], tail: str) -> dict[str, Any]:
+    found = _context(tail) | {k: v.rstrip(". ") if k == "why" else v for k, v in m.groupdict().items() if v}
+    if cause.name == "wheel_tags_differ":
+        found.pop("python", None)  # the wheel's own tag, not the interpreter's version
+    start = tail.rfind("\n", 0, m.start()) + 1
+    end = tail.find("\n", m.end())
+    facts: dict[str, Any] = {k: v for k, v in found.items() if k in ("package", "python", "platform", "torch")}
+    facts["cause_line"] = tail[start:end if end != -1 else len(tail)].strip()[:300]
+    facts["first_step_detail"] = _fill(cause.step, found | _derived(cause, found, tail))
+    return facts
+
+
 def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[str, Any]] | None:
     """The first cause line of the text (in the table's precedence) among ``slugs``' lines, with its facts.
 
@@ -198,32 +219,24 @@ def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[s
     ``first_step_detail``, the line's first step filled with them.
     """
     tail = text[-_MAX:]
-    for cause, line, needs in _compiled():
-        if cause.slug not in slugs:
-            continue
-        m = line.search(tail)
-        if m is None or (needs is not None and not needs.search(tail)):
-            continue
-        found = _context(tail) | {k: v.rstrip(". ") if k == "why" else v for k, v in m.groupdict().items() if v}
-        if cause.name == "wheel_tags_differ":
-            found.pop("python", None)  # the wheel's own tag, not the interpreter's version
-        start = tail.rfind("\n", 0, m.start()) + 1
-        end = tail.find("\n", m.end())
-        facts: dict[str, Any] = {k: v for k, v in found.items() if k in ("package", "python", "platform", "torch")}
-        facts["cause_line"] = tail[start:end if end != -1 else len(tail)].strip()[:300]
-        facts["first_step_detail"] = _fill(cause.step, found | _derived(cause, found, tail))
-        return cause, facts
-    return None
+    first = next(_matches(tail, slugs), None)
+    return (first[0], _facts(first[0], first[1], tail)) if first is not None else None
 
 
 def claim(text: str) -> tuple[str, dict[str, Any]] | None:
-    """The category and facts for a pasted log no message matched, when its cause line places it; else None."""
-    found = read(text, slugs=frozenset(c.slug for c in CAUSES))
-    if found is None or not found[0].claims:
+    """The category and facts for a pasted log no message matched, when a cause line that places it is there.
+
+    The answer's step is the first cause line's (the most specific), placed by a line of the same category that
+    claims (a source archive being built says what to do, pip's own summary that the build failed places it).
+    """
+    tail = text[-_MAX:]
+    found = list(_matches(tail, _ALL_SLUGS))
+    if not found:
         return None
-    return found[0].slug, found[1]
-
-
+    first = found[0][0]
+    if not any(c.claims and c.slug == first.slug for c, _ in found):
+        return None
+    return first.slug, _facts(first, found[0][1], tail)
 def detail(text: str, slug: str) -> dict[str, Any]:
     """The facts of the text's cause line for an answer of category ``slug`` (nothing for another category)."""
     if slug not in SLUGS:

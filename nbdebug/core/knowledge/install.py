@@ -173,7 +173,9 @@ CAUSES: tuple[CauseLine, ...] = (
         "pip is compiling {package_pip} from source because no prebuilt wheel fits this setup[[ ({setup})]]: install a wheel built for exactly this combination (the project's release "
         "page or wheel index for the installed torch and CUDA), or move to a Python / torch / platform it publishes "
         "wheels for; build from source only with a CUDA toolkit and compiler set up (then read the first error above).",
-        needs=r"subprocess-exited-with-error|Failed building wheel|bdist_wheel did not run|Building from source",
+        # compiling, not only reading the archive's metadata (a source-only package whose setup.py failed is no build)
+        needs=r"Building wheel for [^\n]{0,120}(?:error|status 'error')|bdist_wheel did not run|Building from source|"
+              r"Running setup\.py install for [^\n]{0,120}error",
         claims=False),
     CauseLine(
         "build_summary", "extension_build_failed",
