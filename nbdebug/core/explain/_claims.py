@@ -94,9 +94,11 @@ _NOT_RECOGNISED = re.compile(
 
 
 def _several_commands(raw: str) -> bool:
-    """Whether a shell refused several different commands in one text: a batch file read in the wrong encoding or with
-    the wrong line endings (its words taken for commands), not one program that is not installed."""
-    names = {m.group("name") or m.group("term") or m.group("zh") for m in _NOT_RECOGNISED.finditer(raw[-20_000:])}
+    """Whether cmd.exe refused several different commands in one text: a batch file read in the wrong encoding or with
+    the wrong line endings (its words taken for commands), not one program that is not installed.  Only cmd.exe's
+    refusals count: a batch file's words are cmd.exe's to misread, and PowerShell's several refusals are commands a
+    person typed (``py``, then ``python3``)."""
+    names = {m.group("name") for m in _NOT_RECOGNISED.finditer(raw[-20_000:]) if m.group("name")}
     return len(names) >= 2
 
 

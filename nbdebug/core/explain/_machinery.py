@@ -19,8 +19,9 @@ belong to families of their own.  These rules answer them, each from the evidenc
 - ``distributed_launch_check``: an ``assert`` in the user's own code whose condition reads what the launcher set (the
   world size, a rank, whether the process group exists), not the GPUs' count.
 - ``onnx_export_failed``: an error raised in torch's ONNX exporter's own frames (or, without frames, its classes and
-  words): an operator or construct it cannot convert at the opset asked for.  Not an ``AttributeError`` or an import
-  (releases that do not fit), an install or memory.
+  words): an operator or construct it cannot convert at the opset asked for, named so by the message or its class.
+  Not the exporter's checks on its own arguments (an opset it does not know, arguments the new exporter cannot
+  translate: tables answer those), an ``AttributeError`` or an import (releases that do not fit), an install or memory.
 - ``runtime_operator_missing``: the ExecuTorch runtime's own words for an operator with no registered kernel (``kernel
   'aten::x.out' not found``, ``Missing operator: [4] aten::x.out``, ``OperatorMissing``), an operator named with its
   namespace.
@@ -162,6 +163,12 @@ _EXPORTER_WORDS = re.compile(r"Exporting the operator [^\n]{1,200} to ONNX opset
 # an exception line (anywhere in a line: a test runner's "E   RuntimeError: ...") in the exporter's words or classes
 _EXCEPTION_ANYWHERE = re.compile(r"(?P<cls>\b(?:torch\.onnx\.(?:errors\.)?)?[A-Z]\w{0,60}(?:Error|Exception)): "
                                  r"(?P<msg>[^\n]{1,1000})")
+# what onnx_export_failed answers: an operator or construct of the model the exporter could not convert (its classes
+# for that, or its words); not its checks on its own arguments (an opset it does not know, dynamic_axes the new
+# exporter cannot translate), whose answers are a release's and an argument's
+_CANNOT_CONVERT = re.compile(r"\b(?:UnsupportedOperatorError|SymbolicValueError|ConversionError|TorchExportError|"
+                             r"DispatchError)\b|Exporting the operator\b|\bONNX export (?:of|failed)\b|"
+                             r"Unsupported: ONNX export|Couldn't export (?:Python )?operator")
 _OPSET = re.compile(r"opset version (\d{1,3})")
 _NOT_THE_EXPORTER = re.compile(r"(?i:\binstall|\bpip\b|\bconda\b|out of memory|no module named)")
 
@@ -173,7 +180,7 @@ def exporter_line(raw: str) -> tuple[str, dict[str, Any]] | None:
     for m in _EXCEPTION_ANYWHERE.finditer(raw[-4000:]):
         if m.group("cls").startswith("torch.onnx.") or _EXPORTER_WORDS.search(m.group("msg")):
             found = m
-    if found is None or _NOT_THE_EXPORTER.search(found.group(0)):
+    if found is None or _NOT_THE_EXPORTER.search(found.group(0)) or not _CANNOT_CONVERT.search(found.group(0)):
         return None
     facts: dict[str, Any] = {"exc_type": found.group("cls").rsplit(".", 1)[-1]}
     opset = _OPSET.search(found.group(0))
@@ -189,7 +196,7 @@ def exporter_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     release of onnxscript or onnx that does not fit torch's), nor a message about an install or memory."""
     if s.cut or s.short_type in ("AttributeError", "ImportError", "ModuleNotFoundError"):
         return None
-    if _NOT_THE_EXPORTER.search(s.message):
+    if _NOT_THE_EXPORTER.search(s.message) or not _CANNOT_CONVERT.search(f"{s.exc_type}: {s.message}"):
         return None
     frames = [f for f in s.frames if f.owner != "stdlib"]
     if not frames or not (_EXPORTER_PATH.search(frames[-1].path) or frames[-1].owner in _EXPORTER_OWNERS):

@@ -258,9 +258,23 @@ def _cut_in_module(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if _IMPORT_TIME_WORDS.search(s.message) or _DISTRIBUTED_WORDS.search(s.message):
         return None
+    if not _entered_by_import(s, frames[-1]):
+        return None  # a script's top level run by runpy's exec or a console script's main(): not an import
     package = frames[-1].owner
     return "import_failed", {"package": package, "where": where(frames[-1]), "exc_type": s.short_type,
                              "first_step_detail": _import_step(package)}
+
+
+# importlib's own frames between an import line and the module it runs (Python usually hides them)
+_IMPORTLIB_FRAME = re.compile(r"<frozen importlib|[/\\]importlib[/\\]")
+_IMPORT_LINE = re.compile(r"(?:from\s+[\w.]{1,200}\s+)?import\s+\w|[^\n]{0,200}?\b(?:import_module|__import__)\(")
+
+
+def _entered_by_import(s: Structure, module: Frame) -> bool:
+    """Whether the frame above a module's top-level frame (importlib's aside) is an ``import`` line: the module was
+    being imported, not run as a script (runpy's ``exec(code, run_globals)``, ``python -m``) or called."""
+    above = [f for f in s.frames[:s.frames.index(module)] if not _IMPORTLIB_FRAME.search(f.path)]
+    return bool(above) and _IMPORT_LINE.match(above[-1].source.strip()) is not None
 
 
 # torch's frames that hand a backward pass to the autograd engine, which runs each Function's backward and each hook

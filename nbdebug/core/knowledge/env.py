@@ -69,6 +69,10 @@ _SEE_VERSIONS = Fix("See what is installed in this kernel's environment",
                     "for p in ('torch', 'torchvision', 'torchaudio', 'numpy'):\n"
                     "    try: print(p, md.version(p))\n    except md.PackageNotFoundError: print(p, '-')")
 
+# the words of a notice that the run goes on without an optional package (a slower path, a feature turned off)
+_GOES_ON = (r"(?i:fall(?:ing)? ?back|instead|optional|will only|only (?:run|use)|for (?:faster|better|speed)|"
+            r"to speed (?:it )?up|\bdisabl)")
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="numpy_abi",
@@ -309,11 +313,14 @@ ENTRIES: tuple[Entry, ...] = (
             r"Die Benennung \"[A-Za-z][\w.-]{1,60}\" wurde (?:nicht )?als Name eines Cmdlet",
             # a library's check that names the package it needs and then how to install that same package ("torchao not
             # installed. Please follow the instructions at <url> to install torchao.")
-            # (not a notice that the run goes on without it: "...; falling back to sdpa", "using X instead")
-            r"\b(?P<module>(?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|nccl|mpi|cudnn)\b)[A-Za-z][\w.-]{1,40}) "
-            r"(?:is )?not (?:been )?installed\b(?:(?!(?i:fall(?:ing)? ?back|instead|optional))[^\n]){0,300}"
-            r"(?:\n(?:(?!(?i:fall(?:ing)? ?back|instead|optional))[^\n]){0,300}){0,3}?\binstall (?:the )?(?P=module)\b"
-            r"(?![^\n]{0,200}(?i:fall(?:ing)? ?back|instead|optional))",
+            # (not a notice that the run goes on without it: "...; falling back to sdpa", "using X instead", "Will only
+            # run the manual PyTorch version. Please install flash-attn for faster inference", nor a line that is a
+            # warning: voicebox#460)
+            r"(?<!Warning: )(?<!WARNING: )(?<!WARN: )\b(?P<module>(?!(?i:cuda|nvidia|driver|gpu|redistributable|triton|"
+            r"nccl|mpi|cudnn)\b)[A-Za-z][\w.-]{1,40}) "
+            r"(?:is )?not (?:been )?installed\b(?:(?!" + _GOES_ON + r")[^\n]){0,300}"
+            r"(?:\n(?:(?!" + _GOES_ON + r")[^\n]){0,300}){0,3}?\binstall (?:the )?(?P=module)\b"
+            r"(?![^\n]{0,200}" + _GOES_ON + r")",
             # a project's own check that a package imports ("AssertionError: Please install mmdet to run the demo.")
             r"(?:Error|Exception): (?i:please install) (?![^\n]{0,120}(?i:cuda|nvidia|driver|gpu))[A-Za-z][\w.-]{1,40}",
             # a flag a module defines only when its optional import succeeded ("try: import accelerate;
@@ -985,6 +992,94 @@ ENTRIES += (
         "restart the kernel so the new PATH is seen.",
         sources=("https://docs.python.org/3/library/subprocess.html#exceptions",
                  "https://docs.python.org/3/library/shutil.html#shutil.which"),
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        # (issue 23's environment family, measured in the wild sample) torch's ONNX exporter checking its own arguments before it converts anything: an opset this torch's
+        # exporter does not know (symbolic_helper._set_opset_version), not an operator of the model
+        slug="onnx_opset_unsupported",
+        title="The installed torch's ONNX exporter does not know the opset asked for",
+        summary=("torch.onnx.export was asked for ONNX opset {opset}, which the installed torch's exporter does not "
+                 "support: the torch release is older than that opset's support (nothing of the model was "
+                 "converted yet)."),
+        keywords=("unsupported onnx opset version", "unsupported onnx_opset_version"),
+        # (torch >= 2.9's TorchScript-based exporter: "Unsupported onnx_opset_version: 99")
+        patterns=(r"Unsupported (?:ONNX opset version|onnx_opset_version): \d{1,3}\b",),
+        facts=((r"Unsupported (?:ONNX opset version|onnx_opset_version): (?P<opset>\d{1,3})\b", {"opset": "int"}),),
+        priority=60,  # above option_not_accepted: the value is an opset, and what decides it is the torch release
+        extra={"family": "environment_version,compile"},
+        causes=("The export script (or the tool that calls it) was written for a newer torch, whose exporter "
+                "supports that opset.",
+                "An opset_version given by hand above the highest one the installed torch supports."),
+        fixes=(Fix("See the installed torch and the highest opset its exporter supports",
+                   "import torch\nprint(torch.__version__)\n"
+                   "from torch.onnx._constants import ONNX_MAX_OPSET  # torch >= 1.13\nprint(ONNX_MAX_OPSET)"),),
+        first_step=("Print torch.__version__: this torch's ONNX exporter stops below the opset asked for, so upgrade "
+                    "torch to a release that supports it (with its matching torchvision; from torch 2.9, dynamo=True "
+                    "exports the newer opsets), or export with a lower opset_version that still has the model's "
+                    "operators."),
+        sources=("https://pytorch.org/docs/stable/onnx_torchscript.html",),
+    ),
+    Entry(
+        # the dynamo-based exporter (the default of torch.onnx.export since torch 2.9) converting the TorchScript
+        # exporter's arguments for torch.export (torch/onnx/_internal/exporter/_compat.py) and giving up
+        slug="onnx_exporter_arguments",
+        title="torch.onnx.export's new exporter does not take the arguments the code gives",
+        summary=("torch.onnx.export ran its dynamo-based exporter (the default since torch 2.9), which could not "
+                 "translate an argument written for the older TorchScript-based exporter (dynamic_axes) into its "
+                 "own (dynamic_shapes)."),
+        keywords=("dynamic_shapes",),
+        patterns=(r"Failed to convert 'dynamic_axes' to 'dynamic_shapes'",),
+        priority=60,
+        extra={"family": "compile,environment_version"},
+        causes=("An export script written for torch before 2.9, whose torch.onnx.export used the TorchScript-based "
+                "exporter and its dynamic_axes, run with a torch whose default is the dynamo-based exporter.",),
+        fixes=(Fix("Keep the TorchScript-based exporter the script was written for",
+                   "torch.onnx.export(model, args, 'model.onnx', dynamic_axes=dynamic_axes, dynamo=False)"),
+               Fix("Or give the new exporter its own argument",
+                   "batch = torch.export.Dim('batch')\n"
+                   "torch.onnx.export(model, (x,), 'model.onnx', dynamo=True, dynamic_shapes=({0: batch},))"),),
+        first_step=("Pass dynamo=False to torch.onnx.export to keep the TorchScript-based exporter that takes "
+                    "dynamic_axes (or replace dynamic_axes with dynamic_shapes as torch.export takes them), or "
+                    "install the torch release the export script was written for."),
+        sources=("https://pytorch.org/docs/stable/onnx_export.html",
+                 "https://pytorch.org/docs/stable/onnx.html"),
+    ),
+)
+
+ENTRIES += (
+    Entry(
+        # pip saying the package is installed, then the shell refusing the command of the same name: the command is in
+        # Python's Scripts (bin) folder, which is not on PATH (auto-py-to-exe#352), not a package to install
+        slug="command_not_on_path",
+        title="The package is installed, but its command is not on PATH",
+        summary=("pip says[[ '{command}']] is already installed, yet the shell cannot find the command of that name: "
+                 "the command sits in the Scripts (bin) folder of the Python that pip installed into, and that folder "
+                 "is not on the PATH of this shell."),
+        keywords=("requirement already satisfied",),
+        patterns=(
+            r"Requirement already satisfied: (?P<command>[A-Za-z][\w.-]{0,60}) [^\n]{0,300}(?:\n[^\n]{0,400}){0,20}?"
+            r"\n[^\n]{0,200}?(?:[“\"'‘](?P=command)(?:\.exe)?[”\"'’] ?(?:项识别为|is not recognized|不是[内內]部或外部命令|"
+            r"は、|n.est pas reconnu|no se reconoce|não é reconhecido|не является|wurde nicht|ist entweder falsch)|"
+            r"\b(?P=command): (?:command )?not found)",
+        ),
+        priority=56,  # above package_missing, which the shell's refusal alone matches
+        extra={"family": "environment_version,package_missing"},
+        facts=((r"Requirement already satisfied: (?P<command>[A-Za-z][\w.-]{0,60}) ", {"command": "str"}),),
+        causes=("Python was installed without \"Add Python to PATH\" (or pip installed with --user), so the folder "
+                "of the commands packages install is not on PATH.",
+                "PATH changed after the shell opened: a new terminal reads it again."),
+        fixes=(Fix("See the folder pip puts commands in", "python -c \"import sysconfig; "
+                   "print(sysconfig.get_path('scripts'))\""),
+               Fix("Run the package through the interpreter instead", "python -m auto_py_to_exe  # its import name")),
+        first_step=("Run the command through the interpreter pip installed it into (python -m <its import name>, "
+                    "dashes as underscores), or add that Python's Scripts folder (python -c \"import sysconfig; "
+                    "print(sysconfig.get_path('scripts'))\") to PATH and open a new terminal; installing it again "
+                    "changes nothing."),
+        sources=("https://docs.python.org/3/using/windows.html#finding-the-python-executable",
+                 "https://packaging.python.org/en/latest/tutorials/installing-packages/"),
     ),
 )
 
