@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import re
 
+from nbdebug.core.explain._machinery import ONNX_OPSET_REFUSED
 from nbdebug.core.explain._normalize import last_exception_start
 from nbdebug.core.explain._structure import Structure, read
 
-__all__ = ["lacks_evidence", "next_over_parameters"]
+__all__ = ["installed_command", "lacks_evidence", "next_over_parameters"]
 
 # next() over a module's parameters or buffers: a module with none (a DataParallel replica), not an empty loader
 _NEXT_OVER_PARAMETERS = re.compile(r"\bnext\(\s*(?:iter\(\s*)?[\w.\[\]()]{0,200}\.(?:parameters|buffers)\(\s*\)")
@@ -91,6 +92,25 @@ _NOT_RECOGNISED = re.compile(
     r"不是[内內]部或外部命令|は、内部コマンド|은\(는\) 내부|n.est pas reconnu|no se reconoce|não é reconhecido|"
     r"не является внутренней|ist entweder falsch)"
     r"|The term '(?P<term>[^'\n]{1,200})' is not recognized|无法将[“\"'](?P<zh>[^”\"'\n]{1,200})[”\"']项识别为")
+
+
+# pip saying a package is installed ("Requirement already satisfied: auto-py-to-exe in c:\\...")
+_PIP_SATISFIED = re.compile(r"Requirement already satisfied: (?P<name>[A-Za-z][\w.-]{0,60})\s")
+
+
+def installed_command(raw: str) -> str | None:
+    """The command a Windows shell refused after pip said the package of that name is already installed: the
+    command is in the Scripts folder of the Python pip installed into, which is not on PATH (auto-py-to-exe#352)."""
+    tail = raw[-20_000:]
+    satisfied = {m.group("name").lower(): m.start() for m in _PIP_SATISFIED.finditer(tail)}
+    if not satisfied:
+        return None
+    for m in _NOT_RECOGNISED.finditer(tail):
+        name = (m.group("name") or m.group("term") or m.group("zh") or "").removesuffix(".exe")
+        at = satisfied.get(name.lower())
+        if at is not None and at < m.start():
+            return name
+    return None
 
 
 def _several_commands(raw: str) -> bool:
@@ -185,8 +205,10 @@ def lacks_evidence(slug: str, line: str, raw: str, live: BaseException | None = 
     if slug == "xla_error" and _XLA_COMPILER_LINE.search(line):
         return _OTHER_XLA.search(raw) is not None
     if slug == "package_missing" and (_COMMAND_PATH.search(line) or _NOT_RECOGNISED.search(line) and
-                                      _several_commands(raw)):
-        return True
+                                      (_several_commands(raw) or installed_command(raw) is not None)):
+        return True  # (pip said the package is installed: command_not_on_path, placed by the structure's rules)
+    if slug == "option_not_accepted" and ONNX_OPSET_REFUSED.search(line):
+        return True  # an opset the exporter does not know: the torch release's question (onnx_opset_unsupported)
     if slug == "checkpoint_load_failed" and _HUB_REFUSAL.search(raw):
         return _NOT_A_MODEL_DOWNLOAD.search(raw) is not None
     if slug in _LOG_SLUGS or slug == "version_mismatch" and _DEVICE_PRINTF.match(line) or _RESOLVER_LINE.search(line):

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from nbdebug.core.explain._claims import installed_command
 from nbdebug.core.explain._guards import (  # noqa: F401 - contradicted, frames_deny: answered here too
     _COMPILER_CALL,
     _LOADING,
@@ -279,6 +280,8 @@ def fallback(s: Structure, raw: str, *, live: bool = False) -> tuple[str, dict[s
         return placed  # the ONNX exporter's words or class on an exception line the structure could not place
     if (placed := runtime_operator_missing(raw)) is not None:
         return placed  # ExecuTorch's runtime naming an operator without a kernel: the cause of what follows
+    if not s.frames and (command := installed_command(raw)) is not None:
+        return "command_not_on_path", {"command": command}  # pip said it is installed, the shell cannot find it
     if s.cut and not live:
         from nbdebug.core.explain._raised_in import cut_import
 

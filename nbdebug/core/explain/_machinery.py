@@ -20,8 +20,9 @@ belong to families of their own.  These rules answer them, each from the evidenc
   world size, a rank, whether the process group exists), not the GPUs' count.
 - ``onnx_export_failed``: an error raised in torch's ONNX exporter's own frames (or, without frames, its classes and
   words): an operator or construct it cannot convert at the opset asked for, named so by the message or its class.
-  Not the exporter's checks on its own arguments (an opset it does not know, arguments the new exporter cannot
-  translate: tables answer those), an ``AttributeError`` or an import (releases that do not fit), an install or memory.
+  Its checks on its own arguments are answered apart: an opset this torch does not know (``onnx_opset_unsupported``),
+  ``dynamic_axes`` the dynamo-based exporter cannot translate (``onnx_exporter_arguments``).  Not an
+  ``AttributeError`` or an import (releases that do not fit), an install or memory.
 - ``runtime_operator_missing``: the ExecuTorch runtime's own words for an operator with no registered kernel (``kernel
   'aten::x.out' not found``, ``Missing operator: [4] aten::x.out``, ``OperatorMissing``), an operator named with its
   namespace.
@@ -34,8 +35,8 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, where
 
-__all__ = ["compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised", "launch_assert",
-           "runtime_operator_missing"]
+__all__ = ["ONNXONNX_OPSET_REFUSED", "compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised",
+           "launch_assert", "runtime_operator_missing"]
 
 # packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
 _WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
@@ -170,6 +171,19 @@ _CANNOT_CONVERT = re.compile(r"\b(?:UnsupportedOperatorError|SymbolicValueError|
                              r"DispatchError)\b|Exporting the operator\b|\bONNX export (?:of|failed)\b|"
                              r"Unsupported: ONNX export|Couldn't export (?:Python )?operator")
 _OPSET = re.compile(r"opset version (\d{1,3})")
+# the exporter's checks on its own arguments: an opset this torch's exporter does not know (torch >= 2.9 names its
+# argument), the TorchScript exporter's dynamic_axes that the dynamo-based one (the default since 2.9) cannot translate
+ONNX_OPSET_REFUSED = re.compile(r"Unsupported (?:ONNX opset version|onnx_opset_version): (?P<opset>\d{1,3})\b")
+_AXES_NOT_SHAPES = re.compile(r"Failed to convert 'dynamic_axes' to 'dynamic_shapes'")
+
+
+def _exporter_argument(message: str) -> tuple[str, dict[str, Any]] | None:
+    """The exporter refusing one of its own arguments, with the category that answers it (a release's question)."""
+    if (m := ONNX_OPSET_REFUSED.search(message)) is not None:
+        return "onnx_opset_unsupported", {"opset": int(m.group("opset"))}
+    if _AXES_NOT_SHAPES.search(message):
+        return "onnx_exporter_arguments", {}
+    return None
 _NOT_THE_EXPORTER = re.compile(r"(?i:\binstall|\bpip\b|\bconda\b|out of memory|no module named)")
 
 
@@ -178,9 +192,14 @@ def exporter_line(raw: str) -> tuple[str, dict[str, Any]] | None:
     exception line in the exporter's own words or classes: torch's ONNX exporter raised it."""
     found = None
     for m in _EXCEPTION_ANYWHERE.finditer(raw[-4000:]):
-        if m.group("cls").startswith("torch.onnx.") or _EXPORTER_WORDS.search(m.group("msg")):
+        if m.group("cls").startswith("torch.onnx.") or _EXPORTER_WORDS.search(m.group("msg")) or \
+                _exporter_argument(m.group("msg")) is not None:
             found = m
-    if found is None or _NOT_THE_EXPORTER.search(found.group(0)) or not _CANNOT_CONVERT.search(found.group(0)):
+    if found is None or _NOT_THE_EXPORTER.search(found.group(0)):
+        return None
+    if (argument := _exporter_argument(found.group("msg"))) is not None:
+        return argument
+    if not _CANNOT_CONVERT.search(found.group(0)):
         return None
     facts: dict[str, Any] = {"exc_type": found.group("cls").rsplit(".", 1)[-1]}
     opset = _OPSET.search(found.group(0))
@@ -196,10 +215,14 @@ def exporter_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
     release of onnxscript or onnx that does not fit torch's), nor a message about an install or memory."""
     if s.cut or s.short_type in ("AttributeError", "ImportError", "ModuleNotFoundError"):
         return None
-    if _NOT_THE_EXPORTER.search(s.message) or not _CANNOT_CONVERT.search(f"{s.exc_type}: {s.message}"):
+    if _NOT_THE_EXPORTER.search(s.message):
         return None
     frames = [f for f in s.frames if f.owner != "stdlib"]
     if not frames or not (_EXPORTER_PATH.search(frames[-1].path) or frames[-1].owner in _EXPORTER_OWNERS):
+        return None
+    if (argument := _exporter_argument(s.message)) is not None:
+        return argument  # its checks on its own arguments: a release's answer, not an operator's
+    if not _CANNOT_CONVERT.search(f"{s.exc_type}: {s.message}"):
         return None
     facts = _facts(s, frames[-1])
     opset = _OPSET.search(s.message)

@@ -997,18 +997,13 @@ ENTRIES += (
 
 ENTRIES += (
     Entry(
-        # (issue 23's environment family, measured in the wild sample) torch's ONNX exporter checking its own arguments before it converts anything: an opset this torch's
-        # exporter does not know (symbolic_helper._set_opset_version), not an operator of the model
+        # torch's ONNX exporter checking its own arguments before it converts anything (placed by explain/_machinery's
+        # exporter rules): an opset this torch's exporter does not know, not an operator of the model
         slug="onnx_opset_unsupported",
         title="The installed torch's ONNX exporter does not know the opset asked for",
-        summary=("torch.onnx.export was asked for ONNX opset {opset}, which the installed torch's exporter does not "
+        summary=("torch.onnx.export was asked for an ONNX opset[[ ({opset})]] the installed torch's exporter does not "
                  "support: the torch release is older than that opset's support (nothing of the model was "
                  "converted yet)."),
-        keywords=("unsupported onnx opset version", "unsupported onnx_opset_version"),
-        # (torch >= 2.9's TorchScript-based exporter: "Unsupported onnx_opset_version: 99")
-        patterns=(r"Unsupported (?:ONNX opset version|onnx_opset_version): \d{1,3}\b",),
-        facts=((r"Unsupported (?:ONNX opset version|onnx_opset_version): (?P<opset>\d{1,3})\b", {"opset": "int"}),),
-        priority=60,  # above option_not_accepted: the value is an opset, and what decides it is the torch release
         extra={"family": "environment_version,compile"},
         causes=("The export script (or the tool that calls it) was written for a newer torch, whose exporter "
                 "supports that opset.",
@@ -1030,9 +1025,6 @@ ENTRIES += (
         summary=("torch.onnx.export ran its dynamo-based exporter (the default since torch 2.9), which could not "
                  "translate an argument written for the older TorchScript-based exporter (dynamic_axes) into its "
                  "own (dynamic_shapes)."),
-        keywords=("dynamic_shapes",),
-        patterns=(r"Failed to convert 'dynamic_axes' to 'dynamic_shapes'",),
-        priority=60,
         extra={"family": "compile,environment_version"},
         causes=("An export script written for torch before 2.9, whose torch.onnx.export used the TorchScript-based "
                 "exporter and its dynamic_axes, run with a torch whose default is the dynamo-based exporter.",),
@@ -1052,22 +1044,14 @@ ENTRIES += (
 ENTRIES += (
     Entry(
         # pip saying the package is installed, then the shell refusing the command of the same name: the command is in
-        # Python's Scripts (bin) folder, which is not on PATH (auto-py-to-exe#352), not a package to install
+        # Python's Scripts (bin) folder, which is not on PATH (auto-py-to-exe#352), not a package to install (placed by
+        # explain/_claims.py's installed_command)
         slug="command_not_on_path",
         title="The package is installed, but its command is not on PATH",
         summary=("pip says[[ '{command}']] is already installed, yet the shell cannot find the command of that name: "
                  "the command sits in the Scripts (bin) folder of the Python that pip installed into, and that folder "
                  "is not on the PATH of this shell."),
-        keywords=("requirement already satisfied",),
-        patterns=(
-            r"Requirement already satisfied: (?P<command>[A-Za-z][\w.-]{0,60}) [^\n]{0,300}(?:\n[^\n]{0,400}){0,20}?"
-            r"\n[^\n]{0,200}?(?:[“\"'‘](?P=command)(?:\.exe)?[”\"'’] ?(?:项识别为|is not recognized|不是[内內]部或外部命令|"
-            r"は、|n.est pas reconnu|no se reconoce|não é reconhecido|не является|wurde nicht|ist entweder falsch)|"
-            r"\b(?P=command): (?:command )?not found)",
-        ),
-        priority=56,  # above package_missing, which the shell's refusal alone matches
         extra={"family": "environment_version,package_missing"},
-        facts=((r"Requirement already satisfied: (?P<command>[A-Za-z][\w.-]{0,60}) ", {"command": "str"}),),
         causes=("Python was installed without \"Add Python to PATH\" (or pip installed with --user), so the folder "
                 "of the commands packages install is not on PATH.",
                 "PATH changed after the shell opened: a new terminal reads it again."),
