@@ -131,6 +131,31 @@ def main():
     show("  twin (no NaN)", lt, f"acc {bin_acc(twin['model'], twin['batch']):.3f}")
     ok &= (not math.isfinite(lb[-1])) and lt[-1] < 0.5 * lt[0]
 
+    # supcon-features-not-normalised and its twin
+    bug = C["build"]("supcon-features-not-normalised")
+    lb = train(bug)
+    first_nan = next((i for i, v in enumerate(lb) if not math.isfinite(v)), None)
+    show("supcon-features-not-normalised", lb, f"first non-finite loss at step {first_nan}; ln(2n - 1) = "
+         f"{math.log(2 * len(bug['batch'][1]) - 1):.4f} (every other view alike)")
+    twin = C["build"]("supcon-features-not-normalised")
+    twin["model"].normalize = True
+    lt = train(twin)
+    show("  twin (F.normalize)", lt, "")
+    ok &= (first_nan is not None or lb[-1] > 0.9 * lb[0]) and lt[-1] < 0.6 * lt[0]
+
+    # zerodce-color-loss-sqrt-at-zero and its twins
+    bug = C["build"]("zerodce-color-loss-sqrt-at-zero")
+    lb = train(bug)
+    first_nan = next((i for i, v in enumerate(lb) if not math.isfinite(v)), None)
+    finite = all(torch.isfinite(p).all() for p in bug["model"].parameters())
+    show("zerodce-color-loss-sqrt-at-zero", lb, f"first non-finite loss at step {first_nan}; parameters all finite "
+         f"after training: {finite}")
+    twin = C["build"]("zerodce-color-loss-sqrt-at-zero")
+    twin["loss_fn"] = C["ZeroDCELoss"](eps=1e-5)
+    lt = train(twin)
+    show("  twin (+1e-5 in the root, the thread's fix)", lt, "")
+    ok &= first_nan is not None and lt[-1] < 0.5 * lt[0]
+
     # healthy: qwen2 AdamW + warm-up
     h = C["build"]("qwen2-healthy-adamw-warmup")
     print(f"qwen2 lr at step 0: {h['optimizer'].param_groups[0]['lr']}")
