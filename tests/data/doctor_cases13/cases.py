@@ -306,7 +306,7 @@ class DCENet(nn.Module):
 
 
 class ZeroDCELoss(nn.Module):
-    """Zero-DCE's exposure loss (16-channel-free: 4x4 patch means of the grey level towards 0.6, x 10) and colour
+    """Zero-DCE's exposure loss (4x4 patch means of the grey level towards 0.6, x 10) and colour
     constancy loss ``L_color`` (x 5) as its Myloss.py writes it: k = (Drg^2 + Drb^2 + Dgb^2) ** 0.5 of the squared
     differences of the channel means, with ``eps`` added inside the root when given (the thread's fix)."""
 
