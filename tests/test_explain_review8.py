@@ -188,3 +188,74 @@ def test_powershell_refusing_two_commands_a_person_typed_is_a_missing_program():
     # cmd.exe refusing two words of a batch file stays unknown
     batch = "'userid' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。\n'ame' 不是内部或外部命令，也不是可运行的程序\n或批处理文件。"
     assert explain(batch).kind != "package_missing"
+
+
+# Item 7: the build-log reader skips a text that holds none of its claiming lines' words.
+
+def _literal_strings(nodes, c) -> set[str] | None:
+    """The strings a sequence of literals (and small groups of literal alternatives) matches; None: not literal."""
+    out = {""}
+    for op, av in nodes:
+        if op is c.LITERAL:
+            out = {s + chr(av).lower() for s in out}
+        elif op is c.IN and all(o is c.LITERAL for o, _ in av) and len({chr(v).lower() for _, v in av}) == 1:
+            out = {s + chr(av[0][1]).lower() for s in out}  # [Cc]: one letter in either case
+        elif op is c.SUBPATTERN and (inner := _literal_strings(av[-1], c)) is not None:
+            out = {s + t for s in out for t in inner}
+        elif op is c.BRANCH and all(_literal_strings(a, c) is not None for a in av[1]):
+            out = {s + t for s in out for a in av[1] for t in _literal_strings(a, c)}
+        else:
+            return None
+    return out
+
+
+def _covered(nodes, words: tuple[str, ...]) -> bool:
+    """Whether every way ``nodes`` (a parsed regex sequence) can match holds one of ``words`` (lower case): a run of
+    literal parts all of whose spellings hold a word, or a group or alternation every branch of which is covered."""
+    try:
+        from re import _constants as c  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_constants as c  # type: ignore[no-redef]
+    nodes = list(nodes)
+    for i in range(len(nodes)):
+        for j in range(i + 1, len(nodes) + 1):
+            spellings = _literal_strings(nodes[i:j], c)
+            if spellings and all(any(w in t for w in words) for t in spellings):
+                return True
+    for op, av in nodes:
+        if op is c.SUBPATTERN and _covered(av[-1], words):
+            return True
+        if op is c.BRANCH and all(_covered(alt, words) for alt in av[1]):
+            return True
+    return False
+
+
+def test_every_claiming_build_line_holds_one_of_the_gate_words():
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_parse  # type: ignore[no-redef]
+    from nbdebug.core.knowledge.install import CAUSES, CLAIM_WORDS
+
+    for cause in CAUSES:
+        if cause.claims:
+            words = CLAIM_WORDS[cause.name]
+            assert all(w == w.lower() for w in words), cause.name
+            assert _covered(list(sre_parse.parse(cause.line)), words), cause.name
+
+
+def test_a_text_without_install_build_or_load_words_is_not_read_as_a_build_log(monkeypatch):
+    from nbdebug.core.explain import _build_log
+
+    calls = []
+    real = _build_log._matches
+
+    def counting(tail, slugs):
+        calls.append(len(tail))
+        return real(tail, slugs)
+
+    monkeypatch.setattr(_build_log, "_matches", counting)
+    assert _build_log.claim("ab .:/_-()[]`'\n0" * 60_000) is None  # the benchmark's hostile text
+    assert calls == []  # was: every cause line searched over the last 200,000 characters
+    log = "  error: subprocess-exited-with-error\n  ERROR: Failed building wheel for flash-attn\n"
+    assert _build_log.claim(log) is not None and calls  # a build's output is still read

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from nbdebug.core.explain import _analyze, _explain, _normalize, explain
+from nbdebug.core.explain import _analyze, _build_log, _explain, _normalize, explain
 from nbdebug.core.knowledge import entries
+from nbdebug.core.knowledge.install import CAUSES
 
 try:  # Python 3.11+
     from re import _constants as sre_c  # type: ignore[attr-defined]
@@ -63,13 +64,20 @@ def _knowledge_patterns() -> Iterator[tuple[str, str]]:
             yield f"{e.domain}.{e.slug}.repeated_facts", p
         if e.extra.get("requires"):  # the context an entry needs, searched over the raw text
             yield f"{e.domain}.{e.slug}.requires", e.extra["requires"]
+    for cause in CAUSES:  # the build-log reader's cause lines and the evidence each needs (explain/_build_log.py)
+        yield f"install.{cause.name}.line", cause.line
+        if cause.needs:
+            yield f"install.{cause.name}.needs", cause.needs
 
 
 def _engine_patterns() -> Iterator[tuple[str, str]]:
-    for module in (_normalize, _explain, _analyze):
+    for module in (_normalize, _explain, _analyze, _build_log):
         for name, value in vars(module).items():
             if isinstance(value, re.Pattern):
                 yield f"{module.__name__.rsplit('.', 1)[-1]}.{name}", value.pattern
+            elif isinstance(value, tuple) and value and all(isinstance(v, re.Pattern) for v in value):
+                for i, pattern in enumerate(value):  # a tuple of patterns tried in order (_build_log._PACKAGE)
+                    yield f"{module.__name__.rsplit('.', 1)[-1]}.{name}[{i}]", pattern.pattern
 
 
 ALL = list(_knowledge_patterns()) + list(_engine_patterns())
@@ -339,6 +347,9 @@ def test_every_domain_is_checked():
     domains = {w.split(".", 1)[0] for w, _ in ALL}
     assert {"cuda", "dist", "autograd", "data", "io", "compile", "xla"} <= domains
     assert any(w.startswith("_normalize.") for w, _ in ALL) and any(w.startswith("_explain.") for w, _ in ALL)
+    # the build-log reader's cause lines and its own patterns (asked for by its engineer)
+    assert any(w.startswith("install.") and w.endswith(".line") for w, _ in ALL)
+    assert any(w.startswith("_build_log.") for w, _ in ALL)
 
 
 # ---------------------------------------------------------------- the reported slow texts, end to end

@@ -24,6 +24,7 @@ from typing import Any
 
 from nbdebug.core.knowledge.install import (
     CAUSES,
+    CLAIM_WORDS,
     COMPILER_ADVICE,
     HEADERS,
     LINKER_LIBRARIES,
@@ -223,6 +224,12 @@ def read(text: str, *, slugs: frozenset[str] = SLUGS) -> tuple[CauseLine, dict[s
     return (first[0], _facts(first[0], first[1], tail)) if first is not None else None
 
 
+@cache
+def _claim_words() -> frozenset[str]:
+    """The words one of which every claiming line's match holds (lower case)."""
+    return frozenset(w for c in CAUSES if c.claims for w in CLAIM_WORDS[c.name])
+
+
 def claim(text: str) -> tuple[str, dict[str, Any]] | None:
     """The category and facts for a pasted log no message matched, when a cause line that places it is there.
 
@@ -230,6 +237,9 @@ def claim(text: str) -> tuple[str, dict[str, Any]] | None:
     claims (a source archive being built says what to do, pip's own summary that the build failed places it).
     """
     tail = text[-_MAX:]
+    low = tail.lower()
+    if not any(word in low for word in _claim_words()):
+        return None  # no claiming line's words: no install, build or load output to read
     found = list(_matches(tail, _ALL_SLUGS))
     if not found:
         return None
@@ -237,6 +247,8 @@ def claim(text: str) -> tuple[str, dict[str, Any]] | None:
     if not any(c.claims and c.slug == first.slug for c, _ in found):
         return None
     return first.slug, _facts(first, found[0][1], tail)
+
+
 def detail(text: str, slug: str) -> dict[str, Any]:
     """The facts of the text's cause line for an answer of category ``slug`` (nothing for another category)."""
     if slug not in SLUGS:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CauseLine", "CAUSES", "HEADERS", "SYSTEM_LIBRARIES", "PIP_WORDS"]
+__all__ = ["CauseLine", "CAUSES", "CLAIM_WORDS", "HEADERS", "SYSTEM_LIBRARIES", "PIP_WORDS"]
 
 
 @dataclass(frozen=True)
@@ -310,6 +310,41 @@ CAUSES: tuple[CauseLine, ...] = (
         "command together with torch.",
         claims=False),
 )
+
+# the words (lower case) a claiming line's match always holds, one set per line: a text without any of them holds no
+# claiming line, so the reader skips its scan of the text (a long log of another kind costs a search per word, not
+# one per line; tests/test_explain_review8.py checks every alternative of every claiming line holds one)
+CLAIM_WORDS: dict[str, tuple[str, ...]] = {
+    "torch_missing_in_build": ("no module named",),
+    "nvcc_missing": ("nvcc", "cuda_home", "bare_metal_version", "no cuda toolkit found"),
+    "no_gpu_at_build": ("compute capability", "could not determine"),
+    "gcc_too_new": ("unsupported gnu version",),
+    "msvc_too_new": ("visual studio",),
+    "msvc_missing": ("visual c++", "'cl", "compiler version"),
+    "compiler_missing": ("failed: no such file", "unable to execute", "gcc", "g++", "c++"),
+    "pkgconfig_missing": ("pkg-config",),
+    "wheel_missing": ("bdist_wheel",),
+    "header_missing": ("fatal error",),
+    "source_file_missing": ("ninja: error",),
+    "rust_missing": ("rust compiler",),
+    "compiler_killed": ("killed signal", "out of memory", "virtual memory exhausted"),
+    "linker_library_missing": ("cannot find -l",),
+    "torch_headers_reject": ("include",),
+    "compiler_error": (".c", ".h"),  # a C, C++ or CUDA source or header (.cc, .cpp, .cu, .hpp, ...)
+    "cmake_error": ("cmake error at",),
+    "cmake_incomplete": ("configuring incomplete",),
+    "make_stopped": (": *** [", "calledprocesserror"),
+    "build_summary": ("failed building wheel", "could not build wheels", "did not run successfully"),
+    "windows_python_missing": ("python was not found", "9009"),
+    "index_unreachable": ("/simple/",),
+    "conda_package_absent": ("does not exist (perhaps", "nothing provides"),
+    "pip_command_word": ("no matching distribution found for",),
+    "no_release_for_python": ("could not find a version that satisfies",),
+    "wheel_tags_differ": ("is not a supported wheel",),
+    "python_outside_range": ("requires a different python",),
+    "torch_dlls": ("_load_dll_libraries",),
+    "venv_broken": ("no pyvenv.cfg",),
+}
 
 # headers the compiler cannot find, and what provides them ("*" at the end: a folder prefix)
 HEADERS: dict[str, str] = {
