@@ -35,8 +35,8 @@ from typing import Any
 
 from nbdebug.core.explain._structure import Frame, Structure, where
 
-__all__ = ["ONNXONNX_OPSET_REFUSED", "compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line", "exporter_raised",
-           "launch_assert", "runtime_operator_missing"]
+__all__ = ["ONNX_OPSET_REFUSED", "compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line",
+           "exporter_raised", "launch_assert", "runtime_operator_missing"]
 
 # packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
 _WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
