@@ -259,3 +259,49 @@ def test_a_text_without_install_build_or_load_words_is_not_read_as_a_build_log(m
     assert calls == []  # was: every cause line searched over the last 200,000 characters
     log = "  error: subprocess-exited-with-error\n  ERROR: Failed building wheel for flash-attn\n"
     assert _build_log.claim(log) is not None and calls  # a build's output is still read
+
+
+# Item 6: wrong answers seen on the old code and the code before it alike.
+
+def test_an_unpack_count_after_a_trace_is_not_called_an_attribute_read(tmp_path):
+    import importlib.util
+
+    script = tmp_path / "trace_unpack.py"
+    script.write_text("import torch\n"
+                      "class M(torch.nn.Module):\n"
+                      "    def forward(self, x):\n"
+                      "        return x + 1, x * 2\n"
+                      "def run(x):\n"
+                      "    a, b, c = torch.jit.trace(M(), (x,))(x)\n"
+                      "    return a\n")
+    spec = importlib.util.spec_from_file_location("r8_trace_unpack", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ValueError) as info:
+        module.run(torch.ones(2))
+    d = explain(info.value)
+    assert "values to unpack" in str(info.value)
+    assert "reads an attribute" not in d.summary  # was: "The code reads an attribute from an object ..."
+    assert "unpack" in d.first_step
+
+
+_BPJDET = (  # hnuzhy/BPJDet#5: exporting a model on the GPU, the exporter's constant folding met CPU constants
+    'Traceback (most recent call last):\n'
+    '  File "D:\\sdk\\envs\\smpl-py38-torch110-cu111\\lib\\site-packages\\torch\\onnx\\utils.py", line 1529, in _export\n'
+    '    graph, params_dict, torch_out = _model_to_graph(\n'
+    '  File "D:\\sdk\\envs\\smpl-py38-torch110-cu111\\lib\\site-packages\\torch\\onnx\\utils.py", line 1172, in '
+    '_model_to_graph\n'
+    '    params_dict = _C._jit_pass_onnx_constant_fold(\n'
+    'RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! '
+    '(when checking argument for argument index in method wrapper__index_select)')
+
+
+def test_a_device_mismatch_in_the_exporters_constant_folding_says_export_on_the_cpu():
+    d = explain(_BPJDET)
+    assert d.kind == "device_mismatch"
+    assert "do_constant_folding=False" in d.first_step and "CPU" in d.first_step  # was: "move the odd one"
+    # the same message raised in the model's own forward keeps the generic step
+    forward = _BPJDET.replace("torch\\onnx\\utils.py", "torch\\nn\\modules\\sparse.py").replace(
+        "_C._jit_pass_onnx_constant_fold(", "F.embedding(")
+    assert explain(forward).kind == "device_mismatch"
+    assert "do_constant_folding" not in explain(forward).first_step

@@ -290,6 +290,10 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     first_fixes: list[Fix] = []
     if entry.slug == "shape_mismatch":
         facts["matmul_kind"] = _matmul_kind(_last_frame_text(error) if isinstance(error, BaseException) else raw)
+    if entry.slug == "device_mismatch" and _exporter_pass(error, raw, text):
+        from nbdebug.core.knowledge.cuda import EXPORT_DEVICE_STEP
+
+        facts["first_step_detail"] = EXPORT_DEVICE_STEP  # the exporter's constant folding, not the model's forward
     if entry.slug == "relative_import_script":  # what ran it (a cell, a script): the frames, live or pasted
         frames = from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text)
         facts |= relative_import_runner(frames)
@@ -389,3 +393,12 @@ def _unknown(text: str, exc_type: str) -> Diagnosis:
         exception_type=exc_type or found_type,
         message=message,
     )
+
+
+def _exporter_pass(error: object, raw: str, text: str) -> bool:
+    """Whether the error was raised in one of torch's ONNX exporter's graph passes (live frames, or a pasted text's)."""
+    from nbdebug.core.explain._machinery import in_exporter_pass
+
+    if "_jit_pass_onnx" not in raw[-_MAX_CHARS:] and not isinstance(error, BaseException):
+        return False
+    return in_exporter_pass(from_exception(error) if isinstance(error, BaseException) else read(raw[-_MAX_CHARS:], text))

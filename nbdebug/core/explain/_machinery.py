@@ -36,7 +36,7 @@ from typing import Any
 from nbdebug.core.explain._structure import Frame, Structure, where
 
 __all__ = ["ONNX_OPSET_REFUSED", "compiler_call", "deepspeed_line", "distributed_wrapper", "exporter_line",
-           "exporter_raised", "launch_assert", "runtime_operator_missing"]
+           "exporter_raised", "in_exporter_pass", "launch_assert", "runtime_operator_missing"]
 
 # packages whose whole code is distributed-training machinery (its checks are the wrapper's, not the model's)
 _WRAPPER_OWNERS = frozenset({"deepspeed", "fairscale", "megatron", "colossalai"})
@@ -185,6 +185,15 @@ def _exporter_argument(message: str) -> tuple[str, dict[str, Any]] | None:
         return "onnx_exporter_arguments", {}
     return None
 _NOT_THE_EXPORTER = re.compile(r"(?i:\binstall|\bpip\b|\bconda\b|out of memory|no module named)")
+
+
+def in_exporter_pass(s: Structure) -> bool:
+    """Whether the innermost frame (below the standard library's) is torch's ONNX exporter running one of its own
+    graph passes (``_jit_pass_onnx_constant_fold``, ``_jit_pass_onnx_eval_peephole``): it computed with the traced
+    graph's constants, not with the model's forward."""
+    frames = [f for f in s.frames if f.owner != "stdlib"]
+    return bool(frames) and _EXPORTER_PATH.search(frames[-1].path) is not None and \
+        "_jit_pass_onnx" in frames[-1].source
 
 
 def exporter_line(raw: str) -> tuple[str, dict[str, Any]] | None:

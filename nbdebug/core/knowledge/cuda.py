@@ -12,6 +12,12 @@ _CUDA_SYNC_FIX = Fix(
     "CUDA_LAUNCH_BLOCKING=1 python train.py",
 )
 
+# device_mismatch raised in torch's ONNX exporter's own graph passes (constant folding, eval peephole): constants the
+# trace left on the CPU next to a model on the GPU (hnuzhy/BPJDet#5, pytorch/pytorch#72175), not the model's forward
+EXPORT_DEVICE_STEP = ("The ONNX exporter's own graph passes (constant folding, peephole) mixed the devices of the "
+                      "traced constants, not the model's forward: export with the model and its example inputs on the "
+                      "CPU (model.cpu(), inputs .cpu()), or pass do_constant_folding=False to torch.onnx.export.")
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="cuda_oom",

@@ -78,9 +78,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         slug="wrong_object_attribute",
         title="An object is not what the code expects (no such attribute)",
-        summary=("The code reads an attribute[[ (.{attr})]] from an object[[ of type {type_name}]] that does not have "
-                 "it: the value is of another kind than the code expects (a tuple instead of a model output, None "
-                 "instead of a tensor, ...)."),
+        # (its messages are not all attribute reads: an operand, a len(), an unpack count, a call of a value)
+        summary=("The code uses a value as something it is not[[: it reads .{attr} from a {type_name}]]: the value is "
+                 "of another kind, or holds another number of items, than the code expects (a tuple instead of a "
+                 "model output, None instead of a tensor, two outputs where the line unpacks three, ...)."),
         keywords=("unsupported operand", "can only concatenate", "cannot be interpreted as an integer", "has no len()", "object has no attribute", "object is not", "values to unpack", "is not iterable", "has no attribute",
                   "must derive from baseexception",
                   "cannot assign"),
@@ -113,8 +114,9 @@ ENTRIES: tuple[Entry, ...] = (
             Fix("See what the object is", "print(type(out)); print(getattr(out, 'keys', lambda: dir(out))())"),
             Fix("Index a tuple output, or ask for a dict", "logits = out[0]  # or model(..., return_dict=True).logits"),
         ),
-        first_step="Print type() of the object at the failing line (the live panel shows its fields) and read the "
-        "attribute it really has, or fix the function that returned it.",
+        first_step="Print type() of the value at the failing line, and len() of one the line unpacks (the live panel "
+        "shows its fields), and use it as what it is: read the attribute it really has, unpack as many items as it "
+        "holds, or fix the function that returned it.",
         sources=("https://docs.python.org/3/library/exceptions.html#AttributeError",
                  "https://huggingface.co/docs/transformers/main_classes/output"),
     ),
