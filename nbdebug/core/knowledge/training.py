@@ -284,7 +284,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="ignores_input",
-        title="A zero-input baseline learns as well as the real input",
+        title="The output does not depend on the input",
         severity=Severity.ERROR,
         fixes=(
             Fix("check that the forward pass uses its input (not a constant, a cached tensor or a detached copy)"),
