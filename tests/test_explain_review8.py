@@ -104,6 +104,13 @@ def test_the_exporters_checks_on_its_own_arguments_are_not_an_operator_it_cannot
         "is not supported.")
     assert explain(op).kind == "onnx_export_failed"
     assert explain(op.rsplit("\n", 1)[1]).kind == "onnx_export_failed"
+    # raised while the exporter converts the graph (pytorch/pytorch#3736: a buffer the trace did not record)
+    untraced = ('  File "/usr/local/lib/python2.7/dist-packages/torch/onnx/__init__.py", line 122, in _export\n'
+                "    _optimize_trace(trace)\n"
+                '  File "/usr/local/lib/python2.7/dist-packages/torch/onnx/__init__.py", line 81, in _optimize_trace\n'
+                "    torch._C._jit_pass_onnx(trace)\n"
+                "RuntimeError: untraced buffer")
+    assert explain(untraced).kind == "onnx_export_failed"
 
 
 def test_a_live_export_at_an_opset_this_torch_does_not_know():

@@ -170,6 +170,9 @@ _EXCEPTION_ANYWHERE = re.compile(r"(?P<cls>\b(?:torch\.onnx\.(?:errors\.)?)?[A-Z
 _CANNOT_CONVERT = re.compile(r"\b(?:UnsupportedOperatorError|SymbolicValueError|ConversionError|TorchExportError|"
                              r"DispatchError)\b|Exporting the operator\b|\bONNX export (?:of|failed)\b|"
                              r"Unsupported: ONNX export|Couldn't export (?:Python )?operator")
+# the exporter's line converting the traced graph (a pass over it, an operator's symbolic): whatever it raises there
+# is about a construct of the model ("untraced buffer": pytorch/pytorch#3736)
+_CONVERTING = re.compile(r"\b_jit_pass_onnx\w{0,40}\(|\b_run_symbolic_function\(|\bsymbolic_fn\(")
 _OPSET = re.compile(r"opset version (\d{1,3})")
 # the exporter's checks on its own arguments: an opset this torch's exporter does not know (torch >= 2.9 names its
 # argument), the TorchScript exporter's dynamic_axes that the dynamo-based one (the default since 2.9) cannot translate
@@ -231,8 +234,8 @@ def exporter_raised(s: Structure, raw: str) -> tuple[str, dict[str, Any]] | None
         return None
     if (argument := _exporter_argument(s.message)) is not None:
         return argument  # its checks on its own arguments: a release's answer, not an operator's
-    if not _CANNOT_CONVERT.search(f"{s.exc_type}: {s.message}"):
-        return None
+    if not _CANNOT_CONVERT.search(f"{s.exc_type}: {s.message}") and not _CONVERTING.search(frames[-1].source):
+        return None  # neither its words for a construct it cannot convert nor raised while converting the graph
     facts = _facts(s, frames[-1])
     opset = _OPSET.search(s.message)
     if opset is not None:
