@@ -178,6 +178,11 @@ def test_pip_says_installed_and_powershell_cannot_find_its_command():
     d = explain(text)  # was package_missing: "Install the package"
     assert d.kind == "command_not_on_path" and d.evidence.get("command") == "auto-py-to-exe"
     assert "PATH" in d.first_step
+    # with PowerShell's error record under the refusal (the line its pattern matches then)
+    record = text + ("\n所在位置 行:1 字符: 1\n+ auto-py-to-exe\n+ ~~~~~~~~~~~~~~\n    + CategoryInfo          : "
+                     "ObjectNotFound: (auto-py-to-exe:String) [], CommandNotFoundException\n"
+                     "    + FullyQualifiedErrorId : CommandNotFoundException")
+    assert explain(record).kind == "command_not_on_path"
     # pip satisfied with another package: the refused command is still one that is not installed
     other = text.replace("Requirement already satisfied: auto-py-to-exe", "Requirement already satisfied: pyinstaller")
     assert explain(other).kind == "package_missing"

@@ -205,8 +205,11 @@ def lacks_evidence(slug: str, line: str, raw: str, live: BaseException | None = 
     if slug == "xla_error" and _XLA_COMPILER_LINE.search(line):
         return _OTHER_XLA.search(raw) is not None
     if slug == "package_missing" and (_COMMAND_PATH.search(line) or _NOT_RECOGNISED.search(line) and
-                                      (_several_commands(raw) or installed_command(raw) is not None)):
-        return True  # (pip said the package is installed: command_not_on_path, placed by the structure's rules)
+                                      _several_commands(raw)):
+        return True
+    if slug == "package_missing" and (_NOT_RECOGNISED.search(line) or "CommandNotFoundException" in line) and \
+            installed_command(raw) is not None:
+        return True  # pip said the package is installed: command_not_on_path, placed by the structure's rules
     if slug == "option_not_accepted" and ONNX_OPSET_REFUSED.search(line):
         return True  # an opset the exporter does not know: the torch release's question (onnx_opset_unsupported)
     if slug == "checkpoint_load_failed" and _HUB_REFUSAL.search(raw):
