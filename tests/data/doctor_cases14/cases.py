@@ -4,8 +4,8 @@ The bugs are the causes found in public issue threads where a user reported a mo
 the rule in README.md (the `search` tool's `issues` corpus, fixed queries, threads in the order returned):
 keras-team/keras#2975 (a one-unit output with 'softmax' instead of 'sigmoid': the same class for every input),
 karpathy/nanoGPT#136 (NaN loss; reducing the learning rate fixed it) and chelsea0x3b/dfdx#486 (a ReLU on the output
-layer gave zero gradients).  The queries and the first two of their " pytorch" repeats gave only these 3; README.md
-says how.
+layer gave zero gradients).  The queries and their " pytorch" and " github" repeats gave only these 3; README.md says
+how.
 Bases (data bundled with scikit-learn or synthetic, nothing downloaded), none of them used as a base in the
 thirteen earlier sets:
 - ``kerascnn``: Keras' small binary image classifier in torch (Conv2D 16 3x3 ReLU, MaxPool 2, Conv2D 32 3x3 ReLU,
