@@ -162,7 +162,12 @@ def labels(s: Session, y: Any) -> bool:
         t, classes = call.target, int(call.input.shape[call.class_dim])
     elif call is not None and call.target is not None and t is None:
         t = call.target
-    if s.task == "classification" and isinstance(t, torch.Tensor) and classes:
+    indexes = _indexes_classes(s)
+    if s.task == "classification" and isinstance(t, torch.Tensor) and classes and not indexes:
+        # integer targets beside a loss that was not seen indexing classes by them (a contrastive loss on
+        # features groups samples by label): their range against the output's width says nothing
+        s.check("labels", f"skipped: {s.loss_said()} was not seen indexing classes by the targets")
+    elif s.task == "classification" and isinstance(t, torch.Tensor) and classes:
         valid = t != s.ignore_index()
         tv = t[valid]
         if tv.numel():
@@ -183,6 +188,20 @@ def labels(s: Session, y: Any) -> bool:
             return False
         s.check("labels", "in [0, 1]")
     return True
+
+
+# the losses that index the output's classes by the targets, by the name a user's loss_fn has
+_CLASS_LOSS_NAMES = ("CrossEntropyLoss", "NLLLoss", "MultiMarginLoss", "cross_entropy", "nll_loss",
+                     "multi_margin_loss")
+
+
+def _indexes_classes(s: Session) -> bool:
+    """Whether the loss reads the targets as class indices into the output: a class loss the probe saw called,
+    or, where the probe saw no loss call, a loss_fn of a class loss's name."""
+    call = s.loss_in
+    if call is not None:
+        return call.name in _CLASS_LOSS_NAMES
+    return s.loss.loss_name in _CLASS_LOSS_NAMES or s.loss.mode != "fn"
 
 
 def output_vs_loss(s: Session, y: Any) -> None:

@@ -71,7 +71,6 @@ def in_the_run(s: Session) -> None:
 
     from nbdebug.core.doctor._nonfinite_site import loss_site
     from nbdebug.core.doctor._train_checks import one_step
-    from nbdebug.core.knowledge import entry, finding
 
     k = next(i for i, v in enumerate(s.losses) if not math.isfinite(v))
     work, opt = s.fresh()
@@ -81,6 +80,8 @@ def in_the_run(s: Session) -> None:
     with torch.no_grad():
         out, loss = s.loss.loss(work, s.loss.inputs)
     y = logits_of(out)
+    if not bool(torch.isfinite(loss).all()) and _half_precision(s, k):
+        return
     if bool(torch.isfinite(loss).all()) or not isinstance(y, torch.Tensor) or not bool(torch.isfinite(y).all()):
         s.check(CHECK, f"the loss turned non-finite at step {k}; the copy trained again has "
                 + ("a finite loss there" if bool(torch.isfinite(loss).all()) else "non-finite outputs there"))
@@ -97,6 +98,24 @@ def in_the_run(s: Session) -> None:
         return
     before = list(s.findings)
     _found(s, k, min([v for v in s.losses if math.isfinite(v)] or [math.nan]), op, site, fitted=False)
+    _first(s, before)
+
+
+def _half_precision(s: Session, k: int) -> bool:
+    """Weights kept in half precision, tried in float32 on a copy: the cause, first, when that run stays finite."""
+    from nbdebug.core.doctor._precision import half_precision
+
+    before = list(s.findings)
+    if not half_precision(s, k):
+        return False
+    _first(s, before)
+    return True
+
+
+def _first(s: Session, before: list[Any]) -> None:
+    """The finding just added first; the loud ones found before it follow from it (its first fix theirs)."""
+    from nbdebug.core.knowledge import entry, finding
+
     cause = s.findings.pop()
     how = entry("consequence_of_another")
     restored = {e.cause for e in s.experiments if e.restores}

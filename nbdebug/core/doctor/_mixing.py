@@ -85,8 +85,8 @@ def mixes_batch(s: Session, work: Any) -> None:
         s.check(CHECK, "skipped: no output dimension runs over the batch's samples")
         return
     d = (y1.float() - y0.float()).abs().movedim(by, 0).reshape(n, -1).amax(dim=1)
-    scale = float(y0.float().abs().max()) or 1.0
-    if float(d[0]) <= _REL * scale:
+    scale = (float(y0.float().abs().max()) or 1.0) * _rel(y0)
+    if float(d[0]) <= scale:
         s.check(CHECK, "skipped: changing the first sample's input did not change its own output")
         return
     moved = _moved(d, scale)
@@ -112,8 +112,16 @@ def mixes_batch(s: Session, work: Any) -> None:
     s.check(CHECK, f"no: {moved} of {n - 1} other outputs changed")
 
 
-def _moved(d: Any, scale: float) -> int:
-    return int((d[1:] > _REL * scale).sum())
+def _rel(y: Any) -> float:
+    """The change that is rounding in ``y``'s dtype: 1e-4 of the outputs' scale, or a few units of the last place
+    of a half-precision output (float16 rounds at 1e-3, so the 1e-4 of float32 would read rounding as mixing)."""
+    import torch
+
+    return max(_REL, 4 * float(torch.finfo(y.dtype).eps)) if y.is_floating_point() else _REL
+
+
+def _moved(d: Any, tol: float) -> int:
+    return int((d[1:] > tol).sum())
 
 
 def _confirmed(s: Session, work: Any, suspects: list[Suspect], changed: Any, n: int, by: int,
@@ -136,5 +144,5 @@ def _confirmed(s: Session, work: Any, suspects: list[Suspect], changed: Any, n: 
     if not isinstance(y0, torch.Tensor) or not isinstance(y1, torch.Tensor) or y0.shape != y1.shape:
         return None
     d = (y1.float() - y0.float()).abs().movedim(by, 0).reshape(n, -1).amax(dim=1)
-    scale = float(y0.float().abs().max()) or 1.0
-    return suspects[0] if float(d[0]) > _REL * scale and not _moved(d, scale) else None
+    scale = (float(y0.float().abs().max()) or 1.0) * _rel(y0)
+    return suspects[0] if float(d[0]) > scale and not _moved(d, scale) else None

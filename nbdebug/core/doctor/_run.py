@@ -414,6 +414,12 @@ _SAID_BY_THE_DOCTOR = {
 _NO_HARM_TO_TRAINING = {
     "constant_columns": "they carry no information, and a model trains with them (image pixels at the border are "
                         "often constant)",
+    # rows repeated inside one batch do not stop a model from learning it (synthetic and token batches repeat
+    # often); they matter across a train/validation split, which compare_splits checks
+    "duplicate_rows": "repeated rows in one batch do not stop training; they matter when they also sit in the "
+                      "validation split (compare_splits checks that)",
+    "identical_images": "repeated images in one batch do not stop training; they matter when they also sit in the "
+                        "validation split (compare_splits checks that)",
 }
 
 

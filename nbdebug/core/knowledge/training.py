@@ -593,6 +593,19 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="nonfinite_half_precision",
+        title="Weights trained in half precision",
+        severity=Severity.ERROR,
+        fixes=(Fix("train in float32 (model.float()), with autocast for the speed of half precision",
+                   "model.float()\nwith torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
+                   "    loss = loss_fn(model(x), y)"),
+               Fix("or, for float16 autocast, scale the loss with a GradScaler; keep the optimizer's eps "
+                   "representable (eps=1e-4 in float16)",
+                   "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward(); scaler.step(opt); scaler.update()")),
+        sources=(ANOMALY,),
+        contexts=(),
+    ),
+    Entry(
         slug="init_too_small",
         title="Weights initialised far too small",
         severity=Severity.ERROR,

@@ -1,0 +1,86 @@
+"""The doctor's second eighth-round pass: a batch inspector's remark that does no harm to training stays a remark,
+a contrastive loss's labels are not read as class indices, and weights kept in float16 that turn non-finite after
+one step are tried in float32 on a copy.  Setups of this file's own."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from nbdebug import doctor  # noqa: E402
+
+QUICK = dict(progress=False, reproducibility=False)
+
+
+def blobs(n=64, d=16, c=4, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(c, d, generator=g) * 2
+    y = torch.arange(n) % c
+    return centers[y] + torch.randn(n, d, generator=g) * 0.5, y
+
+
+def loud(r):
+    return [f for f in r.findings if f.severity != "info"]
+
+
+def untouched(model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    return lambda: all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_rows_repeated_inside_one_batch_are_a_remark_not_a_warning_of_the_doctor():
+    x, y = blobs(32)
+    x, y = torch.cat([x, x]), torch.cat([y, y])  # every row twice: a model still learns the batch
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    same = untouched(m)
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    assert not loud(r), [(f.kind, f.message) for f in loud(r)]
+    dup = [f for f in r.findings if f.kind == "duplicate_rows"]
+    assert dup and dup[0].severity == "info" and "compare_splits" in dup[0].message
+    assert same()
+
+
+def contrastive(features, labels, temperature=0.5):
+    """A supervised contrastive loss: samples of one label pulled together, on L2-normalised features."""
+    z = F.normalize(features, dim=1)
+    sim = z @ z.T / temperature
+    eye = torch.eye(len(z), dtype=torch.bool)
+    sim = sim.masked_fill(eye, -1e9)
+    pos = (labels[:, None] == labels[None, :]) & ~eye
+    logp = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    return -(logp * pos).sum(1).div(pos.sum(1).clamp(min=1)).mean()
+
+
+def test_labels_beside_a_contrastive_loss_on_features_are_not_called_out_of_range():
+    x, y = blobs(64, c=8)  # 8 labels, 4 feature dimensions: the labels index no output
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    r = doctor(m, (x, y), loss_fn=contrastive, optimizer=torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    assert "label_out_of_range" not in r.kinds
+    assert any(name == "labels" and outcome.startswith("skipped") for name, outcome in r.checks)
+
+
+def test_labels_past_the_classes_of_a_cross_entropy_are_still_out_of_range():
+    x, y = blobs(64, c=8)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.Adam(m.parameters()), **QUICK)
+    assert r.findings[0].kind == "label_out_of_range"
+
+
+def test_weights_in_float16_that_turn_non_finite_after_one_adam_step_are_tried_in_float32():
+    x, y = blobs(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 64), nn.LayerNorm(64), nn.ReLU(), nn.Linear(64, 4)).half()
+    same = untouched(m)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    r = doctor(m, (x.half(), y), loss_fn=nn.CrossEntropyLoss(), optimizer=opt, **QUICK)
+    top = r.findings[0]
+    assert top.kind == "nonfinite_forward" and "float32" in top.message, [(f.kind, f.message) for f in r.findings]
+    assert top.evidence["dtype"] == "float16" and top.evidence["float32_loss_after"] < top.evidence["float32_loss_before"]
+    assert "float32" in top.fixes[0].title
+    assert "mixes_batch" not in r.kinds  # float16's rounding is not one sample reaching another
+    assert same() and all(p.dtype == torch.float16 for p in m.parameters()) and not opt.state
