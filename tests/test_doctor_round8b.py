@@ -84,3 +84,41 @@ def test_weights_in_float16_that_turn_non_finite_after_one_adam_step_are_tried_i
     assert "float32" in top.fixes[0].title
     assert "mixes_batch" not in r.kinds  # float16's rounding is not one sample reaching another
     assert same() and all(p.dtype == torch.float16 for p in m.parameters()) and not opt.state
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
+        self.label_head = nn.Linear(32, 4)
+        self.size_head = nn.Linear(32, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        return torch.cat([self.label_head(h), self.size_head(h)], dim=1)
+
+
+def test_a_head_whose_output_the_loss_never_reads_is_named_with_the_experiment():
+    x, y = blobs(64)
+    size = x.norm(dim=1, keepdim=True)
+    target = torch.cat([y[:, None].float(), size], dim=1)
+    torch.manual_seed(0)
+    m = TwoHeads()
+
+    def label_loss_only(out, t):  # the size term was left out
+        return F.cross_entropy(out[:, :4], t[:, 0].long())
+
+    r = doctor(m, (x, target), loss_fn=label_loss_only, optimizer=torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "no_gradient" and "size_head" in top.message and "size_head" in top.fixes[0].title
+    assert "label_head" not in top.message and "detach" not in top.fixes[0].title
+
+
+def test_a_layer_behind_dead_relus_is_not_called_unread():
+    x, y = blobs(64)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    with torch.no_grad():
+        m[2].bias.fill_(-100.0)  # every unit after it is silent: its gradients are all 0, but the loss reads it
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
+    assert not any(f.kind == "no_gradient" and "does not read" in f.message for f in r.findings)

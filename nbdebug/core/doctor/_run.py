@@ -30,6 +30,7 @@ from nbdebug.core.doctor import _setup_checks as setup
 from nbdebug.core.doctor import _side_runs as side
 from nbdebug.core.doctor import _signal_scale as signal
 from nbdebug.core.doctor import _train_checks as training
+from nbdebug.core.doctor import _unread_outputs as unread
 from nbdebug.core.doctor._generalise import CHECK as LABELS_CHECK
 from nbdebug.core.doctor._generalise import HALF_CHECK, generalisation, within_batch
 from nbdebug.core.doctor._inputs import Options, checked, logits_of, lr_of, sample_count
@@ -243,6 +244,7 @@ def _run(s: Session) -> None:
     s.check("initial loss", f"{s.initial_loss:.4g}")
     _safe(s, "loss at init", init.initial_loss, s)
     _safe(s, "gradients", init.gradients, s, work)
+    _safe(s, unread.CHECK, unread.unread_outputs, s, work)
     _safe(s, "output depends on the input", init.input_dependence, s, logits_of(out) if out is not None else y, work)
     _safe(s, mixing.CHECK, mixing.mixes_batch, s, work)
     _safe(s, ids.CHECK, ids.ids_as_numbers, s)
