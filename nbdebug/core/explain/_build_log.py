@@ -28,12 +28,18 @@ from nbdebug.core.knowledge.install import (
     COMPILER_ADVICE,
     HEADERS,
     LINKER_LIBRARIES,
+    PIP_BUILD_FRAME,
+    PIP_METADATA_RUN,
+    SETUP_PY_STEP,
     STANDARD_HEADERS,
     SYSTEM_LIBRARIES,
+    TORCH_LIBRARIES,
     CauseLine,
 )
 
-__all__ = ["read", "claim", "detail", "SLUGS"]
+from nbdebug.core.explain._structure import read as read_structure
+
+__all__ = ["read", "claim", "detail", "setup_raised", "SLUGS"]
 
 # the categories each group of cause lines can make specific: a build's lines for an install answer, a library's
 # lines for a load failure
@@ -51,13 +57,13 @@ _PACKAGE = (
     re.compile(r"Running setup\.py (?:install|develop) for (?P<p>[A-Za-z][\w.-]{0,100})"),
     re.compile(r"Could not build wheels for (?P<p>[A-Za-z][\w.-]{0,100})"),
     re.compile(r"(?<![\w-])pip3? install(?: {1,4}-{1,2}[\w-]{1,40}(?:=[^\s]{1,200})?)* {1,4}['\"]?(?P<p>[A-Za-z][\w.-]{0,100})"),
-    re.compile(r"Collecting (?P<p>[A-Za-z][\w.-]{0,100})(?=[=<>!~ \n]|$)", re.M),
+    re.compile(r"Collecting (?!package metadata\b)(?P<p>[A-Za-z][\w.-]{0,100})(?=[=<>!~ \n]|$)", re.M),
 )
 _VERSION_TAIL = re.compile(r"(?:==|>=|<=|~=|-\d)[^\s]*$")
 _PYTHON = (
     re.compile(r"cpython-3(?P<minor>\d{1,2})\b"),
     re.compile(r"\bcp3(?P<minor>\d{1,2})-(?:cp3\d{1,2}|abi3|none)"),
-    re.compile(r"[Pp]ython ?3\.(?P<minor>\d{1,2})(?=[/\\.\s*:)]|$)", re.M),
+    re.compile(r"[Pp]ython ?3\.(?P<minor>\d{1,2})(?=m?[/\\.\s*:)]|$)", re.M),  # include/python3.7m: the ABI tag
     re.compile(r"[Pp]ython3(?P<minor>\d{2})[/\\]"),
 )
 _WINDOWS = re.compile(r"win[_-]amd64|\bwin32\b|\bwin-64\b|(?<![\w])[A-Z]:\\|\bWinError\b|\.exe\b")
@@ -67,6 +73,8 @@ _LINUX = re.compile(r"linux_x86_64|linux_aarch64|linux-x86_64|\blinux-(?:64|aarc
 _TORCH = re.compile(r"torch\.__version__ *= *(?P<a>\d[\w.+]{0,30})|\bPyTorch:? {1,20}(?P<c>\d+\.\d+[\w.+]{0,30})")
 _OWNER = re.compile(r"site-packages[/\\](?P<owner>[A-Za-z_]\w{0,60})[/\\]", re.I)
 _MSVC = re.compile(r"error C\d{4}|cl\.exe|MSVC")
+_PIP_FRAME = re.compile(PIP_BUILD_FRAME)
+_PIP_RUN = re.compile(PIP_METADATA_RUN)
 _OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.DOTALL)
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -88,7 +96,8 @@ def _context(text: str) -> dict[str, str]:
     """What the log shows about the build: the package, the Python version, the platform, torch's version."""
     facts: dict[str, str] = {}
     package = _VERSION_TAIL.sub("", _first(_PACKAGE, text)).strip(".-")
-    if package and package.lower() not in ("git", "http", "https", "install", "pip", "python", "requirements"):
+    if package and package.lower() not in ("git", "http", "https", "install", "package", "packages", "pip", "python",
+                                                   "requirements"):
         facts["package"] = package
     if minor := _first(_PYTHON, text):
         facts["python"] = f"3.{minor}"
@@ -160,6 +169,7 @@ def _derived(cause: CauseLine, found: dict[str, str], text: str) -> dict[str, st
         key = header if header in HEADERS else _basename(header) if _basename(header) in HEADERS else \
             "*standard" if header in STANDARD_HEADERS else "*"
         more["header_advice"] = HEADERS[key]
+        more["python_dev"] = f"python{found['python']}-dev" if found.get("python") else "python3.X-dev"
     if "file" in found:
         more["file_name"] = _basename(found["file"])
         more["file"] = _basename(found["file"])
@@ -169,6 +179,8 @@ def _derived(cause: CauseLine, found: dict[str, str], text: str) -> dict[str, st
         more["lib_advice"] = LINKER_LIBRARIES.get(found["lib"], LINKER_LIBRARIES["*"]).replace("{lib}", found["lib"])
     if "library" in found:
         key = re.sub(r"(?:\.\d{1,4})+$", "", found["library"])
+        if key not in SYSTEM_LIBRARIES and re.fullmatch(TORCH_LIBRARIES, key):  # torch's own, no system package's
+            key = "*torch_itself" if more["owner_named"] == "torch" else "*torch"
         more["library_advice"] = SYSTEM_LIBRARIES.get(key, SYSTEM_LIBRARIES["*"]).replace("{library}", found["library"])
     if pc := found.get("pc") or found.get("pcs") or found.get("pc1"):
         more["pc"] = pc.replace("'", "")
@@ -256,3 +268,29 @@ def detail(text: str, slug: str) -> dict[str, Any]:
     group = _BUILD_SLUGS if slug in _BUILD_SLUGS else _LOAD_SLUGS if slug in _LOAD_SLUGS else frozenset({slug})
     found = read(text, slugs=group)
     return found[1] if found is not None else {}
+
+
+def setup_raised(text: str) -> dict[str, Any] | None:
+    """The facts for a Python error raised inside pip's own build of a package (its setup.py or build backend).
+
+    The traceback's innermost frame outside Python's own library is pip's build (its source folder, its isolated
+    build environment, setuptools' caller, or a setup.py that pip's metadata step runs): the package's build script
+    raised it, not the user's code.  None for any other text.
+    """
+    tail = text[-_MAX:]
+    if "pip-" not in tail and not _PIP_RUN.search(tail):
+        return None
+    structure = read_structure(tail)
+    frames = [f for f in structure.frames if f.owner != "stdlib" or _PIP_FRAME.search(f.path)]
+    if not structure.exc_type or not frames:
+        return None
+    last = frames[-1]
+    if not (_PIP_FRAME.search(last.path) or re.search(r"(?:^|[/\\])setup\.py$", last.path) and _PIP_RUN.search(tail)):
+        return None
+    exception = f"{structure.short_type}: {structure.message.splitlines()[0]}" if structure.message else structure.short_type
+    found = _context(tail)
+    facts: dict[str, Any] = {k: v for k, v in found.items() if k in ("package", "python", "platform", "torch")}
+    facts["cause_line"] = exception[:300]
+    facts["first_step_detail"] = _fill(SETUP_PY_STEP, found | {"exception": exception[:200],
+                                                               "package_pip": found.get("package", "the package")})
+    return facts

@@ -31,6 +31,7 @@ from nbdebug.core.explain import _family
 from nbdebug.core.explain._analyze import ANALYSERS, relative_import_runner
 from nbdebug.core.explain._build_log import claim as build_claim
 from nbdebug.core.explain._build_log import detail as build_detail
+from nbdebug.core.explain._build_log import setup_raised
 from nbdebug.core.explain._context import (
     ddp_unused_context,
     exception_text,
@@ -262,6 +263,10 @@ def explain(error: BaseException | str | warnings.WarningMessage, *, roots: Mapp
     placed: dict[str, Any] = {}
     if chosen is None and isinstance(error, str) and (cause := build_claim(raw[-_MAX_CHARS:])) is not None:
         chosen, placed = (by_slug(cause[0]), None), cause[1]  # a build's or installer's own cause line in a pasted log
+    if isinstance(error, str) and (chosen is None or chosen[0].entry.domain == "usercode") and (
+            built := setup_raised(raw[-_MAX_CHARS:])) is not None:
+        # a Python error raised inside pip's own build of a package: its setup.py failed, not the user's code
+        chosen, placed = (by_slug("extension_build_failed"), None), built
     if (chosen is None or chosen[0].entry.wrapper) and not isinstance(error, warnings.WarningMessage):
         # no message matched (or only a wrapper's, whose text may carry the inner traceback): the traceback's
         # structure may still place the error's family

@@ -26,6 +26,7 @@ from nbdebug.core.explain._raised_in import (
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._source_line import loop_unpacks, native_alloc_at_import, option_lookup
 from nbdebug.core.explain._structure import Structure, from_exception, owner_of, read
+from nbdebug.core.knowledge.install import BUILD_KILLED
 
 __all__ = ["contradicted", "frames_deny"]
 
@@ -71,6 +72,7 @@ def _on_loop(raw: str) -> bool:
 
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
 # own (``trace, _ = torch.jit.trace(...)``: what torch.jit returns in this release, not the user's object)
+_BUILD_KILLED = re.compile(BUILD_KILLED)
 _VALUE_SLUGS = frozenset({"wrong_object_attribute", "call_signature"})
 _COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b")
 
@@ -317,6 +319,8 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     - a compiler's error in torch.compile's generated code (inductor): the compile family, not an extension's build;
     - a value of the wrong kind, or a missing key, raised inside IPython's own code (its formatter failing on another
       error: ``'TypeError' object has no attribute '_render_traceback_'``): the shell's error hides the user's;
+    - the system's "Killed" for a compiler that a build (ninja, pip) stopped after: the build's memory (MAX_JOBS), not
+      a training process's;
     - a category whose evidence the text does not show (``_claims.lacks_evidence``).
     """
     if lacks_evidence(slug, line, raw, live):
@@ -360,7 +364,9 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
     if slug == "program_missing" and "No such file" in raw and _names_no_program(raw):
         return True  # a path or the cwd= the line passes: subprocess names the missing working directory
     if slug == "host_oom" and native_alloc_at_import(raw):
-        return True  # no size, raised importing a library or calling torch.ops: an extension built for another torch
+        return True
+    if slug == "host_oom" and _BUILD_KILLED.search(raw[-20_000:]):
+        return True  # the system killed a compiler of a build (ninja, pip): the build's memory, MAX_JOBS  # no size, raised importing a library or calling torch.ops: an extension built for another torch
     if slug == "package_missing" and (_ARGUMENT_RUN.search(line) or _ASSIGNMENT_RUN.search(line)):
         return True  # an option or a name=value the shell ran as a command: a broken line continuation, an assignment
     if slug == "missing_key" and (_AUTO_MAPPING.search(raw[-20_000:]) or _library_lookup(raw)):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CauseLine", "CAUSES", "CLAIM_WORDS", "HEADERS", "SYSTEM_LIBRARIES", "PIP_WORDS"]
+__all__ = ["CauseLine", "CAUSES", "CLAIM_WORDS", "HEADERS", "SYSTEM_LIBRARIES", "TORCH_LIBRARIES", "BUILD_KILLED", "PIP_BUILD_FRAME", "SETUP_PY_STEP", "PIP_WORDS"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,22 @@ _BUILD = (r"subprocess-exited-with-error|Failed building wheel|Building wheel fo
           r"pip-install-|pip-req-build|cpp_extension|build_ext|CMakeFiles|\bninja\b|\bnvcc\b|pip install|"
           r"op_builder|Compiling objects")
 
+# the system killing a compiler for memory: the shell's bare "Killed" line, with the build stopping after it (not a
+# training process killed for memory: host_oom's answer gives way to the build's)
+BUILD_KILLED = (r"(?m)^[ \t]*Killed[ \t]*$(?=[\s\S]{0,3000}?(?:ninja: build stopped|Error compiling objects for "
+                r"extension|Failed building wheel|error: command '[^'\n]{0,200}(?:nvcc|gcc|g\+\+|c\+\+|cl\.exe)' failed))")
+_KILLED_STEP = ("The compiler was killed for memory (several heavy CUDA files compile at once): rerun with fewer parallel "
+                "jobs (MAX_JOBS=1 or 2 pip install ...), or on a machine with more RAM.")
+
 CAUSES: tuple[CauseLine, ...] = (
+    CauseLine(
+        "windows_long_paths", "install_failed",
+        r"does not have Windows Long Path support enabled|Windows Long Path support",
+        "A path pip wrote is longer than Windows allows (260 characters) and this system does not have Windows Long "
+        "Path support enabled: enable it (set HKLM\\SYSTEM\\CurrentControlSet\\Control\\FileSystem LongPathsEnabled "
+        "to 1 in the registry, or the group policy 'Enable Win32 long paths'), restart the shell, and install again "
+        "with a short TEMP folder and a short working folder (set TEMP=C:\\t); or install a prebuilt wheel of "
+        "{package_pip}, so that nothing is unpacked and built."),
     CauseLine(
         "torch_missing_in_build", "extension_build_failed",
         r"No module named '?torch'?(?![\w.])",
@@ -129,8 +144,8 @@ CAUSES: tuple[CauseLine, ...] = (
         "compiler_killed", "extension_build_failed",
         r"Killed signal terminated program|fatal error: Killed signal|cc1plus: out of memory|"
         r"virtual memory exhausted",
-        "The compiler was killed for memory (several heavy CUDA files compile at once): rerun with fewer parallel "
-        "jobs (MAX_JOBS=1 or 2 pip install ...), or on a machine with more RAM."),
+        _KILLED_STEP),
+    CauseLine("build_killed", "extension_build_failed", BUILD_KILLED, _KILLED_STEP, claims=False),
     CauseLine(
         "linker_library_missing", "extension_build_failed",
         r"ld(?:\.exe)?: cannot find -l(?P<lib>[\w+.-]{1,60})",
@@ -315,6 +330,7 @@ CAUSES: tuple[CauseLine, ...] = (
 # claiming line, so the reader skips its scan of the text (a long log of another kind costs a search per word, not
 # one per line; tests/test_explain_review8.py checks every alternative of every claiming line holds one)
 CLAIM_WORDS: dict[str, tuple[str, ...]] = {
+    "windows_long_paths": ("windows long path support",),
     "torch_missing_in_build": ("no module named",),
     "nvcc_missing": ("nvcc", "cuda_home", "bare_metal_version", "no cuda toolkit found"),
     "no_gpu_at_build": ("compute capability", "could not determine"),
@@ -348,7 +364,7 @@ CLAIM_WORDS: dict[str, tuple[str, ...]] = {
 
 # headers the compiler cannot find, and what provides them ("*" at the end: a folder prefix)
 HEADERS: dict[str, str] = {
-    "Python.h": "the Python development headers are not installed: apt install python3-dev (python3.X-dev for the "
+    "Python.h": "the Python development headers are not installed: apt install python3-dev ({python_dev} for the "
                 "version that runs pip), or use a conda / python.org Python, which ship them.",
     "cuda_runtime.h": "the CUDA toolkit's headers are not where the build looks: install the CUDA toolkit (not only "
                       "the driver) and set CUDA_HOME to it.",
@@ -393,9 +409,29 @@ SYSTEM_LIBRARIES: dict[str, str] = {
                   "exposed; install the driver, or start the container with the GPU (--gpus all).",
     "libtorch_cuda.so": "torch's own CUDA library is missing: the installed torch is broken or another copy shadows "
                         "it; uninstall torch until pip finds none, then install it once.",
+    # torch's own libraries (split and renamed across releases: libtorch_cpu since 1.5): the extension loading one was
+    # built for another torch release, no system package provides them
+    "*torch": "{library} is one of torch's own libraries, and the compiled package that loads it[[ ({owner_named})]] "
+              "was built for another torch release than the installed one: install its build for the installed torch "
+              "(the same index and CUDA tag, in one pip command with torch), or the torch release it was built for.",
+    "*torch_itself": "torch's own library {library} is missing: the installed torch is broken or another copy shadows "
+                     "it; uninstall torch until pip finds none, then install it once.",
     "*": "a package needs {library}, which is not installed or not on the loader's path: find which package provides "
          "it (apt-file search / conda search), install it, or install a build of the package that bundles it.",
 }
+
+# torch's own shared libraries (not a system package's): SYSTEM_LIBRARIES["*torch"] answers for them
+TORCH_LIBRARIES = r"lib(?:torch\w{0,30}|c10\w{0,20}|shm|caffe2\w{0,30})\.so"
+
+# a traceback frame of pip's own build of a package: its source folder, its isolated build environment, setuptools'
+# caller; a setup.py run by "setup.py egg_info" (pip's metadata step) counts too
+PIP_BUILD_FRAME = r"pip-req-build|pip-build-env|pip-install-|<pip-setuptools-caller>"
+PIP_METADATA_RUN = r"setup\.py['\"]?,? (?:egg_info|bdist_wheel)|Preparing metadata|Getting requirements to build"
+# the first step when a Python error was raised inside pip's build of a package (not the user's code)
+SETUP_PY_STEP = ("{exception} was raised by {package_pip}'s own setup.py (or its build backend) while pip built it, not "
+                 "by your code: the package's build script failed (its bug, or an environment variable or file it "
+                 "expects). Install a released wheel of {package_pip} (pip install --only-binary :all: ...) or another "
+                 "version of it, or set what its setup.py reads, as the project documents.")
 
 # words pip reads as a package name when a command line is mistyped
 PIP_WORDS = frozenset({"install", "pip", "python", "python3", "sudo", "conda", "-m", "git"})
