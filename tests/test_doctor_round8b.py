@@ -122,3 +122,14 @@ def test_a_layer_behind_dead_relus_is_not_called_unread():
         m[2].bias.fill_(-100.0)  # every unit after it is silent: its gradients are all 0, but the loss reads it
     r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.Adam(m.parameters(), lr=1e-2), **QUICK)
     assert not any(f.kind == "no_gradient" and "does not read" in f.message for f in r.findings)
+
+
+def test_a_nan_that_the_batch_brings_gets_the_datas_fix_not_a_precision_or_guard_fix():
+    x, y = blobs(64)
+    x[5, 3] = float("nan")
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.Adam(m.parameters()), **QUICK)
+    forward = next(f for f in r.findings if f.kind == "nonfinite_forward")
+    said = " ".join(x.title + " " + x.code for x in forward.fixes)
+    assert "(input)" in forward.message and "data" in said
+    assert not any(w in said for w in ("float16", "bfloat16", "clamp_min"))

@@ -26,6 +26,8 @@ def nonfinite(s: Session, kind: str, what: str, e: NonFiniteError) -> None:
     if where == "(loss)":
         where = "the loss code"
     fixes = _guard_fixes(e.op) if kind == "nonfinite_gradient" and e.op else None
+    if where == "(input)":  # the batch brings them: no guard, precision or normalisation in the model helps
+        fixes = fixes_for("nonfinite_input")
     s.add(kind, f"{what}, first in {where}{detail}{made} ({_stats_text(e.stats)})",
           (where, *((e.source,) if e.source else ())), fixes=fixes,
           evidence={k: v for k, v in (("op", e.op), ("line", e.source)) if v})

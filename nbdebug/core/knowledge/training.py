@@ -209,6 +209,17 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="nonfinite_input",
+        title="NaN or Inf in the batch itself",
+        severity=Severity.ERROR,
+        fixes=(
+            Fix("impute or drop the NaN/Inf values in the data before training (the model only passes them on)",
+                "assert torch.isfinite(x).all()  # at the data: impute missing values, or drop those rows"),
+        ),
+        sources=(ANOMALY,),
+        contexts=(),
+    ),
+    Entry(
         slug="nonfinite_gradient",
         title="NaN or Inf in the gradients",
         severity=Severity.ERROR,
