@@ -133,3 +133,19 @@ def test_a_nan_that_the_batch_brings_gets_the_datas_fix_not_a_precision_or_guard
     said = " ".join(x.title + " " + x.code for x in forward.fixes)
     assert "(input)" in forward.message and "data" in said
     assert not any(w in said for w in ("float16", "bfloat16", "clamp_min"))
+
+
+def test_relus_silent_from_init_whose_bias_fix_learns_the_batch_do_not_get_the_learning_rate_fix():
+    x, y = blobs(64)
+    x = (x - x.mean(0)) / x.std(0)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    with torch.no_grad():
+        m[0].bias.fill_(-10.0)  # silent before any update: no learning rate killed them
+    same = untouched(m)
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.AdamW(m.parameters(), lr=1e-3), **QUICK)
+    dead = next(f for f in r.findings if f.kind == "dead_activations")
+    assert dead.severity != "info" and dead.evidence.get("restores")
+    assert "bias" in dead.fixes[0].title and "bias.zero_()" in dead.fixes[0].code
+    assert not any("learning rate" in x.title for x in dead.fixes)
+    assert same()

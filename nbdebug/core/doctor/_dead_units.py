@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbdebug.core._findings import Finding, Severity
-from nbdebug.core.doctor._session import Session
+from nbdebug.core._findings import Finding, Fix, Severity
+from nbdebug.core.doctor._session import Session, fixes_for
 
 __all__ = ["settle"]
 
@@ -76,15 +76,17 @@ def settle(s: Session) -> None:
         return
     f = s.findings[at]
     if ex.restores:
-        s.findings[at] = _rebuilt(f, f"{f.message}. Tried on a copy: {ex.said()}", f.severity, ex.evidence())
+        first, *rest = fixes_for("dead_activations_at_init")
+        s.findings[at] = _rebuilt(f, f"{f.message}. Tried on a copy: {ex.said()}", f.severity, ex.evidence(),
+                                  fixes=(Fix(f"{first.title} (measured on a copy)", code), *rest))
     elif f.severity != Severity.ERROR:
         s.findings[at] = _rebuilt(f, f"{f.message}. Tried on a copy: {ex.said()}, so they are not why the batch is "
                                   "not learned", Severity.INFO, ex.evidence())
         s.not_causes.add("dead_activations")
 
 
-def _rebuilt(f: Finding, message: str, severity: Any, evidence: dict[str, Any]) -> Finding:
+def _rebuilt(f: Finding, message: str, severity: Any, evidence: dict[str, Any], fixes: Any = None) -> Finding:
     from nbdebug.core.knowledge import finding
 
-    return finding(f.kind, message, f.where, severity=severity, fixes=f.fixes,
+    return finding(f.kind, message, f.where, severity=severity, fixes=f.fixes if fixes is None else fixes,
                    evidence={**dict(f.evidence), **evidence})

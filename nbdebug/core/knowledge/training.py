@@ -282,6 +282,18 @@ ENTRIES: tuple[Entry, ...] = (
         contexts=(),
     ),
     Entry(
+        slug="dead_activations_at_init",
+        title="ReLU units that never fire from the start",
+        severity=Severity.WARNING,
+        fixes=(
+            # silent before any update: the learning rate did not kill them, and lowering it revives none
+            Fix("re-initialise the biases before the ReLU (a large negative bias kills units)"),
+            Fix("use LeakyReLU/GELU", "torch.nn.LeakyReLU(0.01)"),
+        ),
+        sources=(CS231N,),
+        contexts=(),
+    ),
+    Entry(
         slug="cannot_overfit",
         title="The loss does not approach zero on one repeated batch",
         severity=Severity.ERROR,
