@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+from nbdebug.core.explain._structure import read as read_structure
 from nbdebug.core.knowledge.install import (
     CAUSES,
     CLAIM_WORDS,
@@ -36,8 +37,6 @@ from nbdebug.core.knowledge.install import (
     TORCH_LIBRARIES,
     CauseLine,
 )
-
-from nbdebug.core.explain._structure import read as read_structure
 
 __all__ = ["read", "claim", "detail", "setup_raised", "SLUGS"]
 

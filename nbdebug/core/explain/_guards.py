@@ -26,7 +26,7 @@ from nbdebug.core.explain._raised_in import (
 from nbdebug.core.explain._sequence import exception_before_crash, ignored_exception
 from nbdebug.core.explain._source_line import loop_unpacks, native_alloc_at_import, option_lookup
 from nbdebug.core.explain._structure import Structure, from_exception, owner_of, read
-from nbdebug.core.knowledge.install import BUILD_KILLED
+from nbdebug.core.knowledge.install import BUILD_KILLED, BUILD_STOPPED
 
 __all__ = ["contradicted", "frames_deny"]
 
@@ -70,9 +70,18 @@ def _on_loop(raw: str) -> bool:
     return loop_unpacks(_tail(raw)) is not None
 
 
+_BUILD_KILLED = re.compile(BUILD_KILLED)
+_BUILD_STOPPED = re.compile(BUILD_STOPPED)
+
+
+def _build_killed(tail: str) -> bool:
+    """Whether the system's bare "Killed" comes before a build's stop (ninja, pip): a compiler killed for memory."""
+    killed = _BUILD_KILLED.search(tail)
+    return killed is not None and _BUILD_STOPPED.search(tail, killed.end()) is not None
+
+
 # the user-code answers about a value of the wrong kind, and the compiler APIs whose results have a family of their
 # own (``trace, _ = torch.jit.trace(...)``: what torch.jit returns in this release, not the user's object)
-_BUILD_KILLED = re.compile(BUILD_KILLED)
 _VALUE_SLUGS = frozenset({"wrong_object_attribute", "call_signature"})
 _COMPILER_CALL = re.compile(r"\btorch\.(?:jit|compile|_dynamo|export|onnx|fx)\b")
 
@@ -365,7 +374,7 @@ def contradicted(slug: str, line: str, patterns: Sequence[re.Pattern[str]], raw:
         return True  # a path or the cwd= the line passes: subprocess names the missing working directory
     if slug == "host_oom" and native_alloc_at_import(raw):
         return True
-    if slug == "host_oom" and _BUILD_KILLED.search(raw[-20_000:]):
+    if slug == "host_oom" and _build_killed(raw[-20_000:]):
         return True  # the system killed a compiler of a build (ninja, pip): the build's memory, MAX_JOBS  # no size, raised importing a library or calling torch.ops: an extension built for another torch
     if slug == "package_missing" and (_ARGUMENT_RUN.search(line) or _ASSIGNMENT_RUN.search(line)):
         return True  # an option or a name=value the shell ran as a command: a broken line continuation, an assignment

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CauseLine", "CAUSES", "CLAIM_WORDS", "HEADERS", "SYSTEM_LIBRARIES", "TORCH_LIBRARIES", "BUILD_KILLED", "PIP_BUILD_FRAME", "SETUP_PY_STEP", "PIP_WORDS"]
+__all__ = ["CauseLine", "CAUSES", "CLAIM_WORDS", "HEADERS", "SYSTEM_LIBRARIES", "TORCH_LIBRARIES", "BUILD_KILLED",
+           "BUILD_STOPPED", "PIP_BUILD_FRAME", "PIP_METADATA_RUN", "SETUP_PY_STEP", "PIP_WORDS"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ _BUILD = (r"subprocess-exited-with-error|Failed building wheel|Building wheel fo
           r"pip-install-|pip-req-build|cpp_extension|build_ext|CMakeFiles|\bninja\b|\bnvcc\b|pip install|"
           r"op_builder|Compiling objects")
 
-# the system killing a compiler for memory: the shell's bare "Killed" line, with the build stopping after it (not a
-# training process killed for memory: host_oom's answer gives way to the build's)
-BUILD_KILLED = (r"(?m)^[ \t]*Killed[ \t]*$(?=[\s\S]{0,3000}?(?:ninja: build stopped|Error compiling objects for "
-                r"extension|Failed building wheel|error: command '[^'\n]{0,200}(?:nvcc|gcc|g\+\+|c\+\+|cl\.exe)' failed))")
+# the system killing a compiler for memory: the shell's bare "Killed" line, with a build's stop in the text (after it:
+# then host_oom's answer for a training process gives way to the build's)
+BUILD_KILLED = r"(?m)^[ \t]*Killed[ \t]*$"
+BUILD_STOPPED = (r"ninja: build stopped|Error compiling objects for extension|Failed building wheel|"
+                 r"error: command '[^'\n]{0,200}(?:nvcc|gcc|g\+\+|c\+\+|cl\.exe)' failed")
 _KILLED_STEP = ("The compiler was killed for memory (several heavy CUDA files compile at once): rerun with fewer parallel "
                 "jobs (MAX_JOBS=1 or 2 pip install ...), or on a machine with more RAM.")
 
@@ -145,7 +147,7 @@ CAUSES: tuple[CauseLine, ...] = (
         r"Killed signal terminated program|fatal error: Killed signal|cc1plus: out of memory|"
         r"virtual memory exhausted",
         _KILLED_STEP),
-    CauseLine("build_killed", "extension_build_failed", BUILD_KILLED, _KILLED_STEP, claims=False),
+    CauseLine("build_killed", "extension_build_failed", BUILD_KILLED, _KILLED_STEP, needs=BUILD_STOPPED, claims=False),
     CauseLine(
         "linker_library_missing", "extension_build_failed",
         r"ld(?:\.exe)?: cannot find -l(?P<lib>[\w+.-]{1,60})",
