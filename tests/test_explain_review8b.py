@@ -161,3 +161,12 @@ def test_python_h_names_the_python_the_build_shows():
     d = explain(text)
     assert "python3.7-dev" in d.first_step and "3.X" not in d.first_step
     assert "python3.X-dev" in explain(text.replace("python3.7m", "python")).first_step
+
+
+def test_torch_own_library_missing_while_torch_itself_imports_is_torchs_install():
+    text = ('Traceback (most recent call last):\n  File "<stdin>", line 1, in <module>\n'
+            '  File "/opt/conda/lib/python3.10/site-packages/torch/__init__.py", line 229, in <module>\n'
+            "    from torch._C import *  # noqa: F403\n" + SCATTER_173.replace("OSError", "ImportError"))
+    d = explain(text)
+    assert d.kind == "native_library_missing"
+    assert "uninstall torch" in d.first_step and "apt-file" not in d.first_step
