@@ -97,7 +97,7 @@ def test_an_errno_without_the_hint_keeps_install_failed_step():
 
 
 @pytest.mark.parametrize("symbol", ["_ZNK3c106SymIntltEl", "_ZN2at4_ops5zeros4callEv",
-                                    "_ZN5torch3jit17parseSchemaOrNameERKSs"])
+                                    "_ZN5torch3jit17parseSchemaOrNameERKSs", "THPVariableClass"])
 def test_extension_undefined_torch_symbol_is_the_extension_build(symbol):
     text = ("ImportError: /home/m/envs/nlp/lib/python3.11/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-"
             f"gnu.so: undefined symbol: {symbol}\nPyTorch 2.1.0")

@@ -362,8 +362,8 @@ ENTRIES: tuple[Entry, ...] = (
             r"(?:Unknown builtin op|No such operator):? torchvision::\w+",
             # xFormers' own check of the torch it was built for
             r"xFormers can't load C\+\+/CUDA extensions\. xFormers was built for",
-            # (a torch symbol, c10 / at / torch, is an extension built for another torch: undefined_symbol's step)
-            r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:cuda|cudnn|cublas|nccl|THP)",
+            # (a torch symbol, c10 / at / torch / THP, is an extension built for another torch: undefined_symbol's step)
+            r"\.so[^\n]{0,80}?: undefined symbol: \w*(?:cuda|cudnn|cublas|nccl)",
             r"compiled using NumPy 1\.x cannot be run in\s+NumPy 2",
             r"cuDNN version incompatibility",
             r"the provided PTX was compiled with an unsupported toolchain",
