@@ -149,3 +149,27 @@ def test_relus_silent_from_init_whose_bias_fix_learns_the_batch_do_not_get_the_l
     assert "bias" in dead.fixes[0].title and "bias.zero_()" in dead.fixes[0].code
     assert not any("learning rate" in x.title for x in dead.fixes)
     assert same()
+
+
+class DetachedBody(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 8), nn.Tanh())
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.body(x).detach())  # the body never learns
+
+
+def test_what_follows_from_a_named_cause_carries_the_causes_fix_not_its_own_general_advice():
+    x, y = blobs(64, c=4)
+    x = x + torch.randn(64, 16, generator=torch.Generator().manual_seed(3)) * 3  # a head on a random 8-d map underfits
+    torch.manual_seed(0)
+    m = DetachedBody()
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(m.parameters(), lr=0.05), **QUICK)
+    assert loud(r)[0].kind == "no_gradient"
+    follow = [f for f in r.findings if "follows from the finding above" in f.message]
+    assert follow
+    for f in follow:
+        said = " ".join(x.title for x in f.fixes)
+        assert "frozen layer" not in said and said.startswith("fix that first")

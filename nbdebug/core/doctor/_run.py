@@ -362,7 +362,9 @@ def _memorised_at_once(s: Session) -> None:
 
 
 def _consequences(s: Session) -> None:
-    """A finding caused by another says so, and points at the cause instead of its own generic fixes."""
+    """A finding caused by another says so, and points at the cause instead of its own generic fixes (a fix of its
+    own stays only where it was measured, not its entry's general advice: "look for a frozen layer" beside a
+    named cause sends the user looking for what is not there)."""
     causes = [f for f in s.findings if f.kind in _ROOT_CAUSES and f.kind not in s.not_causes
               and f.severity != "info"]
     if not causes:
@@ -381,7 +383,7 @@ def _consequences(s: Session) -> None:
                 f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                 f.where, severity="warning" if f.severity == "error" else f.severity,
                 fixes=(Fix(first.title.format(cause_title=cause.title.lower(), cause_fix=cause.fix or cause.title),
-                           first.code), *f.fixes[:1]),
+                           first.code), *[x for x in f.fixes[:1] if x not in entry(f.kind).fixes]),
                 evidence=dict(f.evidence))
             moved = min(moved, i)
     if moved < s.findings.index(cause):  # the cause comes before what follows from it
