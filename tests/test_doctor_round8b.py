@@ -173,3 +173,42 @@ def test_what_follows_from_a_named_cause_carries_the_causes_fix_not_its_own_gene
     for f in follow:
         said = " ".join(x.title for x in f.fixes)
         assert "frozen layer" not in said and said.startswith("fix that first")
+
+
+class GRUTagger(nn.Module):
+    """A token tagger: Embedding, one GRU, a Linear over every position; log-probabilities for NLLLoss."""
+
+    def __init__(self, vocab=16, tags=4, hidden=24):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 12)
+        self.gru = nn.GRU(12, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, tags)
+
+    def forward(self, ids):
+        h, _ = self.gru(self.emb(ids))  # (B, T, H)
+        return F.log_softmax(self.out(h), dim=-1).reshape(-1, self.out.out_features)
+
+
+def tagged_tokens(n=24, length=10, vocab=16, tags=4):
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(0, vocab, (n, length), generator=g)
+    prev = torch.cat([torch.zeros(n, 1, dtype=torch.long), ids[:, :-1]], dim=1)
+    return ids, ((ids + prev) % tags).reshape(-1)  # a tag that needs the word and its left neighbour
+
+
+def test_a_recurrent_net_drawn_far_below_its_default_init_gets_the_default_init_measured_on_a_copy():
+    ids, tags = tagged_tokens()
+    torch.manual_seed(0)
+    m = GRUTagger()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0.0, 1e-3)
+    same = untouched(m)
+    state = torch.random.get_rng_state()
+    opt = torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9)
+    r = doctor(m, (ids, tags), loss_fn=nn.NLLLoss(), optimizer=opt, **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "vanishing_gradients", [(f.kind, f.message[:200]) for f in loud(r)]
+    assert "reset_parameters" in top.fixes[0].title and "measured on a copy" in top.fixes[0].title
+    assert "reset_parameters()" in top.fixes[0].code
+    assert same() and torch.equal(state, torch.random.get_rng_state())

@@ -161,7 +161,52 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
             loop = f"for layer in model.modules():\n    if isinstance(layer, (nn.Linear, nn.Conv2d)):\n        {code}"
             s.depth_fixes[change] = Fix(title.format(init=init, what=what), loop)
             out.append(("vanishing_gradients", change, matched, loop))
+    if not any(c[0] == "vanishing_gradients" and "re-initialised" in c[1] for c in out):
+        out.extend(_default_init(s, work))
     return out
+
+
+def _reset(work: Any) -> None:
+    """Every module that has ``reset_parameters()`` (Linear, conv, LSTM/GRU, Embedding, norms) at its own
+    default init, drawn under a forked RNG (the caller's random state is not moved)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(0)
+        for m in work.modules():
+            if callable(getattr(m, "reset_parameters", None)) and any(True for _ in m.parameters(recurse=False)):
+                m.reset_parameters()
+
+
+def _default_init(s: Session, work: Any) -> list[tuple[str, str, Any, str]]:
+    """The weights compared with each layer's own default init (a copy reset with ``reset_parameters()``): where
+    most weight matrices sit off it by more than ``_OFF_SCALE``, re-drawing them there is an experiment (the net
+    that has no activation modules to read a matched init from: an LSTM tagger)."""
+    import copy
+
+    from nbdebug.core.knowledge.training import DEPTH_FIXES
+
+    ref = copy.deepcopy(work)
+    _reset(ref)
+    mine = dict(work.named_parameters())
+    ratios = []
+    for n, p in ref.named_parameters():
+        if p.dim() >= 2 and mine[n].requires_grad and float(p.detach().float().std()) > 0:
+            ratios.append(float(mine[n].detach().float().std()) / float(p.detach().float().std()))
+    off = [r for r in ratios if not (1 / _OFF_SCALE <= r <= _OFF_SCALE)]
+    if not ratios or len(off) * 2 <= len(ratios):
+        return []
+
+    def reset(s: Session) -> tuple[Any, Any, Any, Any]:
+        w, opt = s.fresh()  # reset in place: the optimizer holds the same tensors
+        _reset(w)
+        return w, opt, None, s.loss.inputs
+
+    what = f"{len(off)} of {len(ratios)} weight matrices at {min(ratios):.2g}x to {max(ratios):.2g}x their default std"
+    change = "every layer re-initialised at its default init (reset_parameters())"
+    title, code = DEPTH_FIXES["default_init"]
+    s.depth_fixes[change] = Fix(title.format(what=what), code)
+    return [("vanishing_gradients", change, reset, code)]
 
 
 def settle(s: Session) -> None:

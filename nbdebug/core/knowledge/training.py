@@ -66,6 +66,11 @@ DEPTH_FIXES: dict[str, tuple[str, str]] = {
                    "LeCun-normal init, no BatchNorm)", "nn.ReLU()  # in place of each {kind}"),
     "init": ("initialise the weights with a scale matched to the activation ({init}, std about 1/sqrt(fan_in)) "
              "instead of the current one ({what})", "{code}"),
+    # a net with no activation modules (an LSTM/GRU keeps its tanh and sigmoid inside): each layer's own init
+    "default_init": ("initialise the weights at each layer's own default init (reset_parameters(): about "
+                     "1/sqrt(fan_in) or 1/sqrt(hidden_size)) instead of the current scale ({what})",
+                     "for layer in model.modules():\n    if hasattr(layer, 'reset_parameters'):\n"
+                     "        layer.reset_parameters()"),
 }
 # the variance-preserving init for the activation a net uses: (name, code of one layer)
 MATCHED_INIT: dict[str, tuple[str, str]] = {
