@@ -212,3 +212,21 @@ def test_a_recurrent_net_drawn_far_below_its_default_init_gets_the_default_init_
     assert "reset_parameters" in top.fixes[0].title and "measured on a copy" in top.fixes[0].title
     assert "reset_parameters()" in top.fixes[0].code
     assert same() and torch.equal(state, torch.random.get_rng_state())
+
+
+class NarrowGRU(GRUTagger):
+    def __init__(self):
+        super().__init__(hidden=1)  # one number carries the word and its left context for 4 tags
+
+
+def test_a_recurrent_layer_narrower_than_the_classes_is_widened_on_a_copy_and_named():
+    ids, tags = tagged_tokens()
+    torch.manual_seed(0)
+    m = NarrowGRU()
+    same = untouched(m)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    r = doctor(m, (ids, tags), loss_fn=nn.NLLLoss(), optimizer=opt, **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "model_too_small" and "hidden_size=1" in top.message, [(f.kind, f.message[:200]) for f in loud(r)]
+    assert "widen" in top.fixes[0].title and top.evidence["restores"]
+    assert same() and not opt.state and m.gru.hidden_size == 1

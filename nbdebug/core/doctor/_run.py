@@ -14,6 +14,7 @@ from dataclasses import replace as _replace
 from typing import Any
 
 from nbdebug.core._findings import Fix
+from nbdebug.core.doctor import _bottleneck as bottleneck
 from nbdebug.core.doctor import _capacity as capacity
 from nbdebug.core.doctor import _constant_init as constant
 from nbdebug.core.doctor import _dead_units as dead
@@ -273,6 +274,7 @@ def _run(s: Session) -> None:
     _safe(s, "the fixes of a vanishing signal tried on a copy", depth.settle, s)
     _safe(s, "whether the ReLU units silent at init matter", dead.settle, s)
     _safe(s, "the output against the input", capacity.linear_model, s)
+    _safe(s, bottleneck.CHECK, bottleneck.widen, s)
     _safe(s, "the advice for an unlearned batch", capacity.plain_advice, s)
     if s.options.dataloader is not None:
         _safe(s, LABELS_CHECK, generalisation, s, work)

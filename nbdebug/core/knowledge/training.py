@@ -682,7 +682,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         slug="model_too_small",
-        title="A model too small for the batch: no non-linearity between input and output",
+        title="A model too small for the batch",
         severity=Severity.ERROR,
         fixes=(
             Fix("add a hidden layer with a non-linearity between the input and the output layer",
