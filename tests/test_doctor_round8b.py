@@ -230,3 +230,28 @@ def test_a_recurrent_layer_narrower_than_the_classes_is_widened_on_a_copy_and_na
     assert top.kind == "model_too_small" and "hidden_size=1" in top.message, [(f.kind, f.message[:200]) for f in loud(r)]
     assert "widen" in top.fixes[0].title and top.evidence["restores"]
     assert same() and not opt.state and m.gru.hidden_size == 1
+
+
+class Scaled(nn.Module):
+    """A classifier whose logits are multiplied up in the forward (a temperature the wrong way round)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.body(x)) * 500.0
+
+
+def test_an_output_scaled_far_up_is_tried_at_unit_scale_on_a_copy_and_leads_with_that_measured_fix():
+    x, y = blobs(64)
+    torch.manual_seed(0)
+    m = Scaled()
+    same = untouched(m)
+    r = doctor(m, (x, y), loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(m.parameters(), lr=0.05), **QUICK)
+    top = loud(r)[0]
+    assert top.kind == "initial_loss_off", [(f.kind, f.message[:200]) for f in loud(r)]
+    assert "output divided by" in top.message and "output scale" in top.fixes[0].title
+    assert top.evidence["restores"]
+    assert same()

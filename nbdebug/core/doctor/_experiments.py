@@ -416,6 +416,11 @@ def _attach(s: Session) -> None:
             continue
         if e.restores:
             msg = f"{f.message}. Tried on a copy: {e.said()}"
+            if f.kind == "initial_loss_off":  # the measured start leads the finding's fixes
+                s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **e.evidence()}, fixes=(
+                    Fix(f"bring the output scale to about 1 at init: {e.change} (measured on a copy)", e.code),
+                    *f.fixes))
+                continue
         else:
             msg = (f"{f.message}. Tried on a copy: {e.said()}, so this is not why the batch is not learned"
                    if s.has("cannot_overfit") else f"{f.message}. Tried on a copy: {e.said()}")

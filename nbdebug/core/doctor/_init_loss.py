@@ -189,8 +189,12 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
     by 0.01, its bias at 0) on a copy, trained as long as the user's run; a start that training pays off is an info
     (``_experiments._attach``), as the regression offset is."""
     f = next((f for f in s.findings if f.kind == "initial_loss_off" and f.evidence.get("last_layer")), None)
-    if f is None or float(f.evidence["initial"]) >= threshold("init_loss_gross") * float(f.evidence["expected"]):
-        return []  # a start grossly off (twice chance or more) is a broken init or output scale whatever training does
+    if f is None:
+        return []
+    if float(f.evidence["initial"]) >= threshold("init_loss_gross") * float(f.evidence["expected"]):
+        # a start grossly off (twice chance or more) is a broken init or output scale whatever training does: the
+        # output brought to unit scale on a copy says which
+        return _output_scaled(s)
     name = str(f.evidence["last_layer"])
 
     def make(s: Session) -> tuple[Any, Any, Any, Any]:
@@ -206,3 +210,30 @@ def candidates(s: Session) -> list[tuple[str, str, Any, str]]:
     return [("initial_loss_off", f"{s.options.name}.{name} started small (weight x 0.01, bias 0)", make,
              f"with torch.no_grad():\n    {s.options.name}.{name}.weight.mul_(0.01); "
              f"{s.options.name}.{name}.bias.zero_()")]
+
+
+def _output_scaled(s: Session) -> list[tuple[str, str, Any, str]]:
+    """The model's output divided on a copy by the power of ten that brings its RMS at init under 1 (an output
+    multiplied up in the forward, a temperature the wrong way round), where that RMS is over 10."""
+    import torch
+
+    from nbdebug.core.doctor._inputs import logits_of
+
+    work, _ = s.fresh()
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        y = logits_of(s.loss.forward(work, s.loss.inputs))
+    if not isinstance(y, torch.Tensor) or not y.is_floating_point() or not bool(torch.isfinite(y).all()):
+        return []
+    rms = float(y.float().pow(2).mean().sqrt())
+    if not rms > 10:
+        return []
+    k = 10.0 ** math.ceil(math.log10(rms))
+
+    def make(s: Session) -> tuple[Any, Any, Any, Any]:
+        w, opt = s.fresh()
+        w.register_forward_hook(lambda _m, _i, out: out / k if isinstance(out, torch.Tensor) else out)
+        return w, opt, None, s.loss.inputs
+
+    name = s.options.name
+    return [("initial_loss_off", f"the model's output divided by {k:g} (its RMS at init is {rms:.3g})", make,
+             f"logits = {name}(x) / {k:g}  # or remove the factor that scales the output up in forward()")]

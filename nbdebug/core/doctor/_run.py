@@ -372,6 +372,13 @@ def _consequences(s: Session) -> None:
     if not causes:
         return
     cause = causes[0]
+    follows = set(_CONSEQUENCES)
+    # a finding whose own fix, tried on a copy, learns the batch better than the cause's measured fix (or the
+    # cause has none) outranks it: ranked by measured effect, the cause becomes what follows
+    better = next((f for f in s.findings if f.kind in _CONSEQUENCES and f.severity != "info"
+                   and f.evidence.get("restores") and _measured(f) < _measured(cause)), None)
+    if better is not None:
+        cause, follows = better, (follows - {better.kind}) | {cause.kind}
     how = entry("consequence_of_another")
     first = how.fixes[0]
     moved = len(s.findings)
@@ -380,7 +387,7 @@ def _consequences(s: Session) -> None:
             continue  # the experiments said what it follows from
         if "activation_scale" in f.evidence:
             continue  # the signal that vanishes with depth is a cause of its own (``_constant_init.settle``)
-        if f.kind in _CONSEQUENCES and f is not cause and not (f.kind == "cannot_overfit" and s.unstable):
+        if f.kind in follows and f is not cause and not (f.kind == "cannot_overfit" and s.unstable):
             s.findings[i] = finding(
                 f.kind, how.summary.format(message=f.message, cause_title=cause.title.lower()),
                 f.where, severity="warning" if f.severity == "error" else f.severity,
@@ -390,6 +397,16 @@ def _consequences(s: Session) -> None:
             moved = min(moved, i)
     if moved < s.findings.index(cause):  # the cause comes before what follows from it
         s.findings.insert(moved, s.findings.pop(s.findings.index(cause)))
+
+
+def _measured(f: Any) -> float:
+    """The loss a finding's fix reached on a copy (its evidence's "start -> end in n steps"; inf when none)."""
+    after = str(f.evidence.get("after", "")).partition("->")[2].split(" in ")[0].strip()
+    try:
+        value = float(after)
+    except ValueError:
+        return math.inf
+    return value if math.isfinite(value) else math.inf
 
 
 def _report(s: Session) -> DoctorReport:
