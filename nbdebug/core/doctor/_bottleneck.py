@@ -48,6 +48,7 @@ def _rebuilt(m: Any, **change: int) -> Any:
     """A new module of ``m``'s type with ``change`` (its other settings kept), at its default init."""
     from torch import nn
 
+    args: dict[str, Any]
     if isinstance(m, nn.RNNBase):
         args = dict(input_size=m.input_size, hidden_size=m.hidden_size, num_layers=m.num_layers, bias=m.bias,
                     batch_first=m.batch_first, dropout=float(m.dropout), bidirectional=m.bidirectional)
