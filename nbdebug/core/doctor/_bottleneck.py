@@ -18,30 +18,28 @@ __all__ = ["widen"]
 CHECK = "the narrowest hidden layer widened on a copy"
 
 
-def _width(m: Any) -> tuple[str, int] | None:
-    """The attribute that sets a layer's output width, and its value (an RNN's output is its hidden size, twice
-    when bidirectional)."""
+def _attrs(m: Any) -> tuple[str, str] | None:
+    """The attributes that set a layer's input and output width (an RNN's output is its hidden size, twice when
+    bidirectional); None for a layer the experiment does not rebuild."""
     from torch import nn
 
     if isinstance(m, nn.RNNBase):
-        return "hidden_size", int(m.hidden_size)
+        return "input_size", "hidden_size"
     if isinstance(m, nn.Linear):
-        return "out_features", int(m.out_features)
+        return "in_features", "out_features"
     if isinstance(m, nn.modules.conv._ConvNd) and m.groups == 1:
-        return "out_channels", int(m.out_channels)
+        return "in_channels", "out_channels"
     return None
+
+
+def _width(m: Any) -> tuple[str, int] | None:
+    a = _attrs(m)
+    return None if a is None else (a[1], int(getattr(m, a[1])))
 
 
 def _in_width(m: Any) -> tuple[str, int] | None:
-    from torch import nn
-
-    if isinstance(m, nn.RNNBase):
-        return "input_size", int(m.input_size)
-    if isinstance(m, nn.Linear):
-        return "in_features", int(m.in_features)
-    if isinstance(m, nn.modules.conv._ConvNd) and m.groups == 1:
-        return "in_channels", int(m.in_channels)
-    return None
+    a = _attrs(m)
+    return None if a is None else (a[0], int(getattr(m, a[0])))
 
 
 def _rebuilt(m: Any, **change: int) -> Any:
