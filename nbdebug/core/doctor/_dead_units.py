@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbdebug.core._findings import Finding, Fix, Severity
-from nbdebug.core.doctor._session import Session, fixes_for
+from nbdebug.core._findings import Fix, Severity
+from nbdebug.core.doctor._session import Session, fixes_for, replaced
 
 __all__ = ["settle"]
 
@@ -48,10 +48,10 @@ def settle(s: Session) -> None:
     f = s.findings[at]
     learned = not any(g.kind == "cannot_overfit" and g.severity != "info" for g in s.findings)
     if learned:
-        s.findings[at] = _rebuilt(f, f"{f.message}; the batch was learned all the same (the loss went "
+        s.findings[at] = replaced(f, message=f"{f.message}; the batch was learned all the same (the loss went "
                                   f"{s.losses[0]:.4g} -> {min(s.losses):.4g}), so they cost this training nothing "
                                   "measurable (many healthy nets have units that one batch never fires)",
-                                  Severity.INFO, {})
+                                  severity=Severity.INFO)
         return
     if "follows from the finding above" in f.message:
         return  # a symptom of a cause already measured: that cause's fix comes first
@@ -77,16 +77,11 @@ def settle(s: Session) -> None:
     f = s.findings[at]
     if ex.restores:
         first, *rest = fixes_for("dead_activations_at_init")
-        s.findings[at] = _rebuilt(f, f"{f.message}. Tried on a copy: {ex.said()}", f.severity, ex.evidence(),
+        s.findings[at] = replaced(f, message=f"{f.message}. Tried on a copy: {ex.said()}",
+                                  evidence={**dict(f.evidence), **ex.evidence()},
                                   fixes=(Fix(f"{first.title} (measured on a copy)", code), *rest))
     elif f.severity != Severity.ERROR:
-        s.findings[at] = _rebuilt(f, f"{f.message}. Tried on a copy: {ex.said()}, so they are not why the batch is "
-                                  "not learned", Severity.INFO, ex.evidence())
+        s.findings[at] = replaced(f, message=f"{f.message}. Tried on a copy: {ex.said()}, so they are not why the "
+                                  "batch is not learned", severity=Severity.INFO,
+                                  evidence={**dict(f.evidence), **ex.evidence()})
         s.not_causes.add("dead_activations")
-
-
-def _rebuilt(f: Finding, message: str, severity: Any, evidence: dict[str, Any], fixes: Any = None) -> Finding:
-    from nbdebug.core.knowledge import finding
-
-    return finding(f.kind, message, f.where, severity=severity, fixes=f.fixes if fixes is None else fixes,
-                   evidence={**dict(f.evidence), **evidence})

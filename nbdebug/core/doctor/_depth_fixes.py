@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from nbdebug.core._findings import Finding, Fix
-from nbdebug.core.doctor._session import Session
+from nbdebug.core.doctor._session import Session, replaced
 
 __all__ = ["candidates", "settle"]
 
@@ -233,7 +233,7 @@ def settle(s: Session) -> None:
     message += f"; also tried: {others}" if others else ""
     evidence = {**dict(f.evidence), **won[0].evidence(),
                 "fixes_tried": "; ".join(f"{e.change}: {e.after:.4g}" for e in mine)}
-    new = _rebuilt(f, message=message, fixes=tuple(dict.fromkeys((*fixes, *f.fixes[:1]))), evidence=evidence)
+    new = replaced(f, message=message, fixes=tuple(dict.fromkeys((*fixes, *f.fixes[:1]))), evidence=evidence)
     s.findings = [new if g is f else _repointed(g, old, fixes[0].title) for g in s.findings]
     s.not_causes.discard("vanishing_gradients")
 
@@ -241,11 +241,4 @@ def settle(s: Session) -> None:
 def _repointed(f: Finding, old: str | None, new: str) -> Finding:
     if not old or not any(old in x.title for x in f.fixes):
         return f
-    return _rebuilt(f, fixes=tuple(Fix(x.title.replace(old, new), x.code) for x in f.fixes))
-
-
-def _rebuilt(f: Finding, **changes: Any) -> Finding:
-    from nbdebug.core.knowledge import finding
-
-    return finding(f.kind, changes.get("message", f.message), f.where, severity=f.severity,
-                   fixes=changes.get("fixes", f.fixes), evidence=changes.get("evidence", f.evidence))
+    return replaced(f, fixes=tuple(Fix(x.title.replace(old, new), x.code) for x in f.fixes))

@@ -24,7 +24,7 @@ from nbdebug.core.doctor import _batch_axis, _depth_fixes, _init_loss, _init_sca
 from nbdebug.core.doctor._inputs import set_lr
 from nbdebug.core.doctor._loss_probe import LossCall, LossProbe
 from nbdebug.core.doctor._lr_range import typical_lr, usual_lr_that_moves
-from nbdebug.core.doctor._session import Session
+from nbdebug.core.doctor._session import Session, replaced
 from nbdebug.core.doctor._setup_checks import is_frozen_on_purpose
 from nbdebug.core.doctor._train_checks import learned_said, overfit_said, train
 from nbdebug.core.doctor._verdicts import growth_tried, offset_still_costs, without_lr
@@ -409,7 +409,7 @@ def _attach(s: Session) -> None:
             why = ("your own run fits the batch by then too: training pays the offset off" if math.isfinite(e.before)
                    and e.before <= s.fit_target() else "it does not end at half your loss: the offset is not what "
                    "holds this training back")
-            s.findings[i] = _replace(f, message=f"{f.message}. Tried on a copy, trained as long as your run: "
+            s.findings[i] = replaced(f, message=f"{f.message}. Tried on a copy, trained as long as your run: "
                                      f"{e.said()}; {why}", severity=Severity.INFO,
                                      evidence={**dict(f.evidence), **e.evidence()})
             s.not_causes.add(f.kind)
@@ -417,7 +417,7 @@ def _attach(s: Session) -> None:
         if e.restores:
             msg = f"{f.message}. Tried on a copy: {e.said()}"
             if f.kind == "initial_loss_off":  # the measured start leads the finding's fixes
-                s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **e.evidence()}, fixes=(
+                s.findings[i] = replaced(f, message=msg, evidence={**dict(f.evidence), **e.evidence()}, fixes=(
                     Fix(f"bring the output scale to about 1 at init: {e.change} (measured on a copy)", e.code),
                     *f.fixes))
                 continue
@@ -425,7 +425,7 @@ def _attach(s: Session) -> None:
             msg = (f"{f.message}. Tried on a copy: {e.said()}, so this is not why the batch is not learned"
                    if s.has("cannot_overfit") else f"{f.message}. Tried on a copy: {e.said()}")
             s.not_causes.add(f.kind)
-        s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **e.evidence()})
+        s.findings[i] = replaced(f, message=msg, evidence={**dict(f.evidence), **e.evidence()})
     lower = by_cause.get("lr_too_high")
     for i, f in enumerate(s.findings):
         if f.kind == "dead_activations" and "learning rate is too high" in f.message and lower is not None:
@@ -439,7 +439,7 @@ def _attach(s: Session) -> None:
             quiet = not lower.restores and not s.has("cannot_overfit")  # nothing to fix: the batch was learned
             if quiet:
                 msg += "; the batch was learned all the same, so they cost this training nothing measurable"
-            s.findings[i] = _replace(f, message=msg, evidence={**dict(f.evidence), **lower.evidence()}, fixes=fixes,
+            s.findings[i] = replaced(f, message=msg, evidence={**dict(f.evidence), **lower.evidence()}, fixes=fixes,
                                      severity=Severity.INFO if quiet else f.severity)
     for i, f in enumerate(s.findings):
         if f.kind == "exploding_gradients" and "lr_too_high" in by_cause:
@@ -467,14 +467,14 @@ def _attach(s: Session) -> None:
             return
         none = "; ".join(f"{e.change}: {e.start:.4g} -> {e.after:.4g}" for e in tried)
         fixes = tuple(x for x in f.fixes if "learning rate" not in x.title) or f.fixes
-        s.findings[idx] = _replace(f, message=f"{f.message}. Tried on a copy, none of these learned the batch "
+        s.findings[idx] = replaced(f, message=f"{f.message}. Tried on a copy, none of these learned the batch "
                                    f"better ({none})", fixes=fixes,
                                    evidence={**dict(f.evidence), "tried": ", ".join(e.change for e in tried)})
         s.not_causes.update(e.cause for e in tried)
         return
     cause_f = next((g for g in s.findings if g.kind == best.cause), None)
     if cause_f is not None:
-        s.findings[idx] = _replace(
+        s.findings[idx] = replaced(
             f, message=f"{f.message}; this follows from the finding above, {cause_f.title.lower()}: {best.said()}",
             severity="warning" if f.severity == "error" else f.severity,
             fixes=(Fix(f"fix that first: {cause_f.fix or cause_f.title}", best.code), ),
@@ -485,7 +485,7 @@ def _attach(s: Session) -> None:
     if best.cause == "lr_too_low" and (share >= threshold("overfit_learns_rel") or usual_lr_that_moves(s)):
         # the user's own run learns, or moves at an lr in the range people train and fine-tune with: that a higher
         # lr memorises one batch faster is a suggestion, not a fault
-        s.findings[idx] = _replace(
+        s.findings[idx] = replaced(
             f, message=f"{overfit_said(s)}: at your lr={s.lr_used:g} the loss moves ({learned_said(s, share)}), "
             f"just not to zero in this run. Tried on a copy: {best.said()}. A higher learning rate memorises one "
             "batch faster, which says nothing against yours for training (fine-tuning uses lrs this low)",
@@ -507,7 +507,7 @@ def _attach(s: Session) -> None:
     # a learning rate that fits the batch is the answer: the generic suspects (a frozen layer, a detached tensor)
     # would send the user after what the experiment has shown is not there
     others = () if best.fitted else tuple(x for x in f.fixes if "learning rate" not in x.title)[:1]
-    s.findings[idx] = _replace(f, message=f"{message}. Tried on a copy: {best.said()}",
+    s.findings[idx] = replaced(f, message=f"{message}. Tried on a copy: {best.said()}",
                                severity=severity, fixes=(Fix(title, best.code), *others),
                                evidence={**dict(f.evidence), **best.evidence()})
     s.explained = True
@@ -530,7 +530,7 @@ def _cause_above_symptoms(s: Session, idx: int, best: Experiment) -> None:
     title = entry(best.cause).title.lower()
     for i in symptoms:
         f = s.findings[i]
-        s.findings[i] = _replace(f, message=how.summary.format(message=f.message, cause_title=title),
+        s.findings[i] = replaced(f, message=how.summary.format(message=f.message, cause_title=title),
                                  severity="warning" if f.severity == "error" else f.severity)
     first = min(symptoms)
     if first < idx:
@@ -552,7 +552,7 @@ def _symptoms_follow(s: Session, best: Experiment) -> None:
     first = Fix(f"fix that first: {cause.fix or cause.title}", best.code)
     for i in symptoms:
         f = s.findings[i]
-        s.findings[i] = _replace(f, message=how.summary.format(message=f.message, cause_title=cause.title.lower()),
+        s.findings[i] = replaced(f, message=how.summary.format(message=f.message, cause_title=cause.title.lower()),
                                  severity="warning" if f.severity == "error" else f.severity, fixes=(first, ))
     if min(symptoms) < at:
         s.findings.insert(min(symptoms), s.findings.pop(at))
@@ -569,11 +569,11 @@ def _lr_claim_withdrawn(s: Session, f: Finding, tried: list[Experiment]) -> Find
     share = s.learned_share()
     if lower and share >= threshold("noisy_learns_rel"):
         # a noisy curve that learned most of the batch: the noise is the model's own (noise layers, sampling)
-        return _replace(f, message=f"{overfit_said(s)}: {s.unstable}, yet it learns ({learned_said(s, share)}) and "
+        return replaced(f, message=f"{overfit_said(s)}: {s.unstable}, yet it learns ({learned_said(s, share)}) and "
                         f"{why}: the training loss is noisy by the model's own design (noise layers, sampling), "
                         "which is no fault", severity="info", fixes=(),
                         evidence={**dict(f.evidence), "learned_share": round(share, 4)})
-    return _replace(f, message=f"{overfit_said(s)}: {s.unstable}; {why}",
+    return replaced(f, message=f"{overfit_said(s)}: {s.unstable}; {why}",
                     severity="warning" if f.severity == "error" else f.severity, fixes=entry("cannot_overfit").fixes)
 
 
@@ -590,9 +590,4 @@ def _weight_decay_finding(s: Session, e: Experiment) -> Finding:
                 evidence={"weight_decay": wd, "lr": lr, **e.evidence()})
     s.findings.insert(0, f)
     return f
-
-
-def _replace(f: Finding, **changes: Any) -> Finding:
-    return finding(f.kind, changes.get("message", f.message), f.where, severity=changes.get("severity", f.severity),
-                   fixes=changes.get("fixes", f.fixes), evidence=changes.get("evidence", f.evidence))
 

@@ -11,12 +11,18 @@ from nbdebug.core._findings import Finding, Fix
 from nbdebug.core.doctor._inputs import LossAdapter, Options, fresh_copy, lightning_optimizer
 from nbdebug.core.knowledge import entry, finding
 
-__all__ = ["Session", "Progress", "fixes_for"]
+__all__ = ["Session", "Progress", "fixes_for", "replaced"]
 
 
 def fixes_for(slug: str) -> tuple[Fix, ...]:
     """The fixes of the knowledge entry ``slug``: a finding whose cause is known takes the cause's fixes."""
     return entry(slug).fixes
+
+
+def replaced(f: Finding, **changes: Any) -> Finding:
+    """``f`` with its message, severity, fixes or evidence changed: the one way a finding is re-worded."""
+    return finding(f.kind, changes.get("message", f.message), f.where, severity=changes.get("severity", f.severity),
+                   fixes=changes.get("fixes", f.fixes), evidence=changes.get("evidence", f.evidence))
 
 
 class Progress:
